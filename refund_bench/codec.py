@@ -1,0 +1,212 @@
+"""Avro codecs for Kafka values, from the ``.avsc`` contracts in ``schemas/avro/``.
+
+Two wire formats sit behind one :class:`Codec` interface:
+
+- :class:`RegistryFraming` — the Confluent wire format (magic byte 0, 4-byte schema id, Avro
+  binary) with ids from a Confluent-compatible schema registry, so any downstream consumer with a
+  standard deserializer can read the topics.
+- :class:`FingerprintFraming` — Avro single-object encoding (``C3 01`` + CRC-64-AVRO fingerprint
+  + Avro binary), for deployments without a registry. Readers resolve fingerprints against the
+  local schema catalog.
+
+Decoding always resolves the writer's schema against the reader's (the current contract), so
+old records stay readable after a compatible schema change. Anything undecodable raises
+:class:`~refund_bench.errors.InvalidInput`, which the runtime routes to the DLQ.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from refund_bench.errors import InvalidInput
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "avro"
+
+Schema = dict[str, Any]
+
+
+@cache
+def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> Schema:
+    """The parsed contract ``schemas/avro/<name>.avsc``."""
+    path = schema_dir / f"{name}.avsc"
+    try:
+        raw: Schema = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise KeyError(f"no schema named {name!r} in {schema_dir}") from exc
+    return raw
+
+
+def schema_names(schema_dir: Path = SCHEMA_DIR) -> list[str]:
+    """Every contract in the schema folder, by name."""
+    return sorted(p.stem for p in schema_dir.glob("*.avsc"))
+
+
+class Framing(Protocol):
+    """How the writer schema is identified on the wire."""
+
+    def header_for(self, topic: str, schema: Schema) -> bytes:
+        """Bytes to put before the Avro body of ``topic``'s records written with ``schema``."""
+        ...
+
+    def writer_schema(self, data: bytes) -> tuple[Schema, int]:
+        """The writer's schema of ``data`` and where its Avro body starts."""
+        ...
+
+
+_SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+
+
+@dataclass
+class FingerprintFraming:
+    """Avro single-object encoding; writer schemas are looked up in ``known`` by fingerprint."""
+
+    known: dict[bytes, Schema] = field(default_factory=dict)
+
+    @staticmethod
+    def _fingerprint(schema: Schema) -> bytes:
+        canonical = to_parsing_canonical_form(fastavro.parse_schema(schema))
+        return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+
+    def remember(self, schema: Schema) -> bytes:
+        fp = self._fingerprint(schema)
+        self.known.setdefault(fp, schema)
+        return fp
+
+    def header_for(self, topic: str, schema: Schema) -> bytes:
+        return _SINGLE_OBJECT_MAGIC + self.remember(schema)
+
+    def writer_schema(self, data: bytes) -> tuple[Schema, int]:
+        if len(data) < 10 or data[:2] != _SINGLE_OBJECT_MAGIC:
+            raise InvalidInput("not Avro single-object encoded (bad magic bytes)")
+        schema = self.known.get(data[2:10])
+        if schema is None:
+            raise InvalidInput(f"unknown writer schema fingerprint {data[2:10].hex()}")
+        return schema, 10
+
+
+class RegistryClient(Protocol):
+    """The part of ``confluent_kafka.schema_registry.SchemaRegistryClient`` the codec uses."""
+
+    def register_schema(self, subject_name: str, schema: Any) -> int: ...
+
+    def get_schema(self, schema_id: int) -> Any: ...
+
+
+@dataclass
+class RegistryFraming:
+    """Confluent wire format with subject ``<topic>-value`` (TopicNameStrategy)."""
+
+    client: RegistryClient
+    _ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    _schemas: dict[int, Schema] = field(default_factory=dict)
+
+    def header_for(self, topic: str, schema: Schema) -> bytes:
+        from confluent_kafka.schema_registry import Schema as RegistrySchema
+
+        text = json.dumps(schema, sort_keys=True)
+        key = (topic, text)
+        schema_id = self._ids.get(key)
+        if schema_id is None:
+            schema_id = self.client.register_schema(f"{topic}-value", RegistrySchema(text, "AVRO"))
+            self._ids[key] = schema_id
+            self._schemas[schema_id] = schema
+        return b"\x00" + struct.pack(">I", schema_id)
+
+    def writer_schema(self, data: bytes) -> tuple[Schema, int]:
+        if len(data) < 5 or data[0] != 0:
+            raise InvalidInput("not in the Confluent wire format (bad magic byte)")
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        schema = self._schemas.get(schema_id)
+        if schema is None:
+            try:
+                registered = self.client.get_schema(schema_id)
+            except Exception as exc:  # noqa: BLE001 - any lookup failure means unreadable input
+                raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
+            schema = json.loads(registered.schema_str)
+            self._schemas[schema_id] = schema
+        return schema, 5
+
+
+@dataclass
+class _TopicCodec:
+    schema: Schema
+    parsed: Any
+    header: bytes
+
+
+class Codec:
+    """Encodes and decodes the values of a fixed set of topics, each bound to one contract."""
+
+    def __init__(self, framing: Framing, topics: Mapping[str, str]) -> None:
+        """``topics`` maps a topic name to its contract name (an ``.avsc`` file stem)."""
+        self._framing = framing
+        self._topics: dict[str, _TopicCodec] = {}
+        self._readers: dict[tuple[str, str], Any] = {}
+        for topic, schema_name in topics.items():
+            self.bind(topic, schema_name)
+
+    def bind(self, topic: str, schema_name: str) -> None:
+        """Add ``topic``, written and read with contract ``schema_name``."""
+        schema = load_schema(schema_name)
+        self._topics[topic] = _TopicCodec(
+            schema=schema,
+            parsed=fastavro.parse_schema(schema),
+            header=self._framing.header_for(topic, schema),
+        )
+        if isinstance(self._framing, FingerprintFraming):
+            self._framing.remember(schema)
+
+    def topics(self) -> list[str]:
+        return list(self._topics)
+
+    def encode(self, topic: str, value: Mapping[str, Any]) -> bytes:
+        """Avro-encode ``value`` for ``topic``. A value that breaks the contract is a bug: raises."""
+        codec = self._topics[topic]
+        buf = io.BytesIO()
+        buf.write(codec.header)
+        fastavro.schemaless_writer(buf, codec.parsed, dict(value))
+        return buf.getvalue()
+
+    def decode(self, topic: str, data: bytes | None) -> dict[str, Any]:
+        """Decode a value of ``topic``; raises :class:`InvalidInput` when it cannot be read."""
+        if data is None:
+            raise InvalidInput("record has no value")
+        codec = self._topics.get(topic)
+        if codec is None:
+            raise InvalidInput(f"no contract bound to topic {topic!r}")
+        writer, start = self._framing.writer_schema(data)
+        reader_key = (json.dumps(writer, sort_keys=True), topic)
+        pair = self._readers.get(reader_key)
+        if pair is None:
+            pair = (fastavro.parse_schema(writer), codec.parsed)
+            self._readers[reader_key] = pair
+        try:
+            buf = io.BytesIO(data)
+            buf.seek(start)
+            value = fastavro.schemaless_reader(buf, pair[0], pair[1])
+        except Exception as exc:  # noqa: BLE001 - every decoding failure is invalid input
+            raise InvalidInput(f"cannot decode {topic} value as Avro: {exc!r}") from exc
+        if not isinstance(value, dict):
+            raise InvalidInput(f"{topic} value is not a record")
+        if buf.tell() != len(data):
+            raise InvalidInput(f"{topic} value has {len(data) - buf.tell()} trailing bytes")
+        return value
+
+
+def framing_from_registry_url(url: str) -> Framing:
+    """Registry framing when ``url`` is set, fingerprint framing otherwise."""
+    if not url:
+        return FingerprintFraming()
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return RegistryFraming(SchemaRegistryClient({"url": url}))

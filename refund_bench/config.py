@@ -1,0 +1,61 @@
+"""Settings models. Only entry points read the environment; libraries take plain values.
+
+Each service defines one frozen settings class deriving from :class:`StageSettings`; field
+names map to upper-case environment variables (``kafka_bootstrap_servers`` ->
+``KAFKA_BOOTSTRAP_SERVERS``). Defaults match the local stack (``make stack-up``).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StackSettings(BaseSettings):
+    """Addresses of the shared infrastructure."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    kafka_bootstrap_servers: str = "127.0.0.1:19092"
+    schema_registry_url: str = ""
+    topic_partitions: int = Field(default=12, ge=1)
+    database_url: SecretStr = SecretStr(
+        "postgresql://refund_bench:refund_bench@127.0.0.1:15432/refund_bench"
+    )
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+
+
+class StageSettings(StackSettings):
+    """Settings every stage has: how its runtime consumes, batches and reports."""
+
+    guarantee: Literal["exactly-once", "at-least-once"] = "exactly-once"
+    batch_max_records: int = Field(default=500, ge=1)
+    batch_max_wait_ms: int = Field(default=50, ge=1)
+    max_inflight: int = Field(default=512, ge=1)
+    transactional_id: str = ""
+    group_instance_id: str = ""
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
+    metrics_port: int = 9400
+    log_level: str = "INFO"
+
+    def instance_id(self, stage: str) -> str:
+        """This instance's transactional id: set explicitly, or ``<stage>-<hostname>``.
+
+        On Kubernetes the hostname is the pod name, unique per replica.
+        """
+        return self.transactional_id or f"{stage}-{socket.gethostname()}"
+
+
+class LlmSettings(BaseSettings):
+    """One OpenAI-compatible endpoint per role; the defaults point at the local stand-in."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    llm_base_url: str = "http://127.0.0.1:18090/v1"
+    llm_api_key: SecretStr = SecretStr("stand-in")
+    llm_timeout_seconds: float = 20.0
+    llm_rate_per_second: float = Field(default=500.0, gt=0)
+    llm_burst: int = Field(default=500, ge=1)

@@ -1,0 +1,105 @@
+"""The product's shared vocabulary: categories, rulings, decisions and the evidence model.
+
+Money is always an ``int`` of minor units (paise for INR). No float ever holds an amount.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MinorUnits = int
+"""An amount of money in integer minor units (e.g. paise)."""
+
+
+class Category(StrEnum):
+    """The fixed set of checkable grievance categories."""
+
+    LATE_DELIVERY = "LATE_DELIVERY"
+    MISSING_ITEM = "MISSING_ITEM"
+    WRONG_ITEM = "WRONG_ITEM"
+    QUALITY = "QUALITY"
+    PACKAGING = "PACKAGING"
+    PARTNER_CONDUCT = "PARTNER_CONDUCT"
+    BILLING = "BILLING"
+
+
+class Ruling(StrEnum):
+    """One judge's ruling, and also a counted verdict's outcome."""
+
+    UPHELD = "UPHELD"
+    REJECTED = "REJECTED"
+    ESCALATE = "ESCALATE"
+
+
+class LineStatus(StrEnum):
+    """What happens to one priced line."""
+
+    PAY = "PAY"
+    ZERO = "ZERO"
+    HELD = "HELD"
+    REJECTED = "REJECTED"
+
+
+class Decision(StrEnum):
+    """The dispute-level decision of one settlement round."""
+
+    AUTO_APPROVED = "AUTO_APPROVED"
+    REVIEW_APPROVED = "REVIEW_APPROVED"
+    HELD_FOR_REVIEW = "HELD_FOR_REVIEW"
+    NOTHING_TO_PAY = "NOTHING_TO_PAY"
+    DECLINED = "DECLINED"
+
+
+class ReviewDecision(StrEnum):
+    """A human reviewer's decision (``review.decided``): UPHOLD/REJECT for one grievance,
+    APPROVE/DECLINE for a whole dispute."""
+
+    UPHOLD = "UPHOLD"
+    REJECT = "REJECT"
+    APPROVE = "APPROVE"
+    DECLINE = "DECLINE"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LineItem(_Frozen):
+    """One line of an order, as recorded by the order store."""
+
+    name: str
+    quantity: int = Field(ge=1)
+    unit_price_minor: MinorUnits = Field(ge=0)
+    unit_weight_g: int | None = Field(default=None, ge=0)
+
+
+class OrderRecord(_Frozen):
+    """Raw evidence for one order, as loaded from the order store.
+
+    Optional fields are ``None`` when the store has no record: absence is evidence of silence,
+    never of the contrary.
+    """
+
+    order_id: str
+    customer_id: str
+    currency: str = "INR"
+    placed_at: str
+    delivered_at: str | None
+    delivery_sla_minutes: int | None
+    line_items: tuple[LineItem, ...]
+    delivery_fee_minor: MinorUnits = 0
+    charged_total_minor: MinorUnits
+    pickup_weight_expected_g: int | None = None
+    pickup_weight_actual_g: int | None = None
+    partner_rating_at_handover: int | None = None
+    packaging_condition_recorded: bool = False
+    packaging_notes: str | None = None
+    partner_conduct_reports: tuple[str, ...] = ()
+    payment_reference: str = ""
+
+    @property
+    def items_total_minor(self) -> MinorUnits:
+        """Sum of unit price times quantity over the line items."""
+        return sum(item.unit_price_minor * item.quantity for item in self.line_items)

@@ -1,0 +1,35 @@
+"""Error types that carry policy. The runtime branches on the type, never on the message.
+
+- :class:`InvalidInput`: this record can never be processed; it goes to the stage's DLQ with the
+  reason and processing continues. Not retried.
+- :class:`TransientError`: a dependency is briefly unavailable (rate limit, 5xx, timeout);
+  retried with backoff and jitter, then treated as a crash.
+- anything else: a bug or an outage; the open transaction is aborted and the process exits so
+  that Kafka redelivers the batch to a fresh instance.
+"""
+
+from __future__ import annotations
+
+
+class RefundBenchError(Exception):
+    """Base of the project's errors."""
+
+
+class InvalidInput(RefundBenchError):  # noqa: N818 - the policy name reads better than *Error
+    """The record is malformed or refers to something that does not exist. Goes to the DLQ."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TransientError(RefundBenchError):
+    """A retryable failure of a dependency (429, 5xx, timeout, connection reset)."""
+
+
+class DlqLimitExceeded(RefundBenchError):
+    """Too much of the recent input went to the DLQ: stop instead of draining the topic."""
+
+
+class Fenced(RefundBenchError):  # noqa: N818
+    """Another instance with the same transactional id took over; this one must stop."""

@@ -1,0 +1,79 @@
+"""Retry policy shared by every stage: exponential backoff (1, 2, 4, 8 s) plus jitter.
+
+Only :class:`TransientError` (and what a caller maps onto it) is retried. The sleep function is
+injectable so tests never wait on a real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import tenacity
+
+from refund_bench.errors import TransientError
+
+T = TypeVar("T")
+
+SyncSleep = Callable[[float], None]
+AsyncSleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff schedule: ``base * 2**n`` seconds for attempt n (capped), plus up to ``jitter`` s.
+
+    ``attempts`` counts the first try: 5 attempts wait 1, 2, 4 and 8 seconds between them.
+    """
+
+    attempts: int = 5
+    base_seconds: float = 1.0
+    max_seconds: float = 8.0
+    jitter_seconds: float = 0.5
+    rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def delay(self, retry_number: int) -> float:
+        """Seconds to wait before retry ``retry_number`` (1-based)."""
+        backoff = min(self.max_seconds, self.base_seconds * 2 ** (retry_number - 1))
+        return backoff + self.rng.uniform(0, self.jitter_seconds)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        return self.delay(state.attempt_number)
+
+    def run(
+        self,
+        fn: Callable[[], T],
+        *,
+        sleep: SyncSleep = time.sleep,
+        retry_on: tuple[type[BaseException], ...] = (TransientError,),
+    ) -> T:
+        """Call ``fn`` until it returns, retrying ``retry_on`` errors; re-raise the last one."""
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(retry_on),
+            sleep=sleep,
+            reraise=True,
+        )
+        return retrying(fn)
+
+    async def run_async(
+        self,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        sleep: AsyncSleep = asyncio.sleep,
+        retry_on: tuple[type[BaseException], ...] = (TransientError,),
+    ) -> T:
+        """Async twin of :meth:`run`."""
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception_type(retry_on),
+            sleep=sleep,
+            reraise=True,
+        )
+        return await retrying(fn)

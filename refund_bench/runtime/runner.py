@@ -1,0 +1,473 @@
+"""The one consume -> handle -> produce -> commit loop every stage runs on.
+
+Exactly-once mode (the default) follows Kafka's transactional consume-transform-produce
+pattern: read with ``isolation.level=read_committed``; for each batch (bounded by count and
+time) begin a transaction, produce the outputs, the DLQ records and the state-changelog writes,
+add the consumed offsets with ``send_offsets_to_transaction`` and commit. A crash anywhere
+before the commit aborts the transaction (explicitly, or when the restarted instance with the
+same ``transactional.id`` re-initialises), so a read_committed reader sees each input's outputs
+exactly once.
+
+At-least-once mode produces with an idempotent producer, waits for delivery, then commits
+offsets synchronously: nothing is lost, a crash may duplicate.
+
+Error policy, by exception type (see :mod:`refund_bench.errors`): ``InvalidInput`` -> the
+record goes to ``<input>.dlq`` and the batch goes on; ``TransientError`` -> retried with
+backoff; anything else -> abort and re-raise, so the process exits and Kafka redelivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from refund_bench.codec import Codec, Framing
+from refund_bench.errors import Fenced, InvalidInput
+from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep
+from refund_bench.runtime.dlq import DlqBudget, dead_letter
+from refund_bench.runtime.health import Heartbeat
+from refund_bench.runtime.messages import (
+    AsyncHandler,
+    Context,
+    Emit,
+    Guarantee,
+    Message,
+    SyncHandler,
+)
+from refund_bench.runtime.metrics import Metrics, NullMetrics
+from refund_bench.runtime.state import BatchState, RecordState, StateStore
+from refund_bench.topics import Topic, changelog_topic
+
+log = logging.getLogger(__name__)
+
+_TXN_RETRIES = 10
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What a stage is: its inputs, outputs, handler and (optionally) its state store.
+
+    ``assignment`` must be ``"range"`` for a stateful stage with several input topics: only the
+    range assignor gives one instance the same partition number of every co-partitioned input.
+    """
+
+    name: str
+    inputs: tuple[Topic, ...]
+    outputs: tuple[Topic, ...]
+    handler: SyncHandler | AsyncHandler
+    store: str | None = None
+    assignment: str = "cooperative-sticky"
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.handler)
+
+    @property
+    def changelog(self) -> str | None:
+        return None if self.store is None else changelog_topic(self.name, self.store)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How one instance runs. Built by the service's entry point from its settings."""
+
+    bootstrap_servers: str
+    group_id: str
+    transactional_id: str
+    guarantee: Guarantee = "exactly-once"
+    batch_max_records: int = 500
+    batch_max_wait_s: float = 0.05
+    max_inflight: int = 512
+    transaction_timeout_ms: int = 60_000
+    session_timeout_ms: int = 10_000
+    group_instance_id: str | None = None
+    commit_timeout_s: float = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    dlq_budget: DlqBudget = field(default_factory=DlqBudget)
+    consumer_overrides: dict[str, Any] = field(default_factory=dict)
+    producer_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+class StageRunner:
+    """Runs one :class:`StageSpec` until :meth:`stop` is called or a fatal error is raised."""
+
+    def __init__(
+        self,
+        spec: StageSpec,
+        config: RuntimeConfig,
+        framing: Framing,
+        *,
+        metrics: Metrics | None = None,
+        heartbeat: Heartbeat | None = None,
+        sleep: SyncSleep = time.sleep,
+        async_sleep: AsyncSleep = asyncio.sleep,
+    ) -> None:
+        if spec.store is not None and spec.is_async:
+            raise ValueError("stateful stages take a synchronous handler (ordered per key)")
+        if spec.store is not None and len(spec.inputs) > 1 and spec.assignment != "range":
+            raise ValueError("a stateful stage with several inputs needs the range assignor")
+        self.spec = spec
+        self.config = config
+        self.metrics: Metrics = metrics or NullMetrics()
+        self.heartbeat = heartbeat or Heartbeat()
+        self._sleep = sleep
+        self._async_sleep = async_sleep
+        topics: dict[str, str] = {}
+        for topic in (*spec.inputs, *spec.outputs, *(t.dlq for t in spec.inputs)):
+            topics[topic.name] = topic.schema
+        self.codec = Codec(framing, topics)
+        self._outputs = {t.name for t in spec.outputs}
+        self._store = (
+            StateStore(spec.store, cast(str, spec.changelog)) if spec.store is not None else None
+        )
+        self._eos = config.guarantee == "exactly-once"
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._delivery_errors: list[KafkaError] = []
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._inflight = 0
+        self.batches_committed = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to finish the current batch and exit (safe from a signal handler)."""
+        self._stopping = True
+
+    def run(self, *, max_batches: int | None = None) -> None:
+        """Consume until stopped. Raises on fatal errors after aborting the open transaction."""
+        self._start()
+        try:
+            batches = 0
+            while not self._stopping:
+                self.heartbeat.beat()
+                consumer = cast(Consumer, self._consumer)
+                msgs = consumer.consume(
+                    num_messages=self.config.batch_max_records,
+                    timeout=self.config.batch_max_wait_s,
+                )
+                if not msgs:
+                    continue
+                self._process_batch(msgs)
+                batches += 1
+                if max_batches is not None and batches >= max_batches:
+                    break
+        finally:
+            self._close()
+
+    def _start(self) -> None:
+        self._producer = Producer(self._producer_conf())
+        if self._eos:
+            # Fences any earlier instance with this transactional.id and aborts its open
+            # transaction before we read a single record or restore any state.
+            self._producer.init_transactions(self.config.commit_timeout_s)
+        if self.spec.is_async:
+            self._loop = asyncio.new_event_loop()
+        self._consumer = Consumer(self._consumer_conf())
+        self._consumer.subscribe(
+            [t.name for t in self.spec.inputs], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        self.heartbeat.ready = True
+
+    def _close(self) -> None:
+        self.heartbeat.ready = False
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except KafkaException:
+                log.exception("closing the consumer failed")
+            self._consumer = None
+        # Nothing to flush: every batch ends with a commit (or an abort) that already waited
+        # for its records, and a fenced producer must not be flushed at all.
+        self._producer = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _base_conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.config.bootstrap_servers}
+
+    def _producer_conf(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            **self._base_conf(),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            # Same partitioner as the Java clients, so upstream producers agree on partitions.
+            "partitioner": "murmur2_random",
+            "queue.buffering.max.messages": 1_000_000,
+            "on_delivery": self._on_delivery,
+        }
+        if self._eos:
+            conf["transactional.id"] = self.config.transactional_id
+            conf["transaction.timeout.ms"] = self.config.transaction_timeout_ms
+        conf.update(self.config.producer_overrides)
+        return conf
+
+    def _consumer_conf(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            **self._base_conf(),
+            "group.id": self.config.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "partition.assignment.strategy": self.spec.assignment,
+            "session.timeout.ms": self.config.session_timeout_ms,
+        }
+        if self.config.group_instance_id:
+            conf["group.instance.id"] = self.config.group_instance_id
+        conf.update(self.config.consumer_overrides)
+        return conf
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self._delivery_errors.append(err)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._store is not None:
+            numbers = {tp.partition for tp in partitions} - set(self._store.owned())
+            started = time.monotonic()
+            read = self._store.restore(self._base_conf(), numbers)
+            log.info(
+                "%s restored %d changelog records for partitions %s in %.2fs",
+                self.spec.name, read, sorted(numbers), time.monotonic() - started,
+            )
+        if self.spec.assignment == "cooperative-sticky":
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        self._set_assigned(consumer)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._store is not None:
+            self._store.drop({tp.partition for tp in partitions})
+        if self.spec.assignment == "cooperative-sticky":
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+        self._set_assigned(consumer)
+
+    def _set_assigned(self, consumer: Consumer) -> None:
+        try:
+            self.metrics.set("assigned_partitions", len(consumer.assignment()))
+        except KafkaException:
+            pass
+
+    # -- one batch ------------------------------------------------------------------------
+
+    def _process_batch(self, msgs: Sequence[Any]) -> None:
+        started = time.perf_counter()
+        producer = cast(Producer, self._producer)
+        batch_state = BatchState(self._store) if self._store is not None else None
+        offsets: dict[tuple[str, int], int] = {}
+        decoded: list[tuple[Any, Message]] = []
+        if self._eos:
+            producer.begin_transaction()
+        try:
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+                self.metrics.incr("records_in", topic=msg.topic())
+                try:
+                    value = self.codec.decode(msg.topic(), msg.value())
+                except InvalidInput as exc:
+                    self._dead_letter(msg, exc)
+                    continue
+                key = msg.key()
+                ts = msg.timestamp()[1]
+                decoded.append(
+                    (
+                        msg,
+                        Message(
+                            topic=msg.topic(),
+                            partition=msg.partition(),
+                            offset=msg.offset(),
+                            key=key.decode() if key is not None else None,
+                            value=value,
+                            headers={k: v or b"" for k, v in (msg.headers() or [])},
+                            timestamp_ms=ts,
+                        ),
+                    )
+                )
+            contexts = [
+                Context(RecordState(batch_state, m.partition) if batch_state is not None else None)
+                for _, m in decoded
+            ]
+            if self.spec.is_async:
+                loop = cast(asyncio.AbstractEventLoop, self._loop)
+                results = loop.run_until_complete(
+                    self._handle_all_async([m for _, m in decoded], contexts)
+                )
+                for (msg, _), ctx, result in zip(decoded, contexts, results, strict=True):
+                    self._finish(msg, ctx, result)
+            else:
+                for (msg, message), ctx in zip(decoded, contexts, strict=True):
+                    self._finish(msg, ctx, self._handle_sync(message, ctx))
+            if batch_state is not None:
+                changelog = cast(str, self.spec.changelog)
+                for partition, key, value in batch_state.changelog_records():
+                    self._produce_raw(changelog, key.encode(), value, {}, partition)
+            self._commit(offsets)
+        except BaseException:
+            if self._eos:
+                self._abort_quietly()
+            self.metrics.incr("transactions", kind="aborted")
+            raise
+        if batch_state is not None:
+            batch_state.apply()
+        self.batches_committed += 1
+        self.metrics.incr("transactions", kind="committed")
+        self.metrics.observe("batch_seconds", time.perf_counter() - started)
+        self.metrics.observe("batch_records", len(msgs))
+
+    def _handle_sync(self, message: Message, ctx: Context) -> Sequence[Emit] | InvalidInput:
+        handler = cast(SyncHandler, self.spec.handler)
+        started = time.perf_counter()
+        try:
+            return self.config.retry.run(lambda: handler(message, ctx), sleep=self._sleep)
+        except InvalidInput as exc:
+            return exc
+        finally:
+            self.metrics.observe("handler_seconds", time.perf_counter() - started)
+
+    def _finish(self, msg: Any, ctx: Context, result: Sequence[Emit] | InvalidInput) -> None:
+        """Produce a record's outputs and keep its state writes, or dead-letter it."""
+        if isinstance(result, InvalidInput):
+            self._dead_letter(msg, result)
+            return
+        self.config.dlq_budget.record(False)
+        for emit in result:
+            self._produce(emit)
+        if ctx.state is not None:
+            ctx.state.merge_into_batch()
+
+    async def _handle_all_async(
+        self, messages: list[Message], contexts: list[Context]
+    ) -> list[Sequence[Emit] | InvalidInput]:
+        handler = cast(AsyncHandler, self.spec.handler)
+        limit = asyncio.Semaphore(self.config.max_inflight)
+
+        async def one(message: Message, ctx: Context) -> Sequence[Emit] | InvalidInput:
+            async with limit:
+                started = time.perf_counter()
+                self._inflight += 1
+                self.metrics.set("inflight_calls", self._inflight)
+                try:
+                    return await self.config.retry.run_async(
+                        lambda: handler(message, ctx), sleep=self._async_sleep
+                    )
+                except InvalidInput as exc:
+                    return exc
+                finally:
+                    self._inflight -= 1
+                    self.metrics.set("inflight_calls", self._inflight)
+                    self.metrics.observe("handler_seconds", time.perf_counter() - started)
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(m, c)) for m, c in zip(messages, contexts, strict=True)]
+        return [t.result() for t in tasks]
+
+    def _produce(self, emit: Emit) -> None:
+        if emit.topic not in self._outputs:
+            raise ValueError(f"stage {self.spec.name} does not declare output {emit.topic!r}")
+        value = self.codec.encode(emit.topic, emit.value)
+        self._produce_raw(emit.topic, emit.key.encode(), value, emit.headers, None)
+        self.metrics.incr("records_out", topic=emit.topic)
+
+    def _produce_raw(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        headers: Any,
+        partition: int | None,
+    ) -> None:
+        producer = cast(Producer, self._producer)
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if headers:
+            kwargs["headers"] = list(dict(headers).items())
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    def _dead_letter(self, msg: Any, exc: InvalidInput) -> None:
+        dlq = f"{msg.topic()}.dlq"
+        envelope, headers = dead_letter(
+            stage=self.spec.name,
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            key=msg.key(),
+            value=msg.value(),
+            reason=exc.reason,
+            error_type=type(exc).__name__,
+        )
+        log.warning(
+            "%s: %s[%d]@%d -> %s: %s",
+            self.spec.name, msg.topic(), msg.partition(), msg.offset(), dlq, exc.reason,
+        )
+        self._produce_raw(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
+        self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
+        self.config.dlq_budget.record(True)
+
+    def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        producer = cast(Producer, self._producer)
+        consumer = cast(Consumer, self._consumer)
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if not self._eos:
+            remaining = producer.flush(self.config.commit_timeout_s)
+            if remaining or self._delivery_errors:
+                errors, self._delivery_errors = self._delivery_errors, []
+                raise KafkaException(errors[0] if errors else "delivery timed out")
+            if tps:
+                consumer.commit(offsets=tps, asynchronous=False)
+            return
+        timeout = self.config.commit_timeout_s
+        self._retry_txn(
+            lambda: producer.send_offsets_to_transaction(
+                tps, consumer.consumer_group_metadata(), timeout
+            )
+        )
+        self._retry_txn(lambda: producer.commit_transaction(timeout))
+
+    def _retry_txn(self, op: Callable[[], None]) -> None:
+        """Retry a transactional call while the error is retriable; map fencing to Fenced."""
+        for attempt in range(1, _TXN_RETRIES + 1):
+            try:
+                op()
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.retriable() and attempt < _TXN_RETRIES:
+                    self.metrics.incr("retries", kind="transaction")
+                    continue
+                if err.fatal():
+                    raise Fenced(f"producer is fenced or fatal: {err.str()}") from exc
+                raise
+
+    def _abort_quietly(self) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        try:
+            producer.abort_transaction(self.config.commit_timeout_s)
+        except KafkaException as exc:
+            log.warning("abort_transaction failed: %s", exc)

@@ -1,0 +1,165 @@
+"""A keyed state store per input partition, backed by a compacted changelog topic.
+
+Writes are staged per record, then per batch, and reach the changelog inside the same Kafka
+transaction as the batch's outputs and offsets; only after the commit do they become the
+committed view. On partition assignment the committed view is rebuilt by reading the changelog
+partition (read_committed) from the beginning, so a restarted or rebalanced instance resumes
+with exactly the state that matches its committed input offsets.
+
+Values are JSON documents: the changelog is internal to its stage, not a published contract.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+JsonValue = Any
+_DELETED = object()
+
+
+def encode_state(value: JsonValue | None) -> bytes | None:
+    """Changelog value bytes; ``None`` is a tombstone."""
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_state(data: bytes | None) -> JsonValue | None:
+    return None if data is None else json.loads(data)
+
+
+class RecordState:
+    """The state one record sees: its own staged writes over the batch's over the committed."""
+
+    def __init__(self, batch: BatchState, partition: int) -> None:
+        self._batch = batch
+        self._partition = partition
+        self._staged: dict[str, Any] = {}
+
+    def get(self, key: str) -> JsonValue | None:
+        if key in self._staged:
+            value = self._staged[key]
+            return None if value is _DELETED else value
+        return self._batch.get(self._partition, key)
+
+    def put(self, key: str, value: JsonValue) -> None:
+        self._staged[key] = value
+
+    def delete(self, key: str) -> None:
+        self._staged[key] = _DELETED
+
+    def merge_into_batch(self) -> None:
+        """Keep this record's writes (it succeeded)."""
+        for key, value in self._staged.items():
+            self._batch.stage(self._partition, key, value)
+        self._staged.clear()
+
+
+@dataclass
+class BatchState:
+    """Writes staged by the records of one transaction, per partition."""
+
+    store: StateStore
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, partition: int, key: str) -> JsonValue | None:
+        staged = self.pending.get(partition, {})
+        if key in staged:
+            value = staged[key]
+            return None if value is _DELETED else value
+        return self.store.committed(partition).get(key)
+
+    def stage(self, partition: int, key: str, value: Any) -> None:
+        self.pending.setdefault(partition, {})[key] = value
+
+    def changelog_records(self) -> Iterator[tuple[int, str, bytes | None]]:
+        """(partition, key, value-or-tombstone) for every staged write."""
+        for partition, writes in self.pending.items():
+            for key, value in writes.items():
+                yield partition, key, None if value is _DELETED else encode_state(value)
+
+    def apply(self) -> None:
+        """Make the staged writes committed (call only after the transaction committed)."""
+        for partition, writes in self.pending.items():
+            view = self.store.committed(partition)
+            for key, value in writes.items():
+                if value is _DELETED:
+                    view.pop(key, None)
+                else:
+                    view[key] = value
+        self.pending.clear()
+
+
+class StateStore:
+    """Committed state of the partitions this instance owns, restored from ``changelog``."""
+
+    def __init__(self, name: str, changelog: str) -> None:
+        self.name = name
+        self.changelog = changelog
+        self._partitions: dict[int, dict[str, Any]] = {}
+
+    def committed(self, partition: int) -> dict[str, Any]:
+        view = self._partitions.get(partition)
+        if view is None:
+            raise RuntimeError(f"state of partition {partition} is not restored")
+        return view
+
+    def owned(self) -> list[int]:
+        return sorted(self._partitions)
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            self._partitions.pop(partition, None)
+
+    def restore(
+        self, consumer_conf: dict[str, Any], partitions: Iterable[int], timeout_s: float = 120.0
+    ) -> int:
+        """Rebuild the committed view of ``partitions`` from the changelog; returns records read.
+
+        Reads read_committed until every partition reports end-of-partition.
+        """
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return 0
+        conf = {
+            **consumer_conf,
+            "group.id": f"{self.changelog}.restore",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+        restorer = Consumer(conf)
+        views: dict[int, dict[str, Any]] = {p: {} for p in wanted}
+        try:
+            restorer.assign([TopicPartition(self.changelog, p, OFFSET_BEGINNING) for p in wanted])
+            remaining = set(wanted)
+            read = 0
+            deadline = time.monotonic() + timeout_s
+            while remaining:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"restoring {self.changelog} {sorted(remaining)} timed out")
+                for msg in restorer.consume(num_messages=1000, timeout=0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            remaining.discard(msg.partition())
+                            continue
+                        raise KafkaException(err)
+                    key = msg.key().decode()
+                    value = decode_state(msg.value())
+                    if value is None:
+                        views[msg.partition()].pop(key, None)
+                    else:
+                        views[msg.partition()][key] = value
+                    read += 1
+        finally:
+            restorer.close()
+        self._partitions.update(views)
+        return read

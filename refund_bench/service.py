@@ -1,0 +1,71 @@
+"""Entry-point plumbing shared by every stage: logging, metrics/health server, SIGTERM, run."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from refund_bench.codec import framing_from_registry_url
+from refund_bench.config import StageSettings
+from refund_bench.runtime.health import Heartbeat, HealthServer
+from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
+
+log = logging.getLogger(__name__)
+
+
+def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
+    """The runtime config of one instance of ``stage``, from its settings."""
+    return RuntimeConfig(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        group_id=stage,
+        transactional_id=settings.instance_id(stage),
+        guarantee=settings.guarantee,
+        batch_max_records=settings.batch_max_records,
+        batch_max_wait_s=settings.batch_max_wait_ms / 1000,
+        max_inflight=settings.max_inflight,
+        group_instance_id=settings.group_instance_id or None,
+    )
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_stage(spec: StageSpec, settings: StageSettings, registry: CollectorRegistry) -> None:
+    """Run ``spec`` until SIGTERM/SIGINT, serving /healthz, /readyz and /metrics meanwhile.
+
+    On SIGTERM the open batch is finished (committed) and the consumer leaves the group, well
+    inside Kubernetes' default 30 s grace period.
+    """
+    heartbeat = Heartbeat(liveness_timeout_s=120.0)
+    metrics = PrometheusMetrics(spec.name, registry)
+    runner = StageRunner(
+        spec,
+        runtime_config(settings, spec.name),
+        framing_from_registry_url(settings.schema_registry_url),
+        metrics=metrics,
+        heartbeat=heartbeat,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: signal %d, finishing the open batch", spec.name, signum)
+        runner.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = HealthServer(heartbeat, registry, settings.metrics_host, settings.metrics_port).start()
+    log.info("%s: metrics and health on port %d", spec.name, server.port)
+    try:
+        runner.run()
+    finally:
+        server.stop()
+    log.info("%s: stopped", spec.name)

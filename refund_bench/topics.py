@@ -1,0 +1,142 @@
+"""The topics of the flow, their contracts, and provisioning as code.
+
+Every topic is keyed by dispute_id and has the same partition count, so all events of a dispute
+meet in the same partition number of every topic. Each stage input has a ``<input>.dlq``; state
+stores have compacted ``<stage>.<store>.changelog`` topics. Creating them twice is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+DLQ_SCHEMA = "dead_letter"
+DEFAULT_PARTITIONS = 12
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A topic and the contract (``schemas/avro/<schema>.avsc``) of its values."""
+
+    name: str
+    schema: str
+
+    @property
+    def dlq(self) -> Topic:
+        """The dead-letter topic for records of this topic that cannot be processed."""
+        return Topic(f"{self.name}.dlq", DLQ_SCHEMA)
+
+
+COMPLAINT_RECEIVED = Topic("complaint.received", "complaint.received")
+GRIEVANCE_EXTRACTED = Topic("grievance.extracted", "grievance.extracted")
+RULING_CAST = Topic("ruling.cast", "ruling.cast")
+VERDICT_DECIDED = Topic("verdict.decided", "verdict.decided")
+REVIEW_DECIDED = Topic("review.decided", "review.decided")
+REFUND_PRICED = Topic("refund.priced", "refund.priced")
+REPLY_PUBLISHED = Topic("reply.published", "reply.published")
+PAYOUT_REQUESTED = Topic("payout.requested", "payout.requested")
+PAYOUT_COMPLETED = Topic("payout.completed", "payout.completed")
+PAYOUT_FAILED = Topic("payout.failed", "payout.failed")
+
+FLOW_TOPICS: tuple[Topic, ...] = (
+    COMPLAINT_RECEIVED,
+    GRIEVANCE_EXTRACTED,
+    RULING_CAST,
+    VERDICT_DECIDED,
+    REVIEW_DECIDED,
+    REFUND_PRICED,
+    REPLY_PUBLISHED,
+    PAYOUT_REQUESTED,
+    PAYOUT_COMPLETED,
+    PAYOUT_FAILED,
+)
+
+STAGE_INPUTS: tuple[Topic, ...] = (
+    COMPLAINT_RECEIVED,
+    GRIEVANCE_EXTRACTED,
+    RULING_CAST,
+    VERDICT_DECIDED,
+    REVIEW_DECIDED,
+    REFUND_PRICED,
+    PAYOUT_REQUESTED,
+    PAYOUT_COMPLETED,
+    PAYOUT_FAILED,
+    REPLY_PUBLISHED,
+)
+
+CHANGELOGS: tuple[str, ...] = ("tally.benches.changelog", "pricing.disputes.changelog")
+
+
+def changelog_topic(stage: str, store: str) -> str:
+    """Name of the compacted changelog of ``store`` of ``stage``."""
+    return f"{stage}.{store}.changelog"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    compacted: bool = False
+
+
+def all_topic_specs() -> list[TopicSpec]:
+    """Every topic the flow needs: flow topics, one DLQ per stage input, the changelogs."""
+    specs = [TopicSpec(t.name) for t in FLOW_TOPICS]
+    specs += [TopicSpec(t.dlq.name) for t in STAGE_INPUTS]
+    specs += [TopicSpec(name, compacted=True) for name in CHANGELOGS]
+    return specs
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    specs: Iterable[TopicSpec],
+    partitions: int = DEFAULT_PARTITIONS,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created. Idempotent."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    new = [
+        NewTopic(
+            spec.name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            config={"cleanup.policy": "compact"} if spec.compacted else {},
+        )
+        for spec in specs
+    ]
+    if not new:
+        return []
+    created: list[str] = []
+    for name, future in admin.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    _wait_for_metadata(admin, [t.topic for t in new], partitions, timeout_s)
+    return created
+
+
+def _wait_for_metadata(
+    admin: AdminClient, names: Sequence[str], partitions: int, timeout_s: float
+) -> None:
+    """Block until the broker reports every topic with its partitions (leaders elected)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    pending = set(names)
+    while pending:
+        meta = admin.list_topics(timeout=timeout_s)
+        for name in list(pending):
+            topic = meta.topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) >= partitions:
+                if all(p.leader >= 0 for p in topic.partitions.values()):
+                    pending.discard(name)
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"topics not ready after {timeout_s}s: {sorted(pending)}")
+        if pending:
+            time.sleep(0.1)

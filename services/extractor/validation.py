@@ -1,0 +1,226 @@
+"""Validation of the extraction model's answer against the complaint text and the order.
+
+The model proposes grievances; this code decides whether the proposal is well-formed: known
+category, a real span of the complaint, an item that is on the order, a plausible quantity, no
+duplicates. It never looks at evidence and never decides whether a grievance is true.
+
+Spans are offsets in the complaint as a Python ``str`` (code points), ``span_end`` exclusive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from refund_bench.domain import Category, LineItem
+from refund_bench.errors import InvalidInput
+
+REQUIRED_KEYS = ("text", "category", "span_start", "span_end", "item_name", "item_quantity")
+NEEDS_ITEM = frozenset({Category.MISSING_ITEM, Category.WRONG_ITEM})
+DEFAULT_MAX_GRIEVANCES = 20
+
+
+class ExtractedGrievance(BaseModel):
+    """One validated grievance; ``item_name`` is the exact name of a line item of the order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    grievance_id: str
+    category: Category
+    text: str
+    span_start: int = Field(ge=0)
+    span_end: int = Field(ge=1)
+    item_name: str | None = None
+    item_quantity: int | None = Field(default=None, ge=1)
+
+
+class ExtractionInvalid(InvalidInput):  # noqa: N818 - policy name, like InvalidInput
+    """The model's answer is unusable; ``problems`` lists every reason, in readable words.
+
+    A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _norm_statement(text: str) -> str:
+    return _norm(text).rstrip(".!?;:, ")
+
+
+def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem | None, str]:
+    """Resolve a claimed item name to one line item, or ``(None, problem)``.
+
+    Case-insensitive; an exact name wins; otherwise a unique containment either way
+    ("biryani" -> "Hyderabadi Biryani"), then the same with a plural "s" dropped ("biryanis").
+    """
+    wanted = _norm(claimed)
+    if not wanted:
+        return None, "item_name is empty (use null when the claim names no item)"
+    exact = [item for item in line_items if _norm(item.name) == wanted]
+    if len(exact) == 1:
+        return exact[0], ""
+    attempts = [wanted]
+    if wanted.endswith("s") and len(wanted) > 1:
+        attempts.append(wanted[:-1])
+    for attempt in attempts:
+        matches = [
+            item
+            for item in line_items
+            if attempt in _norm(item.name) or _norm(item.name) in attempt
+        ]
+        if len(matches) == 1:
+            return matches[0], ""
+        if len(matches) > 1:
+            names = ", ".join(repr(item.name) for item in matches)
+            return None, f"item_name {claimed!r} is ambiguous: it matches {names}"
+    return None, f"item_name {claimed!r} is not on the order"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_one(
+    index: int, raw: object, complaint: str, line_items: Sequence[LineItem]
+) -> tuple[list[str], dict[str, Any] | None]:
+    """Problems of one grievance (``where`` prefixed), and its cleaned fields when it has none."""
+    where = f"grievance {index}"
+    if not isinstance(raw, Mapping):
+        return [f"{where} is not an object (got {type(raw).__name__})"], None
+    missing = [key for key in REQUIRED_KEYS if key not in raw]
+    if missing:
+        return [f"{where} is missing keys: {', '.join(missing)}"], None
+
+    problems: list[str] = []
+    text, category_raw = raw["text"], raw["category"]
+    start, end = raw["span_start"], raw["span_end"]
+    item_name, quantity = raw["item_name"], raw["item_quantity"]
+
+    if not isinstance(text, str):
+        problems.append(f"{where}: text must be a string")
+    elif not text.strip():
+        problems.append(f"{where}: text is empty")
+
+    category: Category | None = None
+    if not isinstance(category_raw, str):
+        problems.append(f"{where}: category must be a string")
+    else:
+        try:
+            category = Category(category_raw.strip())
+        except ValueError:
+            known = " | ".join(c.value for c in Category)
+            problems.append(f"{where}: unknown category {category_raw!r} (expected {known})")
+
+    if not _is_int(start) or not _is_int(end):
+        problems.append(f"{where}: span_start and span_end must be integers")
+    elif start < 0 or end > len(complaint):
+        problems.append(
+            f"{where}: span {start}..{end} is outside the complaint (length {len(complaint)})"
+        )
+    elif start > end:
+        problems.append(f"{where}: span_start {start} is after span_end {end}")
+    elif start == end or not complaint[start:end].strip():
+        problems.append(f"{where}: span {start}..{end} is empty")
+
+    item: LineItem | None = None
+    if item_name is not None and not isinstance(item_name, str):
+        problems.append(f"{where}: item_name must be a string or null")
+    elif isinstance(item_name, str):
+        item, problem = resolve_item(item_name, line_items)
+        if item is None:
+            problems.append(f"{where}: {problem}")
+    elif category in NEEDS_ITEM:
+        problems.append(f"{where}: {category} needs the item_name of a line item")
+
+    if quantity is not None and not _is_int(quantity):
+        problems.append(f"{where}: item_quantity must be an integer or null")
+    elif quantity is not None:
+        if item_name is None:
+            problems.append(f"{where}: item_quantity is given but item_name is null")
+        elif item is not None and not 1 <= quantity <= item.quantity:
+            problems.append(
+                f"{where}: item_quantity {quantity} is out of range 1..{item.quantity} "
+                f"for {item.name!r}"
+            )
+
+    if problems:
+        return problems, None
+    return [], {
+        "category": category,
+        "text": text.strip(),
+        "span_start": start,
+        "span_end": end,
+        "item_name": None if item is None else item.name,
+        "item_quantity": quantity,
+    }
+
+
+def validate_extraction(
+    answer: object,
+    complaint_text: str,
+    line_items: Sequence[LineItem],
+    *,
+    max_grievances: int = DEFAULT_MAX_GRIEVANCES,
+) -> tuple[ExtractedGrievance, ...]:
+    """Validate the parsed answer ``{"grievances": [...]}``; ids g1..gN follow span order.
+
+    Returns the grievances (possibly none: nothing checkable was said), or raises
+    :class:`ExtractionInvalid` listing every problem found. Keys other than the six of the
+    contract (e.g. a model-chosen ``grievance_id``) are ignored.
+    """
+    if not isinstance(answer, Mapping):
+        raise ExtractionInvalid(
+            [f"answer must be an object with a 'grievances' list, got {type(answer).__name__}"]
+        )
+    if "grievances" not in answer:
+        raise ExtractionInvalid(["answer is missing the key 'grievances'"])
+    items = answer["grievances"]
+    if not isinstance(items, list):
+        raise ExtractionInvalid([f"'grievances' is not a list (got {type(items).__name__})"])
+
+    problems: list[str] = []
+    if len(items) > max_grievances:
+        problems.append(f"{len(items)} grievances is more than the limit of {max_grievances}")
+
+    cleaned: list[tuple[int, dict[str, Any]]] = []
+    for index, raw in enumerate(items, start=1):
+        found, fields = _check_one(index, raw, complaint_text, line_items)
+        problems.extend(found)
+        if fields is not None:
+            cleaned.append((index, fields))
+
+    by_claim: dict[tuple[Category, str | None], int] = {}
+    by_text: dict[str, int] = {}
+    for index, fields in cleaned:
+        claim = (fields["category"], fields["item_name"])
+        if claim in by_claim:
+            item = f" for {fields['item_name']!r}" if fields["item_name"] else " without an item"
+            problems.append(
+                f"grievance {index} duplicates grievance {by_claim[claim]}: "
+                f"same category {fields['category']}{item}"
+            )
+        else:
+            by_claim[claim] = index
+        statement = _norm_statement(fields["text"])
+        if statement in by_text:
+            problems.append(f"grievance {index} duplicates grievance {by_text[statement]}: same text")
+        else:
+            by_text[statement] = index
+
+    if problems:
+        raise ExtractionInvalid(problems)
+
+    ordered = sorted(cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0]))
+    return tuple(
+        ExtractedGrievance(grievance_id=f"g{number}", **fields)
+        for number, (_, fields) in enumerate(ordered, start=1)
+    )

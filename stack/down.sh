@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Stops every service of the local stack (SIGTERM / pg_ctl fast shutdown, then SIGKILL).
+# Idempotent. `stack/down.sh --wipe` also deletes the data dirs (.stack/data); the
+# download cache (.stack/cache) and logs are kept.
+set -euo pipefail
+# shellcheck source=stack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+wipe=""
+for a in "$@"; do
+  case "$a" in
+    --wipe) wipe=1 ;;
+    -h|--help) echo "usage: stack/down.sh [--wipe]"; exit 0 ;;
+    *) die "unknown argument: $a (usage: stack/down.sh [--wipe])" ;;
+  esac
+done
+
+[[ -d "$STATE_DIR" ]] || exit 0
+ensure_dirs
+take_lock
+
+stop_postgres() {
+  local pgdata="$DATA_DIR/postgres" pid="" bin
+  if [[ -f "$pgdata/postmaster.pid" ]]; then
+    pid="$(head -n1 "$pgdata/postmaster.pid" | tr -dc '0-9')"
+    pid_is "$pid" postgres || pid=""
+  fi
+  [[ -n "$pid" ]] || pid="$(svc_pid postgres)"
+  if [[ -n "$pid" ]]; then
+    bin="$(pg_bin)"
+    if [[ -n "$bin" ]] && (cd "$STATE_DIR" && as_stack_user "$bin/pg_ctl" -D "$pgdata" -s -m fast -w -t 30 stop) \
+        >>"$LOG_DIR/postgres.log" 2>&1 9>&-; then
+      :
+    else
+      stop_pid postgres "$pid" 10
+    fi
+  fi
+  rm -f "$(pidfile postgres)"
+}
+
+rc=0
+for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
+  svc="${SERVICES[$i]}"
+  case "$svc" in
+    postgres) stop_postgres ;;
+    *)
+      pid="$(svc_pid "$svc")"
+      if [[ -n "$pid" ]]; then
+        timeout_s=15
+        [[ "$svc" == kafka ]] && timeout_s=60   # controlled shutdown flushes logs
+        stop_pid "$svc" "$pid" "$timeout_s"
+      fi
+      rm -f "$(pidfile "$svc")"
+      ;;
+  esac
+  rm -f "$RUN_DIR/$svc.skip"
+  pid="$(svc_pid "$svc")"
+  if [[ -n "$pid" ]]; then warn "$svc (pid $pid) is still running"; rc=1; fi
+done
+
+if [[ -n "$wipe" ]]; then
+  ((rc == 0)) || die "not wiping data: some services are still running"
+  rm -rf "$DATA_DIR" "$(pg_socket_dir)"
+fi
+exit "$rc"

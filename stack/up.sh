@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Starts the project's own instances of every service (own data dirs and ports, all on
+# 127.0.0.1), waits until each one really answers, and writes .stack/env.sh.
+# Idempotent: services that are already up are left alone. Quiet on success.
+# Set STACK_VERBOSE=1 for progress messages.
+set -euo pipefail
+# shellcheck source=stack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ensure_dirs
+take_lock
+"$STACK_DIR/install.sh"
+
+PG_BIN="$(pg_bin)"
+[[ -n "$PG_BIN" ]] || die "PostgreSQL binaries not found under /usr/lib/postgresql (install.sh should have installed them)"
+KAFKA_JAVA="$(find_java 17)" || die "no Java >= 17 found for Kafka"
+
+port_owner() {  # who listens on PORT (for error messages)
+  ss -Hltnp "sport = :$1" 2>/dev/null | sed -n 's/.*users:((\(.*\)))/\1/p' | head -n1
+}
+
+# fail if PORT is taken by something this stack did not start
+ensure_port_free() {  # ensure_port_free SVC PORT
+  if port_open "$2"; then
+    die "$1: port $HOST:$2 is already in use by another process (${port_owner "$2"}): not started by this stack ($STATE_DIR). Stop it or free the port."
+  fi
+}
+
+mark_skipped() {  # mark_skipped SVC REASON
+  echo "$2" >"$RUN_DIR/$1.skip"
+  rm -f "$(pidfile "$1")"
+}
+
+# already_up SVC: 0 if our instance is running and answers; waits if it is still starting.
+already_up() {
+  local svc="$1" pid
+  pid="$(svc_pid "$svc")"
+  [[ -n "$pid" ]] || { rm -f "$(pidfile "$svc")"; return 1; }
+  rm -f "$RUN_DIR/$svc.skip"
+  probe "$svc" && return 0
+  log "$svc: pid $pid running but not ready yet; waiting"
+  wait_ready "$svc" "$pid" || die "$svc (pid $pid) is running but not answering; try stack/down.sh && stack/up.sh"
+}
+
+STARTED=()   # services spawned by this run, waited for below
+
+# ---------------------------------------------------------------- PostgreSQL
+ensure_os_user() {
+  [[ "$(id -u)" -eq 0 ]] || return 0
+  id -u "$STACK_OS_USER" >/dev/null 2>&1 && return 0
+  log "creating OS user $STACK_OS_USER (PostgreSQL refuses to run as root)"
+  useradd --system --user-group --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin "$STACK_OS_USER" \
+    || die "useradd $STACK_OS_USER failed (needed to run PostgreSQL as non-root)"
+}
+
+pg_admin() {  # pg_admin SQL...: run psql as superuser over the private unix socket
+  (cd "$STATE_DIR" && as_stack_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
+    -h "$(pg_socket_dir)" -p "$PG_PORT" -U "$PG_SUPERUSER" -d postgres "$@") 9>&-
+}
+
+start_postgres() {
+  local pgdata="$DATA_DIR/postgres" sock logf="$LOG_DIR/postgres.log" pid
+  sock="$(pg_socket_dir)"
+  ensure_os_user
+  # adopt a running instance of our own data dir even if the pidfile is gone
+  if [[ -f "$pgdata/postmaster.pid" ]]; then
+    pid="$(head -n1 "$pgdata/postmaster.pid" | tr -dc '0-9')"
+    pid_is "$pid" postgres && echo "$pid" >"$(pidfile postgres)"
+  fi
+  already_up postgres && return 0
+  ensure_port_free postgres "$PG_PORT"
+
+  mkdir -p "$pgdata" "$sock"
+  touch "$logf"
+  if [[ "$(id -u)" -eq 0 ]]; then
+    chown "$STACK_OS_USER:" "$pgdata" "$sock" "$logf"
+    chown -R "$STACK_OS_USER:" "$pgdata"
+  fi
+  chmod 700 "$pgdata" "$sock"
+  as_stack_user test -w "$pgdata" -a -w "$logf" 9>&- \
+    || die "postgres: user $STACK_OS_USER cannot write $pgdata (is every parent directory of $REPO_ROOT world-traversable? chmod o+x ...)"
+
+  if [[ ! -s "$pgdata/PG_VERSION" ]]; then
+    log "postgres: initdb $pgdata"
+    find "$pgdata" -mindepth 1 -delete 2>/dev/null || true
+    (cd "$STATE_DIR" && as_stack_user "$PG_BIN/initdb" -D "$pgdata" -U "$PG_SUPERUSER" \
+      -E UTF8 --locale=C --auth-local=trust --auth-host=scram-sha-256 >>"$logf" 2>&1) 9>&- \
+      || die "postgres: initdb failed; see $logf:
+$(tail -n 20 "$logf")"
+  fi
+  log "postgres: starting on $HOST:$PG_PORT"
+  # settings are passed at start so a moved checkout still works
+  if ! (cd "$STATE_DIR" && as_stack_user "$PG_BIN/pg_ctl" -D "$pgdata" -l "$logf" -s -w -t "$READY_TIMEOUT" \
+        -o "-c listen_addresses=$HOST -c port=$PG_PORT -c unix_socket_directories='$sock' -c max_connections=200 -c shared_buffers=128MB" \
+        start >>"$logf" 2>&1) 9>&-; then
+    die "postgres failed to start; last lines of $logf:
+$(tail -n 25 "$logf")"
+  fi
+  head -n1 "$pgdata/postmaster.pid" >"$(pidfile postgres)"
+  STARTED+=(postgres)
+}
+
+setup_postgres_db() {  # role + database, idempotent
+  local exists
+  exists="$(pg_admin -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" \
+    || die "postgres: cannot connect as superuser over $(pg_socket_dir)"
+  if [[ "$exists" != 1 ]]; then
+    pg_admin -c "CREATE ROLE $PG_USER LOGIN PASSWORD '$PG_PASSWORD'" >/dev/null
+  fi
+  exists="$(pg_admin -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")"
+  if [[ "$exists" != 1 ]]; then
+    pg_admin -c "CREATE DATABASE $PG_DB OWNER $PG_USER" >/dev/null
+  fi
+  # the real client path: password auth over TCP, as in DATABASE_URL
+  PGPASSWORD="$PG_PASSWORD" PGCONNECT_TIMEOUT=5 "$PG_BIN/psql" -X -q -At \
+    "postgresql://$PG_USER@$HOST:$PG_PORT/$PG_DB" -c 'SELECT 1' >/dev/null 2>&1 \
+    || die "postgres: cannot log in as $PG_USER over TCP ($HOST:$PG_PORT/$PG_DB)"
+}
+
+# ---------------------------------------------------------------- Redis
+start_redis() {
+  already_up redis && return 0
+  ensure_port_free redis "$REDIS_PORT"
+  mkdir -p "$DATA_DIR/redis"
+  log "redis: starting on $HOST:$REDIS_PORT"
+  spawn redis "$(command -v redis-server)" --bind "$HOST" --port "$REDIS_PORT" \
+    --protected-mode yes --daemonize no --dir "$DATA_DIR/redis" --dbfilename dump.rdb \
+    --save "60 1000" --appendonly no --logfile ""
+  STARTED+=(redis)
+}
+
+# ---------------------------------------------------------------- Kafka (KRaft)
+kafka_tool() {  # kafka_tool CLASS ARGS...
+  "$KAFKA_JAVA" -Xmx256m -XX:TieredStopAtLevel=1 \
+    -Dlog4j2.configurationFile="$STACK_DIR/kafka/log4j2-tools.properties" \
+    -cp "$KAFKA_LIBS/*" "$@"
+}
+
+start_kafka() {
+  local kdir="$DATA_DIR/kafka" props id esc
+  already_up kafka && return 0
+  ensure_port_free kafka "$KAFKA_PORT"
+  ensure_port_free kafka "$KAFKA_CONTROLLER_PORT"
+  mkdir -p "$kdir/logs"
+  props="$kdir/server.properties"
+  esc="$(printf '%s' "$kdir" | sed 's/[\\|&]/\\&/g')"
+  sed "s|@KAFKA_DATA_DIR@|$esc|g" "$STACK_DIR/kafka/server.properties" >"$props.tmp" && mv "$props.tmp" "$props"
+
+  if [[ ! -s "$kdir/logs/meta.properties" ]]; then
+    if [[ ! -s "$kdir/cluster.id" ]]; then
+      id="$(kafka_tool kafka.tools.StorageTool random-uuid 2>>"$LOG_DIR/kafka.log")" \
+        || die "kafka: StorageTool random-uuid failed (see $LOG_DIR/kafka.log)"
+      echo "$id" >"$kdir/cluster.id"
+    fi
+    id="$(cat "$kdir/cluster.id")"
+    log "kafka: formatting storage (cluster id $id)"
+    if ! kafka_tool kafka.tools.StorageTool format --standalone -t "$id" -c "$props" \
+        >>"$LOG_DIR/kafka.log" 2>&1; then
+      die "kafka: storage format failed; last lines of $LOG_DIR/kafka.log:
+$(tail -n 20 "$LOG_DIR/kafka.log")"
+    fi
+  fi
+  log "kafka: starting on $HOST:$KAFKA_PORT"
+  # shellcheck disable=SC2086
+  spawn kafka "$KAFKA_JAVA" $KAFKA_HEAP_OPTS -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+    -Dkafka.logs.dir="$LOG_DIR" -Dlog4j2.configurationFile="$STACK_DIR/kafka/log4j2.properties" \
+    -cp "$KAFKA_LIBS/*" kafka.Kafka "$props"
+  STARTED+=(kafka)
+}
+
+# ---------------------------------------------------------------- stripe-mock
+start_stripe_mock() {
+  already_up stripe-mock && return 0
+  ensure_port_free stripe-mock "$STRIPE_HTTP_PORT"
+  ensure_port_free stripe-mock "$STRIPE_HTTPS_PORT"
+  log "stripe-mock: starting on $HOST:$STRIPE_HTTP_PORT (https $STRIPE_HTTPS_PORT)"
+  spawn stripe-mock "$CACHE_BIN/stripe-mock" \
+    -http-addr "$HOST:$STRIPE_HTTP_PORT" -https-addr "$HOST:$STRIPE_HTTPS_PORT"
+  STARTED+=(stripe-mock)
+}
+
+# ---------------------------------------------------------------- schema registry (Apicurio, ccompat API)
+REGISTRY_URL=""
+start_registry() {
+  local j rdir="$DATA_DIR/schema-registry"
+  if already_up schema-registry; then REGISTRY_URL="$(service_addr schema-registry)"; return 0; fi
+  j="$(java21)"
+  if [[ -f "$RUN_DIR/schema-registry.unavailable" || -z "$j" || ! -f "$APICURIO_HOME/quarkus-run.jar" ]]; then
+    warn "schema-registry: not installed (no Apicurio distribution or no Java >= 21); SCHEMA_REGISTRY_URL=''"
+    mark_skipped schema-registry "not installed; see docs/stack.md"
+    return 0
+  fi
+  ensure_port_free schema-registry "$REGISTRY_PORT"
+  ensure_port_free schema-registry "$REGISTRY_MGMT_PORT"
+  # storage is in-memory (H2): nothing survives a restart; the dir only holds temp files
+  mkdir -p "$rdir/tmp"
+  log "schema-registry: starting Apicurio $APICURIO_VERSION on $HOST:$REGISTRY_PORT"
+  # shellcheck disable=SC2086
+  (cd "$rdir" && spawn schema-registry "$j" $REGISTRY_HEAP_OPTS -XX:+UseG1GC -XX:TieredStopAtLevel=1 \
+    -Djava.io.tmpdir="$rdir/tmp" \
+    -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dquarkus.management.host="$HOST" -Dquarkus.management.port="$REGISTRY_MGMT_PORT" \
+    -Dquarkus.http.access-log.enabled=false \
+    -Dapicurio.storage.snapshot.location="$rdir/tmp" -Dapicurio.import.work-dir="$rdir/tmp" \
+    -jar "$APICURIO_HOME/quarkus-run.jar")
+  STARTED+=(schema-registry)
+}
+
+registry_post_start() {
+  # Confluent Schema Registry's default global compatibility is BACKWARD; Apicurio's is NONE.
+  curl -fsS -o /dev/null --max-time 10 -X PUT \
+    -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
+    -d '{"compatibility":"BACKWARD"}' "$(service_addr schema-registry)/config" \
+    || warn "schema-registry: could not set global compatibility to BACKWARD"
+}
+
+# ---------------------------------------------------------------- LLM stand-in (project code)
+start_llm() {
+  local py="$REPO_ROOT/.venv/bin/python" pid
+  if [[ ! -x "$py" ]]; then
+    warn "llm-standin: $py not found; skipping (create the venv, then re-run stack/up.sh)"
+    mark_skipped llm-standin "no .venv/bin/python"
+    return 0
+  fi
+  already_up llm-standin && return 0
+  if ! llm_module_present; then
+    warn "llm-standin: module services.llm_standin not found; skipping"
+    mark_skipped llm-standin "services.llm_standin not present"
+    return 0
+  fi
+  rm -f "$RUN_DIR/llm-standin.skip"
+  ensure_port_free llm-standin "$LLM_PORT"
+  log "llm-standin: starting on $HOST:$LLM_PORT"
+  (cd "$REPO_ROOT" && spawn llm-standin "$py" -m services.llm_standin --host "$HOST" --port "$LLM_PORT")
+  pid="$(svc_pid llm-standin)"
+  wait_ready llm-standin "$pid" || die "llm-standin failed to start (log: $LOG_DIR/llm-standin.log)"
+}
+
+write_env() {
+  local tmp="$ENV_FILE.tmp"
+  cat >"$tmp" <<EOF
+# Generated by stack/up.sh; source it:  . .stack/env.sh
+export KAFKA_BOOTSTRAP_SERVERS=$HOST:$KAFKA_PORT
+export DATABASE_URL=postgresql://$PG_USER:$PG_PASSWORD@$HOST:$PG_PORT/$PG_DB
+export REDIS_URL=redis://$HOST:$REDIS_PORT/0
+export STRIPE_API_BASE=http://$HOST:$STRIPE_HTTP_PORT
+export SCHEMA_REGISTRY_URL=$REGISTRY_URL
+export LLM_BASE_URL=http://$HOST:$LLM_PORT/v1
+EOF
+  mv "$tmp" "$ENV_FILE"
+}
+
+# Spawn the slow JVMs first so they boot while PostgreSQL initialises.
+start_kafka
+start_registry
+start_redis
+start_stripe_mock
+start_postgres
+
+failed=""
+for svc in "${STARTED[@]}"; do
+  if ! wait_ready "$svc" "$(svc_pid "$svc")"; then
+    if [[ "$svc" == schema-registry ]]; then
+      warn "schema-registry failed to start; SCHEMA_REGISTRY_URL=''"
+      pid="$(svc_pid schema-registry)"; [[ -n "$pid" ]] && stop_pid schema-registry "$pid" 10
+      mark_skipped schema-registry "failed to start; see .stack/logs/schema-registry.log"
+      continue
+    fi
+    failed+=" $svc"
+  fi
+  rm -f "$RUN_DIR/$svc.skip"
+  case "$svc" in
+    schema-registry) REGISTRY_URL="$(service_addr schema-registry)"; registry_post_start ;;
+  esac
+done
+[[ -z "$failed" ]] || die "not ready:$failed (logs in $LOG_DIR)"
+setup_postgres_db
+
+write_env
+start_llm
+log "stack is up; source $ENV_FILE"

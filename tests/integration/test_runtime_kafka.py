@@ -1,0 +1,374 @@
+"""The runtime against a real broker: exactly-once under SIGKILL, aborts, fencing, state, DLQ."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from refund_bench.codec import Codec, Framing
+from refund_bench.errors import DlqLimitExceeded, Fenced
+from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.messages import Context, Emit, Message
+from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
+from refund_bench.runtime.selftest import passthrough_spec
+from refund_bench.topics import Topic
+from tests.conftest import Stack, TopicFactory
+from tests.kafka_helpers import (
+    Read,
+    StageThread,
+    bench_codec,
+    produce_raw,
+    produce_values,
+    read_committed,
+    start_selftest,
+    wait_for,
+)
+
+pytestmark = pytest.mark.stack
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def _records(n: int, keys: int | None = None) -> list[tuple[str, dict[str, object]]]:
+    return [
+        (f"k{i % keys}" if keys else f"r{i}", {"id": f"r{i}", "seq": i, "payload": "x" * 16})
+        for i in range(n)
+    ]
+
+
+def _config(kafka: str, group: str, **overrides: object) -> RuntimeConfig:
+    base: dict[str, object] = {
+        "bootstrap_servers": kafka,
+        "group_id": group,
+        "transactional_id": f"{group}-0",
+        "batch_max_records": 100,
+    }
+    base.update(overrides)
+    return RuntimeConfig(**base)  # type: ignore[arg-type]
+
+
+class _Progress:
+    """Counts committed output records in the background while a stage is being killed."""
+
+    def __init__(self, kafka: str, topic: str) -> None:
+        self.count = 0
+        self._stop = threading.Event()
+        self._kafka = kafka
+        self._topic = topic
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        def until(records: list[Read]) -> bool:
+            self.count = len(records)
+            return self._stop.is_set()
+
+        read_committed(self._kafka, self._topic, until=until, timeout_s=600)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.slow
+def test_exactly_once_through_repeated_sigkill(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """10,000 records through a pass-through killed with SIGKILL 5+ times: each output once."""
+    total = 10_000
+    source, sink = new_topic("eos-in", 6), new_topic("eos-out", 6)
+    group = f"eos-{uuid.uuid4().hex[:8]}"
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    ARTIFACTS.mkdir(exist_ok=True)
+    args = (
+        "--input", source, "--output", sink, "--group", group,
+        "--txn-id", f"{group}-txn", "--instance-id", f"{group}-0", "--batch", "50",
+    )
+    progress = _Progress(stack.kafka, sink)
+    kills = 0
+    try:
+        while kills < 6:
+            proc = start_selftest(
+                "passthrough", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+                log_path=ARTIFACTS / f"{group}.log",
+            )
+            target = min(total - 1, progress.count + 1200)
+            try:
+                wait_for(lambda t=target: progress.count >= t, 120, f"output to reach {target}")
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+            kills += 1
+            if progress.count >= total - 1:
+                break
+        assert kills >= 5, f"only {kills} kills happened before the input ran out"
+        final = start_selftest(
+            "passthrough", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+            log_path=ARTIFACTS / f"{group}.log",
+        )
+        try:
+            records = read_committed(
+                stack.kafka, sink, until=lambda rs: len(rs) >= total, timeout_s=180,
+                decode=lambda raw: codec.decode(sink, raw), settle_s=3.0,
+            )
+        finally:
+            final.terminate()
+            final.wait(30)
+    finally:
+        progress.close()
+    ids = Counter(r.value["id"] for r in records)
+    duplicates = {k: c for k, c in ids.items() if c > 1}
+    assert not duplicates, f"{len(duplicates)} duplicated outputs, e.g. {list(duplicates)[:5]}"
+    assert set(ids) == {f"r{i}" for i in range(total)}
+    assert len(records) == total
+
+
+def test_aborted_transaction_is_never_visible_to_read_committed(
+    stack: Stack, new_topic: TopicFactory
+) -> None:
+    """Records of an aborted transaction reach the log but no read_committed reader sees them."""
+    topic = new_topic("abort-raw", 1)
+    producer = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, key=b"k", value=b"aborted-%d" % i)
+    assert producer.flush(30) == 0  # on the broker, inside the open transaction
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, key=b"k", value=b"committed-%d" % i)
+    producer.commit_transaction(30)
+
+    committed = read_committed(stack.kafka, topic, until=lambda rs: len(rs) >= 5, timeout_s=30,
+                               settle_s=2.0)
+    assert [r.value for r in committed] == [b"committed-%d" % i for i in range(5)]
+    everything = _read_uncommitted(stack.kafka, topic, at_least=15)
+    assert sorted(everything)[:10] == sorted(b"aborted-%d" % i for i in range(10))
+
+
+def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
+    stack: Stack, new_topic: TopicFactory
+) -> None:
+    """A crash mid-batch aborts its outputs; the restarted stage emits each record once."""
+    source, sink = new_topic("abort-in", 1), new_topic("abort-out", 1)
+    framing_ = _fresh_framing(stack)
+    codec = bench_codec(framing_, source, sink)
+    produce_values(stack.kafka, source, _records(20), codec)
+    out = Topic(sink, "bench.record")
+    broken = threading.Event()
+    broken.set()
+
+    def explode_on_r15(message: Message, _ctx: Context) -> Sequence[Emit]:
+        if message.value["id"] == "r15" and broken.is_set():
+            raise RuntimeError("handler bug")
+        return [Emit(out.name, message.key or "", message.value)]
+
+    spec = StageSpec("abort", (Topic(source, "bench.record"),), (out,), explode_on_r15)
+    group = f"abort-{uuid.uuid4().hex[:8]}"
+    config = _config(stack.kafka, group, batch_max_records=10)
+    error = StageThread(StageRunner(spec, config, framing_)).start().join(60)
+    assert isinstance(error, RuntimeError)
+    committed = read_committed(
+        stack.kafka, sink, until=lambda rs: len(rs) >= 10, timeout_s=30, settle_s=2.0,
+        decode=lambda raw: codec.decode(sink, raw),
+    )
+    # Whatever batches committed before r15 are visible; r15's batch (r10..r19) is not.
+    seqs = sorted(r.value["seq"] for r in committed)
+    assert seqs == list(range(len(seqs))) and len(seqs) <= 15 and 15 not in seqs
+
+    broken.clear()
+    stage = StageThread(StageRunner(spec, config, framing_)).start()
+    try:
+        after = read_committed(
+            stack.kafka, sink, until=lambda rs: len(rs) >= 20, timeout_s=60, settle_s=2.0,
+            decode=lambda raw: codec.decode(sink, raw),
+        )
+    finally:
+        assert stage.stop() is None
+    assert sorted(r.value["seq"] for r in after) == list(range(20))
+
+
+def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactory) -> None:
+    """A second instance with the same transactional.id fences the first for good."""
+    source, sink = new_topic("fence-in", 1), new_topic("fence-out", 1)
+    framing_ = _fresh_framing(stack)
+    codec = bench_codec(framing_, source, sink)
+    out = Topic(sink, "bench.record")
+    reached_pause = threading.Event()
+    release = threading.Event()
+
+    def handle(message: Message, _ctx: Context) -> Sequence[Emit]:
+        if message.value["id"] == "pause":
+            reached_pause.set()
+            release.wait(60)
+        return [Emit(out.name, message.key or "", message.value)]
+
+    spec = StageSpec("fence", (Topic(source, "bench.record"),), (out,), handle)
+    group = f"fence-{uuid.uuid4().hex[:8]}"
+    config = _config(stack.kafka, group, batch_max_records=1)
+    zombie = StageThread(StageRunner(spec, config, framing_)).start()
+    produce_values(stack.kafka, source, [("a", {"id": "first", "seq": 0, "payload": ""})], codec)
+    read_committed(stack.kafka, sink, until=lambda rs: len(rs) == 1, timeout_s=60)
+    produce_values(stack.kafka, source, [("a", {"id": "pause", "seq": 1, "payload": ""})], codec)
+    assert reached_pause.wait(60)
+
+    successor = Producer({"bootstrap.servers": stack.kafka, "transactional.id": config.transactional_id})
+    successor.init_transactions(30)
+    release.set()
+    error = zombie.join(60)
+    assert isinstance(error, Fenced), f"zombie ended with {error!r}"
+
+    successor.begin_transaction()
+    successor.produce(sink, key=b"a", value=codec.encode(sink, {"id": "successor", "seq": 2, "payload": ""}))
+    successor.commit_transaction(30)
+    records = read_committed(
+        stack.kafka, sink, until=lambda rs: len(rs) >= 2, timeout_s=30, settle_s=2.0,
+        decode=lambda raw: codec.decode(sink, raw),
+    )
+    assert [r.value["id"] for r in records] == ["first", "successor"]
+
+
+@pytest.mark.slow
+def test_counter_state_survives_sigkill(stack: Stack, framing: Framing, new_topic: TopicFactory) -> None:
+    """A counting stage killed mid-stream restores its counts from the changelog: exact."""
+    total, keys = 4000, 40
+    group = f"count-{uuid.uuid4().hex[:8]}"
+    source, sink = new_topic("count-in", 4), new_topic("count-out", 4)
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(f"{group}.counts.changelog", compacted=True)], partitions=4)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total, keys=keys), codec)
+    args = ("--input", source, "--output", sink, "--group", group, "--txn-id", f"{group}-txn",
+            "--instance-id", f"{group}-0", "--batch", "40")
+    progress = _Progress(stack.kafka, sink)
+    try:
+        for kill in range(3):
+            proc = start_selftest("counter", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+                                  log_path=ARTIFACTS / f"{group}.log")
+            target = (kill + 1) * 900
+            try:
+                wait_for(lambda t=target: progress.count >= t, 120, f"output to reach {target}")
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+        final = start_selftest("counter", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+                               log_path=ARTIFACTS / f"{group}.log")
+        try:
+            records = read_committed(
+                stack.kafka, sink, until=lambda rs: len(rs) >= total, timeout_s=180, settle_s=3.0,
+                decode=lambda raw: codec.decode(sink, raw),
+            )
+        finally:
+            final.terminate()
+            final.wait(30)
+    finally:
+        progress.close()
+    per_key: dict[str, list[int]] = {}
+    for r in records:
+        per_key.setdefault(r.key or "", []).append(r.value["seq"])
+    assert len(records) == total
+    for key, seqs in per_key.items():
+        assert seqs == list(range(1, total // keys + 1)), f"{key}: counts {seqs[:10]}..."
+
+
+def test_poison_input_goes_to_dlq_and_processing_continues(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    source, sink = new_topic("poison-in", 1), new_topic("poison-out", 1)
+    dlq = f"{source}.dlq"
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    good = codec.encode(source, {"id": "good-1", "seq": 1, "payload": ""})
+    header = good[: len(good) - len(_avro_body(codec, source))]
+    produce_raw(stack.kafka, source, [(b"k", good)])
+    produce_raw(stack.kafka, source, [(b"k", b"\xff\xfe not avro at all")])
+    # Right header, but a body that does not fit the contract (a string where a long belongs).
+    produce_raw(stack.kafka, source, [(b"k", header + b"\x04ab\x06abc")])
+    produce_raw(stack.kafka, source, [(b"k", None)])
+    produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 2, "payload": ""})], codec)
+
+    group = f"poison-{uuid.uuid4().hex[:8]}"
+    runner = StageRunner(passthrough_spec(group, source, sink), _config(stack.kafka, group), framing)
+    stage = StageThread(runner).start()
+    try:
+        outputs = read_committed(stack.kafka, sink, until=lambda rs: len(rs) >= 2, timeout_s=60,
+                                 decode=lambda raw: codec.decode(sink, raw))
+        dlq_codec = Codec(framing, {dlq: "dead_letter"})
+        dead = read_committed(stack.kafka, dlq, until=lambda rs: len(rs) >= 3, timeout_s=60,
+                              decode=lambda raw: dlq_codec.decode(dlq, raw))
+    finally:
+        assert stage.stop() is None
+    assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
+    assert [r.value["source_offset"] for r in dead] == [1, 2, 3]
+    for record in dead:
+        reason = record.headers["dlq.reason"].decode()
+        assert reason == record.value["reason"] and reason
+        assert record.headers["dlq.source.topic"].decode() == source
+        assert record.headers["dlq.error_type"] == b"InvalidInput"
+    assert "magic" in dead[0].value["reason"]
+    assert "cannot decode" in dead[1].value["reason"] or "trailing" in dead[1].value["reason"]
+    assert dead[2].value["reason"] == "record has no value"
+    assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
+
+
+def test_dlq_budget_stops_a_stage_fed_only_garbage(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    source, sink = new_topic("garbage-in", 1), new_topic("garbage-out", 1)
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(f"{source}.dlq")], partitions=1)
+    produce_raw(stack.kafka, source, [(b"k", b"garbage %d" % i) for i in range(50)])
+    group = f"garbage-{uuid.uuid4().hex[:8]}"
+    config = _config(stack.kafka, group, batch_max_records=50,
+                     dlq_budget=DlqBudget(window=50, max_fraction=0.5, min_failures=10))
+    error = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start().join(60)
+    assert isinstance(error, DlqLimitExceeded)
+    with pytest.raises(TimeoutError):
+        read_committed(stack.kafka, f"{source}.dlq", until=lambda rs: len(rs) > 0, timeout_s=3)
+
+
+def _avro_body(codec: Codec, topic: str) -> bytes:
+    import io
+
+    import fastavro
+
+    from refund_bench.codec import load_schema
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(load_schema("bench.record")),
+                               {"id": "good-1", "seq": 1, "payload": ""})
+    return buf.getvalue()
+
+
+def _fresh_framing(stack: Stack) -> Framing:
+    from refund_bench.codec import framing_from_registry_url
+
+    return framing_from_registry_url(stack.registry_url)
+
+
+def _read_uncommitted(kafka: str, topic: str, at_least: int) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"ru-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    try:
+        wait_for(lambda: bool(seen.extend(m.value() for m in consumer.consume(500, 0.2) if not m.error()))
+                 or len(seen) >= at_least, 30, f"{at_least} uncommitted records")
+    finally:
+        consumer.close()
+    return seen
