@@ -130,7 +130,7 @@ class RegistryFraming:
         if schema is None:
             try:
                 registered = self.client.get_schema(schema_id)
-            except Exception as exc:  # noqa: BLE001 - any lookup failure means unreadable input
+            except Exception as exc:
                 raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
             schema = json.loads(registered.schema_str)
             self._schemas[schema_id] = schema
@@ -170,7 +170,7 @@ class Codec:
         return list(self._topics)
 
     def encode(self, topic: str, value: Mapping[str, Any]) -> bytes:
-        """Avro-encode ``value`` for ``topic``. A value that breaks the contract is a bug: raises."""
+        """Avro-encode ``value`` for ``topic``; a value that breaks the contract is a bug: raises."""
         codec = self._topics[topic]
         buf = io.BytesIO()
         buf.write(codec.header)
@@ -194,7 +194,7 @@ class Codec:
             buf = io.BytesIO(data)
             buf.seek(start)
             value = fastavro.schemaless_reader(buf, pair[0], pair[1])
-        except Exception as exc:  # noqa: BLE001 - every decoding failure is invalid input
+        except Exception as exc:
             raise InvalidInput(f"cannot decode {topic} value as Avro: {exc!r}") from exc
         if not isinstance(value, dict):
             raise InvalidInput(f"{topic} value is not a record")

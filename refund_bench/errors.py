@@ -27,7 +27,7 @@ class TransientError(RefundBenchError):
     """A retryable failure of a dependency (429, 5xx, timeout, connection reset)."""
 
 
-class DlqLimitExceeded(RefundBenchError):
+class DlqLimitExceeded(RefundBenchError):  # noqa: N818
     """Too much of the recent input went to the DLQ: stop instead of draining the topic."""
 
 

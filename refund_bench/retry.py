@@ -38,8 +38,8 @@ class RetryPolicy:
 
     def delay(self, retry_number: int) -> float:
         """Seconds to wait before retry ``retry_number`` (1-based)."""
-        backoff = min(self.max_seconds, self.base_seconds * 2 ** (retry_number - 1))
-        return backoff + self.rng.uniform(0, self.jitter_seconds)
+        backoff = min(self.max_seconds, self.base_seconds * 2.0 ** (retry_number - 1))
+        return float(backoff + self.rng.uniform(0, self.jitter_seconds))
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         return self.delay(state.attempt_number)

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 DLQ_SCHEMA = "dead_letter"
 DEFAULT_PARTITIONS = 12
@@ -133,9 +134,13 @@ def _wait_for_metadata(
         meta = admin.list_topics(timeout=timeout_s)
         for name in list(pending):
             topic = meta.topics.get(name)
-            if topic is not None and topic.error is None and len(topic.partitions) >= partitions:
-                if all(p.leader >= 0 for p in topic.partitions.values()):
-                    pending.discard(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) >= partitions
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                pending.discard(name)
         if pending and time.monotonic() > deadline:
             raise TimeoutError(f"topics not ready after {timeout_s}s: {sorted(pending)}")
         if pending:

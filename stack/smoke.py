@@ -107,6 +107,74 @@ def kafka_transactions() -> str:
         admin.delete_topics([topic])[topic].result(30)
 
 
+def kafka_exactly_once() -> str:
+    """consume-transform-produce with send_offsets_to_transaction, many transactions in a row."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    src, dst, group = f"smoke-{RUN}-in", f"smoke-{RUN}-out", f"smoke-eos-{RUN}"
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    for f in admin.create_topics([NewTopic(t, 2, 1) for t in (src, dst)]).values():
+        f.result(30)
+    try:
+        p = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True})
+        n = 40
+        for i in range(n):
+            p.produce(src, value=str(i), partition=i % 2)
+        p.flush(30)
+        c = Consumer(
+            {
+                "bootstrap.servers": BOOTSTRAP,
+                "group.id": group,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        c.subscribe([src])
+        tp = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": f"smoke-eos-tx-{RUN}"})
+        tp.init_transactions(30)
+        done, txns, deadline = 0, 0, time.monotonic() + 60
+        while done < n and time.monotonic() < deadline:
+            msgs = [m for m in c.consume(num_messages=4, timeout=1.0) if not m.error()]
+            if not msgs:
+                continue
+            tp.begin_transaction()
+            for m in msgs:
+                tp.produce(dst, value=str(int(m.value()) * 2).encode(), partition=m.partition())
+            tp.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+            tp.commit_transaction(30)
+            done += len(msgs)
+            txns += 1
+        c.close()
+        committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+        total = sum(tp_.offset for tp_ in committed.topic_partitions if tp_.offset >= 0)
+        if done != n or total != n:
+            raise RuntimeError(f"processed {done}/{n}, group offsets sum {total}")
+        rc = Consumer(
+            {
+                "bootstrap.servers": BOOTSTRAP,
+                "group.id": f"{group}-check",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        rc.assign([TopicPartition(dst, i, 0) for i in range(2)])
+        out: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(out) < n and time.monotonic() < deadline:
+            m = rc.poll(0.5)
+            if m is not None and not m.error():
+                out.append(int(m.value()))
+        rc.close()
+        if sorted(out) != [2 * i for i in range(n)]:
+            raise RuntimeError(f"output topic has {len(out)} records: {sorted(out)[:10]}...")
+        return f"{n} records in {txns} transactions with send_offsets_to_transaction, offsets committed"
+    finally:
+        for f in admin.delete_topics([src, dst]).values():
+            f.result(30)
+
+
 def _http(method: str, url: str, body: object | None = None, headers: dict[str, str] | None = None) -> object:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
@@ -198,6 +266,7 @@ def llm_standin() -> str:
 
 CHECKS: list[tuple[str, Callable[[], str]]] = [
     ("kafka", kafka_transactions),
+    ("kafka-eos", kafka_exactly_once),
     ("schema-registry", schema_registry),
     ("postgres", postgres),
     ("redis", redis_check),

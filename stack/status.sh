@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One line per service: name, address, up/down (or skipped). Exits 1 if any is down.
 set -euo pipefail
-# shellcheck source=stack/lib.sh
+# shellcheck source=./lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 rc=0

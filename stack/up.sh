@@ -4,7 +4,7 @@
 # Idempotent: services that are already up are left alone. Quiet on success.
 # Set STACK_VERBOSE=1 for progress messages.
 set -euo pipefail
-# shellcheck source=stack/lib.sh
+# shellcheck source=./lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ensure_dirs
@@ -22,7 +22,7 @@ port_owner() {  # who listens on PORT (for error messages)
 # fail if PORT is taken by something this stack did not start
 ensure_port_free() {  # ensure_port_free SVC PORT
   if port_open "$2"; then
-    die "$1: port $HOST:$2 is already in use by another process (${port_owner "$2"}): not started by this stack ($STATE_DIR). Stop it or free the port."
+    die "$1: port $HOST:$2 is already in use by another process ($(port_owner "$2")): not started by this stack ($STATE_DIR). Stop it or free the port."
   fi
 }
 
@@ -55,56 +55,68 @@ ensure_os_user() {
 }
 
 pg_admin() {  # pg_admin SQL...: run psql as superuser over the private unix socket
-  (cd "$STATE_DIR" && as_stack_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
-    -h "$(pg_socket_dir)" -p "$PG_PORT" -U "$PG_SUPERUSER" -d postgres "$@") 9>&-
+  (cd / && as_stack_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
+    -h "$PG_SOCK" -p "$PG_PORT" -U "$PG_SUPERUSER" -d postgres "$@") 9>&-
 }
 
 start_postgres() {
-  local pgdata="$DATA_DIR/postgres" sock logf="$LOG_DIR/postgres.log" pid
-  sock="$(pg_socket_dir)"
+  local logf="$LOG_DIR/postgres.log" pid
   ensure_os_user
+  pg_paths
   # adopt a running instance of our own data dir even if the pidfile is gone
-  if [[ -f "$pgdata/postmaster.pid" ]]; then
-    pid="$(head -n1 "$pgdata/postmaster.pid" | tr -dc '0-9')"
+  if [[ -f "$PG_DATA/postmaster.pid" ]]; then
+    pid="$(head -n1 "$PG_DATA/postmaster.pid" | tr -dc '0-9')"
     pid_is "$pid" postgres && echo "$pid" >"$(pidfile postgres)"
   fi
   already_up postgres && return 0
   ensure_port_free postgres "$PG_PORT"
 
-  mkdir -p "$pgdata" "$sock"
-  touch "$logf"
-  if [[ "$(id -u)" -eq 0 ]]; then
-    chown "$STACK_OS_USER:" "$pgdata" "$sock" "$logf"
-    chown -R "$STACK_OS_USER:" "$pgdata"
+  if [[ "$(id -u)" -eq 0 && ! -L "$DATA_DIR/postgres" ]] \
+      && ! (cd / && runuser -u "$STACK_OS_USER" -- test -x "$DATA_DIR") 9>&-; then
+    # the unprivileged user cannot traverse into the checkout: keep the cluster outside it
+    [[ -e "$DATA_DIR/postgres" ]] && rm -rf "$DATA_DIR/postgres"
+    mkdir -p "$PG_RELOCATED_BASE/postgres"
+    chmod 755 "$PG_RELOCATED_BASE"
+    ln -s "$PG_RELOCATED_BASE/postgres" "$DATA_DIR/postgres"
+    warn "postgres: $STACK_OS_USER cannot reach $DATA_DIR; data dir relocated to $PG_RELOCATED_BASE/postgres"
+    pg_paths
   fi
-  chmod 700 "$pgdata" "$sock"
-  as_stack_user test -w "$pgdata" -a -w "$logf" 9>&- \
-    || die "postgres: user $STACK_OS_USER cannot write $pgdata (is every parent directory of $REPO_ROOT world-traversable? chmod o+x ...)"
+  mkdir -p "$PG_DATA" "$PG_SOCK"
+  if [[ "$(id -u)" -eq 0 ]]; then
+    chown -R "$STACK_OS_USER:" "$PG_DATA"
+    chown "$STACK_OS_USER:" "$PG_SOCK"
+  fi
+  chmod 700 "$PG_DATA" "$PG_SOCK"
+  (cd / && as_stack_user test -w "$PG_DATA" -a -w "$PG_SOCK") 9>&- \
+    || die "postgres: user $STACK_OS_USER cannot write $PG_DATA / $PG_SOCK"
 
-  if [[ ! -s "$pgdata/PG_VERSION" ]]; then
-    log "postgres: initdb $pgdata"
-    find "$pgdata" -mindepth 1 -delete 2>/dev/null || true
-    (cd "$STATE_DIR" && as_stack_user "$PG_BIN/initdb" -D "$pgdata" -U "$PG_SUPERUSER" \
+  # Server output goes to pg_ctl's stdout, i.e. to $logf opened here (by root if we are
+  # root), so the log file needs no special ownership.
+  if [[ ! -s "$PG_DATA/PG_VERSION" ]]; then
+    log "postgres: initdb $PG_DATA"
+    find "$PG_DATA" -mindepth 1 -delete 2>/dev/null || true
+    (cd / && as_stack_user "$PG_BIN/initdb" -D "$PG_DATA" -U "$PG_SUPERUSER" \
       -E UTF8 --locale=C --auth-local=trust --auth-host=scram-sha-256 >>"$logf" 2>&1) 9>&- \
       || die "postgres: initdb failed; see $logf:
 $(tail -n 20 "$logf")"
   fi
   log "postgres: starting on $HOST:$PG_PORT"
+  printf '\n==== %s starting postgres ====\n' "$(date -Is)" >>"$logf"
   # settings are passed at start so a moved checkout still works
-  if ! (cd "$STATE_DIR" && as_stack_user "$PG_BIN/pg_ctl" -D "$pgdata" -l "$logf" -s -w -t "$READY_TIMEOUT" \
-        -o "-c listen_addresses=$HOST -c port=$PG_PORT -c unix_socket_directories='$sock' -c max_connections=200 -c shared_buffers=128MB" \
-        start >>"$logf" 2>&1) 9>&-; then
+  if ! (cd / && as_stack_user "$PG_BIN/pg_ctl" -D "$PG_DATA" -s -w -t "$READY_TIMEOUT" \
+        -o "-c listen_addresses=$HOST -c port=$PG_PORT -c unix_socket_directories='$PG_SOCK' -c max_connections=200 -c shared_buffers=128MB" \
+        start </dev/null >>"$logf" 2>&1) 9>&-; then
     die "postgres failed to start; last lines of $logf:
 $(tail -n 25 "$logf")"
   fi
-  head -n1 "$pgdata/postmaster.pid" >"$(pidfile postgres)"
+  head -n1 "$PG_DATA/postmaster.pid" >"$(pidfile postgres)"
   STARTED+=(postgres)
 }
 
 setup_postgres_db() {  # role + database, idempotent
   local exists
   exists="$(pg_admin -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" \
-    || die "postgres: cannot connect as superuser over $(pg_socket_dir)"
+    || die "postgres: cannot connect as superuser over $PG_SOCK"
   if [[ "$exists" != 1 ]]; then
     pg_admin -c "CREATE ROLE $PG_USER LOGIN PASSWORD '$PG_PASSWORD'" >/dev/null
   fi
@@ -184,7 +196,7 @@ start_stripe_mock() {
 # ---------------------------------------------------------------- schema registry (Apicurio, ccompat API)
 REGISTRY_URL=""
 start_registry() {
-  local j rdir="$DATA_DIR/schema-registry"
+  local j jsa rdir="$DATA_DIR/schema-registry"
   if already_up schema-registry; then REGISTRY_URL="$(service_addr schema-registry)"; return 0; fi
   j="$(java21)"
   if [[ -f "$RUN_DIR/schema-registry.unavailable" || -z "$j" || ! -f "$APICURIO_HOME/quarkus-run.jar" ]]; then
@@ -194,26 +206,24 @@ start_registry() {
   fi
   ensure_port_free schema-registry "$REGISTRY_PORT"
   ensure_port_free schema-registry "$REGISTRY_MGMT_PORT"
-  # storage is in-memory (H2): nothing survives a restart; the dir only holds temp files
+  # Storage is in-memory (H2, Apicurio's default): nothing survives a restart; the dir only
+  # holds temp files. Global compatibility BACKWARD = Confluent Schema Registry's default
+  # (Apicurio's own default is NONE).
   mkdir -p "$rdir/tmp"
   log "schema-registry: starting Apicurio $APICURIO_VERSION on $HOST:$REGISTRY_PORT"
   # shellcheck disable=SC2086
-  (cd "$rdir" && spawn schema-registry "$j" $REGISTRY_HEAP_OPTS -XX:+UseG1GC -XX:TieredStopAtLevel=1 \
+  # C1-only JIT + an auto-created class-data archive cut its boot from ~10 s to ~3 s here
+  jsa="$CACHE_DIR/apicurio-$APICURIO_VERSION-$(printf '%s' "$j" | md5sum | cut -c1-8).jsa"
+  (cd "$rdir" && spawn schema-registry "$j" $REGISTRY_HEAP_OPTS -XX:+UseG1GC \
+    -XX:TieredStopAtLevel=1 -XX:+AutoCreateSharedArchive -XX:SharedArchiveFile="$jsa" -Xlog:cds=off -Xlog:cds+dynamic=off \
     -Djava.io.tmpdir="$rdir/tmp" \
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.management.host="$HOST" -Dquarkus.management.port="$REGISTRY_MGMT_PORT" \
     -Dquarkus.http.access-log.enabled=false \
+    -Dapicurio.rules.global.compatibility=BACKWARD \
     -Dapicurio.storage.snapshot.location="$rdir/tmp" -Dapicurio.import.work-dir="$rdir/tmp" \
     -jar "$APICURIO_HOME/quarkus-run.jar")
   STARTED+=(schema-registry)
-}
-
-registry_post_start() {
-  # Confluent Schema Registry's default global compatibility is BACKWARD; Apicurio's is NONE.
-  curl -fsS -o /dev/null --max-time 10 -X PUT \
-    -H 'Content-Type: application/vnd.schemaregistry.v1+json' \
-    -d '{"compatibility":"BACKWARD"}' "$(service_addr schema-registry)/config" \
-    || warn "schema-registry: could not set global compatibility to BACKWARD"
 }
 
 # ---------------------------------------------------------------- LLM stand-in (project code)
@@ -226,8 +236,8 @@ start_llm() {
   fi
   already_up llm-standin && return 0
   if ! llm_module_present; then
-    warn "llm-standin: module services.llm_standin not found; skipping"
-    mark_skipped llm-standin "services.llm_standin not present"
+    warn "llm-standin: \`python -m services.llm_standin\` is not runnable yet (no services/llm_standin.py or services/llm_standin/__main__.py); skipping"
+    mark_skipped llm-standin "services.llm_standin not runnable yet"
     return 0
   fi
   rm -f "$RUN_DIR/llm-standin.skip"
@@ -272,7 +282,7 @@ for svc in "${STARTED[@]}"; do
   fi
   rm -f "$RUN_DIR/$svc.skip"
   case "$svc" in
-    schema-registry) REGISTRY_URL="$(service_addr schema-registry)"; registry_post_start ;;
+    schema-registry) REGISTRY_URL="$(service_addr schema-registry)" ;;
   esac
 done
 [[ -z "$failed" ]] || die "not ready:$failed (logs in $LOG_DIR)"

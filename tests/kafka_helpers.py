@@ -105,9 +105,9 @@ def read_committed(
                     Read(
                         key=key.decode() if key is not None else None,
                         value=decode(raw) if decode else raw,
-                        partition=msg.partition(),
-                        offset=msg.offset(),
-                        headers={k: v or b"" for k, v in (msg.headers() or [])},
+                        partition=msg.partition() or 0,
+                        offset=msg.offset() or 0,
+                        headers=headers_of(msg),
                     )
                 )
             now = time.monotonic()
@@ -116,12 +116,24 @@ def read_committed(
             if settled_at is not None and now - settled_at >= settle_s:
                 return records
             if now > deadline:
-                raise TimeoutError(f"{topic}: condition not met in {timeout_s}s; read {len(records)}")
+                raise TimeoutError(
+                    f"{topic}: condition not met in {timeout_s}s; read {len(records)}"
+                )
     finally:
         consumer.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1) -> None:
+def headers_of(msg: Any) -> dict[str, bytes]:
+    """A record's headers as str -> bytes."""
+    out: dict[str, bytes] = {}
+    for name, value in msg.headers() or []:
+        out[name] = value.encode() if isinstance(value, str) else (value or b"")
+    return out
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.1
+) -> None:
     """Poll ``condition`` until true; raise ``TimeoutError`` naming ``what``."""
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -162,7 +174,7 @@ class StageThread:
     def _main(self) -> None:
         try:
             self.runner.run()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+        except BaseException as exc:
             self.error = exc
 
     def start(self) -> StageThread:

@@ -34,7 +34,7 @@ class Heartbeat:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -42,7 +42,11 @@ class HealthServer:
     """Serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` (port 0 = any free)."""
 
     def __init__(
-        self, heartbeat: Heartbeat, registry: CollectorRegistry, host: str = "0.0.0.0", port: int = 0
+        self,
+        heartbeat: Heartbeat,
+        registry: CollectorRegistry,
+        host: str = "0.0.0.0",  # noqa: S104 - probes and scrapes come from the cluster
+        port: int = 0,
     ) -> None:
         self._heartbeat = heartbeat
         self._metrics_app = make_wsgi_app(registry)

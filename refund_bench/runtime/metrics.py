@@ -17,7 +17,9 @@ GaugeName = Literal["inflight_calls", "assigned_partitions"]
 
 
 class Metrics(Protocol):
-    def incr(self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = "") -> None:
+    def incr(
+        self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = ""
+    ) -> None:
         """Add ``value`` to counter ``name``."""
         ...
 
@@ -29,7 +31,9 @@ class Metrics(Protocol):
 class NullMetrics:
     """Metrics that go nowhere (for tools and tests that do not scrape)."""
 
-    def incr(self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = "") -> None:
+    def incr(
+        self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = ""
+    ) -> None:
         pass
 
     def observe(self, name: HistogramName, value: float) -> None:
@@ -48,8 +52,14 @@ _COUNTER_DOCS: dict[CounterName, str] = {
     "llm_calls": "LLM calls by kind (made or served from cache)",
 }
 _HISTOGRAM_DOCS: dict[HistogramName, tuple[str, tuple[float, ...]]] = {
-    "batch_seconds": ("Wall time of one batch/transaction", (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
-    "handler_seconds": ("Wall time of one handler call", (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
+    "batch_seconds": (
+        "Wall time of one batch/transaction",
+        (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    ),
+    "handler_seconds": (
+        "Wall time of one handler call",
+        (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    ),
     "batch_records": ("Records per batch", (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)),
 }
 _GAUGE_DOCS: dict[GaugeName, str] = {
@@ -65,11 +75,15 @@ class PrometheusMetrics:
         self.registry = registry
         self._stage = stage
         self._counters = {
-            name: Counter(f"refund_bench_{name}", doc, ["stage", "topic", "kind"], registry=registry)
+            name: Counter(
+                f"refund_bench_{name}", doc, ["stage", "topic", "kind"], registry=registry
+            )
             for name, doc in _COUNTER_DOCS.items()
         }
         self._histograms = {
-            name: Histogram(f"refund_bench_{name}", doc, ["stage"], buckets=buckets, registry=registry)
+            name: Histogram(
+                f"refund_bench_{name}", doc, ["stage"], buckets=buckets, registry=registry
+            )
             for name, (doc, buckets) in _HISTOGRAM_DOCS.items()
         }
         self._gauges = {
@@ -77,7 +91,9 @@ class PrometheusMetrics:
             for name, doc in _GAUGE_DOCS.items()
         }
 
-    def incr(self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = "") -> None:
+    def incr(
+        self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = ""
+    ) -> None:
         self._counters[name].labels(self._stage, topic, kind).inc(value)
 
     def observe(self, name: HistogramName, value: float) -> None:

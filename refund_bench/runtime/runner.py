@@ -19,10 +19,11 @@ backoff; anything else -> abort and re-raise, so the process exits and Kafka red
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -64,6 +65,14 @@ class StageSpec:
     handler: SyncHandler | AsyncHandler
     store: str | None = None
     assignment: str = "cooperative-sticky"
+    startup: Callable[[], Awaitable[None]] | None = None
+    """Async stages: run on the stage's event loop before the first poll (open pools here)."""
+    shutdown: Callable[[], Awaitable[None]] | None = None
+    """Async stages: run on the stage's event loop when the stage stops."""
+    before_commit: Callable[[], None] | None = None
+    """Called once per batch after its outputs are produced and before its offsets commit:
+    a stage that buffers external writes (e.g. a database projection) makes them durable here.
+    If it raises, the batch is aborted and redelivered."""
 
     @property
     def is_async(self) -> bool:
@@ -171,6 +180,8 @@ class StageRunner:
             self._producer.init_transactions(self.config.commit_timeout_s)
         if self.spec.is_async:
             self._loop = asyncio.new_event_loop()
+            if self.spec.startup is not None:
+                self._loop.run_until_complete(self.spec.startup())
         self._consumer = Consumer(self._consumer_conf())
         self._consumer.subscribe(
             [t.name for t in self.spec.inputs], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -189,6 +200,8 @@ class StageRunner:
         # for its records, and a fenced producer must not be flushed at all.
         self._producer = None
         if self._loop is not None:
+            if self.spec.shutdown is not None:
+                self._loop.run_until_complete(self.spec.shutdown())
             self._loop.close()
             self._loop = None
 
@@ -239,7 +252,10 @@ class StageRunner:
             read = self._store.restore(self._base_conf(), numbers)
             log.info(
                 "%s restored %d changelog records for partitions %s in %.2fs",
-                self.spec.name, read, sorted(numbers), time.monotonic() - started,
+                self.spec.name,
+                read,
+                sorted(numbers),
+                time.monotonic() - started,
             )
         if self.spec.assignment == "cooperative-sticky":
             consumer.incremental_assign(partitions)
@@ -257,10 +273,8 @@ class StageRunner:
         self._set_assigned(consumer)
 
     def _set_assigned(self, consumer: Consumer) -> None:
-        try:
+        with contextlib.suppress(KafkaException):
             self.metrics.set("assigned_partitions", len(consumer.assignment()))
-        except KafkaException:
-            pass
 
     # -- one batch ------------------------------------------------------------------------
 
@@ -297,7 +311,7 @@ class StageRunner:
                             offset=msg.offset(),
                             key=key.decode() if key is not None else None,
                             value=value,
-                            headers={k: v or b"" for k, v in (msg.headers() or [])},
+                            headers=_headers(msg),
                             timestamp_ms=ts,
                         ),
                     )
@@ -316,10 +330,12 @@ class StageRunner:
             else:
                 for (msg, message), ctx in zip(decoded, contexts, strict=True):
                     self._finish(msg, ctx, self._handle_sync(message, ctx))
+            if self.spec.before_commit is not None:
+                self.spec.before_commit()
             if batch_state is not None:
                 changelog = cast(str, self.spec.changelog)
-                for partition, key, value in batch_state.changelog_records():
-                    self._produce_raw(changelog, key.encode(), value, {}, partition)
+                for partition, state_key, state_value in batch_state.changelog_records():
+                    self._produce_raw(changelog, state_key.encode(), state_value, {}, partition)
             self._commit(offsets)
         except BaseException:
             if self._eos:
@@ -422,7 +438,12 @@ class StageRunner:
         )
         log.warning(
             "%s: %s[%d]@%d -> %s: %s",
-            self.spec.name, msg.topic(), msg.partition(), msg.offset(), dlq, exc.reason,
+            self.spec.name,
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            dlq,
+            exc.reason,
         )
         self._produce_raw(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
@@ -471,3 +492,10 @@ class StageRunner:
             producer.abort_transaction(self.config.commit_timeout_s)
         except KafkaException as exc:
             log.warning("abort_transaction failed: %s", exc)
+
+
+def _headers(msg: Any) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for name, value in msg.headers() or []:
+        out[name] = value.encode() if isinstance(value, str) else (value or b"")
+    return out

@@ -83,7 +83,7 @@ Registry = Annotated[str, typer.Option(envvar="SCHEMA_REGISTRY_URL")]
 
 @app.command()
 def passthrough(
-    input: Annotated[str, typer.Option()],  # noqa: A002 - CLI flag name
+    input: Annotated[str, typer.Option()],
     output: Annotated[str, typer.Option()],
     group: Annotated[str, typer.Option()],
     txn_id: Annotated[str, typer.Option()],
@@ -100,7 +100,7 @@ def passthrough(
 
 @app.command()
 def counter(
-    input: Annotated[str, typer.Option()],  # noqa: A002
+    input: Annotated[str, typer.Option()],
     output: Annotated[str, typer.Option()],
     group: Annotated[str, typer.Option()],
     txn_id: Annotated[str, typer.Option()],

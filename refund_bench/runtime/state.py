@@ -11,6 +11,7 @@ Values are JSON documents: the changelog is internal to its stage, not a publish
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Iterable, Iterator
@@ -43,13 +44,14 @@ class RecordState:
         self._staged: dict[str, Any] = {}
 
     def get(self, key: str) -> JsonValue | None:
+        """A private copy of the value: mutating it changes nothing until :meth:`put`."""
         if key in self._staged:
             value = self._staged[key]
-            return None if value is _DELETED else value
-        return self._batch.get(self._partition, key)
+            return None if value is _DELETED else copy.deepcopy(value)
+        return copy.deepcopy(self._batch.get(self._partition, key))
 
     def put(self, key: str, value: JsonValue) -> None:
-        self._staged[key] = value
+        self._staged[key] = copy.deepcopy(value)
 
     def delete(self, key: str) -> None:
         self._staged[key] = _DELETED
@@ -152,12 +154,15 @@ class StateStore:
                             remaining.discard(msg.partition())
                             continue
                         raise KafkaException(err)
-                    key = msg.key().decode()
+                    raw_key, partition = msg.key(), msg.partition()
+                    if raw_key is None or partition is None:
+                        continue
+                    key = raw_key.decode()
                     value = decode_state(msg.value())
                     if value is None:
-                        views[msg.partition()].pop(key, None)
+                        views[partition].pop(key, None)
                     else:
-                        views[msg.partition()][key] = value
+                        views[partition][key] = value
                     read += 1
         finally:
             restorer.close()

@@ -213,6 +213,15 @@ def load_snapshot(snapshot_json: str, expected_sha256: str) -> dict[str, Any]:
 
 
 _SECTIONS = ("order", "derived")
+NOT_CITABLE = frozenset(
+    {
+        "order.order_id",
+        "order.customer_id",
+        "order.payment_reference",
+        "derived.missing_units_estimate_basis",
+    }
+)
+"""Identifiers and explanations: in the snapshot, but citing them grounds no ruling."""
 
 
 def _paths(value: object, prefix: str, out: set[str]) -> None:
@@ -232,8 +241,8 @@ def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
 
     Each path appears in full (``order.delivered_at``, ``derived.missing_units_estimate.Raita``)
     and short, without the section prefix (``delivered_at``). Elements of lists of objects are
-    addressable as ``line_items.0.name`` and ``line_items[0].name``. The bare section names and
-    ``snapshot_version`` are not evidence and are not included.
+    addressable as ``line_items.0.name`` and ``line_items[0].name``. The bare section names,
+    ``snapshot_version`` and :data:`NOT_CITABLE` are not evidence and are not included.
     """
     fields: set[str] = set()
     for section in _SECTIONS:
@@ -241,6 +250,8 @@ def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
         if not isinstance(body, dict):
             continue
         for key, value in body.items():
+            if f"{section}.{key}" in NOT_CITABLE:
+                continue
             full: set[str] = set()
             _paths(value, f"{section}.{key}", full)
             fields |= full

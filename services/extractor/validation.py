@@ -9,7 +9,6 @@ Spans are offsets in the complaint as a Python ``str`` (code points), ``span_end
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ class ExtractedGrievance(BaseModel):
     item_quantity: int | None = Field(default=None, ge=1)
 
 
-class ExtractionInvalid(InvalidInput):  # noqa: N818 - policy name, like InvalidInput
+class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words.
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
@@ -212,14 +211,18 @@ def validate_extraction(
             by_claim[claim] = index
         statement = _norm_statement(fields["text"])
         if statement in by_text:
-            problems.append(f"grievance {index} duplicates grievance {by_text[statement]}: same text")
+            problems.append(
+                f"grievance {index} duplicates grievance {by_text[statement]}: same text"
+            )
         else:
             by_text[statement] = index
 
     if problems:
         raise ExtractionInvalid(problems)
 
-    ordered = sorted(cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0]))
+    ordered = sorted(
+        cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])
+    )
     return tuple(
         ExtractedGrievance(grievance_id=f"g{number}", **fields)
         for number, (_, fields) in enumerate(ordered, start=1)

@@ -77,6 +77,10 @@ class _Progress:
         self._thread.join(10)
 
 
+def _wait_progress(progress: _Progress, target: int) -> None:
+    wait_for(lambda: progress.count >= target, 120, f"output to reach {target}")
+
+
 @pytest.mark.slow
 def test_exactly_once_through_repeated_sigkill(
     stack: Stack, framing: Framing, new_topic: TopicFactory
@@ -89,20 +93,33 @@ def test_exactly_once_through_repeated_sigkill(
     produce_values(stack.kafka, source, _records(total), codec)
     ARTIFACTS.mkdir(exist_ok=True)
     args = (
-        "--input", source, "--output", sink, "--group", group,
-        "--txn-id", f"{group}-txn", "--instance-id", f"{group}-0", "--batch", "50",
+        "--input",
+        source,
+        "--output",
+        sink,
+        "--group",
+        group,
+        "--txn-id",
+        f"{group}-txn",
+        "--instance-id",
+        f"{group}-0",
+        "--batch",
+        "50",
     )
     progress = _Progress(stack.kafka, sink)
     kills = 0
     try:
         while kills < 6:
             proc = start_selftest(
-                "passthrough", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+                "passthrough",
+                *args,
+                kafka=stack.kafka,
+                registry_url=stack.registry_url,
                 log_path=ARTIFACTS / f"{group}.log",
             )
             target = min(total - 1, progress.count + 1200)
             try:
-                wait_for(lambda t=target: progress.count >= t, 120, f"output to reach {target}")
+                _wait_progress(progress, target)
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
@@ -111,13 +128,20 @@ def test_exactly_once_through_repeated_sigkill(
                 break
         assert kills >= 5, f"only {kills} kills happened before the input ran out"
         final = start_selftest(
-            "passthrough", *args, kafka=stack.kafka, registry_url=stack.registry_url,
+            "passthrough",
+            *args,
+            kafka=stack.kafka,
+            registry_url=stack.registry_url,
             log_path=ARTIFACTS / f"{group}.log",
         )
         try:
             records = read_committed(
-                stack.kafka, sink, until=lambda rs: len(rs) >= total, timeout_s=180,
-                decode=lambda raw: codec.decode(sink, raw), settle_s=3.0,
+                stack.kafka,
+                sink,
+                until=lambda rs: len(rs) >= total,
+                timeout_s=180,
+                decode=lambda raw: codec.decode(sink, raw),
+                settle_s=3.0,
             )
         finally:
             final.terminate()
@@ -148,8 +172,9 @@ def test_aborted_transaction_is_never_visible_to_read_committed(
         producer.produce(topic, key=b"k", value=b"committed-%d" % i)
     producer.commit_transaction(30)
 
-    committed = read_committed(stack.kafka, topic, until=lambda rs: len(rs) >= 5, timeout_s=30,
-                               settle_s=2.0)
+    committed = read_committed(
+        stack.kafka, topic, until=lambda rs: len(rs) >= 5, timeout_s=30, settle_s=2.0
+    )
     assert [r.value for r in committed] == [b"committed-%d" % i for i in range(5)]
     everything = _read_uncommitted(stack.kafka, topic, at_least=15)
     assert sorted(everything)[:10] == sorted(b"aborted-%d" % i for i in range(10))
@@ -178,18 +203,28 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     error = StageThread(StageRunner(spec, config, framing_)).start().join(60)
     assert isinstance(error, RuntimeError)
     committed = read_committed(
-        stack.kafka, sink, until=lambda rs: len(rs) >= 10, timeout_s=30, settle_s=2.0,
+        stack.kafka,
+        sink,
+        until=lambda rs: len(rs) >= 10,
+        timeout_s=30,
+        settle_s=2.0,
         decode=lambda raw: codec.decode(sink, raw),
     )
     # Whatever batches committed before r15 are visible; r15's batch (r10..r19) is not.
     seqs = sorted(r.value["seq"] for r in committed)
-    assert seqs == list(range(len(seqs))) and len(seqs) <= 15 and 15 not in seqs
+    assert seqs == list(range(len(seqs)))
+    assert len(seqs) <= 15
+    assert 15 not in seqs
 
     broken.clear()
     stage = StageThread(StageRunner(spec, config, framing_)).start()
     try:
         after = read_committed(
-            stack.kafka, sink, until=lambda rs: len(rs) >= 20, timeout_s=60, settle_s=2.0,
+            stack.kafka,
+            sink,
+            until=lambda rs: len(rs) >= 20,
+            timeout_s=60,
+            settle_s=2.0,
             decode=lambda raw: codec.decode(sink, raw),
         )
     finally:
@@ -221,51 +256,89 @@ def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactor
     produce_values(stack.kafka, source, [("a", {"id": "pause", "seq": 1, "payload": ""})], codec)
     assert reached_pause.wait(60)
 
-    successor = Producer({"bootstrap.servers": stack.kafka, "transactional.id": config.transactional_id})
+    successor = Producer(
+        {"bootstrap.servers": stack.kafka, "transactional.id": config.transactional_id}
+    )
     successor.init_transactions(30)
     release.set()
     error = zombie.join(60)
     assert isinstance(error, Fenced), f"zombie ended with {error!r}"
 
     successor.begin_transaction()
-    successor.produce(sink, key=b"a", value=codec.encode(sink, {"id": "successor", "seq": 2, "payload": ""}))
+    successor.produce(
+        sink, key=b"a", value=codec.encode(sink, {"id": "successor", "seq": 2, "payload": ""})
+    )
     successor.commit_transaction(30)
     records = read_committed(
-        stack.kafka, sink, until=lambda rs: len(rs) >= 2, timeout_s=30, settle_s=2.0,
+        stack.kafka,
+        sink,
+        until=lambda rs: len(rs) >= 2,
+        timeout_s=30,
+        settle_s=2.0,
         decode=lambda raw: codec.decode(sink, raw),
     )
     assert [r.value["id"] for r in records] == ["first", "successor"]
 
 
 @pytest.mark.slow
-def test_counter_state_survives_sigkill(stack: Stack, framing: Framing, new_topic: TopicFactory) -> None:
+def test_counter_state_survives_sigkill(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
     """A counting stage killed mid-stream restores its counts from the changelog: exact."""
     total, keys = 4000, 40
     group = f"count-{uuid.uuid4().hex[:8]}"
     source, sink = new_topic("count-in", 4), new_topic("count-out", 4)
     from refund_bench.topics import TopicSpec, ensure_topics
 
-    ensure_topics(stack.kafka, [TopicSpec(f"{group}.counts.changelog", compacted=True)], partitions=4)
+    ensure_topics(
+        stack.kafka, [TopicSpec(f"{group}.counts.changelog", compacted=True)], partitions=4
+    )
     codec = bench_codec(framing, source, sink)
     produce_values(stack.kafka, source, _records(total, keys=keys), codec)
-    args = ("--input", source, "--output", sink, "--group", group, "--txn-id", f"{group}-txn",
-            "--instance-id", f"{group}-0", "--batch", "40")
+    args = (
+        "--input",
+        source,
+        "--output",
+        sink,
+        "--group",
+        group,
+        "--txn-id",
+        f"{group}-txn",
+        "--instance-id",
+        f"{group}-0",
+        "--batch",
+        "40",
+    )
     progress = _Progress(stack.kafka, sink)
     try:
         for kill in range(3):
-            proc = start_selftest("counter", *args, kafka=stack.kafka, registry_url=stack.registry_url,
-                                  log_path=ARTIFACTS / f"{group}.log")
+            proc = start_selftest(
+                "counter",
+                *args,
+                kafka=stack.kafka,
+                registry_url=stack.registry_url,
+                log_path=ARTIFACTS / f"{group}.log",
+            )
             target = (kill + 1) * 900
             try:
-                wait_for(lambda t=target: progress.count >= t, 120, f"output to reach {target}")
+                _wait_progress(progress, target)
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
-        final = start_selftest("counter", *args, kafka=stack.kafka, registry_url=stack.registry_url,
-                               log_path=ARTIFACTS / f"{group}.log")
+        final = start_selftest(
+            "counter",
+            *args,
+            kafka=stack.kafka,
+            registry_url=stack.registry_url,
+            log_path=ARTIFACTS / f"{group}.log",
+        )
         try:
             records = read_committed(
-                stack.kafka, sink, until=lambda rs: len(rs) >= total, timeout_s=180, settle_s=3.0,
+                stack.kafka,
+                sink,
+                until=lambda rs: len(rs) >= total,
+                timeout_s=180,
+                settle_s=3.0,
                 decode=lambda raw: codec.decode(sink, raw),
             )
         finally:
@@ -300,21 +373,34 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 2, "payload": ""})], codec)
 
     group = f"poison-{uuid.uuid4().hex[:8]}"
-    runner = StageRunner(passthrough_spec(group, source, sink), _config(stack.kafka, group), framing)
+    runner = StageRunner(
+        passthrough_spec(group, source, sink), _config(stack.kafka, group), framing
+    )
     stage = StageThread(runner).start()
     try:
-        outputs = read_committed(stack.kafka, sink, until=lambda rs: len(rs) >= 2, timeout_s=60,
-                                 decode=lambda raw: codec.decode(sink, raw))
+        outputs = read_committed(
+            stack.kafka,
+            sink,
+            until=lambda rs: len(rs) >= 2,
+            timeout_s=60,
+            decode=lambda raw: codec.decode(sink, raw),
+        )
         dlq_codec = Codec(framing, {dlq: "dead_letter"})
-        dead = read_committed(stack.kafka, dlq, until=lambda rs: len(rs) >= 3, timeout_s=60,
-                              decode=lambda raw: dlq_codec.decode(dlq, raw))
+        dead = read_committed(
+            stack.kafka,
+            dlq,
+            until=lambda rs: len(rs) >= 3,
+            timeout_s=60,
+            decode=lambda raw: dlq_codec.decode(dlq, raw),
+        )
     finally:
         assert stage.stop() is None
     assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
     assert [r.value["source_offset"] for r in dead] == [1, 2, 3]
     for record in dead:
         reason = record.headers["dlq.reason"].decode()
-        assert reason == record.value["reason"] and reason
+        assert reason == record.value["reason"]
+        assert reason
         assert record.headers["dlq.source.topic"].decode() == source
         assert record.headers["dlq.error_type"] == b"InvalidInput"
     assert "magic" in dead[0].value["reason"]
@@ -332,9 +418,17 @@ def test_dlq_budget_stops_a_stage_fed_only_garbage(
     ensure_topics(stack.kafka, [TopicSpec(f"{source}.dlq")], partitions=1)
     produce_raw(stack.kafka, source, [(b"k", b"garbage %d" % i) for i in range(50)])
     group = f"garbage-{uuid.uuid4().hex[:8]}"
-    config = _config(stack.kafka, group, batch_max_records=50,
-                     dlq_budget=DlqBudget(window=50, max_fraction=0.5, min_failures=10))
-    error = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start().join(60)
+    config = _config(
+        stack.kafka,
+        group,
+        batch_max_records=50,
+        dlq_budget=DlqBudget(window=50, max_fraction=0.5, min_failures=10),
+    )
+    error = (
+        StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing))
+        .start()
+        .join(60)
+    )
     assert isinstance(error, DlqLimitExceeded)
     with pytest.raises(TimeoutError):
         read_committed(stack.kafka, f"{source}.dlq", until=lambda rs: len(rs) > 0, timeout_s=3)
@@ -348,8 +442,11 @@ def _avro_body(codec: Codec, topic: str) -> bytes:
     from refund_bench.codec import load_schema
 
     buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(load_schema("bench.record")),
-                               {"id": "good-1", "seq": 1, "payload": ""})
+    fastavro.schemaless_writer(
+        buf,
+        fastavro.parse_schema(load_schema("bench.record")),
+        {"id": "good-1", "seq": 1, "payload": ""},
+    )
     return buf.getvalue()
 
 
@@ -362,13 +459,30 @@ def _fresh_framing(stack: Stack) -> Framing:
 def _read_uncommitted(kafka: str, topic: str, at_least: int) -> list[bytes]:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"ru-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": f"ru-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_uncommitted",
+        }
+    )
     consumer.subscribe([topic])
     seen: list[bytes] = []
+
+    def enough() -> bool:
+        for m in consumer.consume(500, 0.2):
+            value = m.value()
+            if m.error() is None and value is not None:
+                seen.append(value)
+        return len(seen) >= at_least
+
     try:
-        wait_for(lambda: bool(seen.extend(m.value() for m in consumer.consume(500, 0.2) if not m.error()))
-                 or len(seen) >= at_least, 30, f"{at_least} uncommitted records")
+        wait_for(
+            enough,
+            30,
+            f"{at_least} uncommitted records",
+        )
     finally:
         consumer.close()
     return seen

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts, not timed tests. Run with ``make bench``."""

@@ -1,0 +1,1 @@
+"""PostgreSQL access: the schema, migrations and the order store."""

@@ -1,0 +1,130 @@
+"""The order store: raw evidence per order, read by the extractor, seeded for the demo."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from refund_bench.domain import LineItem, OrderRecord
+
+_ORDER_SQL = """
+SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_minutes,
+       delivery_fee_minor, charged_total_minor, pickup_weight_expected_g,
+       pickup_weight_actual_g, partner_rating_at_handover, packaging_condition_recorded,
+       packaging_notes, partner_conduct_reports, payment_reference
+FROM orders WHERE order_id = %s
+"""
+_ITEMS_SQL = """
+SELECT name, quantity, unit_price_minor, unit_weight_g
+FROM order_line_items WHERE order_id = %s ORDER BY line_no
+"""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
+    return OrderRecord(
+        order_id=row["order_id"],
+        customer_id=row["customer_id"],
+        currency=row["currency"],
+        placed_at=row["placed_at"].isoformat(),
+        delivered_at=_iso(row["delivered_at"]),
+        delivery_sla_minutes=row["delivery_sla_minutes"],
+        line_items=tuple(LineItem(**item) for item in items),
+        delivery_fee_minor=row["delivery_fee_minor"],
+        charged_total_minor=row["charged_total_minor"],
+        pickup_weight_expected_g=row["pickup_weight_expected_g"],
+        pickup_weight_actual_g=row["pickup_weight_actual_g"],
+        partner_rating_at_handover=row["partner_rating_at_handover"],
+        packaging_condition_recorded=row["packaging_condition_recorded"],
+        packaging_notes=row["packaging_notes"],
+        partner_conduct_reports=tuple(row["partner_conduct_reports"]),
+        payment_reference=row["payment_reference"],
+    )
+
+
+async def load_order(conn: psycopg.AsyncConnection[Any], order_id: str) -> OrderRecord | None:
+    """The order's raw evidence, or ``None`` when the store has no such order."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_ORDER_SQL, (order_id,))
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        await cur.execute(_ITEMS_SQL, (order_id,))
+        items = await cur.fetchall()
+    return _record(row, items)
+
+
+def order_exists(conn: psycopg.Connection[Any], order_id: str) -> bool:
+    row = conn.execute("SELECT 1 FROM orders WHERE order_id = %s", (order_id,)).fetchone()
+    return row is not None
+
+
+def upsert_orders(conn: psycopg.Connection[Any], orders: Iterable[OrderRecord]) -> int:
+    """Insert or replace orders and their line items (seeding); returns how many."""
+    count = 0
+    with conn.transaction():
+        for order in orders:
+            conn.execute(
+                """
+                INSERT INTO orders (order_id, customer_id, currency, placed_at, delivered_at,
+                    delivery_sla_minutes, delivery_fee_minor, charged_total_minor,
+                    pickup_weight_expected_g, pickup_weight_actual_g, partner_rating_at_handover,
+                    packaging_condition_recorded, packaging_notes, partner_conduct_reports,
+                    payment_reference)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (order_id) DO UPDATE SET
+                    customer_id = EXCLUDED.customer_id, currency = EXCLUDED.currency,
+                    placed_at = EXCLUDED.placed_at, delivered_at = EXCLUDED.delivered_at,
+                    delivery_sla_minutes = EXCLUDED.delivery_sla_minutes,
+                    delivery_fee_minor = EXCLUDED.delivery_fee_minor,
+                    charged_total_minor = EXCLUDED.charged_total_minor,
+                    pickup_weight_expected_g = EXCLUDED.pickup_weight_expected_g,
+                    pickup_weight_actual_g = EXCLUDED.pickup_weight_actual_g,
+                    partner_rating_at_handover = EXCLUDED.partner_rating_at_handover,
+                    packaging_condition_recorded = EXCLUDED.packaging_condition_recorded,
+                    packaging_notes = EXCLUDED.packaging_notes,
+                    partner_conduct_reports = EXCLUDED.partner_conduct_reports,
+                    payment_reference = EXCLUDED.payment_reference
+                """,
+                (
+                    order.order_id,
+                    order.customer_id,
+                    order.currency,
+                    order.placed_at,
+                    order.delivered_at,
+                    order.delivery_sla_minutes,
+                    order.delivery_fee_minor,
+                    order.charged_total_minor,
+                    order.pickup_weight_expected_g,
+                    order.pickup_weight_actual_g,
+                    order.partner_rating_at_handover,
+                    order.packaging_condition_recorded,
+                    order.packaging_notes,
+                    json.dumps(list(order.partner_conduct_reports)),
+                    order.payment_reference,
+                ),
+            )
+            conn.execute("DELETE FROM order_line_items WHERE order_id = %s", (order.order_id,))
+            for line_no, item in enumerate(order.line_items, start=1):
+                conn.execute(
+                    "INSERT INTO order_line_items (order_id, line_no, name, quantity,"
+                    " unit_price_minor, unit_weight_g) VALUES (%s, %s, %s, %s, %s, %s)",
+                    (
+                        order.order_id,
+                        line_no,
+                        item.name,
+                        item.quantity,
+                        item.unit_price_minor,
+                        item.unit_weight_g,
+                    ),
+                )
+            count += 1
+    return count

@@ -1,0 +1,177 @@
+-- Refund Bench database. Applied by `python -m refund_bench.provision`; every statement is
+-- idempotent so applying it twice is a no-op. Money columns are integer minor units (bigint).
+
+-- The order store: raw evidence the extractor freezes.
+CREATE TABLE IF NOT EXISTS orders (
+    order_id                     text PRIMARY KEY,
+    customer_id                  text NOT NULL,
+    currency                     text NOT NULL DEFAULT 'INR',
+    placed_at                    timestamptz NOT NULL,
+    delivered_at                 timestamptz,
+    delivery_sla_minutes         integer,
+    delivery_fee_minor           bigint NOT NULL DEFAULT 0 CHECK (delivery_fee_minor >= 0),
+    charged_total_minor          bigint NOT NULL CHECK (charged_total_minor >= 0),
+    pickup_weight_expected_g     integer,
+    pickup_weight_actual_g       integer,
+    partner_rating_at_handover   integer,
+    packaging_condition_recorded boolean NOT NULL DEFAULT false,
+    packaging_notes              text,
+    partner_conduct_reports      jsonb NOT NULL DEFAULT '[]'::jsonb,
+    payment_reference            text NOT NULL DEFAULT ''
+);
+
+CREATE TABLE IF NOT EXISTS order_line_items (
+    order_id          text NOT NULL REFERENCES orders (order_id),
+    line_no           integer NOT NULL,
+    name              text NOT NULL,
+    quantity          integer NOT NULL CHECK (quantity >= 1),
+    unit_price_minor  bigint NOT NULL CHECK (unit_price_minor >= 0),
+    unit_weight_g     integer,
+    PRIMARY KEY (order_id, line_no)
+);
+
+-- Frozen evidence, content-addressed: the same snapshot is stored once.
+CREATE TABLE IF NOT EXISTS evidence_snapshots (
+    sha256      text PRIMARY KEY,
+    snapshot    text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per dispute, written by the extractor before any judging. The first snapshot frozen
+-- for a dispute is the one every judge and every replay sees.
+CREATE TABLE IF NOT EXISTS disputes (
+    dispute_id       text PRIMARY KEY,
+    order_id         text NOT NULL,
+    customer_id      text NOT NULL,
+    complaint_text   text NOT NULL,
+    received_at      timestamptz NOT NULL,
+    snapshot_sha256  text NOT NULL REFERENCES evidence_snapshots (sha256),
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- Audit projection of the event flow (written by the recorder, idempotently by natural ids).
+CREATE TABLE IF NOT EXISTS grievances (
+    dispute_id     text NOT NULL,
+    grievance_id   text NOT NULL,
+    category       text NOT NULL,
+    text           text NOT NULL,
+    span_start     integer NOT NULL,
+    span_end       integer NOT NULL,
+    item_name      text,
+    item_quantity  integer,
+    grievance_total integer NOT NULL,
+    snapshot_sha256 text NOT NULL,
+    prompt_version text NOT NULL,
+    model          text NOT NULL,
+    extracted_at   timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, grievance_id)
+);
+
+CREATE TABLE IF NOT EXISTS rulings (
+    dispute_id     text NOT NULL,
+    grievance_id   text NOT NULL,
+    judge_seat     integer NOT NULL,
+    ruling         text NOT NULL,
+    model_ruling   text NOT NULL,
+    confidence     double precision NOT NULL,
+    evidence_cited jsonb NOT NULL,
+    reasoning      text NOT NULL,
+    model          text NOT NULL,
+    prompt_version text NOT NULL,
+    snapshot_sha256 text NOT NULL,
+    raw_response   text NOT NULL,
+    cast_at        timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, grievance_id, judge_seat)
+);
+
+CREATE TABLE IF NOT EXISTS verdicts (
+    dispute_id     text NOT NULL,
+    grievance_id   text NOT NULL,
+    category       text NOT NULL,
+    outcome        text NOT NULL,
+    votes_upheld   integer NOT NULL,
+    votes_rejected integer NOT NULL,
+    votes_escalate integer NOT NULL,
+    split          text NOT NULL,
+    unanimous      boolean NOT NULL,
+    decided_at     timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, grievance_id)
+);
+
+CREATE TABLE IF NOT EXISTS priced_refunds (
+    dispute_id        text NOT NULL,
+    round             integer NOT NULL,
+    pricing_version   text NOT NULL,
+    currency          text NOT NULL,
+    order_total_minor bigint NOT NULL,
+    lines             jsonb NOT NULL,
+    total_minor       bigint NOT NULL,
+    already_paid_minor bigint NOT NULL,
+    payable_minor     bigint NOT NULL,
+    cap_minor         bigint NOT NULL,
+    decision          text NOT NULL,
+    held_grievances   jsonb NOT NULL,
+    reason            text NOT NULL,
+    priced_at         timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, round)
+);
+
+-- Customer replies, written by the settler before it publishes them.
+CREATE TABLE IF NOT EXISTS replies (
+    dispute_id     text NOT NULL,
+    round          integer NOT NULL,
+    text           text NOT NULL,
+    amount_minor   bigint NOT NULL,
+    currency       text NOT NULL,
+    source         text NOT NULL,
+    guard_failures jsonb NOT NULL,
+    model          text NOT NULL,
+    prompt_version text NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (dispute_id, round)
+);
+
+-- The payout ledger: one row per (dispute, settlement round), written before Stripe is called.
+CREATE TABLE IF NOT EXISTS payout_ledger (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    amount_minor     bigint NOT NULL CHECK (amount_minor > 0),
+    currency         text NOT NULL,
+    payment_reference text NOT NULL,
+    idempotency_key  text NOT NULL UNIQUE,
+    status           text NOT NULL CHECK (status IN ('PENDING', 'SUCCEEDED', 'FAILED')),
+    stripe_refund_id text,
+    error_code       text,
+    error_message    text,
+    attempts         integer NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (dispute_id, round)
+);
+
+-- What needs a human: escalated grievances, disputes held by the cap, failed payouts,
+-- complaints whose extraction could not be validated.
+CREATE TABLE IF NOT EXISTS review_items (
+    dispute_id    text NOT NULL,
+    item_key      text NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('GRIEVANCE', 'DISPUTE', 'PAYOUT', 'EXTRACTION')),
+    grievance_id  text,
+    reason        text NOT NULL,
+    status        text NOT NULL DEFAULT 'OPEN' CHECK (status IN ('OPEN', 'DECIDED')),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    decided_at    timestamptz,
+    PRIMARY KEY (dispute_id, item_key)
+);
+CREATE INDEX IF NOT EXISTS review_items_open ON review_items (created_at) WHERE status = 'OPEN';
+
+CREATE TABLE IF NOT EXISTS payout_events (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    outcome          text NOT NULL CHECK (outcome IN ('COMPLETED', 'FAILED')),
+    amount_minor     bigint NOT NULL,
+    stripe_refund_id text,
+    error_code       text,
+    reason           text,
+    at               timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, round)
+);

@@ -1,0 +1,220 @@
+"""Typed views of the Avro contracts in ``schemas/avro/`` (one model per topic).
+
+The ``.avsc`` files are the contract; these models mirror them field for field (a unit test
+keeps the two in step) so handlers work with types instead of dicts. Timestamps are aware
+datetimes (Avro ``timestamp-millis``); money is ``int`` minor units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from refund_bench.errors import InvalidInput
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_avro(self) -> dict[str, Any]:
+        """The value to Avro-encode."""
+        return self.model_dump()
+
+
+E = TypeVar("E", bound=Event)
+
+
+def parse(model: type[E], value: Mapping[str, Any]) -> E:
+    """Validate a decoded value; a value that breaks the contract is :class:`InvalidInput`."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidInput(f"{model.__name__} failed validation: {exc.errors()[0]}") from exc
+
+
+def now() -> datetime:
+    """The current instant, truncated to milliseconds as Avro stores it."""
+    instant = datetime.now(UTC)
+    return instant.replace(microsecond=instant.microsecond // 1000 * 1000)
+
+
+class ComplaintReceived(Event):
+    dispute_id: str
+    order_id: str
+    customer_id: str
+    text: str
+    received_at: datetime
+    channel: str = "api"
+
+
+class GrievanceExtracted(Event):
+    dispute_id: str
+    order_id: str
+    grievance_id: str
+    grievance_total: int
+    category: str
+    text: str
+    span_start: int
+    span_end: int
+    item_name: str | None = None
+    item_quantity: int | None = None
+    snapshot_sha256: str
+    snapshot_json: str
+    extractor_model: str
+    extractor_prompt_version: str
+    extracted_at: datetime
+
+
+class RulingCast(Event):
+    dispute_id: str
+    order_id: str
+    grievance_id: str
+    grievance_total: int
+    category: str
+    item_name: str | None = None
+    item_quantity: int | None = None
+    judge_seat: int
+    judge_count: int
+    ruling: str
+    model_ruling: str
+    confidence: float
+    evidence_cited: list[str]
+    reasoning: str
+    model: str
+    prompt_version: str
+    snapshot_sha256: str
+    raw_response: str
+    cast_at: datetime
+
+
+class RulingSummary(Event):
+    judge_seat: int
+    ruling: str
+    model_ruling: str
+    confidence: float
+    evidence_cited: list[str]
+    reasoning: str
+    model: str
+    prompt_version: str
+
+
+class VerdictDecided(Event):
+    dispute_id: str
+    order_id: str
+    grievance_id: str
+    grievance_total: int
+    category: str
+    item_name: str | None = None
+    item_quantity: int | None = None
+    snapshot_sha256: str
+    outcome: str
+    votes_upheld: int
+    votes_rejected: int
+    votes_escalate: int
+    split: str
+    unanimous: bool
+    rulings: list[RulingSummary]
+    decided_at: datetime
+
+
+class ReviewDecided(Event):
+    dispute_id: str
+    review_id: str
+    kind: str
+    grievance_id: str | None = None
+    decision: str
+    reviewer: str
+    note: str = ""
+    decided_at: datetime
+
+
+class PricedLineEvent(Event):
+    grievance_id: str
+    category: str
+    outcome: str
+    status: str
+    amount_minor: int
+    proposed_minor: int = 0
+    rule: str
+    item_name: str | None = None
+    quantity: int | None = None
+
+
+class RefundPriced(Event):
+    dispute_id: str
+    order_id: str
+    round: int
+    pricing_version: str
+    currency: str
+    order_total_minor: int
+    lines: list[PricedLineEvent]
+    total_minor: int
+    already_paid_minor: int = 0
+    payable_minor: int
+    cap_minor: int
+    decision: str
+    held_grievances: list[str] = []
+    reason: str = ""
+    snapshot_sha256: str
+    priced_at: datetime
+
+
+class ReplyPublished(Event):
+    dispute_id: str
+    round: int
+    text: str
+    amount_minor: int
+    currency: str
+    source: str
+    guard_failures: list[str] = []
+    model: str
+    prompt_version: str
+    published_at: datetime
+
+
+class PayoutRequested(Event):
+    dispute_id: str
+    order_id: str
+    round: int
+    amount_minor: int
+    currency: str
+    payment_reference: str
+    requested_at: datetime
+
+
+class PayoutCompleted(Event):
+    dispute_id: str
+    round: int
+    amount_minor: int
+    currency: str
+    stripe_refund_id: str
+    idempotency_key: str
+    completed_at: datetime
+
+
+class PayoutFailed(Event):
+    dispute_id: str
+    round: int
+    amount_minor: int
+    currency: str
+    error_code: str
+    reason: str
+    idempotency_key: str
+    failed_at: datetime
+
+
+TOPIC_MODELS: dict[str, type[Event]] = {
+    "complaint.received": ComplaintReceived,
+    "grievance.extracted": GrievanceExtracted,
+    "ruling.cast": RulingCast,
+    "verdict.decided": VerdictDecided,
+    "review.decided": ReviewDecided,
+    "refund.priced": RefundPriced,
+    "reply.published": ReplyPublished,
+    "payout.requested": PayoutRequested,
+    "payout.completed": PayoutCompleted,
+    "payout.failed": PayoutFailed,
+}

@@ -1,0 +1,116 @@
+"""The LLM response cache: what makes a replayed call free and its answer stable.
+
+A Kafka transaction cannot include an LLM call, so a stage that crashes after calling the model
+but before committing will call again on redelivery. The cache stores the first answer under a
+key of everything the answer depends on (dispute, grievance, seat, snapshot hash, prompt
+version), so the replay reuses it instead of drawing a new ruling and paying twice.
+
+``put_if_absent`` is first-writer-wins: when two replicas race on one key (a rebalance can hand
+a batch to a second instance while the first is still working), both end up using the single
+stored answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+from urllib.parse import quote
+
+from redis.asyncio import Redis
+
+
+class ResponseCache(Protocol):
+    """A first-writer-wins string store."""
+
+    async def get(self, key: str) -> str | None:
+        """The stored value, or ``None`` when there is none (never stored, or expired)."""
+        ...
+
+    async def put_if_absent(self, key: str, value: str) -> str:
+        """Store ``value`` unless ``key`` holds one already; return the value that is stored.
+
+        The return value is the one every caller must use: it differs from ``value`` when
+        another writer got there first.
+        """
+        ...
+
+
+class RedisResponseCache:
+    """:class:`ResponseCache` on Redis: ``SET key value NX EX ttl``, then ``GET`` if it lost.
+
+    ``prefix`` namespaces the keys (e.g. ``"refund-bench:llm:"``). The TTL should outlive the
+    longest possible redelivery (consumer lag plus retention of the input topic).
+    """
+
+    def __init__(self, redis: Redis, *, prefix: str, ttl_seconds: int) -> None:
+        if ttl_seconds < 1:
+            raise ValueError("ttl_seconds must be >= 1")
+        self._redis = redis
+        self._prefix = prefix
+        self._ttl = ttl_seconds
+
+    @staticmethod
+    def _text(value: bytes | str) -> str:
+        return value.decode("utf-8") if isinstance(value, bytes) else value
+
+    async def get(self, key: str) -> str | None:
+        value: bytes | str | None = await self._redis.get(self._prefix + key)
+        return None if value is None else self._text(value)
+
+    async def put_if_absent(self, key: str, value: str) -> str:
+        full = self._prefix + key
+        # The loop only repeats if the winner's entry expired between our SET and our GET.
+        for _ in range(3):
+            if await self._redis.set(full, value.encode("utf-8"), nx=True, ex=self._ttl):
+                return value
+            stored: bytes | str | None = await self._redis.get(full)
+            if stored is not None:
+                return self._text(stored)
+        raise RuntimeError(f"cache key {key!r} keeps expiring between SET NX and GET")
+
+
+async def cached_call(
+    cache: ResponseCache, key: str, compute: Callable[[], Awaitable[str]]
+) -> tuple[str, bool]:
+    """``(answer, from_cache)``: the cached answer, or ``compute()``'s, stored first-writer-wins.
+
+    ``from_cache`` is True when the answer returned was stored by an earlier or a concurrent
+    call (then a freshly computed answer, if any, was discarded). Raise inside ``compute``
+    (e.g. parse the answer there) to keep a bad answer out of the cache.
+    """
+    hit = await cache.get(key)
+    if hit is not None:
+        return hit, True
+    fresh = await compute()
+    stored = await cache.put_if_absent(key, fresh)
+    return stored, stored != fresh
+
+
+def sha256_hex(text: str) -> str:
+    """Hex sha256 of the UTF-8 bytes of ``text`` (e.g. for ``complaint_sha256``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _key(kind: str, *parts: str | int) -> str:
+    # Percent-encode every part so that a ':' inside an id cannot make two keys collide.
+    return ":".join([kind, *(quote(str(part), safe="") for part in parts)])
+
+
+def judge_cache_key(
+    dispute_id: str, grievance_id: str, seat: int, snapshot_sha256: str, prompt_version: str
+) -> str:
+    """Key of one judge seat's ruling on one grievance against one snapshot and prompt."""
+    return _key("judge", dispute_id, grievance_id, seat, snapshot_sha256, prompt_version)
+
+
+def extractor_cache_key(
+    dispute_id: str, complaint_sha256: str, snapshot_sha256: str, prompt_version: str
+) -> str:
+    """Key of the extraction of one complaint text against one snapshot and prompt."""
+    return _key("extractor", dispute_id, complaint_sha256, snapshot_sha256, prompt_version)
+
+
+def settler_cache_key(dispute_id: str, round: int, inputs_sha256: str, prompt_version: str) -> str:
+    """Key of the reply of one settlement round (a review decision starts a new round)."""
+    return _key("settler", dispute_id, round, inputs_sha256, prompt_version)

@@ -1,0 +1,248 @@
+"""The OpenAI-compatible chat-completions adapter for one role (or one judge seat).
+
+:class:`LlmClient` sends one structured-output request and returns the raw answer text. It owns
+the retry policy for the endpoint's transient failures (429, 5xx, timeouts, connection errors)
+and takes a rate-limiter token before every attempt, so retries are paced like first tries.
+The openai client's own retries are switched off (``max_retries=0``): there is one retry loop,
+:class:`refund_bench.retry.RetryPolicy`.
+
+Error policy (by type, see :mod:`refund_bench.errors`):
+
+- :class:`LlmUnavailable` (a :class:`TransientError`): 429, 408, 5xx, timeout, connection
+  failure; raised only after the retry policy gave up.
+- :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
+  for a judge, auth). Not retried.
+- :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 whose answer is empty or truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+import openai
+from openai.types.chat import (
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionUserMessageParam,
+)
+from openai.types.shared_params import ResponseFormatJSONSchema
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from refund_bench.errors import RefundBenchError, TransientError
+from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
+from refund_bench.llm.roles import ChatMessage, MalformedAnswer
+from refund_bench.retry import AsyncSleep, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+DISPUTE_HEADER = "X-Refund-Bench-Dispute"
+"""Request header carrying the dispute id (lets the stand-in and proxies count calls)."""
+
+UnavailableKind = Literal["rate_limited", "timeout", "connection", "server_error"]
+
+
+class LlmEndpoint(BaseModel):
+    """Where and how one role calls its model. ``api_key`` is never logged or printed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str
+    api_key: SecretStr
+    model: str
+    temperature: float = Field(ge=0.0, le=2.0)
+    timeout_seconds: float = Field(gt=0.0)
+
+
+class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
+    """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any."""
+
+    def __init__(self, kind: UnavailableKind, message: str, status: int | None = None) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind: UnavailableKind = kind
+        self.status = status
+
+
+class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
+    """The endpoint refused the request (a 4xx other than 408/429). Retrying cannot help."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class JsonCompleter(Protocol):
+    """The port the stage handlers depend on; :class:`LlmClient` is the real adapter."""
+
+    @property
+    def model(self) -> str:
+        """The model name to record in events."""
+        ...
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema_name: str,
+        schema: Mapping[str, Any],
+        seed: int | None,
+        dispute_id: str,
+    ) -> str:
+        """The raw answer text of one structured-output completion."""
+        ...
+
+
+def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:
+    if message["role"] == "system":
+        system: ChatCompletionSystemMessageParam = {
+            "role": "system",
+            "content": message["content"],
+        }
+        return system
+    user: ChatCompletionUserMessageParam = {"role": "user", "content": message["content"]}
+    return user
+
+
+def _classify(exc: openai.APIError) -> RefundBenchError:
+    """Map an openai error onto the project's policy types."""
+    if isinstance(exc, openai.APITimeoutError):
+        return LlmUnavailable("timeout", "request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return LlmUnavailable("connection", type(exc.__cause__ or exc).__name__)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status == 429:
+            return LlmUnavailable("rate_limited", exc.message, status)
+        if status == 408:
+            return LlmUnavailable("timeout", exc.message, status)
+        if status >= 500:
+            return LlmUnavailable("server_error", exc.message, status)
+        return LlmRejected(status, exc.message)
+    return LlmRejected(0, f"{type(exc).__name__}: {exc.message}")
+
+
+class LlmClient:
+    """One role's (or one seat's) client of an OpenAI-compatible endpoint.
+
+    Safe for many concurrent calls from one event loop. Close it with :meth:`aclose` or use it
+    as an async context manager. ``on_inflight`` is called with the number of
+    :meth:`complete_json` calls in progress (rate-limit waits and backoff included) each time
+    it changes; wire it to a gauge.
+    """
+
+    def __init__(
+        self,
+        endpoint: LlmEndpoint,
+        *,
+        rate_limiter: RateLimiter | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: AsyncSleep = asyncio.sleep,
+        on_inflight: Callable[[int], None] | None = None,
+    ) -> None:
+        self._endpoint = endpoint
+        self._limiter: RateLimiter = rate_limiter or UnlimitedRateLimiter()
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._on_inflight = on_inflight
+        self._inflight = 0
+        self._openai = openai.AsyncOpenAI(
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key.get_secret_value(),
+            timeout=endpoint.timeout_seconds,
+            max_retries=0,
+        )
+
+    @property
+    def model(self) -> str:
+        """The model name sent with every request (record it in events)."""
+        return self._endpoint.model
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature sent with every request."""
+        return self._endpoint.temperature
+
+    def __repr__(self) -> str:
+        return f"LlmClient(base_url={self._endpoint.base_url!r}, model={self.model!r})"
+
+    async def __aenter__(self) -> LlmClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._openai.close()
+
+    def _track(self, delta: int) -> None:
+        self._inflight += delta
+        if self._on_inflight is not None:
+            self._on_inflight(self._inflight)
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema_name: str,
+        schema: Mapping[str, Any],
+        seed: int | None,
+        dispute_id: str,
+    ) -> str:
+        """Send one strict structured-output request and return the answer text, unparsed.
+
+        Transient failures are retried by the retry policy, each attempt after a fresh
+        rate-limiter token. Raises :class:`LlmUnavailable` when retries are exhausted,
+        :class:`LlmRejected` on other 4xx, :class:`MalformedAnswer` on an empty or truncated
+        answer. The answer is not cached here: see :func:`refund_bench.llm.cache.cached_call`.
+        """
+        params: list[ChatCompletionMessageParam] = [_to_openai(m) for m in messages]
+        response_format: ResponseFormatJSONSchema = {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "strict": True, "schema": dict(schema)},
+        }
+
+        async def attempt() -> str:
+            await self._limiter.acquire()
+            try:
+                completion = await self._openai.chat.completions.create(
+                    model=self._endpoint.model,
+                    messages=params,
+                    temperature=self._endpoint.temperature,
+                    response_format=response_format,
+                    seed=seed if seed is not None else openai.omit,
+                    extra_headers={DISPUTE_HEADER: dispute_id},
+                )
+            except openai.APIError as exc:
+                mapped = _classify(exc)
+                if isinstance(mapped, TransientError):
+                    log.info(
+                        "llm %s for dispute %s (%s): %s",
+                        schema_name,
+                        dispute_id,
+                        self.model,
+                        mapped,
+                    )
+                raise mapped from exc
+            if not completion.choices:
+                raise MalformedAnswer("the completion has no choices", "")
+            choice = completion.choices[0]
+            content = choice.message.content or ""
+            if choice.finish_reason != "stop":
+                raise MalformedAnswer(f"finish_reason is {choice.finish_reason!r}", content)
+            if not content:
+                raise MalformedAnswer("the answer is empty", content)
+            return content
+
+        self._track(+1)
+        try:
+            return await self._retry.run_async(attempt, sleep=self._sleep)
+        finally:
+            self._track(-1)

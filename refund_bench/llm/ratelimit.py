@@ -1,0 +1,129 @@
+"""Rate limiting of LLM calls, shared by every replica through Redis.
+
+:class:`RedisTokenBucket` is one token bucket per key name: ``rate_per_second`` tokens refill
+continuously up to ``burst``. Taking a token is ONE atomic Lua script that reads the clock with
+Redis ``TIME`` (so replicas with skewed clocks agree), refills by the elapsed time and either
+takes a token or answers how long to wait.
+
+A token may be taken on credit: when the bucket is empty, the caller still gets a token but is
+told to wait until it has been earned (the bucket goes negative, by at most
+``rate_per_second * max_wait_seconds`` tokens). Waiters are thereby served in order and each
+acquisition costs one round trip, instead of every waiter polling Redis. Once that credit is
+used up the script takes nothing and returns the wait; :meth:`RedisTokenBucket.acquire` sleeps
+it and tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Protocol
+
+from redis.asyncio import Redis
+
+from refund_bench.retry import AsyncSleep
+
+_TAKE_SCRIPT = """
+-- KEYS[1]: the bucket; ARGV: rate per second, burst, max debt (tokens), ttl (ms).
+-- Returns {taken (0/1), wait_ms}: taken=1, wait 0 -> go now; taken=1, wait>0 -> the token is
+-- yours, start after wait_ms; taken=0 -> nothing taken, try again after wait_ms.
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local max_debt = tonumber(ARGV[3])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+local elapsed = now - ts
+if elapsed < 0 then elapsed = 0 end
+tokens = math.min(burst, tokens + elapsed * rate / 1000000)
+if tokens - 1 < -max_debt then
+  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {0, math.ceil((-max_debt + 1 - tokens) * 1000 / rate)}
+end
+tokens = tokens - 1
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if tokens >= 0 then
+  return {1, 0}
+end
+return {1, math.ceil(-tokens * 1000 / rate)}
+"""
+
+
+class RateLimiter(Protocol):
+    """Paces calls to a dependency."""
+
+    async def acquire(self) -> None:
+        """Return when the caller may make one call (possibly after waiting)."""
+        ...
+
+
+class UnlimitedRateLimiter:
+    """A limiter that never waits (tests, tools, endpoints with no quota)."""
+
+    async def acquire(self) -> None:
+        return None
+
+
+class RedisTokenBucket:
+    """A token bucket shared by every process that uses the same Redis and ``name``.
+
+    ``max_wait_seconds`` bounds the credit a caller can take (see the module docstring); a
+    caller that finds it used up polls again after the wait the script returns.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        name: str,
+        rate_per_second: float,
+        burst: int,
+        *,
+        max_wait_seconds: float = 1.0,
+        sleep: AsyncSleep = asyncio.sleep,
+        key_prefix: str = "refund-bench:ratelimit:",
+    ) -> None:
+        if rate_per_second <= 0:
+            raise ValueError("rate_per_second must be > 0")
+        if burst < 1:
+            raise ValueError("burst must be >= 1")
+        if max_wait_seconds < 0:
+            raise ValueError("max_wait_seconds must be >= 0")
+        self._key = f"{key_prefix}{name}"
+        self._rate = rate_per_second
+        self._burst = burst
+        self._max_debt = rate_per_second * max_wait_seconds
+        # An idle bucket is full again after (burst + debt) / rate: let Redis forget it then.
+        self._ttl_ms = math.ceil((burst + self._max_debt) / rate_per_second * 1000) + 1000
+        self._sleep = sleep
+        self._script = redis.register_script(_TAKE_SCRIPT)
+
+    @property
+    def key(self) -> str:
+        """The Redis key of the bucket."""
+        return self._key
+
+    async def try_take(self) -> tuple[bool, float]:
+        """One atomic attempt: (taken, seconds to wait). Taken with a wait means "on credit"."""
+        result = await self._script(
+            keys=[self._key],
+            args=[repr(self._rate), self._burst, repr(self._max_debt), self._ttl_ms],
+        )
+        taken, wait_ms = int(result[0]), int(result[1])
+        return taken == 1, wait_ms / 1000
+
+    async def acquire(self) -> None:
+        """Take one token, sleeping (with the injected sleep) as long as the bucket says."""
+        while True:
+            taken, wait = await self.try_take()
+            if wait > 0:
+                await self._sleep(wait)
+            if taken:
+                return

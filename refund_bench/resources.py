@@ -1,0 +1,25 @@
+"""Async resources a stage opens on its own event loop (see ``StageSpec.startup``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+
+def pg_pool(conninfo: str, max_size: int = 10) -> AsyncConnectionPool[Any]:
+    """A pool that is not opened yet: open it from the stage's startup hook."""
+    return AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False)
+
+
+def lifecycle(
+    *openers: Callable[[], Awaitable[Any]],
+) -> Callable[[], Awaitable[None]]:
+    """One startup/shutdown hook that awaits each callable in order."""
+
+    async def run() -> None:
+        for opener in openers:
+            await opener()
+
+    return run

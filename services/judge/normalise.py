@@ -1,0 +1,93 @@
+"""Code-side normalisation of one judge's answer into the ruling the tally counts.
+
+The model's word is taken only when it is one of the three rulings and, for UPHELD or REJECTED,
+when it cites at least one field that exists in the frozen snapshot. A decisive ruling grounded
+in nothing the judge was shown is treated as the evidence being silent: ESCALATE.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from refund_bench.domain import Ruling
+
+_PREFIXES = ("evidence.", "snapshot.")
+_SPLIT = re.compile(r"[,;\n]")
+_STRIP = " \t\r\n\"'`"
+
+
+@dataclass(frozen=True)
+class NormalisedRuling:
+    """The effective ruling, what the model said, and why they differ (for audit)."""
+
+    ruling: Ruling
+    model_ruling: str
+    cited_known: tuple[str, ...]
+    cited_unknown: tuple[str, ...]
+    reason: str
+
+    @property
+    def changed(self) -> bool:
+        """True when code overrode the model's ruling."""
+        return self.ruling.value != self.model_ruling.strip().upper()
+
+
+def _citations(evidence_cited: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for entry in evidence_cited:
+        for part in _SPLIT.split(entry):
+            cleaned = part.strip(_STRIP)
+            if cleaned:
+                out.append(cleaned)
+    return out
+
+
+def _key(field: str) -> str:
+    key = field.strip(_STRIP).casefold()
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+    return key
+
+
+def normalise(
+    model_ruling: str, evidence_cited: Sequence[str], allowed_fields: frozenset[str]
+) -> NormalisedRuling:
+    """Normalise one answer; see :func:`normalise_ruling` for the rule.
+
+    Ruling words are matched case-insensitively after trimming. Citations are split on commas,
+    semicolons and newlines, trimmed of quotes, and compared case-insensitively, with an optional
+    ``evidence.`` or ``snapshot.`` prefix ignored.
+    """
+    allowed = {_key(field) for field in allowed_fields}
+    cited = _citations(evidence_cited)
+    known = tuple(c for c in cited if _key(c) in allowed)
+    unknown = tuple(c for c in cited if _key(c) not in allowed)
+
+    try:
+        ruling = Ruling(model_ruling.strip().upper())
+    except ValueError:
+        return NormalisedRuling(
+            Ruling.ESCALATE, model_ruling, known, unknown, f"unknown ruling {model_ruling!r}"
+        )
+    if ruling is not Ruling.ESCALATE and not known:
+        reason = (
+            f"{ruling} cites no field of the evidence snapshot"
+            if not cited
+            else f"{ruling} cites only fields not in the snapshot: {', '.join(unknown)}"
+        )
+        return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
+    return NormalisedRuling(ruling, model_ruling, known, unknown, "as ruled by the model")
+
+
+def normalise_ruling(
+    model_ruling: str, evidence_cited: Sequence[str], allowed_fields: frozenset[str]
+) -> Ruling:
+    """The ruling the tally counts.
+
+    Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
+    ESCALATE; otherwise the model's ruling.
+    """
+    return normalise(model_ruling, evidence_cited, allowed_fields).ruling

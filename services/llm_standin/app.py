@@ -1,0 +1,285 @@
+"""The stand-in's HTTP surface: an OpenAI-compatible ``/v1/chat/completions`` and its admin.
+
+The completions handler is a plain Starlette endpoint that parses the body with ``json``
+directly: no pydantic model, no dependency injection, so that it stays fast at 0 ms latency.
+Faults are drawn from one seeded RNG, one draw per completion request, so a run with the same
+seed and the same request order injects the same faults. A queue of scripted faults
+(``next_faults``) takes precedence, for tests that need "429 on the next two calls".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.llm_standin.rules import ROLE_BY_SCHEMA, RuleError, answer, schema_errors
+
+FaultKind = Literal["429", "5xx", "timeout", "malformed"]
+MODEL_ID = "refund-bench-standin"
+
+
+class FaultSettings(BaseModel):
+    """Fault injection: per-request probabilities (summing to at most 1) and latency."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    latency_ms: int = Field(default=0, ge=0)
+    rate_429: float = Field(default=0.0, ge=0.0, le=1.0)
+    rate_5xx: float = Field(default=0.0, ge=0.0, le=1.0)
+    rate_timeout: float = Field(default=0.0, ge=0.0, le=1.0)
+    rate_malformed: float = Field(default=0.0, ge=0.0, le=1.0)
+    timeout_seconds: float = Field(default=30.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _rates_sum(self) -> FaultSettings:
+        if self.rate_429 + self.rate_5xx + self.rate_timeout + self.rate_malformed > 1.0:
+            raise ValueError("the fault rates must sum to at most 1")
+        return self
+
+
+class FaultUpdate(BaseModel):
+    """Body of ``POST /admin/faults``: any subset of the settings, a new seed, scripted faults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency_ms: int | None = Field(default=None, ge=0)
+    rate_429: float | None = Field(default=None, ge=0.0, le=1.0)
+    rate_5xx: float | None = Field(default=None, ge=0.0, le=1.0)
+    rate_timeout: float | None = Field(default=None, ge=0.0, le=1.0)
+    rate_malformed: float | None = Field(default=None, ge=0.0, le=1.0)
+    timeout_seconds: float | None = Field(default=None, ge=0.0)
+    seed: int | None = None
+    next_faults: list[FaultKind] | None = None
+
+
+@dataclass
+class Stats:
+    """Counters reported by ``GET /stats``; zeroed by ``POST /admin/reset``."""
+
+    total_calls: int = 0
+    by_role: Counter[str] = field(default_factory=Counter)
+    by_dispute: Counter[str] = field(default_factory=Counter)
+    faults_injected: Counter[str] = field(default_factory=Counter)
+    rejected: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "total_calls": self.total_calls,
+            "by_role": dict(self.by_role),
+            "by_dispute": dict(self.by_dispute),
+            "faults_injected": dict(self.faults_injected),
+            "rejected_requests": self.rejected,
+        }
+
+
+class StandinState:
+    """Everything the server keeps: fault settings, the seeded RNG, scripted faults, stats."""
+
+    def __init__(self, faults: FaultSettings, seed: int) -> None:
+        self.faults = faults
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.next_faults: deque[FaultKind] = deque()
+        self.stats = Stats()
+        self.ids = itertools.count(1)
+
+    def reset(self) -> None:
+        """Zero the stats, re-seed the RNG and drop scripted faults (settings are kept)."""
+        self.stats = Stats()
+        self.rng = random.Random(self.seed)
+        self.next_faults.clear()
+        self.ids = itertools.count(1)
+
+    def draw_fault(self) -> FaultKind | None:
+        """The fault for this request: the next scripted one, else one seeded draw."""
+        roll = self.rng.random()  # always draw, so the sequence depends on the count alone
+        if self.next_faults:
+            return self.next_faults.popleft()
+        f = self.faults
+        for kind, rate in (
+            ("429", f.rate_429),
+            ("5xx", f.rate_5xx),
+            ("timeout", f.rate_timeout),
+            ("malformed", f.rate_malformed),
+        ):
+            if roll < rate:
+                return kind  # type: ignore[return-value]
+            roll -= rate
+        return None
+
+
+def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return Response(
+        json.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def _completion(state: StandinState, model: str, content: str, prompt_chars: int) -> Response:
+    prompt_tokens = max(1, prompt_chars // 4)
+    completion_tokens = max(1, len(content) // 4)
+    body = {
+        "id": f"chatcmpl-standin-{next(state.ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+
+
+def _schema_of(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    response_format = payload.get("response_format")
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        raise RuleError("response_format must be {'type': 'json_schema', 'json_schema': {...}}")
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise RuleError("response_format.json_schema.name is required")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise RuleError("response_format.json_schema.schema must be an object")
+    return spec["name"], schema
+
+
+def _number_or_none(value: object, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RuleError(f"{name} must be a number")
+    return float(value)
+
+
+def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
+    """A fresh stand-in application with its own state (no globals)."""
+    state = StandinState(faults or FaultSettings(), seed)
+    app = FastAPI(
+        title="Refund Bench LLM stand-in",
+        description="Deterministic OpenAI-compatible stand-in; not the product's judgement.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.standin = state
+
+    async def chat_completions(request: Request) -> Response:
+        stats = state.stats
+        stats.total_calls += 1
+        dispute = request.headers.get("x-refund-bench-dispute")
+        if dispute:
+            stats.by_dispute[dispute] += 1
+        body = await request.body()
+        try:
+            payload = json.loads(body)
+            if not isinstance(payload, dict):
+                raise RuleError("the request body must be a JSON object")
+            schema_name, schema = _schema_of(payload)
+            stats.by_role[ROLE_BY_SCHEMA.get(schema_name, "unknown")] += 1
+            seed_value = payload.get("seed")
+            if seed_value is not None and (
+                isinstance(seed_value, bool) or not isinstance(seed_value, int)
+            ):
+                raise RuleError("seed must be an integer")
+            temperature = _number_or_none(payload.get("temperature"), "temperature")
+            model = payload.get("model")
+            model = model if isinstance(model, str) else MODEL_ID
+            messages = payload.get("messages")
+            result = answer(schema_name, messages, seed=seed_value, temperature=temperature)
+        except ValueError as exc:
+            stats.rejected += 1
+            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
+        except RuleError as exc:
+            stats.rejected += 1
+            return _error(400, exc.message, "invalid_request_error")
+
+        fault = state.draw_fault()
+        if state.faults.latency_ms:
+            await asyncio.sleep(state.faults.latency_ms / 1000)
+        if fault is not None:
+            stats.faults_injected[fault] += 1
+            if fault == "429":
+                return _error(
+                    429, "stand-in: rate limit (injected)", "rate_limit_exceeded",
+                    {"retry-after": "1"},
+                )  # fmt: skip
+            if fault == "5xx":
+                return _error(500, "stand-in: server error (injected)", "server_error")
+            if fault == "timeout":
+                await asyncio.sleep(state.faults.timeout_seconds)
+                return _error(504, "stand-in: gateway timeout (injected)", "timeout")
+
+        content = json.dumps(result, ensure_ascii=False)
+        problems = schema_errors(result, schema)
+        if problems:
+            stats.rejected += 1
+            return _error(
+                400,
+                f"stand-in cannot honour the {schema_name!r} schema sent: {'; '.join(problems[:5])}",
+                "invalid_request_error",
+            )
+        if fault == "malformed":
+            content = content[: max(1, len(content) // 2)]  # truncated JSON, as if cut off
+        return _completion(state, model, content, len(body))
+
+    app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "refund-bench"}],
+        }
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        return {
+            **state.stats.as_json(),
+            "faults": state.faults.model_dump(),
+            "seed": state.seed,
+            "next_faults": list(state.next_faults),
+        }
+
+    @app.post("/admin/reset")
+    async def reset() -> dict[str, str]:
+        state.reset()
+        return {"status": "reset"}
+
+    @app.post("/admin/faults")
+    async def set_faults(update: FaultUpdate) -> JSONResponse:
+        changes = update.model_dump(exclude_none=True, exclude={"seed", "next_faults"})
+        try:
+            state.faults = FaultSettings.model_validate({**state.faults.model_dump(), **changes})
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc)}}, status_code=422)
+        if update.seed is not None:
+            state.seed = update.seed
+            state.rng = random.Random(update.seed)
+        if update.next_faults is not None:
+            state.next_faults = deque(update.next_faults)
+        return JSONResponse({"faults": state.faults.model_dump(), "seed": state.seed})
+
+    return app

@@ -1,0 +1,38 @@
+"""``python -m services.payout``: pay auto-approved refunds through Stripe, at most once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from refund_bench.config import StageSettings
+from refund_bench.resources import lifecycle, pg_pool
+from refund_bench.retry import RetryPolicy
+from refund_bench.service import configure_logging, run_stage
+from services.payout.handler import PayoutHandler
+from services.payout.ledger import PayoutLedger
+from services.payout.payments import StripePayments
+
+
+class Settings(StageSettings):
+    stripe_api_key: SecretStr = SecretStr("sk_test_123")
+    stripe_api_base: str = "http://127.0.0.1:12111"
+    batch_max_records: int = 200
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    pool = pg_pool(settings.database_url.get_secret_value(), max_size=20)
+    payments = StripePayments(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base)
+    handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy())
+    spec = dataclasses.replace(
+        handler.spec(), startup=lifecycle(pool.open), shutdown=lifecycle(pool.close)
+    )
+    run_stage(spec, settings, CollectorRegistry())
+
+
+if __name__ == "__main__":
+    main()

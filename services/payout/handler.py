@@ -1,0 +1,107 @@
+"""The payout stage: payout.requested -> payout.completed / payout.failed.
+
+At most one refund per (dispute, round): the ledger row is written before the provider is
+called, a settled round never reaches the provider again, and every provider call for the round
+carries the same idempotency key, so a crash between the call and the ledger update replays the
+same refund instead of creating a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.errors import InvalidInput
+from refund_bench.retry import RetryPolicy
+from refund_bench.runtime import Context, Emit, Message, StageSpec
+from services.payout.ledger import LedgerRow, PayoutLedger
+from services.payout.payments import PaymentRejected, Payments, idempotency_key
+
+
+class PayoutHandler:
+    def __init__(self, ledger: PayoutLedger, payments: Payments, retry: RetryPolicy) -> None:
+        self._ledger = ledger
+        self._payments = payments
+        self._retry = retry
+
+    def spec(self) -> StageSpec:
+        return StageSpec(
+            "payout", (t.PAYOUT_REQUESTED,), (t.PAYOUT_COMPLETED, t.PAYOUT_FAILED), self.handle
+        )
+
+    async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
+        request = ev.parse(ev.PayoutRequested, message.value)
+        if request.amount_minor <= 0:
+            raise InvalidInput(f"payout amount must be positive, got {request.amount_minor}")
+        if not request.payment_reference:
+            raise InvalidInput("payout request has no payment reference")
+        key = idempotency_key(request.dispute_id, request.round)
+        row = await self._ledger.open_round(
+            dispute_id=request.dispute_id,
+            round_=request.round,
+            amount_minor=request.amount_minor,
+            currency=request.currency,
+            payment_reference=request.payment_reference,
+            idempotency_key=key,
+        )
+        if row.amount_minor != request.amount_minor or row.currency != request.currency:
+            return [
+                _failed(
+                    row,
+                    "LEDGER_CONFLICT",
+                    f"round already recorded for {row.amount_minor} {row.currency}",
+                )
+            ]
+        if row.status == "PENDING":
+            row = await self._pay(request, row)
+        if row.status == "SUCCEEDED":
+            return [_completed(row)]
+        return [_failed(row, row.error_code or "FAILED", row.error_message or "")]
+
+    async def _pay(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
+        def call() -> str:
+            return self._payments.refund(
+                payment_reference=request.payment_reference,
+                amount_minor=request.amount_minor,
+                currency=request.currency.lower(),
+                idempotency_key=row.idempotency_key,
+                metadata={"dispute_id": request.dispute_id, "round": str(request.round)},
+            )
+
+        await self._ledger.record_attempt(request.dispute_id, request.round)
+        try:
+            refund_id = await asyncio.to_thread(self._retry.run, call)
+        except PaymentRejected as exc:
+            return await self._ledger.settle(
+                request.dispute_id, request.round, error_code=exc.code, error_message=exc.message
+            )
+        return await self._ledger.settle(request.dispute_id, request.round, refund_id=refund_id)
+
+
+def _completed(row: LedgerRow) -> Emit:
+    event = ev.PayoutCompleted(
+        dispute_id=row.dispute_id,
+        round=row.round,
+        amount_minor=row.amount_minor,
+        currency=row.currency,
+        stripe_refund_id=row.stripe_refund_id or "",
+        idempotency_key=row.idempotency_key,
+        completed_at=ev.now(),
+    )
+    return Emit(t.PAYOUT_COMPLETED.name, row.dispute_id, event.to_avro())
+
+
+def _failed(row: LedgerRow, code: str, reason: str) -> Emit:
+    event = ev.PayoutFailed(
+        dispute_id=row.dispute_id,
+        round=row.round,
+        amount_minor=row.amount_minor,
+        currency=row.currency,
+        error_code=code,
+        reason=reason,
+        idempotency_key=row.idempotency_key,
+        failed_at=ev.now(),
+    )
+    return Emit(t.PAYOUT_FAILED.name, row.dispute_id, event.to_avro())

@@ -1,0 +1,98 @@
+"""The payout ledger in PostgreSQL: one row per (dispute, settlement round).
+
+The row is written (PENDING) before the provider is called; a round already SUCCEEDED or
+FAILED is answered from the ledger without calling the provider again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+Status = Literal["PENDING", "SUCCEEDED", "FAILED"]
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    dispute_id: str
+    round: int
+    amount_minor: int
+    currency: str
+    idempotency_key: str
+    status: Status
+    stripe_refund_id: str | None
+    error_code: str | None
+    error_message: str | None
+
+
+class PayoutLedger:
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    async def open_round(
+        self,
+        *,
+        dispute_id: str,
+        round_: int,
+        amount_minor: int,
+        currency: str,
+        payment_reference: str,
+        idempotency_key: str,
+    ) -> LedgerRow:
+        """Insert the round as PENDING unless it exists; return the row as stored."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+                " payment_reference, idempotency_key, status)"
+                " VALUES (%s, %s, %s, %s, %s, %s, 'PENDING')"
+                " ON CONFLICT (dispute_id, round) DO NOTHING",
+                (dispute_id, round_, amount_minor, currency, payment_reference, idempotency_key),
+            )
+            return await self._get(conn, dispute_id, round_)
+
+    async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                "SELECT dispute_id, round, amount_minor, currency, idempotency_key, status,"
+                " stripe_refund_id, error_code, error_message FROM payout_ledger"
+                " WHERE dispute_id = %s AND round = %s",
+                (dispute_id, round_),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise RuntimeError(f"ledger row {dispute_id}/{round_} vanished")
+        return LedgerRow(**row)
+
+    async def record_attempt(self, dispute_id: str, round_: int) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE payout_ledger SET attempts = attempts + 1, updated_at = now()"
+                " WHERE dispute_id = %s AND round = %s",
+                (dispute_id, round_),
+            )
+
+    async def settle(
+        self,
+        dispute_id: str,
+        round_: int,
+        *,
+        refund_id: str | None = None,
+        error_code: str | None = None,
+        error_message: str | None = None,
+    ) -> LedgerRow:
+        """Move a PENDING round to SUCCEEDED (with ``refund_id``) or FAILED; returns the row.
+
+        A round that is no longer PENDING keeps its first outcome.
+        """
+        status: Status = "SUCCEEDED" if refund_id is not None else "FAILED"
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,"
+                " error_message = %s, updated_at = now()"
+                " WHERE dispute_id = %s AND round = %s AND status = 'PENDING'",
+                (status, refund_id, error_code, error_message, dispute_id, round_),
+            )
+            return await self._get(conn, dispute_id, round_)

@@ -1,0 +1,87 @@
+"""The payments port and its Stripe adapter.
+
+Every refund request carries an idempotency key derived from (dispute, settlement round), so a
+retry after a timeout or a crash can never create a second refund at Stripe.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import stripe
+
+from refund_bench.errors import RefundBenchError, TransientError
+
+
+class PaymentRejected(RefundBenchError):  # noqa: N818
+    """The provider refused the refund for good (card, request or idempotency error)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def idempotency_key(dispute_id: str, settlement_round: int) -> str:
+    """The one key used for every attempt to pay this dispute's round."""
+    return f"refund-bench:{dispute_id}:round-{settlement_round}"
+
+
+class Payments(Protocol):
+    def refund(
+        self,
+        *,
+        payment_reference: str,
+        amount_minor: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: dict[str, str],
+    ) -> str:
+        """Create (or replay) the refund; returns the provider's refund id.
+
+        Raises :class:`TransientError` for 429/5xx/connection failures (safe to retry with the
+        same key) and :class:`PaymentRejected` for failures a retry cannot fix.
+        """
+        ...
+
+
+class StripePayments:
+    """Refunds through the Stripe API (or stripe-mock) with an explicit client object."""
+
+    def __init__(self, api_key: str, api_base: str | None = None) -> None:
+        self._client = stripe.StripeClient(
+            api_key,
+            base_addresses={"api": api_base} if api_base else None,
+            max_network_retries=0,  # the stage retries, with its own backoff policy
+        )
+
+    def refund(
+        self,
+        *,
+        payment_reference: str,
+        amount_minor: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: dict[str, str],
+    ) -> str:
+        try:
+            refund = self._client.v1.refunds.create(
+                params={
+                    "payment_intent": payment_reference,
+                    "amount": amount_minor,
+                    "metadata": metadata,
+                    "reason": "requested_by_customer",
+                },
+                options={"idempotency_key": idempotency_key},
+            )
+        except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
+            raise TransientError(f"stripe: {type(exc).__name__}") from exc
+        except stripe.APIError as exc:
+            raise TransientError(f"stripe: {exc.http_status} {type(exc).__name__}") from exc
+        except stripe.StripeError as exc:
+            status = exc.http_status or 0
+            if status == 429 or status >= 500:
+                raise TransientError(f"stripe: HTTP {status}") from exc
+            code = exc.code or type(exc).__name__
+            raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
+        return str(refund.id)

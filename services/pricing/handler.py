@@ -1,0 +1,173 @@
+"""The pricing stage: verdict.decided + review.decided -> refund.priced, exactly once.
+
+Per dispute, the ``pricing.disputes`` store keeps the verdicts so far, the reviewers' decisions
+already applied, the last settlement round and what earlier rounds approved. When the N-th
+verdict arrives, round 1 is priced; each new review decision re-prices the next round, which
+may pay only what earlier rounds have not approved. Both inputs are keyed by dispute_id and
+co-partitioned; the range assignor gives one instance the same partition of both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.domain import Category, Decision, ReviewDecision, Ruling
+from refund_bench.errors import InvalidInput
+from refund_bench.runtime import Context, Emit, Message, StageSpec
+from services.pricing.table import (
+    GrievanceVerdict,
+    PricedRefund,
+    ReviewOverrides,
+    price_refund,
+)
+
+STORE = "disputes"
+SnapshotLookup = Callable[[str], Mapping[str, Any]]
+
+_PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
+
+
+class PricingHandler:
+    def __init__(self, snapshots: SnapshotLookup, cap_minor: int) -> None:
+        self._snapshots = snapshots
+        self._cap_minor = cap_minor
+
+    def spec(self) -> StageSpec:
+        return StageSpec(
+            "pricing",
+            (t.VERDICT_DECIDED, t.REVIEW_DECIDED),
+            (t.REFUND_PRICED,),
+            self.handle,
+            store=STORE,
+            assignment="range",
+        )
+
+    def handle(self, message: Message, ctx: Context) -> Sequence[Emit]:
+        store = ctx.store()
+        if message.topic == t.VERDICT_DECIDED.name:
+            verdict = ev.parse(ev.VerdictDecided, message.value)
+            state = store.get(verdict.dispute_id) or _new_state(verdict)
+            if verdict.grievance_id in state["verdicts"]:
+                return ()
+            state["verdicts"][verdict.grievance_id] = {
+                "category": verdict.category,
+                "outcome": verdict.outcome,
+                "item_name": verdict.item_name,
+                "item_quantity": verdict.item_quantity,
+            }
+            dispute_id = verdict.dispute_id
+        else:
+            review = ev.parse(ev.ReviewDecided, message.value)
+            state = store.get(review.dispute_id)
+            if state is None:
+                raise InvalidInput(f"review {review.review_id} for unknown dispute")
+            if review.review_id in state["reviews"]:
+                return ()
+            state["reviews"].append(review.review_id)
+            state["overrides"] = _apply(state["overrides"], review)
+            dispute_id = review.dispute_id
+        outputs: list[Emit] = []
+        complete = len(state["verdicts"]) == state["grievance_total"]
+        if complete and (state["round"] == 0 or message.topic == t.REVIEW_DECIDED.name):
+            outputs.append(self._price(dispute_id, state))
+        store.put(dispute_id, state)
+        return outputs
+
+    def _price(self, dispute_id: str, state: dict[str, Any]) -> Emit:
+        verdicts = [
+            GrievanceVerdict(
+                grievance_id=gid,
+                category=Category(v["category"]),
+                outcome=Ruling(v["outcome"]),
+                item_name=v["item_name"],
+                item_quantity=v["item_quantity"],
+            )
+            for gid, v in state["verdicts"].items()
+        ]
+        priced = price_refund(
+            verdicts,
+            self._snapshots(state["snapshot_sha256"]),
+            cap_minor=self._cap_minor,
+            already_approved_minor=state["approved_minor"],
+            overrides=_overrides(state["overrides"]),
+        )
+        state["round"] += 1
+        if priced.decision in _PAYING:
+            state["approved_minor"] += priced.payable_minor
+        event = to_event(
+            priced, dispute_id, state["order_id"], state["round"], state["snapshot_sha256"]
+        )
+        return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro())
+
+
+def to_event(
+    priced: PricedRefund, dispute_id: str, order_id: str, round_: int, snapshot_sha256: str
+) -> ev.RefundPriced:
+    """The ``refund.priced`` event of one priced round."""
+    return ev.RefundPriced(
+        dispute_id=dispute_id,
+        order_id=order_id,
+        round=round_,
+        pricing_version=priced.pricing_version,
+        currency=priced.currency,
+        order_total_minor=priced.order_total_minor,
+        lines=[
+            ev.PricedLineEvent(
+                grievance_id=line.grievance_id,
+                category=line.category.value,
+                outcome=line.outcome.value,
+                status=line.status.value,
+                amount_minor=line.amount_minor,
+                proposed_minor=line.proposed_minor,
+                rule=line.rule,
+                item_name=line.item_name,
+                quantity=line.quantity,
+            )
+            for line in priced.lines
+        ],
+        total_minor=priced.total_minor,
+        already_paid_minor=priced.already_paid_minor,
+        payable_minor=priced.payable_minor,
+        cap_minor=priced.cap_minor,
+        decision=priced.decision.value,
+        held_grievances=list(priced.held_grievances),
+        reason=priced.reason,
+        snapshot_sha256=snapshot_sha256,
+        priced_at=ev.now(),
+    )
+
+
+def _new_state(verdict: ev.VerdictDecided) -> dict[str, Any]:
+    return {
+        "order_id": verdict.order_id,
+        "grievance_total": verdict.grievance_total,
+        "snapshot_sha256": verdict.snapshot_sha256,
+        "verdicts": {},
+        "reviews": [],
+        "overrides": {"grievances": {}, "dispute": None},
+        "round": 0,
+        "approved_minor": 0,
+    }
+
+
+def _overrides(raw: Mapping[str, Any]) -> ReviewOverrides:
+    dispute = raw.get("dispute")
+    return ReviewOverrides(
+        grievances={gid: Ruling(r) for gid, r in raw["grievances"].items()},
+        dispute=ReviewDecision(dispute) if dispute else None,
+    )
+
+
+def _apply(raw: Mapping[str, Any], review: ev.ReviewDecided) -> dict[str, Any]:
+    try:
+        decision = ReviewDecision(review.decision)
+    except ValueError as exc:
+        raise InvalidInput(f"unknown review decision {review.decision!r}") from exc
+    updated = _overrides(raw).with_review(decision, review.grievance_id)
+    return {
+        "grievances": {gid: r.value for gid, r in updated.grievances.items()},
+        "dispute": updated.dispute.value if updated.dispute else None,
+    }

@@ -1,0 +1,375 @@
+"""The versioned pricing table and the auto-approve cap: how much money a dispute may move.
+
+Pure and deterministic: the same verdicts, snapshot, cap, earlier approvals and review decisions
+always give the same :class:`PricedRefund`. All amounts are ``int`` minor units; nothing here is
+ever taken from a model's output. Safety bounds, in order:
+
+- a line pays only when its (reviewed) outcome is UPHELD; ESCALATE lines are HELD and pay 0;
+- quantities never exceed what was ordered, and the lines naming one item together never pay more
+  than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
+- the total never exceeds what the order cost (``charged_total_minor``);
+- a total above the cap is never paid automatically: it waits for a reviewer's APPROVE;
+- what is payable this round is the total minus what earlier rounds approved, never below 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from refund_bench.domain import (
+    Category,
+    Decision,
+    LineItem,
+    LineStatus,
+    MinorUnits,
+    OrderRecord,
+    ReviewDecision,
+    Ruling,
+)
+from refund_bench.errors import InvalidInput
+
+PRICING_VERSION = "2026-12-01.v1"
+DEFAULT_CAP_MINOR: MinorUnits = 100_000
+LATE_DELIVERY_FLAT_MINOR: Mapping[str, MinorUnits] = {"INR": 4900}
+"""Flat late-delivery compensation per currency; a currency not listed pays 0 for lateness."""
+
+_ITEM_PRICED = frozenset(
+    {Category.MISSING_ITEM, Category.WRONG_ITEM, Category.PACKAGING, Category.QUALITY}
+)
+_ONCE_PER_DISPUTE = frozenset({Category.LATE_DELIVERY, Category.BILLING})
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GrievanceVerdict(_Frozen):
+    """The tally's outcome for one grievance, with the item and quantity the claim names."""
+
+    grievance_id: str
+    category: Category
+    outcome: Ruling
+    item_name: str | None = None
+    item_quantity: int | None = None
+
+
+class ReviewOverrides(_Frozen):
+    """Reviewers' decisions so far: per-grievance UPHELD/REJECTED, and APPROVE/DECLINE for the
+    dispute as a whole."""
+
+    grievances: Mapping[str, Ruling] = Field(default_factory=dict)
+    dispute: ReviewDecision | None = None
+
+    @field_validator("grievances")
+    @classmethod
+    def _decisive(cls, value: Mapping[str, Ruling]) -> Mapping[str, Ruling]:
+        bad = sorted(gid for gid, ruling in value.items() if ruling is Ruling.ESCALATE)
+        if bad:
+            raise ValueError(f"a review override must be UPHELD or REJECTED: {bad}")
+        return dict(value)
+
+    @field_validator("dispute")
+    @classmethod
+    def _dispute_level(cls, value: ReviewDecision | None) -> ReviewDecision | None:
+        if value not in (None, ReviewDecision.APPROVE, ReviewDecision.DECLINE):
+            raise ValueError(f"a dispute review must be APPROVE or DECLINE, got {value}")
+        return value
+
+    def with_review(self, decision: ReviewDecision, grievance_id: str | None) -> ReviewOverrides:
+        """These overrides plus one ``review.decided``; a later review of the same target wins.
+
+        UPHOLD/REJECT need a ``grievance_id``; APPROVE/DECLINE apply to the dispute.
+        """
+        if decision in (ReviewDecision.APPROVE, ReviewDecision.DECLINE):
+            return ReviewOverrides(grievances=self.grievances, dispute=decision)
+        if grievance_id is None:
+            raise InvalidInput(f"review decision {decision} needs a grievance_id")
+        ruling = Ruling.UPHELD if decision is ReviewDecision.UPHOLD else Ruling.REJECTED
+        return ReviewOverrides(
+            grievances={**self.grievances, grievance_id: ruling}, dispute=self.dispute
+        )
+
+
+class PricedLine(_Frozen):
+    """One grievance's line: what it pays now and what its rule gives if upheld."""
+
+    grievance_id: str
+    category: Category
+    outcome: Ruling
+    status: LineStatus
+    amount_minor: MinorUnits = Field(ge=0)
+    proposed_minor: MinorUnits = Field(ge=0)
+    rule: str
+    item_name: str | None = None
+    quantity: int | None = None
+
+
+class PricedRefund(_Frozen):
+    """The priced refund of one settlement round (the body of ``refund.priced``)."""
+
+    lines: tuple[PricedLine, ...]
+    total_minor: MinorUnits = Field(ge=0)
+    already_paid_minor: MinorUnits = Field(ge=0)
+    payable_minor: MinorUnits = Field(ge=0)
+    cap_minor: MinorUnits = Field(ge=0)
+    decision: Decision
+    held_grievances: tuple[str, ...]
+    reason: str
+    order_total_minor: MinorUnits = Field(ge=0)
+    currency: str
+    pricing_version: str = PRICING_VERSION
+
+
+class _Derived(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    delay_minutes: int | None
+    sla_exceeded: bool | None
+    overcharge_minor: int = Field(ge=0)
+    expected_items_total_minor: int = Field(ge=0)
+
+
+def _read_snapshot(snapshot: Mapping[str, Any]) -> tuple[OrderRecord, _Derived]:
+    try:
+        order = OrderRecord.model_validate(snapshot["order"])
+        derived = _Derived.model_validate(snapshot["derived"])
+    except (KeyError, TypeError, ValidationError) as exc:
+        raise InvalidInput(f"evidence snapshot is malformed: {exc}") from exc
+    return order, derived
+
+
+def _natural_key(grievance_id: str) -> tuple[str, int, str]:
+    match = re.fullmatch(r"(\D*)(\d+)", grievance_id)
+    if match is None:
+        return (grievance_id, -1, grievance_id)
+    return (match.group(1), int(match.group(2)), grievance_id)
+
+
+class _Rule:
+    """One line's rule result before the per-item and per-dispute bounds."""
+
+    def __init__(self, amount: int, text: str, quantity: int | None = None) -> None:
+        self.amount = amount
+        self.text = text
+        self.quantity = quantity
+
+
+def _item_rule(verdict: GrievanceVerdict, item: LineItem | None) -> _Rule:
+    category = verdict.category
+    if item is None:
+        return _Rule(0, f"{category}: no item named, 0")
+    claimed = 1 if verdict.item_quantity is None else verdict.item_quantity
+    quantity = max(0, min(claimed, item.quantity))
+    note = "" if quantity == claimed else f" (claimed {claimed}, ordered {item.quantity})"
+    price = item.unit_price_minor * quantity
+    basis = f"{quantity} x {item.unit_price_minor} ({item.name}){note}"
+    if category is Category.QUALITY:
+        return _Rule(price // 2, f"QUALITY: half of {basis} = {price // 2}", quantity)
+    return _Rule(price, f"{category}: {basis}", quantity)
+
+
+def _rule(
+    verdict: GrievanceVerdict, order: OrderRecord, derived: _Derived, item: LineItem | None
+) -> _Rule:
+    category = verdict.category
+    if category in _ITEM_PRICED:
+        return _item_rule(verdict, item)
+    if category is Category.LATE_DELIVERY:
+        flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
+        sla = order.delivery_sla_minutes
+        if derived.sla_exceeded is None:
+            return _Rule(0, "LATE_DELIVERY: 0, delivery time or SLA not recorded")
+        if not derived.sla_exceeded:
+            return _Rule(
+                0,
+                f"LATE_DELIVERY: 0, delivered {derived.delay_minutes} min after placing, "
+                f"within the SLA of {sla} min",
+            )
+        if flat is None:
+            return _Rule(0, f"LATE_DELIVERY: 0, no flat amount for {order.currency}")
+        return _Rule(
+            flat,
+            f"LATE_DELIVERY: flat {flat} (delivered {derived.delay_minutes} min after placing, "
+            f"SLA {sla} min)",
+        )
+    if category is Category.BILLING:
+        over = derived.overcharge_minor
+        if over == 0:
+            return _Rule(0, "BILLING: 0, the charged total is not above the expected total")
+        return _Rule(
+            over,
+            f"BILLING: overcharge {over} (charged {order.charged_total_minor}, "
+            f"expected {derived.expected_items_total_minor})",
+        )
+    return _Rule(0, f"{category}: no monetary compensation, 0")
+
+
+class _Bounds:
+    """Per-item budgets and per-dispute categories already paid."""
+
+    def __init__(self, order: OrderRecord) -> None:
+        self.left = {item.name: item.unit_price_minor * item.quantity for item in order.line_items}
+        self.paid_by: dict[Category, str] = {}
+
+    def bound(self, verdict: GrievanceVerdict, rule: _Rule) -> _Rule:
+        category = verdict.category
+        if category in _ONCE_PER_DISPUTE and category in self.paid_by:
+            return _Rule(0, f"{category}: 0, already paid by {self.paid_by[category]}")
+        if category in _ITEM_PRICED and verdict.item_name is not None:
+            left = self.left[verdict.item_name]
+            if rule.amount > left:
+                text = f"{rule.text}; capped at {left} left of the {verdict.item_name} line total"
+                return _Rule(left, text, rule.quantity)
+        return rule
+
+    def consume(self, verdict: GrievanceVerdict, amount: int) -> None:
+        if amount <= 0:
+            return
+        if verdict.category in _ONCE_PER_DISPUTE:
+            self.paid_by[verdict.category] = verdict.grievance_id
+        if verdict.category in _ITEM_PRICED and verdict.item_name is not None:
+            self.left[verdict.item_name] -= amount
+
+
+def _line(verdict: GrievanceVerdict, outcome: Ruling, rule: _Rule) -> PricedLine:
+    if outcome is Ruling.UPHELD:
+        status = LineStatus.PAY if rule.amount > 0 else LineStatus.ZERO
+        amount = rule.amount
+    elif outcome is Ruling.REJECTED:
+        status, amount = LineStatus.REJECTED, 0
+    else:
+        status, amount = LineStatus.HELD, 0
+    return PricedLine(
+        grievance_id=verdict.grievance_id,
+        category=verdict.category,
+        outcome=outcome,
+        status=status,
+        amount_minor=amount,
+        proposed_minor=rule.amount,
+        rule=rule.text,
+        item_name=verdict.item_name,
+        quantity=rule.quantity if rule.quantity is not None else verdict.item_quantity,
+    )
+
+
+def _check_inputs(
+    verdicts: Sequence[GrievanceVerdict],
+    order: OrderRecord,
+    cap_minor: int,
+    already_approved_minor: int,
+    overrides: ReviewOverrides,
+) -> dict[str, LineItem]:
+    if cap_minor < 0:
+        raise InvalidInput(f"cap_minor must be >= 0, got {cap_minor}")
+    if not 0 <= already_approved_minor <= order.charged_total_minor:
+        raise InvalidInput(
+            f"already approved {already_approved_minor} is outside 0..{order.charged_total_minor}"
+        )
+    ids = [v.grievance_id for v in verdicts]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput(f"duplicate grievance ids in {ids}")
+    unknown = sorted(set(overrides.grievances) - set(ids))
+    if unknown:
+        raise InvalidInput(f"review overrides for grievances not in the dispute: {unknown}")
+    items = {item.name: item for item in order.line_items}
+    for verdict in verdicts:
+        if verdict.item_name is not None and verdict.item_name not in items:
+            raise InvalidInput(
+                f"{verdict.grievance_id} names {verdict.item_name!r}, not a line item of the order"
+            )
+    return items
+
+
+def price_refund(
+    verdicts: Sequence[GrievanceVerdict],
+    snapshot: Mapping[str, Any],
+    *,
+    cap_minor: MinorUnits = DEFAULT_CAP_MINOR,
+    already_approved_minor: MinorUnits = 0,
+    overrides: ReviewOverrides | None = None,
+) -> PricedRefund:
+    """Price one settlement round of a dispute.
+
+    ``snapshot`` is the evidence snapshot of :mod:`services.extractor.evidence`;
+    ``already_approved_minor`` is what earlier rounds approved. Raises :class:`InvalidInput` for
+    a malformed snapshot, an item name not on the order, duplicate grievance ids, overrides of
+    unknown grievances, a negative cap, or an earlier approval outside ``0..order total``.
+    """
+    overrides = overrides or ReviewOverrides()
+    order, derived = _read_snapshot(snapshot)
+    items = _check_inputs(verdicts, order, cap_minor, already_approved_minor, overrides)
+
+    ordered = sorted(verdicts, key=lambda v: _natural_key(v.grievance_id))
+    outcomes = {
+        v.grievance_id: overrides.grievances.get(v.grievance_id, v.outcome) for v in ordered
+    }
+    bounds = _Bounds(order)
+    lines: dict[str, PricedLine] = {}
+    # Upheld lines claim the per-item budgets first; the rest are proposed against what is left.
+    for upheld_pass in (True, False):
+        for verdict in ordered:
+            outcome = outcomes[verdict.grievance_id]
+            if (outcome is Ruling.UPHELD) != upheld_pass:
+                continue
+            item = items.get(verdict.item_name) if verdict.item_name is not None else None
+            rule = bounds.bound(verdict, _rule(verdict, order, derived, item))
+            line = _line(verdict, outcome, rule)
+            bounds.consume(verdict, line.amount_minor)
+            lines[verdict.grievance_id] = line
+    priced = tuple(lines[v.grievance_id] for v in ordered)
+    return _decide(priced, order, cap_minor, already_approved_minor, overrides.dispute)
+
+
+def _decide(
+    lines: tuple[PricedLine, ...],
+    order: OrderRecord,
+    cap_minor: int,
+    already: int,
+    dispute: ReviewDecision | None,
+) -> PricedRefund:
+    pay_sum = sum(line.amount_minor for line in lines if line.status is LineStatus.PAY)
+    total = min(pay_sum, order.charged_total_minor)
+    held = tuple(line.grievance_id for line in lines if line.status is LineStatus.HELD)
+    outstanding = max(0, total - already)
+    notes: list[str] = []
+    if pay_sum > total:
+        notes.append(f"lines sum to {pay_sum}, clamped to the order total {total}")
+    if held:
+        notes.append(f"held for review: {', '.join(held)}")
+
+    if dispute is ReviewDecision.DECLINE:
+        decision, payable, why = Decision.DECLINED, 0, "a reviewer declined the dispute"
+    elif dispute is ReviewDecision.APPROVE:
+        decision, payable = Decision.REVIEW_APPROVED, outstanding
+        why = f"a reviewer approved total {total}; {already} approved before, {payable} payable"
+    elif total > cap_minor:
+        decision, payable = Decision.HELD_FOR_REVIEW, 0
+        why = f"total {total} exceeds the auto-approve cap {cap_minor}; nothing paid automatically"
+    elif outstanding > 0:
+        decision, payable = Decision.AUTO_APPROVED, outstanding
+        why = (
+            f"total {total} within the cap {cap_minor}; {already} approved before, "
+            f"{payable} payable"
+        )
+    elif held:
+        decision, payable = Decision.HELD_FOR_REVIEW, 0
+        why = f"nothing payable now (total {total}, {already} approved before)"
+    else:
+        decision, payable = Decision.NOTHING_TO_PAY, 0
+        why = f"nothing payable (total {total}, {already} approved before)"
+    return PricedRefund(
+        lines=lines,
+        total_minor=total,
+        already_paid_minor=already,
+        payable_minor=payable,
+        cap_minor=cap_minor,
+        decision=decision,
+        held_grievances=held,
+        reason="; ".join([why, *notes]),
+        order_total_minor=order.charged_total_minor,
+        currency=order.currency,
+    )

@@ -1,0 +1,26 @@
+"""``python -m services.recorder``: run the audit/review-queue projection."""
+
+from __future__ import annotations
+
+import psycopg
+from prometheus_client import CollectorRegistry
+
+from refund_bench.config import StageSettings
+from refund_bench.service import configure_logging, run_stage
+from services.recorder.handler import Recorder
+
+
+class Settings(StageSettings):
+    guarantee: str = "at-least-once"  # type: ignore[assignment]
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+        recorder = Recorder(conn)
+        run_stage(recorder.spec(), settings, CollectorRegistry())
+
+
+if __name__ == "__main__":
+    main()

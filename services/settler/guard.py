@@ -1,0 +1,227 @@
+"""The reply guard: a customer reply may state the approved amount and no other.
+
+The settlement model writes the reply; this code checks it. A reply that fails any check is
+replaced by :func:`template_reply`, which passes the checks by construction. The checks are
+deliberately conservative: a false alarm costs a plainer reply, a miss could promise money.
+
+Amounts are written in major units with two decimals when needed (``INR 689``, ``INR 689.50``);
+every currency is assumed to have two decimal places.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_LETTER = r"[^\W\d_]"
+_NUMBER = r"[0-9](?:[0-9]|,(?=[0-9]))*(?:\.[0-9]+)?"
+_KNOWN_CODES = {"INR": "INR", "RS": "INR", "RS.": "INR", "USD": "USD", "EUR": "EUR", "GBP": "GBP"}
+_SYMBOLS = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP"}
+_SUFFIX_UNITS = {"RUPEE": "INR", "RUPEES": "INR", "DOLLAR": "USD", "DOLLARS": "USD"}
+_BARE_WINDOW = 3
+"""A bare number counts as an amount when at most this many words separate it from "refund"."""
+
+_REFUND = re.compile(r"refund", re.IGNORECASE)
+_APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
+_REVIEW = re.compile(r"review", re.IGNORECASE)
+_TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
+_PROMISES = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"refunded",
+        r"\bwill\s+(?:be\s+)?refund",
+        r"\brefund\s+(?:of|is|has|was)\b",
+        r"\bcredit(?:ed)?\b",
+        r"\bissued?\s+(?:a\s+|your\s+|the\s+)?refund",
+        r"\bprocess(?:ed)?\s+(?:a\s+|your\s+|the\s+)?refund",
+        r"\b(?:are|is)\s+refunding",
+    )
+)
+# Stems a caller-supplied phrase may never carry into a template reply.
+_BANNED_STEMS = re.compile(r"refund|rupee|paise|sorry|apolog|credit|dollar", re.IGNORECASE)
+
+
+def format_amount(minor: int, currency: str) -> str:
+    """``"INR 689"`` for whole units, ``"INR 689.50"`` otherwise. Raises for negative amounts."""
+    if minor < 0:
+        raise ValueError(f"amount must be >= 0, got {minor}")
+    major, cents = divmod(minor, 100)
+    return f"{currency} {major}" if cents == 0 else f"{currency} {major}.{cents:02d}"
+
+
+def _codes_pattern(currency: str) -> str:
+    """Known codes in any case; the reply's own currency code only as written (upper case), so
+    that an ordinary word can never be read as a currency."""
+    known = sorted(set(_KNOWN_CODES) - {"RS."}, key=len, reverse=True)
+    return "|".join([*(re.escape(code) for code in known), f"(?-i:{re.escape(currency)})"])
+
+
+def _tag(code: str) -> str:
+    return _KNOWN_CODES.get(code.upper(), code)
+
+
+def _prefix_re(currency: str) -> re.Pattern[str]:
+    symbols = "".join(re.escape(s) for s in _SYMBOLS)
+    return re.compile(
+        rf"(?:(?<!{_LETTER})(?P<code>{_codes_pattern(currency)})\.?|(?P<sym>[{symbols}]))"
+        rf"\s*(?P<num>{_NUMBER})",
+        re.IGNORECASE,
+    )
+
+
+def _suffix_re(currency: str) -> re.Pattern[str]:
+    units = "|".join([*sorted(_SUFFIX_UNITS, key=len, reverse=True), "PAISE"])
+    return re.compile(
+        rf"(?P<num>{_NUMBER})\s*(?P<unit>{units}|{_codes_pattern(currency)})(?!{_LETTER})",
+        re.IGNORECASE,
+    )
+
+
+def _to_minor(number: str, *, already_minor: bool) -> int | None:
+    """Exact minor units of a written number, or ``None`` when it has sub-minor digits."""
+    whole, _, fraction = number.replace(",", "").partition(".")
+    if already_minor:
+        return int(whole) if fraction.strip("0") == "" else None
+    if fraction[2:].strip("0"):
+        return None
+    return int(whole) * 100 + int((fraction[:2] or "0").ljust(2, "0"))
+
+
+@dataclass(frozen=True)
+class MoneyMention:
+    """An amount found in a reply: its text, exact minor units (None if inexact), currency
+    (None when the text names none)."""
+
+    text: str
+    minor: int | None
+    currency: str | None
+
+
+def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
+    """Every money-looking mention in ``text``, in order of appearance.
+
+    Counts: a currency code or symbol (INR, Rs, Rs., ₹, $, USD, EUR, €, GBP, £, ``currency``)
+    before a number; a number before rupees, paise, dollars or a code; a bare number of two or
+    more digits within a few words of "refund".
+    """
+    found: list[tuple[int, MoneyMention]] = []
+    covered: list[tuple[int, int]] = []
+    for match in _prefix_re(currency).finditer(text):
+        code: str | None = match.group("code")
+        tag = _SYMBOLS[match.group("sym")] if code is None else _tag(code)
+        minor = _to_minor(match.group("num"), already_minor=False)
+        found.append((match.start(), MoneyMention(match.group(0), minor, tag)))
+        covered.append(match.span("num"))
+    for match in _suffix_re(currency).finditer(text):
+        if match.span("num") in covered:
+            continue
+        unit = match.group("unit")
+        paise = unit.upper() == "PAISE"
+        tag = "INR" if paise else _SUFFIX_UNITS.get(unit.upper()) or _tag(unit)
+        minor = _to_minor(match.group("num"), already_minor=paise)
+        found.append((match.start(), MoneyMention(match.group(0), minor, tag)))
+        covered.append(match.span("num"))
+    tokens = list(_TOKEN.finditer(text))
+    near_refund = {i for i, token in enumerate(tokens) if _REFUND.search(token.group(0))}
+    for i, token in enumerate(tokens):
+        word = token.group(0)
+        if not word[0].isdigit() or sum(c.isdigit() for c in word) < 2:
+            continue
+        if any(start <= token.start() < end for start, end in covered):
+            continue
+        if any(abs(i - j) <= _BARE_WINDOW + 1 for j in near_refund):
+            minor = _to_minor(word, already_minor=False)
+            found.append((token.start(), MoneyMention(word, minor, None)))
+    return tuple(mention for _, mention in sorted(found, key=lambda pair: pair[0]))
+
+
+def check_reply(
+    text: str, approved_minor: int, currency: str, held_items: Sequence[str]
+) -> tuple[str, ...]:
+    """The guard's failures for one reply; empty means it may be sent.
+
+    - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
+      approved == 0: the reply must not promise money ("refunded", "will refund", "credited"...);
+    - no other amount, and no amount in another currency, may appear;
+    - with held items, the reply must mention the review;
+    - at most one apology ("sorry"/"apolog...").
+    """
+    failures: list[str] = []
+    stated = format_amount(approved_minor, currency)
+    if approved_minor > 0:
+        exact = re.compile(
+            rf"(?<![0-9A-Za-z]){re.escape(stated)}(?![0-9]|[.,][0-9])", re.IGNORECASE
+        )
+        if not exact.search(text):
+            failures.append(f"does not state the approved amount {stated}")
+    else:
+        promises = [m.group(0) for p in _PROMISES for m in p.finditer(text)]
+        if promises:
+            failures.append(f"promises money although nothing is approved: {promises[0]!r}")
+    for mention in find_amounts(text, currency):
+        if mention.currency is not None and mention.currency != _tag(currency):
+            failures.append(f"names an amount in another currency: {mention.text!r}")
+        elif mention.minor != approved_minor:
+            failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
+    if held_items and not _REVIEW.search(text):
+        failures.append("does not say that the held items go to review")
+    apologies = len(_APOLOGY.findall(text))
+    if apologies > 1:
+        failures.append(f"apologises {apologies} times (at most once)")
+    return tuple(dict.fromkeys(failures))
+
+
+def _currency_words(currency: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!{_LETTER})(?:{_codes_pattern(currency)})(?!{_LETTER})", re.IGNORECASE)
+
+
+def safe_phrase(phrase: str, currency: str) -> str:
+    """``phrase`` with everything the guard reacts to removed: currency symbols and codes,
+    "refund", "rupee", "paise", "credit", "dollar" and apology stems. Whitespace collapsed."""
+    codes = _currency_words(currency)
+    cleaned = "".join(c for c in phrase if c not in _SYMBOLS)
+    while True:
+        stripped = codes.sub(" ", _BANNED_STEMS.sub("", cleaned))
+        if stripped == cleaned:
+            break
+        cleaned = stripped
+    return " ".join(cleaned.split())
+
+
+def _listing(phrases: Sequence[str], currency: str) -> str:
+    kept = [p for p in (safe_phrase(p, currency) for p in phrases) if p]
+    if len(kept) <= 1:
+        return "".join(kept)
+    return f"{', '.join(kept[:-1])} and {kept[-1]}"
+
+
+def template_reply(
+    approved_minor: int, currency: str, resolved: Sequence[str], held: Sequence[str]
+) -> str:
+    """A plain, deterministic reply that passes :func:`check_reply` by construction.
+
+    ``resolved`` and ``held`` are short descriptions ("the late delivery", "the Raita"); they are
+    passed through :func:`safe_phrase` and kept away from the amount sentence.
+    """
+    done = _listing(resolved, currency)
+    waiting = _listing(held, currency)
+    sentences: list[str] = []
+    if approved_minor > 0:
+        sentences.append(
+            f"We have refunded {format_amount(approved_minor, currency)} to your original "
+            "payment method; it should reach you within a few working days."
+        )
+        if done:
+            sentences.append(f"This covers {done}.")
+    else:
+        sentences.append("We have looked into your complaint about this order.")
+        if done:
+            sentences.append(f"We have noted {done}.")
+    if held:
+        subject = waiting or "the rest of your complaint"
+        sentences.append(f"A colleague will review {subject} and get back to you with the outcome.")
+    sentences.append("We are sorry for the trouble with this order.")
+    if approved_minor <= 0 and not held:
+        sentences.append("We are not able to offer a refund for this order.")
+    return " ".join(sentences)

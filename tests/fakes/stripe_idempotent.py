@@ -1,0 +1,114 @@
+"""A small Stripe stand-in that honours idempotency keys, for the payout retry path.
+
+stripe-mock checks request shapes but does not replay idempotent requests. This fake does:
+a key maps to the stored response; the same key with other parameters is rejected with an
+``idempotency_error``. It can lose responses (create the refund, then answer 500) and throttle
+(answer 429 before doing anything), to drive the client's retries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl
+
+
+@dataclass
+class FakeStripe:
+    lose_responses: int = 0
+    throttle: int = 0
+    decline_references: set[str] = field(default_factory=set)
+    refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_key: dict[str, tuple[str, int, dict[str, Any]]] = field(default_factory=dict)
+    requests: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handle(self, key: str | None, body: str) -> tuple[int, dict[str, Any]]:
+        params = dict(parse_qsl(body, keep_blank_values=True))
+        fingerprint = json.dumps(params, sort_keys=True)
+        with self._lock:
+            self.requests += 1
+            if self.throttle > 0:
+                self.throttle -= 1
+                return 429, _error("rate_limit_error", "Too many requests", "rate_limit")
+            if key is not None and key in self.by_key:
+                stored_fp, status, response = self.by_key[key]
+                if stored_fp != fingerprint:
+                    return 400, _error(
+                        "idempotency_error",
+                        "Keys for idempotent requests can only be used with the same parameters.",
+                        "idempotency_key_in_use",
+                    )
+                return status, response
+            if params.get("payment_intent") in self.decline_references:
+                status, response = (
+                    402,
+                    _error("card_error", "The card was declined.", "card_declined"),
+                )
+            else:
+                refund_id = f"re_{uuid.uuid4().hex[:16]}"
+                response = {
+                    "id": refund_id,
+                    "object": "refund",
+                    "amount": int(params.get("amount", 0)),
+                    "currency": params.get("currency", "inr"),
+                    "status": "succeeded",
+                    "payment_intent": params.get("payment_intent"),
+                    "metadata": {},
+                }
+                self.refunds[refund_id] = response
+                status = 200
+            if key is not None:
+                self.by_key[key] = (fingerprint, status, response)
+            if self.lose_responses > 0 and status == 200:
+                self.lose_responses -= 1
+                return 500, _error("api_error", "response lost", "api_error")
+            return status, response
+
+
+def _error(kind: str, message: str, code: str) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message, "code": code}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeStripe
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode()
+        if self.path != "/v1/refunds":
+            status, payload = 404, _error("invalid_request_error", "unknown path", "not_found")
+        else:
+            status, payload = self.fake.handle(self.headers.get("Idempotency-Key"), body)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class FakeStripeServer:
+    """Serves a :class:`FakeStripe` on a free loopback port in a background thread."""
+
+    def __init__(self, fake: FakeStripe) -> None:
+        handler = type("Handler", (_Handler,), {"fake": fake})
+        self.fake = fake
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeStripeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,181 @@
+"""The payout stage's handler against real PostgreSQL, stripe-mock and an idempotent fake."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from refund_bench import events as ev
+from refund_bench.db.migrate import migrate
+from refund_bench.resources import pg_pool
+from refund_bench.retry import RetryPolicy
+from refund_bench.runtime import Context, Emit, Message
+from services.payout.handler import PayoutHandler
+from services.payout.ledger import PayoutLedger
+from services.payout.payments import PaymentRejected, StripePayments, idempotency_key
+from tests.conftest import Stack
+from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def database(stack: Stack) -> str:
+    if not stack.database_url:
+        pytest.fail("DATABASE_URL is not set")
+    migrate(stack.database_url)
+    return stack.database_url
+
+
+def _request(dispute_id: str, amount: int = 68900, reference: str = "pi_order1840") -> Message:
+    event = ev.PayoutRequested(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        round=1,
+        amount_minor=amount,
+        currency="INR",
+        payment_reference=reference,
+        requested_at=ev.now(),
+    )
+    return Message("payout.requested", 0, 0, dispute_id, event.to_avro(), {}, 0)
+
+
+def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
+    async def go() -> list[list[Emit]]:
+        pool = pg_pool(database)
+        await pool.open()
+        try:
+            handler = PayoutHandler(
+                PayoutLedger(pool),
+                StripePayments("sk_test_123", api_base),
+                RetryPolicy(base_seconds=0.01, max_seconds=0.02, jitter_seconds=0.0),
+            )
+            return [list(await handler.handle(m, Context(None))) for m in messages]
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeStripeServer]:
+    with FakeStripeServer(FakeStripe()) as server:
+        yield server
+
+
+def test_refund_request_shape_is_accepted_by_stripe_mock(stack: Stack) -> None:
+    if not stack.stripe_api_base:
+        pytest.fail("STRIPE_API_BASE is not set")
+    payments = StripePayments("sk_test_123", stack.stripe_api_base)
+    refund_id = payments.refund(
+        payment_reference="pi_order1840",
+        amount_minor=68900,
+        currency="inr",
+        idempotency_key=f"test-{uuid.uuid4()}",
+        metadata={"dispute_id": "d-shape"},
+    )
+    assert refund_id.startswith("re_")
+
+
+def test_lost_responses_are_retried_with_the_same_key_and_pay_once(
+    database: str, fake: FakeStripeServer
+) -> None:
+    fake.fake.lose_responses = 2
+    fake.fake.throttle = 1
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    assert len(fake.fake.refunds) == 1, "three attempts, one refund"
+    assert fake.fake.requests == 4
+    refund_id = next(iter(fake.fake.refunds))
+    assert outputs[0].value["stripe_refund_id"] == refund_id
+    assert outputs[0].value["idempotency_key"] == idempotency_key(dispute, 1)
+
+
+def test_a_settled_round_never_reaches_stripe_again(database: str, fake: FakeStripeServer) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    first, again = _run(database, fake.url, _request(dispute), _request(dispute))
+    assert fake.fake.requests == 1
+    assert first[0].value["stripe_refund_id"] == again[0].value["stripe_refund_id"]
+    assert again[0].topic == "payout.completed"
+
+
+def test_crash_between_stripe_and_ledger_replays_the_same_refund(
+    database: str, fake: FakeStripeServer
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    key = idempotency_key(dispute, 1)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status) VALUES (%s, 1, 68900, 'INR',"
+            " 'pi_order1840', %s, 'PENDING')",
+            (dispute, key),
+        )
+    # The earlier instance reached Stripe, then died before recording the outcome.
+    StripePayments("sk", fake.url).refund(
+        payment_reference="pi_order1840",
+        amount_minor=68900,
+        currency="inr",
+        idempotency_key=key,
+        metadata={"dispute_id": dispute, "round": "1"},
+    )
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert len(fake.fake.refunds) == 1
+    assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
+
+
+def test_declined_refund_fails_once_and_is_not_retried(
+    database: str, fake: FakeStripeServer
+) -> None:
+    fake.fake.decline_references.add("pi_declined")
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    first, again = _run(
+        database,
+        fake.url,
+        _request(dispute, reference="pi_declined"),
+        _request(dispute, reference="pi_declined"),
+    )
+    assert [o.topic for o in first] == ["payout.failed"]
+    assert first[0].value["error_code"] == "card_declined"
+    assert again[0].topic == "payout.failed"
+    assert fake.fake.requests == 1
+    with psycopg.connect(database) as conn:
+        row: Any = conn.execute(
+            "SELECT status FROM payout_ledger WHERE dispute_id = %s", (dispute,)
+        ).fetchone()
+    assert row[0] == "FAILED"
+
+
+def test_a_reused_key_with_other_parameters_is_rejected(fake: FakeStripeServer) -> None:
+    payments = StripePayments("sk", fake.url)
+    key = f"k-{uuid.uuid4()}"
+    payments.refund(
+        payment_reference="pi_a", amount_minor=100, currency="inr", idempotency_key=key, metadata={}
+    )
+    with pytest.raises(PaymentRejected) as info:
+        payments.refund(
+            payment_reference="pi_a",
+            amount_minor=999,
+            currency="inr",
+            idempotency_key=key,
+            metadata={},
+        )
+    assert info.value.code == "idempotency_key_in_use"
+    assert len(fake.fake.refunds) == 1
+
+
+def test_a_different_amount_for_a_recorded_round_is_a_ledger_conflict(
+    database: str, fake: FakeStripeServer
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    first, conflict = _run(database, fake.url, _request(dispute, 68900), _request(dispute, 99999))
+    assert first[0].topic == "payout.completed"
+    assert conflict[0].topic == "payout.failed"
+    assert conflict[0].value["error_code"] == "LEDGER_CONFLICT"
+    assert fake.fake.requests == 1

@@ -1,0 +1,310 @@
+"""Validation of the extraction model's answer: shape, spans, items, quantities, duplicates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refund_bench.domain import Category, LineItem
+from refund_bench.errors import InvalidInput
+from services.extractor.validation import (
+    ExtractedGrievance,
+    ExtractionInvalid,
+    resolve_item,
+    validate_extraction,
+)
+from tests.unit.orders import ARTICLE_COMPLAINT, ARTICLE_ORDER, BIRYANI, RAITA, span_of
+
+ITEMS = ARTICLE_ORDER.line_items
+
+
+def grievance(
+    phrase: str,
+    category: str,
+    text: str | None = None,
+    item_name: str | None = None,
+    item_quantity: int | None = None,
+) -> dict[str, Any]:
+    start, end = span_of(ARTICLE_COMPLAINT, phrase)
+    return {
+        "text": text or phrase,
+        "category": category,
+        "span_start": start,
+        "span_end": end,
+        "item_name": item_name,
+        "item_quantity": item_quantity,
+    }
+
+
+ARTICLE_ANSWER: dict[str, Any] = {
+    "grievances": [
+        # Deliberately not in span order: ids follow the complaint, not the model's list.
+        grievance(
+            "The raita had leaked all over the inside of the bag",
+            "PACKAGING",
+            "The raita container leaked inside the delivery bag.",
+            item_name="raita",
+        ),
+        grievance(
+            "Ordered at 8:15pm and the food showed up at 9:40pm",
+            "LATE_DELIVERY",
+            "The order was delivered 85 minutes after it was placed.",
+        ),
+        grievance(
+            "Two of the four were missing completely",
+            "MISSING_ITEM",
+            "Two of the four Hyderabadi Biryani units ordered were not delivered.",
+            item_name="biryani",
+            item_quantity=2,
+        ),
+        grievance(
+            "the delivery guy was rude when I asked him about it",
+            "PARTNER_CONDUCT",
+            "The delivery partner behaved rudely when asked about the missing items.",
+        ),
+    ]
+}
+
+
+def problems_of(answer: object, items: tuple[LineItem, ...] = ITEMS) -> tuple[str, ...]:
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction(answer, ARTICLE_COMPLAINT, items)
+    return caught.value.problems
+
+
+def test_article_answer_gives_four_grievances_in_span_order() -> None:
+    result = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    assert [(g.grievance_id, g.category) for g in result] == [
+        ("g1", Category.LATE_DELIVERY),
+        ("g2", Category.MISSING_ITEM),
+        ("g3", Category.PACKAGING),
+        ("g4", Category.PARTNER_CONDUCT),
+    ]
+    missing = result[1]
+    assert missing == ExtractedGrievance(
+        grievance_id="g2",
+        category=Category.MISSING_ITEM,
+        text="Two of the four Hyderabadi Biryani units ordered were not delivered.",
+        span_start=missing.span_start,
+        span_end=missing.span_end,
+        item_name=BIRYANI,
+        item_quantity=2,
+    )
+    assert ARTICLE_COMPLAINT[missing.span_start : missing.span_end] == (
+        "Two of the four were missing completely"
+    )
+    assert result[2].item_name == RAITA
+    assert result[0].item_name is None
+
+
+def test_an_empty_list_means_nothing_checkable() -> None:
+    assert validate_extraction({"grievances": []}, ARTICLE_COMPLAINT, ITEMS) == ()
+
+
+def test_extra_keys_such_as_a_model_grievance_id_are_ignored() -> None:
+    answer = {"grievances": [{**ARTICLE_ANSWER["grievances"][1], "grievance_id": "x9"}]}
+    assert validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)[0].grievance_id == "g1"
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ([], "must be an object"),
+        ("grievances", "must be an object"),
+        ({}, "missing the key 'grievances'"),
+        ({"grievances": {"text": "x"}}, "not a list"),
+    ],
+)
+def test_wrong_top_level_shape(answer: object, message: str) -> None:
+    (problem,) = problems_of(answer)
+    assert message in problem
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    late = ARTICLE_ANSWER["grievances"][1]
+    answer = {
+        "grievances": [
+            "not an object",
+            {"text": "x", "category": "BILLING"},
+            {**late, "category": "COLD_FOOD"},
+            {**late, "span_start": 0, "span_end": 10_000},
+            {**late, "span_start": 20, "span_end": 10},
+            {**late, "span_start": 5, "span_end": 5},
+            {**late, "item_name": "Pizza"},
+            {**late, "text": 7, "span_start": "0", "item_quantity": 1.5},
+        ]
+    }
+    problems = problems_of(answer)
+    expected = [
+        "grievance 1 is not an object",
+        "grievance 2 is missing keys: span_start, span_end, item_name, item_quantity",
+        "grievance 3: unknown category 'COLD_FOOD'",
+        "grievance 4: span 0..10000 is outside the complaint",
+        "grievance 5: span_start 20 is after span_end 10",
+        "grievance 6: span 5..5 is empty",
+        "grievance 7: item_name 'Pizza' is not on the order",
+        "grievance 8: text must be a string",
+        "grievance 8: span_start and span_end must be integers",
+        "grievance 8: item_quantity must be an integer or null",
+    ]
+    for fragment in expected:
+        assert any(fragment in p for p in problems), (fragment, problems)
+    assert len(problems) == len(expected)
+    caught = ExtractionInvalid(problems)
+    assert isinstance(caught, InvalidInput)
+    assert caught.reason == "; ".join(problems)
+
+
+def test_whitespace_only_span_is_empty() -> None:
+    late = ARTICLE_ANSWER["grievances"][1]
+    gap = ARTICLE_COMPLAINT.index(" ")
+    (problem,) = problems_of({"grievances": [{**late, "span_start": gap, "span_end": gap + 1}]})
+    assert "is empty" in problem
+
+
+@pytest.mark.parametrize("category", ["MISSING_ITEM", "WRONG_ITEM"])
+def test_missing_and_wrong_item_need_an_item(category: str) -> None:
+    bad = grievance("Two of the four were missing completely", category)
+    (problem,) = problems_of({"grievances": [bad]})
+    assert f"{category} needs the item_name" in problem
+
+
+@pytest.mark.parametrize("quantity", [0, 5, -1])
+def test_quantity_must_be_within_what_was_ordered(quantity: int) -> None:
+    bad = grievance(
+        "Two of the four were missing completely",
+        "MISSING_ITEM",
+        item_name=BIRYANI,
+        item_quantity=quantity,
+    )
+    (problem,) = problems_of({"grievances": [bad]})
+    assert "out of range 1..4" in problem
+
+
+def test_quantity_without_an_item_is_a_problem() -> None:
+    bad = grievance("Ordered at 8:15pm", "LATE_DELIVERY", item_quantity=1)
+    (problem,) = problems_of({"grievances": [bad]})
+    assert "item_name is null" in problem
+
+
+def test_booleans_are_not_integers() -> None:
+    bad = {**ARTICLE_ANSWER["grievances"][2], "item_quantity": True}
+    (problem,) = problems_of({"grievances": [bad]})
+    assert "item_quantity must be an integer" in problem
+
+
+def test_duplicates_by_category_and_item_and_by_text() -> None:
+    first = grievance("Two of the four were missing completely", "MISSING_ITEM", item_name=BIRYANI)
+    same_claim = grievance(
+        "were missing", "MISSING_ITEM", text="Biryani missing", item_name="hyderabadi biryani"
+    )
+    late = grievance("Ordered at 8:15pm", "LATE_DELIVERY", text="It was late.")
+    late_again = grievance("showed up at 9:40pm", "LATE_DELIVERY", text="Late again")
+    same_text = grievance(
+        "The raita had leaked", "PACKAGING", text="  it was LATE ", item_name=RAITA
+    )
+    problems = problems_of({"grievances": [first, same_claim, late, late_again, same_text]})
+    assert problems == (
+        "grievance 2 duplicates grievance 1: same category MISSING_ITEM for 'Hyderabadi Biryani'",
+        "grievance 4 duplicates grievance 3: same category LATE_DELIVERY without an item",
+        "grievance 5 duplicates grievance 3: same text",
+    )
+
+
+def test_too_many_grievances() -> None:
+    answer = {"grievances": [ARTICLE_ANSWER["grievances"][1]] * 3}
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS, max_grievances=2)
+    assert "more than the limit of 2" in caught.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("claimed", "expected"),
+    [
+        ("Hyderabadi Biryani", BIRYANI),
+        ("  hyderabadi   BIRYANI ", BIRYANI),
+        ("biryani", BIRYANI),
+        ("biryanis", BIRYANI),
+        ("the Hyderabadi Biryani box", BIRYANI),
+        ("RAITA", RAITA),
+    ],
+)
+def test_item_names_resolve_to_the_exact_line_item(claimed: str, expected: str) -> None:
+    item, problem = resolve_item(claimed, ITEMS)
+    assert item is not None and item.name == expected and problem == ""
+
+
+def test_ambiguous_unknown_and_empty_item_names() -> None:
+    items = (
+        LineItem(name="Chicken Biryani", quantity=1, unit_price_minor=1),
+        LineItem(name="Veg Biryani", quantity=1, unit_price_minor=1),
+        LineItem(name="Raita", quantity=1, unit_price_minor=1),
+        LineItem(name="Boondi Raita", quantity=1, unit_price_minor=1),
+    )
+    assert "ambiguous" in resolve_item("biryani", items)[1]
+    assert resolve_item("raita", items)[0] == items[2]  # an exact name beats containment
+    assert "not on the order" in resolve_item("naan", items)[1]
+    assert "empty" in resolve_item("  ", items)[1]
+
+
+# --- properties ---------------------------------------------------------------------------
+
+
+@st.composite
+def valid_answers(draw: st.DrawFn) -> tuple[str, list[dict[str, Any]]]:
+    complaint = draw(st.text(alphabet="abcdefgh .", min_size=20, max_size=80))
+    categories = draw(
+        st.lists(
+            st.sampled_from([c for c in Category if c.value not in ("MISSING_ITEM", "WRONG_ITEM")]),
+            unique=True,
+        )
+    )
+    grievances = []
+    for n, category in enumerate(categories):
+        start = draw(st.integers(min_value=0, max_value=len(complaint) - 1))
+        end = draw(st.integers(min_value=start + 1, max_value=len(complaint)))
+        if not complaint[start:end].strip():
+            continue
+        grievances.append(
+            {
+                "text": f"claim {n}",
+                "category": category.value,
+                "span_start": start,
+                "span_end": end,
+                "item_name": None,
+                "item_quantity": None,
+            }
+        )
+    return complaint, draw(st.permutations(grievances))
+
+
+@given(valid_answers())
+def test_valid_answers_get_ids_g1_to_gn_in_span_order(
+    case: tuple[str, list[dict[str, Any]]],
+) -> None:
+    complaint, grievances = case
+    result = validate_extraction({"grievances": grievances}, complaint, ITEMS)
+    assert [g.grievance_id for g in result] == [f"g{i}" for i in range(1, len(grievances) + 1)]
+    spans = [(g.span_start, g.span_end) for g in result]
+    assert spans == sorted(spans)
+    assert all(0 <= s < e <= len(complaint) for s, e in spans)
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c) | st.dictionaries(st.text(max_size=12), c),
+        max_leaves=12,
+    )
+)
+def test_arbitrary_json_never_crashes_only_validates_or_lists_problems(answer: object) -> None:
+    try:
+        result = validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)
+    except ExtractionInvalid as invalid:
+        assert invalid.problems
+        assert all(isinstance(p, str) and p for p in invalid.problems)
+    else:
+        assert isinstance(result, tuple)

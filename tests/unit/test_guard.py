@@ -1,0 +1,206 @@
+"""The reply guard: the approved amount, no other amount, review mention, one apology."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from services.settler.guard import (
+    MoneyMention,
+    check_reply,
+    find_amounts,
+    format_amount,
+    safe_phrase,
+    template_reply,
+)
+
+GOOD = (
+    "We have refunded INR 689 to your original payment method for the missing biryanis and the "
+    "late delivery; it should arrive within three working days. A colleague will review the "
+    "raita claim. We're sorry about your evening."
+)
+
+
+@pytest.mark.parametrize(
+    ("minor", "currency", "text"),
+    [
+        (68900, "INR", "INR 689"),
+        (68950, "INR", "INR 689.50"),
+        (68905, "INR", "INR 689.05"),
+        (0, "INR", "INR 0"),
+        (5, "USD", "USD 0.05"),
+        (100000, "EUR", "EUR 1000"),
+    ],
+)
+def test_format_amount(minor: int, currency: str, text: str) -> None:
+    assert format_amount(minor, currency) == text
+
+
+def test_format_amount_refuses_negative() -> None:
+    with pytest.raises(ValueError, match=">= 0"):
+        format_amount(-1, "INR")
+
+
+def test_a_good_reply_passes() -> None:
+    assert check_reply(GOOD, 68900, "INR", ["Raita"]) == ()
+
+
+def test_the_approved_amount_must_be_stated_as_formatted() -> None:
+    failures = check_reply("We have refunded your order.", 68900, "INR", [])
+    assert failures == ("does not state the approved amount INR 689",)
+    # "INR 689" inside "INR 6890" or "INR 689.50" is not the approved amount.
+    assert "does not state the approved amount INR 689" in check_reply(
+        "We have refunded INR 6890.", 68900, "INR", []
+    )
+    assert "does not state the approved amount INR 689" in check_reply(
+        "We have refunded INR 689.50.", 68900, "INR", []
+    )
+    assert check_reply("We have refunded INR 689.", 68900, "INR", []) == ()
+
+
+def test_the_articles_breakdown_reply_fails_because_it_names_other_amounts() -> None:
+    article = (
+        "We've refunded INR 689 to your original payment method: INR 640 for the missing "
+        "biryanis and INR 49 for the delayed delivery. A colleague will review it."
+    )
+    assert check_reply(article, 68900, "INR", ["Raita"]) == (
+        "names an amount other than the approved INR 689: 'INR 640'",
+        "names an amount other than the approved INR 689: 'INR 49'",
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "Rs. 700",
+        "Rs 700",
+        "rs700",
+        "₹700",
+        "₹ 1,00,000",
+        "700 rupees",
+        "70000 paise",
+        "a refund of 700",
+        "700 refund",
+        "refunded up to 1,200.50",
+        "INR 689.5",
+    ],
+)
+def test_any_other_amount_fails(other: str) -> None:
+    text = f"We have refunded INR 689. You may also get {other} later. Please review."
+    failures = check_reply(text, 68900, "INR", [])
+    assert any(f.startswith("names an amount other than") for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    "same", ["₹689", "Rs. 689", "689 rupees", "68900 paise", "INR 689.00", "refund of 689"]
+)
+def test_other_spellings_of_the_approved_amount_are_not_other_amounts(same: str) -> None:
+    assert check_reply(f"We have refunded INR 689 ({same}).", 68900, "INR", []) == ()
+
+
+@pytest.mark.parametrize("foreign", ["$689", "USD 689", "689 dollars", "€5", "GBP 1"])
+def test_amounts_in_another_currency_fail(foreign: str) -> None:
+    failures = check_reply(f"We have refunded INR 689, that is {foreign}.", 68900, "INR", [])
+    assert any("another currency" in f for f in failures), failures
+
+
+def test_numbers_far_from_refund_are_not_amounts() -> None:
+    text = (
+        "We have refunded INR 689. Your order of 4 biryanis placed at 20:15 arrived 85 minutes "
+        "after it was placed, and we have shared this with our delivery team."
+    )
+    assert check_reply(text, 68900, "INR", []) == ()
+
+
+def test_nothing_approved_means_no_promise_of_money() -> None:
+    assert check_reply("We have reviewed your order and noted the delay.", 0, "INR", []) == ()
+    for promise in (
+        "We have refunded your order.",
+        "You will be refunded soon.",
+        "A refund of your money is on its way.",
+        "The amount will be credited to your account.",
+        "We issued a refund.",
+    ):
+        assert any("promises money" in f for f in check_reply(promise, 0, "INR", [])), promise
+    assert any(
+        "other than the approved INR 0" in f
+        for f in check_reply("You will receive Rs. 50 as a goodwill gesture.", 0, "INR", [])
+    )
+
+
+def test_held_items_need_a_mention_of_review() -> None:
+    text = "We have refunded INR 689 to your original payment method."
+    assert check_reply(text, 68900, "INR", ["Raita"]) == (
+        "does not say that the held items go to review",
+    )
+    assert check_reply(text, 68900, "INR", []) == ()
+
+
+def test_at_most_one_apology() -> None:
+    text = "Sorry! We have refunded INR 689. We apologise again, and we are sorry."
+    assert check_reply(text, 68900, "INR", []) == ("apologises 3 times (at most once)",)
+
+
+def test_find_amounts_reports_text_value_and_currency() -> None:
+    found = find_amounts("Refunded ₹689.50 and 120 paise; total 12.345 rupees.", "INR")
+    assert found == (
+        MoneyMention("₹689.50", 68950, "INR"),
+        MoneyMention("120 paise", 120, "INR"),
+        MoneyMention("12.345 rupees", None, "INR"),
+    )
+
+
+def test_article_style_template_reply() -> None:
+    reply = template_reply(
+        68900, "INR", ["the missing Hyderabadi Biryani", "the late delivery"], ["the raita leak"]
+    )
+    assert reply == (
+        "We have refunded INR 689 to your original payment method; it should reach you within a "
+        "few working days. This covers the missing Hyderabadi Biryani and the late delivery. A "
+        "colleague will review the raita leak and get back to you with the outcome. We are sorry "
+        "for the trouble with this order."
+    )
+    assert check_reply(reply, 68900, "INR", ["Raita"]) == ()
+
+
+def test_template_with_nothing_approved_and_nothing_held() -> None:
+    reply = template_reply(0, "INR", ["the delivery partner's conduct"], [])
+    assert "not able to offer a refund" in reply
+    assert check_reply(reply, 0, "INR", []) == ()
+
+
+def test_safe_phrase_strips_what_the_guard_reacts_to() -> None:
+    assert safe_phrase("₹640 refund for the biryanis, sorry!", "INR") == "640 for the biryanis, !"
+    assert safe_phrase("refrefundund Rs. 5", "INR") == ". 5"
+
+
+# --- properties ---------------------------------------------------------------------------
+
+phrases = st.lists(st.text(max_size=40), max_size=4)
+currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
+    r"[A-Z]{3}", fullmatch=True
+)
+
+
+@given(
+    st.integers(min_value=0, max_value=10**9),
+    currencies,
+    phrases,
+    phrases,
+)
+@example(68900, "INR", ["INR 640 refund for 2 biryanis", "sorry"], ["Rs. 60 raita, apologies"])
+@example(0, "AND", ["12"], ["34", "56"])
+@example(0, "INR", ["refunded 500 rupees"], [])
+def test_template_reply_always_passes_the_guard(
+    approved: int, currency: str, resolved: list[str], held: list[str]
+) -> None:
+    reply = template_reply(approved, currency, resolved, held)
+    assert check_reply(reply, approved, currency, held) == ()
+    assert reply == template_reply(approved, currency, resolved, held)
+
+
+@given(st.integers(min_value=0, max_value=10**9), currencies)
+def test_the_formatted_amount_reads_back_as_itself(approved: int, currency: str) -> None:
+    mentions = find_amounts(f"Refunded {format_amount(approved, currency)}.", currency)
+    assert mentions and all(m.minor == approved for m in mentions)

@@ -1,0 +1,444 @@
+"""The pricing table, the order-total clamp, the auto-approve cap and review rounds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refund_bench.domain import (
+    Category,
+    Decision,
+    LineItem,
+    LineStatus,
+    OrderRecord,
+    ReviewDecision,
+    Ruling,
+)
+from refund_bench.errors import InvalidInput
+from services.extractor.evidence import build_snapshot, freeze
+from services.pricing.table import (
+    DEFAULT_CAP_MINOR,
+    PRICING_VERSION,
+    GrievanceVerdict,
+    PricedRefund,
+    ReviewOverrides,
+    price_refund,
+)
+from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA, article_order
+
+U, R, E = Ruling.UPHELD, Ruling.REJECTED, Ruling.ESCALATE
+SNAPSHOT = build_snapshot(ARTICLE_ORDER)
+
+
+def verdict(
+    gid: str,
+    category: Category,
+    outcome: Ruling = U,
+    item: str | None = None,
+    quantity: int | None = None,
+) -> GrievanceVerdict:
+    return GrievanceVerdict(
+        grievance_id=gid,
+        category=category,
+        outcome=outcome,
+        item_name=item,
+        item_quantity=quantity,
+    )
+
+
+ARTICLE_VERDICTS = (
+    verdict("g1", Category.LATE_DELIVERY),
+    verdict("g2", Category.MISSING_ITEM, item=BIRYANI, quantity=2),
+    verdict("g3", Category.PACKAGING, E, item=RAITA),
+    verdict("g4", Category.PARTNER_CONDUCT),
+)
+
+
+def one(category: Category, outcome: Ruling = U, **kw: Any) -> PricedRefund:
+    return price_refund([verdict("g1", category, outcome, **kw)], SNAPSHOT)
+
+
+def test_article_round_one() -> None:
+    priced = price_refund(ARTICLE_VERDICTS, SNAPSHOT)
+    assert [(ln.status, ln.amount_minor, ln.proposed_minor) for ln in priced.lines] == [
+        (LineStatus.PAY, 4900, 4900),
+        (LineStatus.PAY, 64000, 64000),
+        (LineStatus.HELD, 0, 6000),
+        (LineStatus.ZERO, 0, 0),
+    ]
+    assert priced.lines[1].rule == "MISSING_ITEM: 2 x 32000 (Hyderabadi Biryani)"
+    assert priced.lines[0].rule == (
+        "LATE_DELIVERY: flat 4900 (delivered 85 min after placing, SLA 45 min)"
+    )
+    assert priced.total_minor == 68900
+    assert priced.payable_minor == 68900
+    assert priced.decision is Decision.AUTO_APPROVED
+    assert priced.held_grievances == ("g3",)
+    assert "held for review: g3" in priced.reason
+    assert (priced.cap_minor, priced.order_total_minor, priced.currency) == (
+        DEFAULT_CAP_MINOR,
+        134000,
+        "INR",
+    )
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-01.v1"
+
+
+def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
+    overrides = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g3")
+    priced = price_refund(
+        ARTICLE_VERDICTS, SNAPSHOT, already_approved_minor=68900, overrides=overrides
+    )
+    raita = priced.lines[2]
+    assert (raita.outcome, raita.status, raita.amount_minor) == (U, LineStatus.PAY, 6000)
+    assert priced.total_minor == 74900
+    assert priced.already_paid_minor == 68900
+    assert priced.payable_minor == 6000
+    assert priced.decision is Decision.AUTO_APPROVED
+    assert priced.held_grievances == ()
+
+
+def test_reviewer_rejecting_the_held_line_leaves_nothing_more_to_pay() -> None:
+    overrides = ReviewOverrides().with_review(ReviewDecision.REJECT, "g3")
+    priced = price_refund(
+        ARTICLE_VERDICTS, SNAPSHOT, already_approved_minor=68900, overrides=overrides
+    )
+    assert priced.lines[2].status is LineStatus.REJECTED
+    assert (priced.total_minor, priced.payable_minor) == (68900, 0)
+    assert priced.decision is Decision.NOTHING_TO_PAY
+
+
+def test_the_snapshot_read_back_from_json_prices_the_same() -> None:
+    assert price_refund(ARTICLE_VERDICTS, freeze(ARTICLE_ORDER).data) == price_refund(
+        ARTICLE_VERDICTS, SNAPSHOT
+    )
+
+
+@pytest.mark.parametrize(
+    ("category", "kw", "amount", "rule"),
+    [
+        (Category.MISSING_ITEM, {"item": BIRYANI, "quantity": 9}, 128000, "claimed 9, ordered 4"),
+        (Category.MISSING_ITEM, {"item": BIRYANI}, 32000, "1 x 32000"),
+        (Category.WRONG_ITEM, {"item": RAITA}, 6000, "WRONG_ITEM: 1 x 6000 (Raita)"),
+        (Category.WRONG_ITEM, {"item": BIRYANI, "quantity": 3}, 96000, "3 x 32000"),
+        (Category.PACKAGING, {"item": BIRYANI, "quantity": 2}, 64000, "2 x 32000"),
+        (Category.PACKAGING, {}, 0, "no item named"),
+        (Category.QUALITY, {"item": BIRYANI}, 16000, "half of 1 x 32000"),
+        (Category.QUALITY, {"item": RAITA}, 3000, "= 3000"),
+        (Category.PARTNER_CONDUCT, {}, 0, "no monetary compensation"),
+        (Category.BILLING, {}, 0, "not above the expected total"),
+    ],
+)
+def test_pricing_rules(category: Category, kw: dict[str, Any], amount: int, rule: str) -> None:
+    line = one(category, **kw).lines[0]
+    assert line.amount_minor == amount
+    assert line.status is (LineStatus.PAY if amount else LineStatus.ZERO)
+    assert rule in line.rule
+
+
+def test_quality_halves_with_floor_division() -> None:
+    order = article_order(
+        line_items=(LineItem(name="Lassi", quantity=1, unit_price_minor=4999),),
+        charged_total_minor=4999,
+    )
+    line = price_refund([verdict("g1", Category.QUALITY, item="Lassi")], build_snapshot(order))
+    assert line.lines[0].amount_minor == 2499
+
+
+def test_billing_pays_the_overcharge_once() -> None:
+    snapshot = build_snapshot(article_order(charged_total_minor=139000))
+    priced = price_refund(
+        [verdict("g1", Category.BILLING), verdict("g2", Category.BILLING, item=RAITA)], snapshot
+    )
+    assert [ln.amount_minor for ln in priced.lines] == [5000, 0]
+    assert priced.lines[0].rule == "BILLING: overcharge 5000 (charged 139000, expected 134000)"
+    assert priced.lines[1].rule == "BILLING: 0, already paid by g1"
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule"),
+    [
+        ({"delivered_at": "2026-09-14T20:50:00+05:30"}, "within the SLA of 45 min"),
+        ({"delivered_at": None}, "not recorded"),
+        ({"delivery_sla_minutes": None}, "not recorded"),
+        ({"currency": "USD"}, "no flat amount for USD"),
+    ],
+)
+def test_late_delivery_pays_nothing_unless_the_sla_is_known_to_be_exceeded(
+    changes: dict[str, Any], rule: str
+) -> None:
+    snapshot = build_snapshot(article_order(**changes))
+    line = price_refund([verdict("g1", Category.LATE_DELIVERY)], snapshot).lines[0]
+    assert (line.status, line.amount_minor) == (LineStatus.ZERO, 0)
+    assert rule in line.rule
+
+
+def test_rejected_and_escalated_lines_pay_nothing_but_show_the_proposal() -> None:
+    priced = price_refund(
+        [
+            verdict("g1", Category.MISSING_ITEM, R, item=BIRYANI, quantity=2),
+            verdict("g2", Category.WRONG_ITEM, E, item=RAITA),
+        ],
+        SNAPSHOT,
+    )
+    assert [(ln.status, ln.amount_minor, ln.proposed_minor) for ln in priced.lines] == [
+        (LineStatus.REJECTED, 0, 64000),
+        (LineStatus.HELD, 0, 6000),
+    ]
+    assert priced.decision is Decision.HELD_FOR_REVIEW
+    assert priced.payable_minor == 0
+
+
+def test_nothing_upheld_pays_nothing() -> None:
+    priced = price_refund([verdict("g1", Category.PARTNER_CONDUCT)], SNAPSHOT)
+    assert (priced.decision, priced.payable_minor, priced.total_minor) == (
+        Decision.NOTHING_TO_PAY,
+        0,
+        0,
+    )
+    assert price_refund([], SNAPSHOT).decision is Decision.NOTHING_TO_PAY
+
+
+def test_lines_naming_one_item_never_pay_more_than_its_line_total() -> None:
+    priced = price_refund(
+        [
+            verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=3),
+            verdict("g2", Category.QUALITY, item=BIRYANI, quantity=4),
+            verdict("g3", Category.PACKAGING, E, item=BIRYANI),
+        ],
+        SNAPSHOT,
+        cap_minor=200_000,
+    )
+    assert [ln.amount_minor for ln in priced.lines] == [96000, 32000, 0]
+    assert "capped at 32000 left" in priced.lines[1].rule
+    assert priced.lines[2].proposed_minor == 0  # nothing of the biryani line is left
+    assert priced.total_minor == 128000
+
+
+def test_total_never_exceeds_what_the_order_cost() -> None:
+    # A discounted order: the customer paid less than the menu prices add up to.
+    snapshot = build_snapshot(article_order(charged_total_minor=50000))
+    priced = price_refund(
+        [verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=2)], snapshot
+    )
+    assert priced.lines[0].amount_minor == 64000
+    assert priced.total_minor == 50000
+    assert priced.payable_minor == 50000
+    assert "clamped to the order total 50000" in priced.reason
+
+
+def test_over_the_cap_is_held_and_nothing_is_paid_automatically() -> None:
+    priced = price_refund(
+        [verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=4)], SNAPSHOT
+    )
+    assert priced.total_minor == 128000
+    assert priced.decision is Decision.HELD_FOR_REVIEW
+    assert priced.payable_minor == 0
+    assert "exceeds the auto-approve cap 100000" in priced.reason
+
+
+def test_reviewer_approval_lifts_the_cap_but_not_the_order_total() -> None:
+    overrides = ReviewOverrides(dispute=ReviewDecision.APPROVE)
+    priced = price_refund(
+        [
+            verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=4),
+            verdict("g2", Category.WRONG_ITEM, item=RAITA),
+            verdict("g3", Category.LATE_DELIVERY),
+        ],
+        SNAPSHOT,
+        overrides=overrides,
+    )
+    assert priced.decision is Decision.REVIEW_APPROVED
+    assert priced.total_minor == 134000  # 138900 in lines, clamped to the order
+    assert priced.payable_minor == 134000
+
+
+def test_reviewer_decline_pays_nothing() -> None:
+    overrides = ReviewOverrides(dispute=ReviewDecision.DECLINE)
+    priced = price_refund(ARTICLE_VERDICTS, SNAPSHOT, overrides=overrides)
+    assert (priced.decision, priced.payable_minor) == (Decision.DECLINED, 0)
+    assert priced.total_minor == 68900
+
+
+def test_zero_payable_with_held_lines_waits_for_review() -> None:
+    priced = price_refund(ARTICLE_VERDICTS, SNAPSHOT, already_approved_minor=68900)
+    assert (priced.decision, priced.payable_minor) == (Decision.HELD_FOR_REVIEW, 0)
+
+
+def test_lines_are_in_grievance_order_g2_before_g10() -> None:
+    verdicts = [verdict(f"g{n}", Category.PARTNER_CONDUCT) for n in (10, 2, 1)]
+    ids = [ln.grievance_id for ln in price_refund(verdicts, SNAPSHOT).lines]
+    assert ids == ["g1", "g2", "g10"]
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "kw", "message"),
+    [
+        ([verdict("g1", Category.WRONG_ITEM, item="Pizza")], {}, "not a line item"),
+        ([verdict("g1", Category.QUALITY), verdict("g1", Category.BILLING)], {}, "duplicate"),
+        ([], {"overrides": ReviewOverrides(grievances={"g9": U})}, "not in the dispute"),
+        ([], {"cap_minor": -1}, "cap_minor"),
+        ([], {"already_approved_minor": -1}, "already approved"),
+        ([], {"already_approved_minor": 134001}, "already approved"),
+    ],
+)
+def test_inconsistent_inputs_are_invalid(
+    verdicts: list[GrievanceVerdict], kw: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        price_refund(verdicts, SNAPSHOT, **kw)
+
+
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        {},
+        {"order": SNAPSHOT["order"]},
+        {**SNAPSHOT, "derived": {**SNAPSHOT["derived"], "sla_exceeded": "yes"}},
+        {**SNAPSHOT, "derived": {**SNAPSHOT["derived"], "overcharge_minor": 4.5}},
+    ],
+)
+def test_malformed_snapshots_are_invalid(snapshot: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput, match="malformed"):
+        price_refund(ARTICLE_VERDICTS, snapshot)
+
+
+def test_review_overrides_refuse_escalate_and_grievance_level_dispute_decisions() -> None:
+    with pytest.raises(ValueError, match="UPHELD or REJECTED"):
+        ReviewOverrides(grievances={"g1": E})
+    with pytest.raises(ValueError, match="APPROVE or DECLINE"):
+        ReviewOverrides(dispute=ReviewDecision.UPHOLD)
+    with pytest.raises(InvalidInput, match="needs a grievance_id"):
+        ReviewOverrides().with_review(ReviewDecision.UPHOLD, None)
+    later = (
+        ReviewOverrides()
+        .with_review(ReviewDecision.UPHOLD, "g3")
+        .with_review(ReviewDecision.REJECT, "g3")
+        .with_review(ReviewDecision.APPROVE, None)
+    )
+    assert later == ReviewOverrides(grievances={"g3": R}, dispute=ReviewDecision.APPROVE)
+
+
+# --- properties ---------------------------------------------------------------------------
+
+NAMES = ("Dosa", "Idli", "Vada", "Chai")
+PLACED = datetime.fromisoformat("2026-09-14T20:00:00+05:30")
+ITEM_PRICED = {Category.MISSING_ITEM, Category.WRONG_ITEM, Category.PACKAGING, Category.QUALITY}
+
+
+@st.composite
+def orders(draw: st.DrawFn) -> OrderRecord:
+    count = draw(st.integers(min_value=1, max_value=len(NAMES)))
+    items = tuple(
+        LineItem(
+            name=NAMES[i],
+            quantity=draw(st.integers(min_value=1, max_value=6)),
+            unit_price_minor=draw(st.integers(min_value=0, max_value=60_000)),
+            unit_weight_g=draw(st.none() | st.integers(min_value=0, max_value=800)),
+        )
+        for i in range(count)
+    )
+    items_total = sum(i.unit_price_minor * i.quantity for i in items)
+    fee = draw(st.integers(min_value=0, max_value=5_000))
+    charged = draw(st.integers(min_value=0, max_value=items_total + fee + 20_000))
+    delay = draw(st.none() | st.integers(min_value=0, max_value=240))
+    delivered = None if delay is None else (PLACED + timedelta(minutes=delay)).isoformat()
+    return OrderRecord(
+        order_id="o",
+        customer_id="c",
+        currency=draw(st.sampled_from(["INR", "USD"])),
+        placed_at=PLACED.isoformat(),
+        delivered_at=delivered,
+        delivery_sla_minutes=draw(st.none() | st.integers(min_value=10, max_value=90)),
+        line_items=items,
+        delivery_fee_minor=fee,
+        charged_total_minor=charged,
+    )
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    order = draw(orders())
+    names = [item.name for item in order.line_items]
+    n = draw(st.integers(min_value=0, max_value=8))
+    verdicts = [
+        verdict(
+            f"g{i + 1}",
+            draw(st.sampled_from(list(Category))),
+            draw(st.sampled_from(list(Ruling))),
+            item=draw(st.none() | st.sampled_from(names)),
+            quantity=draw(st.none() | st.integers(min_value=0, max_value=10)),
+        )
+        for i in range(n)
+    ]
+    ids = [v.grievance_id for v in verdicts]
+    grievance_overrides = draw(
+        st.dictionaries(st.sampled_from(ids), st.sampled_from([U, R])) if ids else st.just({})
+    )
+    dispute = draw(st.sampled_from([None, ReviewDecision.APPROVE, ReviewDecision.DECLINE]))
+    return {
+        "order": order,
+        "verdicts": verdicts,
+        "cap_minor": draw(st.integers(min_value=0, max_value=200_000)),
+        "already_approved_minor": draw(
+            st.integers(min_value=0, max_value=order.charged_total_minor)
+        ),
+        "overrides": ReviewOverrides(grievances=grievance_overrides, dispute=dispute),
+    }
+
+
+@given(cases())
+def test_money_safety_invariants(case: dict[str, Any]) -> None:
+    order: OrderRecord = case["order"]
+    overrides: ReviewOverrides = case["overrides"]
+    priced = price_refund(
+        case["verdicts"],
+        build_snapshot(order),
+        cap_minor=case["cap_minor"],
+        already_approved_minor=case["already_approved_minor"],
+        overrides=overrides,
+    )
+    amounts = [priced.total_minor, priced.payable_minor, priced.already_paid_minor]
+    amounts += [x for ln in priced.lines for x in (ln.amount_minor, ln.proposed_minor)]
+    assert all(type(a) is int and a >= 0 for a in amounts)
+
+    assert priced.total_minor <= order.charged_total_minor
+    assert priced.payable_minor + priced.already_paid_minor <= order.charged_total_minor
+    assert priced.payable_minor <= priced.total_minor
+    if priced.payable_minor > 0:
+        assert priced.total_minor <= priced.cap_minor or overrides.dispute is ReviewDecision.APPROVE
+        assert priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
+    if overrides.dispute is ReviewDecision.DECLINE:
+        assert priced.payable_minor == 0 and priced.decision is Decision.DECLINED
+
+    for line in priced.lines:
+        if line.outcome is not U:
+            assert line.status is not LineStatus.PAY and line.amount_minor == 0
+        if line.outcome is E:
+            assert line.status is LineStatus.HELD
+        expected = overrides.grievances.get(line.grievance_id)
+        if expected is not None:
+            assert line.outcome is expected
+    assert priced.held_grievances == tuple(
+        ln.grievance_id for ln in priced.lines if ln.status is LineStatus.HELD
+    )
+    per_item: dict[str, int] = {}
+    for line in priced.lines:
+        if line.item_name is not None and line.category in ITEM_PRICED:
+            per_item[line.item_name] = per_item.get(line.item_name, 0) + line.amount_minor
+    for item in order.line_items:
+        assert per_item.get(item.name, 0) <= item.unit_price_minor * item.quantity
+
+
+@given(cases())
+def test_pricing_is_deterministic_and_order_of_verdicts_does_not_matter(
+    case: dict[str, Any],
+) -> None:
+    snapshot = build_snapshot(case["order"])
+    kw = {k: case[k] for k in ("cap_minor", "already_approved_minor", "overrides")}
+    forward = price_refund(case["verdicts"], snapshot, **kw)
+    backward = price_refund(list(reversed(case["verdicts"])), snapshot, **kw)
+    assert forward == backward

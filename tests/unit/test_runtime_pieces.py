@@ -1,0 +1,136 @@
+"""Pure pieces of the runtime: retry schedule, DLQ budget, staged state, codecs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refund_bench.codec import Codec, FingerprintFraming
+from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
+from refund_bench.retry import RetryPolicy
+from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.state import BatchState, RecordState, StateStore
+
+
+def test_retry_waits_1_2_4_8_seconds_plus_jitter_then_gives_up() -> None:
+    slept: list[float] = []
+    calls = 0
+
+    def always_busy() -> None:
+        nonlocal calls
+        calls += 1
+        raise TransientError("429")
+
+    policy = RetryPolicy(jitter_seconds=0.5, rng=random.Random(7))
+    with pytest.raises(TransientError):
+        policy.run(always_busy, sleep=slept.append)
+    assert calls == 5
+    assert [int(s) for s in slept] == [1, 2, 4, 8]
+    assert all(0 <= s - b <= 0.5 for s, b in zip(slept, [1, 2, 4, 8], strict=True))
+
+
+def test_retry_returns_after_transient_failures_and_never_retries_invalid_input() -> None:
+    slept: list[float] = []
+    attempts: list[Exception | str] = [TransientError("503"), TransientError("timeout"), "ok"]
+
+    def flaky() -> str:
+        outcome = attempts.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert RetryPolicy().run(flaky, sleep=slept.append) == "ok"
+    assert len(slept) == 2
+
+    calls = 0
+
+    def invalid() -> None:
+        nonlocal calls
+        calls += 1
+        raise InvalidInput("bad")
+
+    with pytest.raises(InvalidInput):
+        RetryPolicy().run(invalid, sleep=slept.append)
+    assert calls == 1
+
+
+async def _never() -> None:
+    raise TransientError("busy")
+
+
+def test_async_retry_uses_the_injected_sleep() -> None:
+    import asyncio
+
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    with pytest.raises(TransientError):
+        asyncio.run(RetryPolicy(attempts=3, jitter_seconds=0).run_async(_never, sleep=fake_sleep))
+    assert slept == [1.0, 2.0]
+
+
+def test_dlq_budget_trips_only_when_most_recent_input_fails() -> None:
+    budget = DlqBudget(window=10, max_fraction=0.5, min_failures=3)
+    for failed in [True, False, True, False, False, True, False]:
+        budget.record(failed)
+    budget.record(True)  # 4 of 8: half is not "most"
+    with pytest.raises(DlqLimitExceeded, match="5 of the last 9"):
+        budget.record(True)
+
+
+@given(st.lists(st.booleans(), max_size=300))
+def test_dlq_budget_never_trips_below_the_fraction(outcomes: list[bool]) -> None:
+    budget = DlqBudget(window=50, max_fraction=0.5, min_failures=5)
+    recent: list[bool] = []
+    for failed in outcomes:
+        recent = ([*recent, failed])[-50:]
+        if sum(recent) >= 5 and sum(recent) > 0.5 * len(recent):
+            with pytest.raises(DlqLimitExceeded):
+                budget.record(failed)
+            return
+        budget.record(failed)
+
+
+def _store_with(partition: int, data: dict[str, object]) -> StateStore:
+    store = StateStore("s", "s.changelog")
+    store._partitions[partition] = dict(data)  # restored view
+    return store
+
+
+def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> None:
+    store = _store_with(3, {"a": 1, "b": 2})
+    batch = BatchState(store)
+    first = RecordState(batch, 3)
+    first.put("a", 10)
+    first.delete("b")
+    assert (first.get("a"), first.get("b")) == (10, None)
+    first.merge_into_batch()
+    second = RecordState(batch, 3)
+    assert (second.get("a"), second.get("b")) == (10, None)
+    discarded = RecordState(batch, 3)
+    discarded.put("a", 99)  # this record goes to the DLQ: never merged
+    assert store.committed(3) == {"a": 1, "b": 2}, "nothing is committed before the transaction"
+    assert sorted(batch.changelog_records()) == [(3, "a", b"10"), (3, "b", None)]
+    batch.apply()
+    assert store.committed(3) == {"a": 10}
+
+
+def test_state_of_an_unrestored_partition_is_an_error() -> None:
+    with pytest.raises(RuntimeError):
+        StateStore("s", "s.changelog").committed(0)
+
+
+def test_fingerprint_codec_round_trips_and_rejects_garbage() -> None:
+    codec = Codec(FingerprintFraming(), {"t": "bench.record"})
+    value = {"id": "r1", "seq": 5, "payload": "p"}
+    assert codec.decode("t", codec.encode("t", value)) == value
+    for bad in (b"", b"\x00\x01", b"\xc3\x01" + b"\x00" * 8 + b"x"):
+        with pytest.raises(InvalidInput):
+            codec.decode("t", bad)
+    with pytest.raises(InvalidInput, match="trailing"):
+        codec.decode("t", codec.encode("t", value) + b"\x00")

@@ -1,0 +1,213 @@
+"""Counting a bench, and the tally state that makes each verdict come out exactly once."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from refund_bench.domain import Ruling
+from services.tally.votes import (
+    BenchState,
+    RulingSummary,
+    add_ruling,
+    count_votes,
+    is_complete,
+    mark_emitted,
+    should_emit,
+    tally,
+)
+
+U, R, E = Ruling.UPHELD, Ruling.REJECTED, Ruling.ESCALATE
+
+
+def summary(seat: int, ruling: Ruling = U, reasoning: str = "weights") -> RulingSummary:
+    return RulingSummary(
+        judge_seat=seat,
+        ruling=ruling,
+        model_ruling=ruling.value,
+        confidence=0.8,
+        evidence_cited=("derived.pickup_weight_shortfall_g",),
+        reasoning=reasoning,
+        model="stand-in",
+        prompt_version="judge.v1",
+    )
+
+
+def bench(*rulings: Ruling) -> dict[int, Ruling]:
+    return dict(enumerate(rulings))
+
+
+@pytest.mark.parametrize(
+    ("rulings", "outcome", "split", "unanimous"),
+    [
+        ((U, U, U), U, "3-0", True),
+        ((U, U, E), U, "2-1", False),
+        ((R, E, R), R, "2-1", False),
+        ((E, E, U), E, "2-1", False),  # the article's g3: two judges saw silent evidence
+        ((U, R, E), E, "1-1-1", False),
+        ((E, E, E), E, "3-0", True),
+        ((U,), U, "1-0", True),
+        ((U, R), E, "1-1", False),
+        ((U, U, R, R, E), E, "2-2-1", False),
+        ((U, U, U, R, R), U, "3-2", False),
+    ],
+)
+def test_count_votes(
+    rulings: tuple[Ruling, ...], outcome: Ruling, split: str, unanimous: bool
+) -> None:
+    count = count_votes(bench(*rulings), len(rulings))
+    assert (count.outcome, count.split, count.unanimous) == (outcome, split, unanimous)
+    assert count.votes_upheld == rulings.count(U)
+    assert count.votes_rejected == rulings.count(R)
+    assert count.votes_escalate == rulings.count(E)
+
+
+@pytest.mark.parametrize(
+    ("rulings", "k", "message"),
+    [
+        ({0: U, 1: U}, 3, "incomplete"),
+        ({0: U, 1: U, 3: U}, 3, "outside"),
+        ({-1: U, 0: U, 1: U}, 3, "outside"),
+        ({}, 0, "at least 1"),
+    ],
+)
+def test_count_votes_only_counts_complete_benches(
+    rulings: dict[int, Ruling], k: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        count_votes(rulings, k)
+
+
+def test_state_collects_seats_and_completes_once() -> None:
+    state, new = add_ruling(None, 1, summary(1, E), 3)
+    assert new and not is_complete(state)
+    state, new = add_ruling(state, 0, summary(0, U), 3)
+    assert new and state.seats() == {0, 1}
+    assert [r.judge_seat for r in state.rulings] == [0, 1]
+    state, new = add_ruling(state, 2, summary(2, E), 3)
+    assert new and is_complete(state) and should_emit(state)
+    assert tally(state).outcome is E
+    emitted = mark_emitted(state)
+    assert not should_emit(emitted) and is_complete(emitted)
+    assert mark_emitted(emitted) is emitted
+
+
+def test_duplicate_seat_is_ignored_and_first_ruling_wins() -> None:
+    state, _ = add_ruling(None, 0, summary(0, U, "first"), 3)
+    again, new = add_ruling(state, 0, summary(0, R, "redelivered"), 3)
+    assert not new and again is state
+    assert again.rulings[0].reasoning == "first"
+
+
+def test_a_redelivered_ruling_after_emission_does_not_re_emit() -> None:
+    state: BenchState | None = None
+    for seat in range(3):
+        state, _ = add_ruling(state, seat, summary(seat), 3)
+    assert state is not None
+    done = mark_emitted(state)
+    after, new = add_ruling(done, 1, summary(1, R), 3)
+    assert not new and after == done and not should_emit(after)
+
+
+@pytest.mark.parametrize(
+    ("seat", "summary_seat", "k", "message"),
+    [(3, 3, 3, "outside"), (-1, 0, 3, "outside"), (1, 2, 3, "does not match"), (0, 0, 0, "least")],
+)
+def test_add_ruling_rejects_bad_seats(seat: int, summary_seat: int, k: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        add_ruling(None, seat, summary(summary_seat), k)
+
+
+def test_judge_count_must_match_the_stored_bench() -> None:
+    state, _ = add_ruling(None, 0, summary(0), 3)
+    with pytest.raises(ValueError, match="differs"):
+        add_ruling(state, 1, summary(1), 5)
+
+
+def test_tally_of_an_incomplete_bench_raises() -> None:
+    state, _ = add_ruling(None, 0, summary(0), 3)
+    with pytest.raises(ValueError, match="incomplete"):
+        tally(state)
+
+
+def test_state_round_trips_through_json_and_dict() -> None:
+    state, _ = add_ruling(None, 2, summary(2, E), 3)
+    state, _ = add_ruling(state, 0, summary(0, U), 3)
+    state = mark_emitted(state)
+    assert BenchState.from_json(state.to_json()) == state
+    assert BenchState.from_dict(state.to_dict()) == state
+    assert state.to_dict()["rulings"][0]["ruling"] == "UPHELD"
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"judge_count": 3, "rulings": [summary(0).model_dump(), summary(0).model_dump()]},
+        {"judge_count": 1, "rulings": [summary(1).model_dump()]},
+        {"judge_count": 3, "rulings": [summary(1).model_dump(), summary(0).model_dump()]},
+        {"judge_count": 3, "unexpected": True},
+    ],
+)
+def test_corrupt_state_documents_are_refused(doc: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        BenchState.from_dict(doc)
+
+
+def test_summary_from_a_ruling_cast_value() -> None:
+    value = {
+        **summary(1).model_dump(),
+        "dispute_id": "d-1",
+        "grievance_id": "g2",
+        "raw_response": "{}",
+        "evidence_cited": ["derived.pickup_weight_shortfall_g"],
+    }
+    assert RulingSummary.from_ruling_cast(value) == summary(1)
+
+
+# --- properties ---------------------------------------------------------------------------
+
+benches = st.integers(min_value=1, max_value=9).flatmap(
+    lambda k: st.lists(st.sampled_from(list(Ruling)), min_size=k, max_size=k)
+)
+
+
+@given(benches)
+def test_outcome_is_a_strict_majority_or_escalate(rulings: list[Ruling]) -> None:
+    k = len(rulings)
+    count = count_votes(dict(enumerate(rulings)), k)
+    if count.outcome is not E:
+        assert 2 * rulings.count(count.outcome) > k
+    else:
+        assert 2 * rulings.count(U) <= k and 2 * rulings.count(R) <= k
+    if 2 * rulings.count(E) > k:
+        assert count.outcome is E
+    groups = [int(n) for n in count.split.split("-")]
+    assert sum(groups) == k
+    assert groups == sorted(groups, reverse=True)
+    assert count.unanimous == (len(set(rulings)) == 1)
+    assert count.votes_upheld + count.votes_rejected + count.votes_escalate == k
+
+
+@given(benches, st.data())
+def test_order_of_arrival_and_duplicates_never_change_the_state(
+    rulings: list[Ruling], data: st.DataObject
+) -> None:
+    k = len(rulings)
+    arrivals = data.draw(st.lists(st.integers(min_value=0, max_value=k - 1), max_size=3 * k))
+    arrivals += data.draw(st.permutations(list(range(k))))
+    state: BenchState | None = None
+    first: dict[int, Ruling] = {}
+    for seat in arrivals:
+        flipped = rulings[seat] if seat not in first else data.draw(st.sampled_from(list(Ruling)))
+        before = state
+        state, new = add_ruling(state, seat, summary(seat, flipped), k)
+        if seat in first:
+            assert not new and state == before
+        else:
+            assert new
+            first[seat] = flipped
+    assert state is not None and is_complete(state)
+    assert tally(state) == count_votes(dict(enumerate(rulings)), k)
+    assert BenchState.from_json(state.to_json()) == state
