@@ -170,7 +170,7 @@ class Codec:
         return list(self._topics)
 
     def encode(self, topic: str, value: Mapping[str, Any]) -> bytes:
-        """Avro-encode ``value`` for ``topic``; a value that breaks the contract is a bug: raises."""
+        """Avro-encode ``value`` for ``topic``; a value breaking the contract is a bug: raises."""
         codec = self._topics[topic]
         buf = io.BytesIO()
         buf.write(codec.header)

@@ -76,4 +76,10 @@ class RetryPolicy:
             sleep=sleep,
             reraise=True,
         )
-        return await retrying(fn)
+
+        async def attempt() -> T:
+            # tenacity awaits only coroutine *functions*; a lambda returning an awaitable
+            # would come back un-awaited.
+            return await fn()
+
+        return await retrying(attempt)

@@ -40,14 +40,19 @@ def configure_logging(level: str) -> None:
     )
 
 
-def run_stage(spec: StageSpec, settings: StageSettings, registry: CollectorRegistry) -> None:
+def run_stage(
+    spec: StageSpec,
+    settings: StageSettings,
+    registry: CollectorRegistry,
+    metrics: PrometheusMetrics | None = None,
+) -> None:
     """Run ``spec`` until SIGTERM/SIGINT, serving /healthz, /readyz and /metrics meanwhile.
 
     On SIGTERM the open batch is finished (committed) and the consumer leaves the group, well
     inside Kubernetes' default 30 s grace period.
     """
     heartbeat = Heartbeat(liveness_timeout_s=120.0)
-    metrics = PrometheusMetrics(spec.name, registry)
+    metrics = metrics or PrometheusMetrics(spec.name, registry)
     runner = StageRunner(
         spec,
         runtime_config(settings, spec.name),

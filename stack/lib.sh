@@ -107,7 +107,9 @@ pid_is() {  # pid_is PID SVC: PID is alive and looks like SVC
   pat="$(svc_cmd_pattern "$2")"
   [[ -n "$pid" ]] && pid_alive "$pid" || return 1
   [[ -r "/proc/$pid/cmdline" ]] || return 0
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pat"
+  local cmd
+  cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+  [[ "$cmd" == *"$pat"* ]]
 }
 
 # pid of a service if its pidfile names a live process of that service, else empty
@@ -167,14 +169,6 @@ service_addr() {
   esac
 }
 
-service_port() {
-  case "$1" in
-    postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; kafka) echo "$KAFKA_PORT" ;;
-    stripe-mock) echo "$STRIPE_HTTP_PORT" ;; schema-registry) echo "$REGISTRY_PORT" ;;
-    llm-standin) echo "$LLM_PORT" ;;
-  esac
-}
-
 # Readiness probes: exit 0 only when the service really answers.
 probe_postgres() {
   local b; b="$(pg_bin)"; [[ -n "$b" ]] || return 1
@@ -185,12 +179,14 @@ probe_redis() {
 }
 probe_kafka() {
   port_open "$KAFKA_PORT" || return 1
-  local j="${KAFKA_JAVA:-}"
+  local j="${KAFKA_JAVA:-}" out
   [[ -n "$j" ]] || j="$(find_java 17)" || return 1
-  timeout 30 "$j" -Xmx128m -XX:TieredStopAtLevel=1 -Xshare:auto \
+  out="$(timeout 30 "$j" -Xmx128m -XX:TieredStopAtLevel=1 \
     -Dlog4j2.configurationFile="$STACK_DIR/kafka/log4j2-tools.properties" \
     -cp "$KAFKA_LIBS/*" org.apache.kafka.tools.BrokerApiVersionsCommand \
-    --bootstrap-server "$HOST:$KAFKA_PORT" 2>/dev/null | grep -q "^$HOST:$KAFKA_PORT"
+    --bootstrap-server "$HOST:$KAFKA_PORT" 2>/dev/null)" || return 1
+  # first line: "127.0.0.1:19092 (id: 1 rack: null isFenced: false) -> ("
+  [[ "$out" == "$HOST:$KAFKA_PORT (id: "* && "$out" != *"isFenced: true"* ]]
 }
 probe_stripe-mock() {
   http_ok "http://$HOST:$STRIPE_HTTP_PORT/v1/customers" -H "Authorization: Bearer sk_test_123"
@@ -227,7 +223,7 @@ spawn() {
   local logf="$LOG_DIR/$svc.log"
   printf '\n==== %s starting %s ====\n' "$(date -Is)" "$svc" >>"$logf"
   # fd 9 is the stack lock (see take_lock): daemons must not inherit it
-  setsid "$@" >>"$logf" 2>&1 </dev/null 9>&- &
+  env -u STACK_LOCK_HELD setsid "$@" >>"$logf" 2>&1 </dev/null 9>&- &
   echo $! >"$(pidfile "$svc")"
 }
 
@@ -252,7 +248,8 @@ stop_pid() {
   for ((i = 0; i < 50; i++)); do pid_alive "$pid" || return 0; sleep 0.1; done
 }
 
-# one stack script at a time (up/down/status-free); fd 9 stays open until exit
+# One stack script at a time (up.sh, down.sh, install.sh; status.sh takes no lock).
+# The lock is fd 9, held until the script exits.
 take_lock() {
   [[ -n "${STACK_LOCK_HELD:-}" ]] && return 0   # a parent stack script holds it
   mkdir -p "$RUN_DIR"

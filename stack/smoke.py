@@ -1,6 +1,6 @@
 """End-to-end smoke test of the running local stack (stack/up.sh).
 
-Run with a Python that has the project's dependencies (confluent-kafka, psycopg, redis):
+Run with a Python that has the project's dependencies (confluent-kafka, psycopg, redis, httpx):
 
     . .stack/env.sh && .venv/bin/python stack/smoke.py
 
@@ -18,9 +18,9 @@ import logging
 import os
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
 RUN = uuid.uuid4().hex[:8]
@@ -28,7 +28,7 @@ RUN = uuid.uuid4().hex[:8]
 
 def kafka_transactions() -> str:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"smoke-{RUN}"
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
@@ -94,7 +94,7 @@ def kafka_transactions() -> str:
             m = c.poll(0.5)
             if m is None or m.error():
                 continue
-            seen.append(m.value().decode())
+            seen.append((m.value() or b"").decode())
         # consumer-group offset commit (also exercises the group coordinator)
         c.commit(asynchronous=False)
         c.close()
@@ -110,7 +110,7 @@ def kafka_transactions() -> str:
 def kafka_exactly_once() -> str:
     """consume-transform-produce with send_offsets_to_transaction, many transactions in a row."""
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     src, dst, group = f"smoke-{RUN}-in", f"smoke-{RUN}-out", f"smoke-eos-{RUN}"
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
@@ -141,13 +141,18 @@ def kafka_exactly_once() -> str:
                 continue
             tp.begin_transaction()
             for m in msgs:
-                tp.produce(dst, value=str(int(m.value()) * 2).encode(), partition=m.partition())
-            tp.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+                doubled = str(int(m.value() or b"0") * 2).encode()
+                tp.produce(dst, value=doubled, partition=m.partition() or 0)
+            tp.send_offsets_to_transaction(
+                c.position(c.assignment()), c.consumer_group_metadata(), 30
+            )
             tp.commit_transaction(30)
             done += len(msgs)
             txns += 1
         c.close()
-        committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+        committed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[
+            group
+        ].result(30)
         total = sum(tp_.offset for tp_ in committed.topic_partitions if tp_.offset >= 0)
         if done != n or total != n:
             raise RuntimeError(f"processed {done}/{n}, group offsets sum {total}")
@@ -163,25 +168,27 @@ def kafka_exactly_once() -> str:
         out: list[int] = []
         deadline = time.monotonic() + 20
         while len(out) < n and time.monotonic() < deadline:
-            m = rc.poll(0.5)
-            if m is not None and not m.error():
-                out.append(int(m.value()))
+            got = rc.poll(0.5)
+            if got is not None and not got.error():
+                out.append(int(got.value() or b"-1"))
         rc.close()
         if sorted(out) != [2 * i for i in range(n)]:
             raise RuntimeError(f"output topic has {len(out)} records: {sorted(out)[:10]}...")
-        return f"{n} records in {txns} transactions with send_offsets_to_transaction, offsets committed"
+        return f"{n} records in {txns} transactions via send_offsets_to_transaction"
     finally:
         for f in admin.delete_topics([src, dst]).values():
             f.result(30)
 
 
-def _http(method: str, url: str, body: object | None = None, headers: dict[str, str] | None = None) -> object:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    if data is not None:
-        req.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 (loopback only)
-        return json.loads(r.read() or b"null")
+SR_JSON = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+
+
+def _http(method: str, url: str, body: object | None = None) -> Any:
+    import httpx
+
+    r = httpx.request(method, url, json=body, headers=SR_JSON, timeout=10)
+    r.raise_for_status()
+    return r.json() if r.content else None
 
 
 def schema_registry() -> str:
@@ -193,13 +200,14 @@ def schema_registry() -> str:
     v2 = {**v1, "fields": [*v1["fields"], {"name": "b", "type": "int", "default": 0}]}
     bad = {**v1, "fields": [{"name": "a", "type": "int"}]}
     reg = _http("POST", f"{base}/subjects/{subject}/versions", {"schema": json.dumps(v1)})
-    sid = reg["id"]  # type: ignore[index]
+    sid = reg["id"]
     got = _http("GET", f"{base}/schemas/ids/{sid}")
-    if json.loads(got["schema"]) != v1:  # type: ignore[index]
+    if json.loads(got["schema"]) != v1:
         raise RuntimeError(f"GET /schemas/ids/{sid} returned {got}")
-    ok = _http("POST", f"{base}/compatibility/subjects/{subject}/versions/latest", {"schema": json.dumps(v2)})
-    ko = _http("POST", f"{base}/compatibility/subjects/{subject}/versions/latest", {"schema": json.dumps(bad)})
-    if not ok["is_compatible"] or ko["is_compatible"]:  # type: ignore[index]
+    compat = f"{base}/compatibility/subjects/{subject}/versions/latest"
+    ok = _http("POST", compat, {"schema": json.dumps(v2)})
+    ko = _http("POST", compat, {"schema": json.dumps(bad)})
+    if not ok["is_compatible"] or ko["is_compatible"]:
         raise RuntimeError(f"compatibility: v2 -> {ok}, incompatible -> {ko}")
     # the real client library used by the pipeline
     try:
@@ -212,7 +220,9 @@ def schema_registry() -> str:
     sid2 = client.register_schema(subject, Schema(json.dumps(v2), "AVRO"))
     latest = client.get_latest_version(subject)
     if latest.schema_id != sid2 or latest.version != 2:
-        raise RuntimeError(f"SchemaRegistryClient latest={latest.schema_id}/{latest.version}, registered {sid2}")
+        raise RuntimeError(
+            f"SchemaRegistryClient: latest {latest.schema_id}/v{latest.version}, registered {sid2}"
+        )
     _http("DELETE", f"{base}/subjects/{subject}")
     _http("DELETE", f"{base}/subjects/{subject}?permanent=true")
     return f"registered id {sid} and {sid2}, compatibility checks ok, SchemaRegistryClient ok"
@@ -241,27 +251,31 @@ def redis_check() -> str:
 
 
 def stripe_mock() -> str:
-    base = os.environ["STRIPE_API_BASE"]
-    req = urllib.request.Request(
-        f"{base}/v1/refunds",
-        data=b"charge=ch_123&amount=100",
-        method="POST",
+    import httpx
+
+    r = httpx.post(
+        f"{os.environ['STRIPE_API_BASE']}/v1/refunds",
+        data={"charge": "ch_123", "amount": "100"},
         headers={"Authorization": "Bearer sk_test_123"},
+        timeout=10,
     )
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 (loopback only)
-        body = json.loads(r.read())
+    r.raise_for_status()
+    body = r.json()
     if body.get("object") != "refund":
         raise RuntimeError(f"unexpected stripe-mock answer {body}")
     return f"POST /v1/refunds -> {body['id']}"
 
 
 def llm_standin() -> str:
+    import httpx
+
     base = os.environ["LLM_BASE_URL"].removesuffix("/v1")
     try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as r:  # noqa: S310
-            return f"/healthz {r.status}"
-    except OSError:
+        r = httpx.get(f"{base}/healthz", timeout=5)
+    except httpx.TransportError:
         return "SKIP (not running)"
+    r.raise_for_status()
+    return f"/healthz {r.status_code}"
 
 
 CHECKS: list[tuple[str, Callable[[], str]]] = [

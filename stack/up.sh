@@ -60,13 +60,20 @@ pg_admin() {  # pg_admin SQL...: run psql as superuser over the private unix soc
 }
 
 start_postgres() {
-  local logf="$LOG_DIR/postgres.log" pid
+  local logf="$LOG_DIR/postgres.log" pid i
   ensure_os_user
   pg_paths
   # adopt a running instance of our own data dir even if the pidfile is gone
   if [[ -f "$PG_DATA/postmaster.pid" ]]; then
     pid="$(head -n1 "$PG_DATA/postmaster.pid" | tr -dc '0-9')"
-    pid_is "$pid" postgres && echo "$pid" >"$(pidfile postgres)"
+    if pid_is "$pid" postgres; then
+      echo "$pid" >"$(pidfile postgres)"
+    elif [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+      # a killed postmaster that init has not reaped yet: PostgreSQL would take the zombie
+      # for a running server and refuse to start; its shared-memory check still guards us
+      for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      rm -f "$PG_DATA/postmaster.pid"
+    fi
   fi
   already_up postgres && return 0
   ensure_port_free postgres "$PG_PORT"
@@ -182,6 +189,35 @@ $(tail -n 20 "$LOG_DIR/kafka.log")"
   STARTED+=(kafka)
 }
 
+# After a (re)start the transaction and group coordinators still have to create / load
+# __transaction_state and __consumer_offsets; until then clients get "Coordinator load in
+# progress". Ask each coordinator about an unknown id until it answers "not found".
+kafka_wait_coordinator() {  # kafka_wait_coordinator txn|group
+  local deadline=$((SECONDS + READY_TIMEOUT)) out=""
+  while (( SECONDS < deadline )); do
+    if [[ "$1" == txn ]]; then
+      out="$(kafka_tool org.apache.kafka.tools.TransactionsCommand --bootstrap-server "$HOST:$KAFKA_PORT" \
+        describe --transactional-id stack-readiness-probe 2>&1 || true)"
+      [[ "$out" == *"could not be found"* ]] && return 0
+    else
+      out="$(kafka_tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$HOST:$KAFKA_PORT" \
+        --describe --group stack-readiness-probe --state 2>&1 || true)"
+      [[ "$out" == *"GroupIdNotFoundException"* || "$out" == *"does not exist"* ]] && return 0
+    fi
+    sleep 0.5
+  done
+  echo "stack: ERROR: kafka: $1 coordinator not ready after ${READY_TIMEOUT}s; last answer: $(tail -n 3 <<<"$out")" >&2
+  return 1
+}
+kafka_wait_coordinators() {  # both in parallel (each is a short-lived JVM)
+  local a b rc=0
+  kafka_wait_coordinator txn & a=$!
+  kafka_wait_coordinator group & b=$!
+  wait "$a" || rc=1
+  wait "$b" || rc=1
+  return "$rc"
+}
+
 # ---------------------------------------------------------------- stripe-mock
 start_stripe_mock() {
   already_up stripe-mock && return 0
@@ -211,9 +247,9 @@ start_registry() {
   # (Apicurio's own default is NONE).
   mkdir -p "$rdir/tmp"
   log "schema-registry: starting Apicurio $APICURIO_VERSION on $HOST:$REGISTRY_PORT"
-  # shellcheck disable=SC2086
   # C1-only JIT + an auto-created class-data archive cut its boot from ~10 s to ~3 s here
   jsa="$CACHE_DIR/apicurio-$APICURIO_VERSION-$(printf '%s' "$j" | md5sum | cut -c1-8).jsa"
+  # shellcheck disable=SC2086
   (cd "$rdir" && spawn schema-registry "$j" $REGISTRY_HEAP_OPTS -XX:+UseG1GC \
     -XX:TieredStopAtLevel=1 -XX:+AutoCreateSharedArchive -XX:SharedArchiveFile="$jsa" -Xlog:cds=off -Xlog:cds+dynamic=off \
     -Djava.io.tmpdir="$rdir/tmp" \
@@ -279,9 +315,11 @@ for svc in "${STARTED[@]}"; do
       continue
     fi
     failed+=" $svc"
+    continue
   fi
   rm -f "$RUN_DIR/$svc.skip"
   case "$svc" in
+    kafka) kafka_wait_coordinators || failed+=" kafka" ;;
     schema-registry) REGISTRY_URL="$(service_addr schema-registry)" ;;
   esac
 done

@@ -43,7 +43,7 @@ class RedisResponseCache:
     longest possible redelivery (consumer lag plus retention of the input topic).
     """
 
-    def __init__(self, redis: Redis, *, prefix: str, ttl_seconds: int) -> None:
+    def __init__(self, redis: Redis, prefix: str, ttl_seconds: int) -> None:
         if ttl_seconds < 1:
             raise ValueError("ttl_seconds must be >= 1")
         self._redis = redis

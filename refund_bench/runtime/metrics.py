@@ -13,7 +13,7 @@ CounterName = Literal[
     "records_in", "records_out", "records_dlq", "transactions", "retries", "llm_calls"
 ]
 HistogramName = Literal["batch_seconds", "handler_seconds", "batch_records"]
-GaugeName = Literal["inflight_calls", "assigned_partitions"]
+GaugeName = Literal["inflight_handlers", "inflight_llm_calls", "assigned_partitions"]
 
 
 class Metrics(Protocol):
@@ -63,7 +63,8 @@ _HISTOGRAM_DOCS: dict[HistogramName, tuple[str, tuple[float, ...]]] = {
     "batch_records": ("Records per batch", (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)),
 }
 _GAUGE_DOCS: dict[GaugeName, str] = {
-    "inflight_calls": "Handler calls (e.g. LLM requests) in flight",
+    "inflight_handlers": "Handler calls in flight (async stages)",
+    "inflight_llm_calls": "LLM requests in flight, rate-limit waits and backoff included",
     "assigned_partitions": "Input partitions assigned to this instance",
 }
 

@@ -380,7 +380,7 @@ class StageRunner:
             async with limit:
                 started = time.perf_counter()
                 self._inflight += 1
-                self.metrics.set("inflight_calls", self._inflight)
+                self.metrics.set("inflight_handlers", self._inflight)
                 try:
                     return await self.config.retry.run_async(
                         lambda: handler(message, ctx), sleep=self._async_sleep
@@ -389,7 +389,7 @@ class StageRunner:
                     return exc
                 finally:
                     self._inflight -= 1
-                    self.metrics.set("inflight_calls", self._inflight)
+                    self.metrics.set("inflight_handlers", self._inflight)
                     self.metrics.observe("handler_seconds", time.perf_counter() - started)
 
         async with asyncio.TaskGroup() as group:

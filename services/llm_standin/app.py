@@ -89,7 +89,7 @@ class StandinState:
     def __init__(self, faults: FaultSettings, seed: int) -> None:
         self.faults = faults
         self.seed = seed
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # noqa: S311 - reproducible faults, not security
         self.next_faults: deque[FaultKind] = deque()
         self.stats = Stats()
         self.ids = itertools.count(1)
@@ -97,7 +97,7 @@ class StandinState:
     def reset(self) -> None:
         """Zero the stats, re-seed the RNG and drop scripted faults (settings are kept)."""
         self.stats = Stats()
-        self.rng = random.Random(self.seed)
+        self.rng = random.Random(self.seed)  # noqa: S311
         self.next_faults.clear()
         self.ids = itertools.count(1)
 
@@ -107,14 +107,15 @@ class StandinState:
         if self.next_faults:
             return self.next_faults.popleft()
         f = self.faults
-        for kind, rate in (
+        options: tuple[tuple[FaultKind, float], ...] = (
             ("429", f.rate_429),
             ("5xx", f.rate_5xx),
             ("timeout", f.rate_timeout),
             ("malformed", f.rate_malformed),
-        ):
+        )
+        for kind, rate in options:
             if roll < rate:
-                return kind  # type: ignore[return-value]
+                return kind
             roll -= rate
         return None
 
@@ -191,6 +192,10 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
         body = await request.body()
         try:
             payload = json.loads(body)
+        except ValueError as exc:
+            stats.rejected += 1
+            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
+        try:
             if not isinstance(payload, dict):
                 raise RuleError("the request body must be a JSON object")
             schema_name, schema = _schema_of(payload)
@@ -205,9 +210,6 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
             model = model if isinstance(model, str) else MODEL_ID
             messages = payload.get("messages")
             result = answer(schema_name, messages, seed=seed_value, temperature=temperature)
-        except ValueError as exc:
-            stats.rejected += 1
-            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
         except RuleError as exc:
             stats.rejected += 1
             return _error(400, exc.message, "invalid_request_error")
@@ -232,9 +234,10 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
         problems = schema_errors(result, schema)
         if problems:
             stats.rejected += 1
+            detail = "; ".join(problems[:5])
             return _error(
                 400,
-                f"stand-in cannot honour the {schema_name!r} schema sent: {'; '.join(problems[:5])}",
+                f"stand-in cannot honour the {schema_name!r} schema sent: {detail}",
                 "invalid_request_error",
             )
         if fault == "malformed":
@@ -277,7 +280,7 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
             return JSONResponse({"error": {"message": str(exc)}}, status_code=422)
         if update.seed is not None:
             state.seed = update.seed
-            state.rng = random.Random(update.seed)
+            state.rng = random.Random(update.seed)  # noqa: S311
         if update.next_faults is not None:
             state.next_faults = deque(update.next_faults)
         return JSONResponse({"faults": state.faults.model_dump(), "seed": state.seed})

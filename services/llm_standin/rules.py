@@ -92,8 +92,7 @@ def _spell(value: int) -> str:
 
 _CLOCK_RE: Final = re.compile(
     r"\b(?P<h12>\d{1,2})(?::(?P<m12>[0-5]\d))?\s*(?P<ampm>[ap])\.?m\b\.?"
-    r"|\b(?P<h24>[01]?\d|2[0-3]):(?P<m24>[0-5]\d)\b",
-    re.IGNORECASE,
+    r"|\b(?P<h24>[01]?\d|2[0-3]):(?P<m24>[0-5]\d)\b"
 )
 
 
@@ -130,37 +129,24 @@ def _trimmed(text: str, start: int, end: int) -> _Segment | None:
 _CLOSERS: Final = "\"'\u201d\u2019)"
 
 
+_SENTENCE_END_RE: Final = re.compile(r"[.!?]+[" + re.escape(_CLOSERS) + r"]*(?=\s|$)|\n")
+
+
 def sentences(text: str) -> list[_Segment]:
     """Split ``text`` at ``.``, ``!``, ``?`` (followed by a space or the end) and at newlines.
 
-    Each sentence keeps its terminal punctuation and is trimmed of surrounding whitespace.
+    Each sentence keeps its terminal punctuation (and closing quotes) and is trimmed of
+    surrounding whitespace. "8:15pm" or "2.5 hours" do not end a sentence.
     """
     out: list[_Segment] = []
     start = 0
-    index = 0
-    length = len(text)
-    while index < length:
-        char = text[index]
-        if char == "\n":
-            segment = _trimmed(text, start, index)
-            if segment is not None:
-                out.append(segment)
-            start = index + 1
-        elif char in ".!?":
-            end = index + 1
-            while end < length and text[end] in ".!?":
-                end += 1
-            while end < length and text[end] in _CLOSERS:
-                end += 1
-            if end == length or text[end].isspace():
-                segment = _trimmed(text, start, end)
-                if segment is not None:
-                    out.append(segment)
-                start = end
-                index = end
-                continue
-        index += 1
-    tail = _trimmed(text, start, length)
+    for end in _SENTENCE_END_RE.finditer(text):
+        stop = end.start() if end.group(0) == "\n" else end.end()
+        segment = _trimmed(text, start, stop)
+        if segment is not None:
+            out.append(segment)
+        start = end.end()
+    tail = _trimmed(text, start, len(text))
     if tail is not None:
         out.append(tail)
     return out
@@ -194,30 +180,25 @@ _LATE_RE: Final = re.compile(
     _NEG + r"\blate\b|\bdelay(?:ed|s)?\b|\b(?:hours?|hrs?|minutes?|mins?)\s+later\b"
     r"|\btook\s+(?:\w+\s+){0,3}?(?:hours?|hrs?|minutes?|mins?)\b"
     r"|\b(?:showed up|turned up|arrived|came|reached|delivered)\s+(?:only\s+|finally\s+)?"
-    r"(?:at|around|by|after)\b",
-    re.IGNORECASE,
+    r"(?:at|around|by|after)\b"
 )
 _DURATION_RE: Final = re.compile(
     r"\b(?:took|after|over)\s+(?:almost\s+|nearly\s+|about\s+|around\s+|over\s+)?"
     r"(?P<amount>\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+"
-    r"(?P<unit>hours?|hrs?|minutes?|mins?)\b",
-    re.IGNORECASE,
+    r"(?P<unit>hours?|hrs?|minutes?|mins?)\b"
 )
 _DURATION_LATE_RE: Final = re.compile(
     r"\b(?P<amount>\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten)\s+"
-    r"(?P<unit>hours?|hrs?|minutes?|mins?)\s+(?:late|later)\b",
-    re.IGNORECASE,
+    r"(?P<unit>hours?|hrs?|minutes?|mins?)\s+(?:late|later)\b"
 )
 _MISSING_RE: Final = re.compile(
     r"\bmissing\b|\bnever (?:arrived|came|got|received)\b|\b(?:didn't|did not|never) get\b"
     r"|\b(?:didn't|did not) (?:arrive|come|receive)\b|\bnot (?:received|delivered|included)\b"
-    r"|\b(?:not|wasn't|weren't) in the bag\b|\bleft out\b|\bforgot\b",
-    re.IGNORECASE,
+    r"|\b(?:not|wasn't|weren't) in the bag\b|\bleft out\b|\bforgot\b"
 )
 _WRONG_RE: Final = re.compile(
     r"\bwrong\b|\binstead of\b|\bnot what (?:i|we) ordered\b|\bsomeone else's\b"
-    r"|\bdifferent (?:item|dish|order)\b",
-    re.IGNORECASE,
+    r"|\bdifferent (?:item|dish|order)\b"
 )
 _QUALITY_WORDS: Final[dict[str, str]] = {
     "cold": "cold", "stale": "stale", "undercooked": "undercooked", "under-cooked": "undercooked",
@@ -225,8 +206,7 @@ _QUALITY_WORDS: Final[dict[str, str]] = {
     "rotten": "spoiled", "hair": "hair", "insect": "insect", "bug": "insect",
 }  # fmt: skip
 _QUALITY_RE: Final = re.compile(
-    _NEG + r"\b(?P<word>" + "|".join(re.escape(w) for w in _QUALITY_WORDS) + r")s?\b",
-    re.IGNORECASE,
+    _NEG + r"\b(?P<word>" + "|".join(re.escape(w) for w in _QUALITY_WORDS) + r")s?\b"
 )
 _PACKAGING_VERBS: Final[dict[str, str]] = {
     "leaked": "leaked", "leaking": "leaked", "leak": "leaked", "leaky": "leaked",
@@ -236,13 +216,11 @@ _PACKAGING_VERBS: Final[dict[str, str]] = {
 }  # fmt: skip
 _PACKAGING_RE: Final = re.compile(
     r"\b(?P<verb>" + "|".join(_PACKAGING_VERBS) + r")\b"
-    r"|\bpackag\w*\b(?:\s+\w+){0,3}?\s+(?P<defect>damaged|open|opened|wet|soaked|bad|poor)\b",
-    re.IGNORECASE,
+    r"|\bpackag\w*\b(?:\s+\w+){0,3}?\s+(?P<defect>damaged|open|opened|wet|soaked|bad|poor)\b"
 )
 _PARTNER_RE: Final = re.compile(
     r"\bdelivery\s+(?:guy|boy|man|person|partner|agent|executive|driver)\b"
-    r"|\b(?:rider|driver|courier|delivery)\b",
-    re.IGNORECASE,
+    r"|\b(?:rider|driver|courier|delivery)\b"
 )
 _CONDUCT_STRONG: Final[dict[str, str]] = {
     "rude": "behaved rudely", "rudely": "behaved rudely", "abusive": "was abusive",
@@ -255,36 +233,32 @@ _CONDUCT_WITH_PARTNER: Final[dict[str, str]] = {
     "unprofessional": "behaved unprofessionally", "argued": "argued with the customer",
 }  # fmt: skip
 _CONDUCT_RE: Final = re.compile(
-    r"\b(?P<word>" + "|".join([*_CONDUCT_STRONG, *_CONDUCT_WITH_PARTNER]) + r")\b",
-    re.IGNORECASE,
+    r"\b(?P<word>" + "|".join([*_CONDUCT_STRONG, *_CONDUCT_WITH_PARTNER]) + r")\b"
 )
 _BILLING_TWICE_RE: Final = re.compile(
-    r"\bcharged\s+(?:me\s+|us\s+)?(?:twice|double)\b|\bdouble[- ]charged\b", re.IGNORECASE
+    r"\bcharged\s+(?:me\s+|us\s+)?(?:twice|double)\b|\bdouble[- ]charged\b"
 )
 _BILLING_OVER_RE: Final = re.compile(
     r"\bover-?charged\b|\bextra charges?\b|\bcharged\s+(?:me\s+|us\s+)?(?:extra|more)\b"
-    r"|\bhidden (?:fee|charge)s?\b",
-    re.IGNORECASE,
+    r"|\bhidden (?:fee|charge)s?\b"
 )
-_BILL_RE: Final = re.compile(r"\bbill(?:ed|ing)?\b", re.IGNORECASE)
+_BILL_RE: Final = re.compile(r"\bbill(?:ed|ing)?\b")
 
 # Clauses that are not claims about the order: demands, and instructions aimed at the model.
 _DEMAND_RE: Final = re.compile(
     r"^(?:and\s+|so\s+|please\s+|just\s+|now\s+)*"
     r"(?:refund|give|send|compensate|credit|reimburse|pay|fix|cancel|return)\b"
     r"|\b(?:i|we)\s+(?:want|demand|expect|need|deserve)\b"
-    r"|\b(?:you|u)\s+(?:should|must|need to|better|have to)\b",
-    re.IGNORECASE,
+    r"|\b(?:you|u)\s+(?:should|must|need to|better|have to)\b"
 )
 _INSTRUCTION_RE: Final = re.compile(
     r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}?"
     r"\b(?:rules?|instructions?|prompts?|above|previous|polic(?:y|ies)|guidelines?)\b"
     r"|\b(?:system|assistant|developer)\s*:"
     r"|\byou are (?:now )?(?:a|an|the)\b"
-    r"|\b(?:mark|rule|set|return)\b.{0,40}?\b(?:upheld|approved?)\b",
-    re.IGNORECASE,
+    r"|\b(?:mark|rule|set|return)\b.{0,40}?\b(?:upheld|approved?)\b"
 )
-_PRONOUN_RE: Final = re.compile(r"\b(?:it|they|them|those|these|that one)\b", re.IGNORECASE)
+_PRONOUN_RE: Final = re.compile(r"\b(?:it|they|them|those|these|that one)\b")
 
 
 # --------------------------------------------------------------------------- items
@@ -294,7 +268,8 @@ _PRONOUN_RE: Final = re.compile(r"\b(?:it|they|them|those|these|that one)\b", re
 class _Item:
     name: str
     quantity: int
-    tokens: tuple[str, ...]
+    full: re.Pattern[str]  # the whole name, plural allowed
+    tokens: tuple[tuple[str, re.Pattern[str]], ...]  # distinctive words of the name
 
 
 _STOP_TOKENS: Final = frozenset({"with", "and", "the", "extra", "large", "small", "half", "full"})
@@ -310,11 +285,12 @@ def _items(line_items: Sequence[Mapping[str, Any]]) -> list[_Item]:
         if not isinstance(quantity, int) or isinstance(quantity, bool) or quantity < 1:
             raise RuleError(f"line_items[{index}].quantity must be a positive integer")
         tokens = tuple(
-            token
+            (token, re.compile(r"\b" + _plural(token) + r"\b"))
             for token in re.findall(r"[a-z]+", name.lower())
             if len(token) >= 4 and token not in _STOP_TOKENS
         )
-        out.append(_Item(name=name, quantity=quantity, tokens=tokens))
+        full = re.compile(r"\b" + _plural(name.lower()) + r"\b")
+        out.append(_Item(name=name, quantity=quantity, full=full, tokens=tokens))
     return out
 
 
@@ -329,22 +305,22 @@ class _Mention:
 
 
 def _mentions(clause: str, items: Sequence[_Item]) -> list[_Mention]:
-    """Items named in ``clause``: the full name, or a distinctive word of it (plural allowed).
+    """Items named in lower-cased ``clause``: the full name or a distinctive word (plural ok).
 
     A word shared by several items (``chicken``) names none of them unless it is the only match.
     """
-    lowered = clause.lower()
+    lowered = clause  # callers pass lower-cased text
     found: dict[str, _Mention] = {}
     for item in items:
-        full = re.search(r"\b" + _plural(item.name.lower()) + r"\b", lowered)
+        full = item.full.search(lowered)
         if full is not None:
             found[item.name] = _Mention(item, full.start())
     token_hits: dict[str, list[tuple[_Item, int]]] = {}
     for item in items:
         if item.name in found:
             continue
-        for token in item.tokens:
-            hit = re.search(r"\b" + _plural(token) + r"\b", lowered)
+        for token, pattern in item.tokens:
+            hit = pattern.search(lowered)
             if hit is not None:
                 token_hits.setdefault(token, []).append((item, hit.start()))
     for hits in token_hits.values():
@@ -356,15 +332,17 @@ def _mentions(clause: str, items: Sequence[_Item]) -> list[_Mention]:
 
 
 _OF_THE_RE: Final = re.compile(
-    r"\b(?P<part>" + _NUM + r")\s+of\s+(?:the|my|our|those|these)\s+(?P<whole>" + _NUM + r")\b",
-    re.IGNORECASE,
+    r"\b(?P<part>" + _NUM + r")\s+of\s+(?:the|my|our|those|these)\s+(?P<whole>" + _NUM + r")\b"
 )
+
+
+_QUANTITY_BEFORE_RE: Final = re.compile(r"\b(?P<n>" + _NUM + r"|an?)\s+(?:[a-z\-]+\s+){0,2}$")
 
 
 def _quantity_before(clause: str, start: int) -> int | None:
     """A number word or digit at most two words before the item mention at ``start``."""
     before = clause[:start]
-    match = re.search(r"\b(?P<n>" + _NUM + r"|an?)\s+(?:[a-z\-]+\s+){0,2}$", before, re.IGNORECASE)
+    match = _QUANTITY_BEFORE_RE.search(before)
     if match is None:
         return None
     token = match.group("n").lower()
@@ -509,7 +487,7 @@ def _packaging_text(clause: str, resolved: _Resolved) -> str:
     subject = (
         f"The {resolved.item.name} container" if resolved.item is not None else "The packaging"
     )
-    where = " inside the delivery bag" if re.search(r"\bbag\b", clause, re.IGNORECASE) else ""
+    where = " inside the delivery bag" if re.search(r"\bbag\b", clause) else ""
     return f"{subject} {verb}{where}."
 
 
@@ -519,7 +497,7 @@ def _conduct_text(clause: str) -> str:
         word = match["word"].lower()
         description = _CONDUCT_STRONG.get(word) or _CONDUCT_WITH_PARTNER[word]
         break
-    when = " when asked about the order" if re.search(r"\bask(?:ed|ing)?\b", clause, re.I) else ""
+    when = " when asked about the order" if re.search(r"\bask(?:ed|ing)?\b", clause) else ""
     return f"The delivery partner {description}{when}."
 
 
@@ -546,7 +524,7 @@ def _families(clause: str) -> list[tuple[str, int]]:
         or _BILLING_OVER_RE.search(clause)
         or (
             bill_word
-            if bill_word and re.search(r"\b(?:wrong|incorrect|higher|more|twice)\b", clause, re.I)
+            if bill_word and re.search(r"\b(?:wrong|incorrect|higher|more|twice)\b", clause)
             else None
         )
     )
@@ -572,7 +550,7 @@ def _families(clause: str) -> list[tuple[str, int]]:
     late = _LATE_RE.search(clause)
     if late is not None and missing is None:
         # "arrived"/"came" alone is not lateness ("the biryani arrived cold"): it needs a time.
-        weak = not re.search(r"\b(?:late|delay|took|later)", late.group(0), re.I)
+        weak = not re.search(r"\b(?:late|delay|took|later)", late.group(0))
         if not weak or _CLOCK_RE.search(clause) or _DURATION_RE.search(clause):
             found.append(("LATE_DELIVERY", late.start()))
     return found
@@ -600,12 +578,15 @@ def extract_grievances(
         if sentence.text.rstrip(_CLOSERS).endswith("?"):
             continue
         found: list[tuple[_Segment, GrievanceAnswer]] = []
+        sentence_text = sentence.text.lower()
         for clause in _clauses(complaint_text, sentence):
-            if not _is_claim(clause.text):
+            # Rules read lower-cased text (faster than IGNORECASE); spans come from the original.
+            text = clause.text.lower()
+            if not _is_claim(text):
                 continue
-            for category, anchor in _families(clause.text):
+            for category, anchor in _families(text):
                 item = (
-                    _resolve(clause.text, sentence.text, items, last_item, anchor)
+                    _resolve(text, sentence_text, items, last_item, anchor)
                     if category in _ITEM_CATEGORIES
                     else _NO_ITEM
                 )
@@ -613,10 +594,10 @@ def extract_grievances(
                 if key in seen:
                     continue
                 seen.add(key)
-                found.append((clause, _grievance(category, clause.text, sentence.text, item)))
+                found.append((clause, _grievance(category, text, sentence_text, item)))
                 if item.item is not None and item.explicit:
                     last_item = item.item
-            mentioned = _mentions(clause.text, items)
+            mentioned = _mentions(text, items)
             if mentioned:
                 last_item = mentioned[-1].item
         for clause, grievance in found:

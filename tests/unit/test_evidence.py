@@ -270,5 +270,5 @@ def test_missing_units_estimate_is_between_zero_and_ordered(
     estimate = build_snapshot(order)["derived"]["missing_units_estimate"]["Dosa"]
     assert isinstance(estimate, int)
     assert 0 <= estimate <= quantity
-    if 0 <= expected - actual and (expected - actual) * 2 < weight:
+    if expected - actual >= 0 and (expected - actual) * 2 < weight:
         assert estimate == 0

@@ -203,4 +203,5 @@ def test_template_reply_always_passes_the_guard(
 @given(st.integers(min_value=0, max_value=10**9), currencies)
 def test_the_formatted_amount_reads_back_as_itself(approved: int, currency: str) -> None:
     mentions = find_amounts(f"Refunded {format_amount(approved, currency)}.", currency)
-    assert mentions and all(m.minor == approved for m in mentions)
+    assert mentions
+    assert all(m.minor == approved for m in mentions)

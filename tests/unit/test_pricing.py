@@ -412,11 +412,13 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
         assert priced.total_minor <= priced.cap_minor or overrides.dispute is ReviewDecision.APPROVE
         assert priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
     if overrides.dispute is ReviewDecision.DECLINE:
-        assert priced.payable_minor == 0 and priced.decision is Decision.DECLINED
+        assert priced.payable_minor == 0
+        assert priced.decision is Decision.DECLINED
 
     for line in priced.lines:
         if line.outcome is not U:
-            assert line.status is not LineStatus.PAY and line.amount_minor == 0
+            assert line.status is not LineStatus.PAY
+            assert line.amount_minor == 0
         if line.outcome is E:
             assert line.status is LineStatus.HELD
         expected = overrides.grievances.get(line.grievance_id)

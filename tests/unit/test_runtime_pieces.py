@@ -61,6 +61,15 @@ async def _never() -> None:
     raise TransientError("busy")
 
 
+def test_async_retry_awaits_what_a_plain_callable_returns() -> None:
+    import asyncio
+
+    async def value() -> str:
+        return "done"
+
+    assert asyncio.run(RetryPolicy().run_async(lambda: value())) == "done"
+
+
 def test_async_retry_uses_the_injected_sleep() -> None:
     import asyncio
 

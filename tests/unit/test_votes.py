@@ -82,22 +82,28 @@ def test_count_votes_only_counts_complete_benches(
 
 def test_state_collects_seats_and_completes_once() -> None:
     state, new = add_ruling(None, 1, summary(1, E), 3)
-    assert new and not is_complete(state)
+    assert new
+    assert not is_complete(state)
     state, new = add_ruling(state, 0, summary(0, U), 3)
-    assert new and state.seats() == {0, 1}
+    assert new
+    assert state.seats() == {0, 1}
     assert [r.judge_seat for r in state.rulings] == [0, 1]
     state, new = add_ruling(state, 2, summary(2, E), 3)
-    assert new and is_complete(state) and should_emit(state)
+    assert new
+    assert is_complete(state)
+    assert should_emit(state)
     assert tally(state).outcome is E
     emitted = mark_emitted(state)
-    assert not should_emit(emitted) and is_complete(emitted)
+    assert not should_emit(emitted)
+    assert is_complete(emitted)
     assert mark_emitted(emitted) is emitted
 
 
 def test_duplicate_seat_is_ignored_and_first_ruling_wins() -> None:
     state, _ = add_ruling(None, 0, summary(0, U, "first"), 3)
     again, new = add_ruling(state, 0, summary(0, R, "redelivered"), 3)
-    assert not new and again is state
+    assert not new
+    assert again is state
     assert again.rulings[0].reasoning == "first"
 
 
@@ -108,7 +114,9 @@ def test_a_redelivered_ruling_after_emission_does_not_re_emit() -> None:
     assert state is not None
     done = mark_emitted(state)
     after, new = add_ruling(done, 1, summary(1, R), 3)
-    assert not new and after == done and not should_emit(after)
+    assert not new
+    assert after == done
+    assert not should_emit(after)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +188,8 @@ def test_outcome_is_a_strict_majority_or_escalate(rulings: list[Ruling]) -> None
     if count.outcome is not E:
         assert 2 * rulings.count(count.outcome) > k
     else:
-        assert 2 * rulings.count(U) <= k and 2 * rulings.count(R) <= k
+        assert 2 * rulings.count(U) <= k
+        assert 2 * rulings.count(R) <= k
     if 2 * rulings.count(E) > k:
         assert count.outcome is E
     groups = [int(n) for n in count.split.split("-")]
@@ -204,10 +213,12 @@ def test_order_of_arrival_and_duplicates_never_change_the_state(
         before = state
         state, new = add_ruling(state, seat, summary(seat, flipped), k)
         if seat in first:
-            assert not new and state == before
+            assert not new
+            assert state == before
         else:
             assert new
             first[seat] = flipped
-    assert state is not None and is_complete(state)
+    assert state is not None
+    assert is_complete(state)
     assert tally(state) == count_votes(dict(enumerate(rulings)), k)
     assert BenchState.from_json(state.to_json()) == state

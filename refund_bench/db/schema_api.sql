@@ -1,0 +1,40 @@
+-- Tables of the intake API and the review desk (services/api). Applied after schema.sql by
+-- refund_bench.db.migrate; idempotent DDL only.
+
+-- One row per Idempotency-Key of POST /complaints. The row (and so the dispute id) is committed
+-- before complaint.received is published; `published` turns true in the transaction that holds
+-- the row lock while publishing, so a retry after a crash publishes the same dispute again
+-- (consumers are idempotent on dispute_id) and never a second dispute.
+CREATE TABLE IF NOT EXISTS intake_requests (
+    idempotency_key text PRIMARY KEY,
+    body_sha256     text NOT NULL,
+    dispute_id      text NOT NULL UNIQUE,
+    order_id        text NOT NULL,
+    customer_id     text NOT NULL,
+    complaint_text  text NOT NULL,
+    channel         text NOT NULL DEFAULT 'api',
+    received_at     timestamptz NOT NULL,
+    published       boolean NOT NULL DEFAULT false,
+    published_at    timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+
+-- Reviewers' decisions: at most one per review item (UNIQUE), so a decision cannot be applied
+-- twice and of two reviewers acting at once exactly one wins. Also the outbox of review.decided:
+-- rows with published = false are (re-)published at startup and periodically.
+CREATE TABLE IF NOT EXISTS review_decisions (
+    review_id     text PRIMARY KEY,
+    dispute_id    text NOT NULL,
+    item_key      text NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('GRIEVANCE', 'DISPUTE')),
+    grievance_id  text,
+    decision      text NOT NULL CHECK (decision IN ('UPHOLD', 'REJECT', 'APPROVE', 'DECLINE')),
+    reviewer      text NOT NULL,
+    note          text NOT NULL DEFAULT '',
+    decided_at    timestamptz NOT NULL,
+    published     boolean NOT NULL DEFAULT false,
+    published_at  timestamptz,
+    UNIQUE (dispute_id, item_key)
+);
+CREATE INDEX IF NOT EXISTS review_decisions_unpublished
+    ON review_decisions (decided_at) WHERE NOT published;

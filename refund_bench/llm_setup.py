@@ -1,0 +1,102 @@
+"""Settings and wiring for the LLM roles: endpoints per role and per judge seat, the shared
+rate limiter and the response cache. Used by the entry points of extractor, judge and settler.
+
+Every role talks to an OpenAI-compatible endpoint; the defaults point at the project's
+deterministic stand-in. A heterogeneous judge panel sets one model (and optionally one base
+URL) per seat: ``JUDGE_MODELS=model-a,model-b,model-c``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import Field, SecretStr, field_validator
+from redis.asyncio import Redis
+
+from refund_bench.config import StageSettings
+from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.ratelimit import RedisTokenBucket
+
+
+class LlmStageSettings(StageSettings):
+    """Settings every LLM-calling stage shares (``LLM_*`` environment variables)."""
+
+    llm_base_url: str = "http://127.0.0.1:18090/v1"
+    llm_api_key: SecretStr = SecretStr("stand-in")
+    llm_timeout_seconds: float = Field(default=20.0, gt=0)
+    llm_rate_per_second: float = Field(default=2000.0, gt=0)
+    llm_burst: int = Field(default=500, ge=1)
+    llm_rate_limit_name: str = "default"
+    llm_cache_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+
+
+def redis_client(settings: LlmStageSettings) -> Redis:
+    return Redis.from_url(settings.redis_url.get_secret_value())
+
+
+def response_cache(settings: LlmStageSettings, redis: Redis) -> RedisResponseCache:
+    """Where answers are kept so a redelivered input reuses them instead of a new draw."""
+    return RedisResponseCache(
+        redis, prefix="refund-bench:llm:", ttl_seconds=settings.llm_cache_ttl_seconds
+    )
+
+
+def rate_limiter(settings: LlmStageSettings, redis: Redis) -> RedisTokenBucket:
+    """The token bucket every replica of every LLM stage shares through Redis."""
+    return RedisTokenBucket(
+        redis, settings.llm_rate_limit_name, settings.llm_rate_per_second, settings.llm_burst
+    )
+
+
+def client(
+    settings: LlmStageSettings,
+    *,
+    model: str,
+    temperature: float,
+    redis: Redis,
+    base_url: str = "",
+    on_inflight: Callable[[int], None] | None = None,
+) -> LlmClient:
+    endpoint = LlmEndpoint(
+        base_url=base_url or settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        model=model,
+        temperature=temperature,
+        timeout_seconds=settings.llm_timeout_seconds,
+    )
+    return LlmClient(endpoint, rate_limiter=rate_limiter(settings, redis), on_inflight=on_inflight)
+
+
+def split_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class JudgePanelSettings(LlmStageSettings):
+    """The bench: K seats, each with its model, seed and temperature (> 0: independent draws)."""
+
+    judge_count: int = Field(default=3, ge=1, le=15)
+    judge_models: str = "standin-judge"
+    judge_base_urls: str = ""
+    judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
+    judge_seed_base: int = 1000
+    judge_prompt_version: str = "judge/v1"
+    batch_max_records: int = 200
+
+    @field_validator("judge_models")
+    @classmethod
+    def _some_model(cls, value: str) -> str:
+        if not split_list(value):
+            raise ValueError("JUDGE_MODELS needs at least one model")
+        return value
+
+    def seat_model(self, seat: int) -> str:
+        models = split_list(self.judge_models)
+        return models[seat % len(models)]
+
+    def seat_base_url(self, seat: int) -> str:
+        urls = split_list(self.judge_base_urls)
+        return urls[seat % len(urls)] if urls else ""
+
+    def seat_seed(self, seat: int) -> int:
+        return self.judge_seed_base + seat

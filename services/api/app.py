@@ -1,0 +1,233 @@
+"""The app factory: ``create_app(settings, deps)`` wires routes, middleware and lifecycle.
+
+``build_deps(settings)`` makes the real connections (a PostgreSQL pool, a Kafka producer with an
+Avro codec); tests and the entry point both use it. Nothing is created at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from prometheus_client import CollectorRegistry
+from psycopg_pool import AsyncConnectionPool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from refund_bench import topics as t
+from refund_bench.codec import Codec, framing_from_registry_url
+from services.api import models as m
+from services.api.context import ApiProblem, AppContext, Deps
+from services.api.desk import desk_router
+from services.api.formatting import money, when
+from services.api.intake import intake_router, ops_router
+from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
+from services.api.outbox import DecisionOutbox
+from services.api.passwords import ReviewerDirectory, parse_reviewers
+from services.api.publisher import KafkaPublisher
+from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
+from services.api.settings import ApiSettings
+from services.api.store import Store
+
+log = logging.getLogger(__name__)
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None) -> Deps:
+    """Real connections for ``settings`` (the pool opens later, on the server's loop)."""
+    codec = Codec(
+        framing_from_registry_url(settings.schema_registry_url),
+        {
+            t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
+            t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+        },
+    )
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        settings.database_url.get_secret_value(),
+        min_size=1,
+        max_size=settings.db_pool_max,
+        open=False,
+        kwargs={"autocommit": True},
+        name="api",
+    )
+    publisher = KafkaPublisher(
+        settings.kafka_bootstrap_servers, codec, timeout_s=settings.publish_timeout_s
+    )
+    return Deps(pool=pool, publisher=publisher, registry=registry or CollectorRegistry())
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html"], default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["money"] = money
+    env.filters["when"] = when
+    return Jinja2Templates(env=env)
+
+
+class BodyLimitMiddleware:
+    """413 for a request whose declared Content-Length is above ``limit`` bytes."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self._limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", []):
+                if name == b"content-length" and value.isdigit() and int(value) > self._limit:
+                    body = m.Problem(detail=f"request body above {self._limit} bytes")
+                    response = JSONResponse(body.model_dump(), status_code=413)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [
+        {
+            "loc": [str(p) if not isinstance(p, int) else p for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+
+
+def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
+    """The API and desk app. It owns ``deps``: opens them on startup, closes them on shutdown.
+
+    At startup it publishes review decisions left unpublished (the outbox), then keeps doing
+    so every ``OUTBOX_INTERVAL_S``.
+    """
+    tokens = settings.bearer_tokens()
+    if not tokens:
+        log.warning("API_TOKENS is empty: every intake/status request will get 401")
+    reviewers = ReviewerDirectory(parse_reviewers(settings.reviewers.get_secret_value()))
+    if not len(reviewers):
+        log.warning("REVIEWERS is empty: nobody can sign in to the review desk")
+    metrics = ApiMetrics(deps.registry)
+    store = Store(deps.pool)
+    ctx = AppContext(
+        settings=settings,
+        store=store,
+        publisher=deps.publisher,
+        metrics=metrics,
+        tokens=tokens,
+        reviewers=reviewers,
+        templates=_templates(),
+        clock=deps.clock,
+        new_id=deps.new_id,
+    )
+    outbox = DecisionOutbox(store, deps.publisher, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await deps.pool.open(wait=True, timeout=30.0)
+        deps.publisher.start()
+        try:
+            published = await outbox.drain()
+            if published:
+                log.info("outbox: published %d review decision(s) left from before", published)
+        except Exception:
+            log.exception("outbox drain at startup failed; the periodic drain retries")
+        task = asyncio.create_task(outbox.run(settings.outbox_interval_s), name="outbox")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(deps.publisher.close)
+            await deps.pool.close()
+
+    app = FastAPI(
+        title="Refund Bench API",
+        version="1.0.0",
+        summary="Complaint intake, the dispute audit record, and the human-review desk.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    app.include_router(ops_router(ctx))
+    app.include_router(intake_router(ctx))
+    app.include_router(desk_router(ctx, outbox))
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return RedirectResponse(DESK_PREFIX, status_code=307)
+
+    def is_desk(request: Request) -> bool:
+        path = request.url.path
+        return path == DESK_PREFIX or path.startswith(DESK_PREFIX + "/")
+
+    def desk_message(request: Request, status: int, title: str, message: str) -> Response:
+        return ctx.templates.TemplateResponse(
+            request,
+            "message.html",
+            {"title": title, "message": message, "user": None, "flashes": [], "csrf": ""},
+            status_code=status,
+        )
+
+    @app.exception_handler(ApiProblem)
+    async def on_problem(_request: Request, exc: ApiProblem) -> Response:
+        body = m.Problem(detail=exc.detail, errors=[m.FieldError(**e) for e in exc.errors])
+        return JSONResponse(body.model_dump(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        errors = _field_errors(exc)
+        if is_desk(request):
+            return desk_message(request, 422, "Invalid request", "The address is not valid.")
+        missing_key = any(
+            e["type"] == "missing" and e["loc"][:2] == ["header", "Idempotency-Key"] for e in errors
+        )
+        if missing_key:
+            body = m.Problem(detail="the Idempotency-Key header is required")
+            return JSONResponse(body.model_dump(), status_code=400)
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
+        body = m.Problem(detail=f"invalid request: {summary}", errors=errors)
+        return JSONResponse(jsonable_encoder(body), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        if is_desk(request) and exc.status_code == 404:
+            return desk_message(request, 404, "Not found", "There is no such page.")
+        body = m.Problem(detail=str(exc.detail))
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
+
+    def openapi() -> dict[str, Any]:
+        """The generated document, plus the runtime limit on complaint text."""
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            text = schema["components"]["schemas"]["ComplaintRequest"]["properties"]["text"]
+            text["maxLength"] = settings.max_complaint_chars
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    signer = SessionSigner(
+        settings.session_secret.get_secret_value().encode(), settings.session_max_age_s
+    )
+    app.add_middleware(SessionMiddleware, signer=signer, secure=settings.session_cookie_secure)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_complaint_chars * 4 + 65536)
+    app.add_middleware(HttpMetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,312 @@
+"""The review desk: sign-in, the queue, the case page and the decision forms (HTML).
+
+Every page needs a reviewer session (signed cookie, ``/review`` only); every POST needs the
+session's CSRF token. Bearer tokens mean nothing here, so API clients cannot decide reviews.
+A decision is recorded once per review item (the database's UNIQUE constraint decides races:
+the loser gets 409 "already decided by ..."), then published as ``review.decided``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Path, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from refund_bench.domain import ReviewDecision
+from services.api import models as m
+from services.api.context import AppContext
+from services.api.formatting import Span, highlight, pretty_json, when
+from services.api.outbox import DecisionOutbox
+from services.api.sessions import csrf_ok, csrf_token
+from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, NotDecidable
+
+log = logging.getLogger(__name__)
+
+DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
+    "GRIEVANCE": (ReviewDecision.UPHOLD, ReviewDecision.REJECT),
+    "DISPUTE": (ReviewDecision.APPROVE, ReviewDecision.DECLINE),
+}
+"""What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
+but resolved outside the desk (a payment operator / a corrected complaint)."""
+MAX_NOTE_CHARS = 2000
+KIND_LABELS = {
+    "GRIEVANCE": "Escalated grievances",
+    "DISPUTE": "Disputes held by the cap",
+    "PAYOUT": "Payout failures",
+    "EXTRACTION": "Extraction failures",
+}
+
+
+def _safe_next(target: str) -> str:
+    """Only desk-relative redirect targets (no open redirect)."""
+    if target.startswith("/review") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/review"
+
+
+def case_view(story: m.DisputeStory) -> dict[str, Any]:
+    """The case page's context: the story regrouped per grievance, spans cut for <mark>."""
+    last_round = story.priced_rounds[-1] if story.priced_rounds else None
+    lines = {line.grievance_id: line for line in last_round.lines} if last_round else {}
+    decisions = {d.item_key: d for d in story.review_decisions}
+    items_by_grievance = {
+        i.grievance_id: i for i in story.review_items if i.kind == "GRIEVANCE" and i.grievance_id
+    }
+    verdicts = {v.grievance_id: v for v in story.verdicts}
+    grievances = []
+    for g in story.grievances:
+        item = items_by_grievance.get(g.grievance_id)
+        grievances.append(
+            {
+                "g": g,
+                "verdict": verdicts.get(g.grievance_id),
+                "rulings": sorted(
+                    (r for r in story.rulings if r.grievance_id == g.grievance_id),
+                    key=lambda r: r.judge_seat,
+                ),
+                "line": lines.get(g.grievance_id),
+                "item": item,
+                "decision": decisions.get(item.item_key) if item else None,
+                "quote": story.complaint.text[g.span_start : g.span_end],
+            }
+        )
+    other_items = [
+        {"item": i, "decision": decisions.get(i.item_key)}
+        for i in story.review_items
+        if i.kind != "GRIEVANCE"
+    ]
+    held = {
+        i.grievance_id for i in story.review_items if i.kind == "GRIEVANCE" and i.status == "OPEN"
+    }
+    segments = highlight(
+        story.complaint.text,
+        (Span(g.grievance_id, g.span_start, g.span_end, g.category) for g in story.grievances),
+    )
+    return {
+        "story": story,
+        "currency": story.summary.currency or "INR",
+        "marks": [{"seg": s, "focus": bool(held & set(s.grievance_ids))} for s in segments],
+        "decisions": decisions,
+        "grievances": grievances,
+        "other_items": other_items,
+        "last_round": last_round,
+        "evidence_pretty": pretty_json(story.evidence.snapshot_json) if story.evidence else "",
+        "decisions_by_kind": {k: [d.value for d in v] for k, v in DECISIONS_BY_KIND.items()},
+    }
+
+
+def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
+    router = APIRouter(prefix="/review", include_in_schema=False)
+    max_age = ctx.settings.session_max_age_s
+
+    def reviewer(request: Request) -> str | None:
+        session = request.session
+        user, signed_in_at = session.get("user"), session.get("iat")
+        if not isinstance(user, str) or user not in ctx.reviewers:
+            return None
+        if not isinstance(signed_in_at, int | float) or time.time() - signed_in_at > max_age:
+            return None
+        return user
+
+    def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        session = request.session
+        flashes = session.pop("flash", [])
+        context.update(
+            user=reviewer(request),
+            csrf=csrf_token(session),
+            flashes=flashes if isinstance(flashes, list) else [],
+            kind_labels=KIND_LABELS,
+        )
+        return ctx.templates.TemplateResponse(
+            request,
+            template,
+            context,
+            status_code=status,
+            headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"},
+        )
+
+    def flash(request: Request, level: str, text: str) -> None:
+        request.session.setdefault("flash", []).append({"level": level, "text": text})
+
+    def to_login(request: Request) -> RedirectResponse:
+        target = quote(request.url.path, safe="/")
+        return RedirectResponse(f"/review/login?next={target}", status_code=303)
+
+    @router.get("/login")
+    async def login_page(request: Request, next: str = "/review") -> Response:
+        if reviewer(request):
+            return RedirectResponse(_safe_next(next), status_code=303)
+        return render(request, "login.html", next=_safe_next(next), error=None)
+
+    @router.post("/login")
+    async def login(
+        request: Request,
+        username: Annotated[str, Form()] = "",
+        password: Annotated[str, Form()] = "",
+        csrf_token_field: Annotated[str, Form(alias="csrf_token")] = "",
+        next: Annotated[str, Form()] = "/review",
+    ) -> Response:
+        target = _safe_next(next)
+        if not csrf_ok(request.session, csrf_token_field):
+            ctx.metrics.logins.labels("csrf").inc()
+            return render(
+                request,
+                "login.html",
+                403,
+                next=target,
+                error="The sign-in form expired. Please try again.",
+            )
+        ok = await asyncio.to_thread(ctx.reviewers.verify, username, password)
+        if not ok:
+            ctx.metrics.logins.labels("failed").inc()
+            return render(
+                request, "login.html", 401, next=target, error="Unknown user or wrong password."
+            )
+        ctx.metrics.logins.labels("ok").inc()
+        request.session.clear()  # a fresh session (and CSRF token) on every sign-in
+        request.session.update({"user": username, "iat": int(time.time())})
+        csrf_token(request.session)
+        return RedirectResponse(target, status_code=303)
+
+    @router.post("/logout")
+    async def logout(
+        request: Request, csrf_token_field: Annotated[str, Form(alias="csrf_token")] = ""
+    ) -> Response:
+        if not csrf_ok(request.session, csrf_token_field):
+            return render(
+                request,
+                "message.html",
+                403,
+                title="Sign-out failed",
+                message="The form expired; reload the page and try again.",
+            )
+        request.session.clear()
+        return RedirectResponse("/review/login", status_code=303)
+
+    @router.get("")
+    async def queue(request: Request) -> Response:
+        if not reviewer(request):
+            return to_login(request)
+        counts, items = await ctx.store.queue()
+        return render(request, "queue.html", counts=counts, items=items, total=sum(counts.values()))
+
+    async def render_case(
+        request: Request, dispute_id: str, status: int = 200, error: str | None = None
+    ) -> Response:
+        story = await ctx.store.dispute_story(dispute_id)
+        if story is None:
+            return render(
+                request,
+                "message.html",
+                404,
+                title="No such dispute",
+                message=f"There is no dispute {dispute_id!r}.",
+            )
+        return render(request, "case.html", status, error=error, **case_view(story))
+
+    @router.get("/disputes/{dispute_id}")
+    async def case(
+        request: Request, dispute_id: Annotated[str, Path(pattern=m.ID_PATTERN)]
+    ) -> Response:
+        if not reviewer(request):
+            return to_login(request)
+        return await render_case(request, dispute_id)
+
+    @router.post("/disputes/{dispute_id}/decisions")
+    async def decide(
+        request: Request,
+        dispute_id: Annotated[str, Path(pattern=m.ID_PATTERN)],
+        item_key: Annotated[str, Form()] = "",
+        decision: Annotated[str, Form()] = "",
+        note: Annotated[str, Form()] = "",
+        csrf_token_field: Annotated[str, Form(alias="csrf_token")] = "",
+    ) -> Response:
+        user = reviewer(request)
+        if user is None:
+            return render(
+                request,
+                "login.html",
+                401,
+                next=f"/review/disputes/{dispute_id}",
+                error="Sign in as a reviewer to decide; nothing was recorded.",
+            )
+        if not csrf_ok(request.session, csrf_token_field):
+            return render(
+                request,
+                "message.html",
+                403,
+                title="Form expired",
+                message="The form expired or did not come from this desk; nothing was"
+                " recorded. Reload the case page and decide again.",
+            )
+        note = note.strip()
+        problem = None
+        if decision not in ReviewDecision.__members__:
+            problem = "Choose one of the decision buttons."
+        elif not note:
+            problem = "A note is required: say why, for the audit record."
+        elif len(note) > MAX_NOTE_CHARS or "\x00" in note:
+            problem = f"The note must be at most {MAX_NOTE_CHARS} characters of text."
+        if problem:
+            return await render_case(request, dispute_id, 422, problem)
+        chosen = ReviewDecision(decision)
+
+        def fits(kind: str) -> None:
+            allowed = DECISIONS_BY_KIND.get(kind)
+            if allowed is None:
+                raise NotDecidable(f"{kind} items are resolved outside the desk.")
+            if chosen not in allowed:
+                names = " or ".join(d.value for d in allowed)
+                raise NotDecidable(f"{chosen.value} does not apply to a {kind} item: {names}.")
+
+        record = DecisionRecord(
+            review_id=f"r-{ctx.new_id()}",
+            dispute_id=dispute_id,
+            item_key=item_key,
+            kind="",
+            grievance_id=None,
+            decision=chosen.value,
+            reviewer=user,
+            note=note,
+            decided_at=ctx.clock(),
+        )
+        try:
+            stored = await ctx.store.record_decision(record, fits)
+        except ItemNotFound:
+            return await render_case(request, dispute_id, 404, "No such review item.")
+        except NotDecidable as exc:
+            return await render_case(request, dispute_id, 422, exc.reason)
+        except AlreadyDecided as exc:
+            ctx.metrics.decisions.labels("unknown", "conflict").inc()
+            won = exc.existing
+            message = (
+                f"Already decided by {won.reviewer} at {when(won.decided_at)}"
+                f" ({won.decision}); your decision was not recorded."
+                if won
+                else "This item is already decided; your decision was not recorded."
+            )
+            return await render_case(request, dispute_id, 409, message)
+        ctx.metrics.decisions.labels(stored.kind, "recorded").inc()
+        log.info("review %s: %s %s by %s", stored.review_id, stored.kind, stored.decision, user)
+        if await outbox.publish(stored.review_id):
+            flash(
+                request,
+                "ok",
+                f"Recorded {stored.decision} ({stored.item_key}) and published it"
+                " to review.decided; pricing re-prices the dispute.",
+            )
+        else:
+            flash(
+                request,
+                "warn",
+                f"Recorded {stored.decision} ({stored.item_key}); publishing"
+                " is delayed (Kafka unreachable) and will be retried automatically.",
+            )
+        return RedirectResponse(f"/review/disputes/{quote(dispute_id)}", status_code=303)
+
+    return router

@@ -1,0 +1,284 @@
+"""The JSON API: ``POST /complaints``, ``GET /disputes/{id}``, health, readiness, metrics.
+
+The complaint and dispute routes accept only bearer tokens (``API_TOKENS``); the check runs
+before the request body is read, so an unauthenticated request gets 401 whatever it carries,
+and nothing is published. Review-desk session cookies are scoped to ``/review`` and never
+accepted here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Request, Response, Security
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from services.api import models as m
+from services.api.context import ApiProblem, AppContext
+from services.api.publisher import PublishError
+from services.api.store import IntakeRecord
+
+log = logging.getLogger(__name__)
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="An API client token from API_TOKENS. Review-desk sessions are not accepted.",
+)
+
+
+Responses = dict[int | str, dict[str, Any]]
+
+
+def _problem(status: int, description: str) -> Responses:
+    return {status: {"model": m.Problem, "description": description}}
+
+
+UNAUTHORIZED = _problem(401, "Missing or wrong bearer token.")
+INVALID = _problem(422, "The request does not match the schema or the rules.")
+
+
+def bearer_ok(header: str | None, tokens: tuple[bytes, ...]) -> bool:
+    """True when ``header`` is ``Bearer <token>`` for one of ``tokens`` (constant-time)."""
+    if not header or not tokens:
+        return False
+    scheme, _, credentials = header.partition(" ")
+    presented = credentials.strip().encode("utf-8", "surrogateescape")
+    if scheme.lower() != "bearer" or not presented:
+        return False
+    matched = False
+    for token in tokens:
+        matched |= hmac.compare_digest(presented, token)
+    return matched
+
+
+def bearer_route_class(tokens: tuple[bytes, ...]) -> type[APIRoute]:
+    """A route class that answers 401 before the body is read unless the bearer token is one
+    of ``tokens``."""
+
+    class BearerRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                if not bearer_ok(request.headers.get("authorization"), tokens):
+                    return JSONResponse(
+                        m.Problem(detail="missing or wrong bearer token").model_dump(),
+                        status_code=401,
+                        headers={"WWW-Authenticate": 'Bearer realm="refund-bench"'},
+                    )
+                return await handler(request)
+
+            return guarded
+
+    return BearerRoute
+
+
+def body_sha256(body: m.ComplaintRequest) -> str:
+    """Hash of the canonical JSON of the body: what "the same body" means for idempotency."""
+    canonical = json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def intake_router(ctx: AppContext) -> APIRouter:
+    """``POST /complaints`` and ``GET /disputes/{dispute_id}`` (bearer auth)."""
+    router = APIRouter(route_class=bearer_route_class(ctx.tokens), tags=["intake"])
+    max_chars = ctx.settings.max_complaint_chars
+
+    @router.post(
+        "/complaints",
+        status_code=202,
+        response_model=m.ComplaintAccepted,
+        dependencies=[Security(bearer_scheme)],
+        responses={
+            200: {
+                "model": m.ComplaintAccepted,
+                "description": "A retry of an accepted request: the same dispute, nothing new"
+                " published.",
+            },
+            202: {"description": "Accepted: complaint.received is published (acknowledged)."},
+            **_problem(400, "The Idempotency-Key header is missing."),
+            **UNAUTHORIZED,
+            **_problem(404, "No such order in the order store."),
+            **_problem(409, "The Idempotency-Key was used with a different body."),
+            **_problem(413, "The request body is too large."),
+            **INVALID,
+            **_problem(503, "Recorded but not yet published: retry with the same key."),
+        },
+        summary="Submit a complaint",
+    )
+    async def post_complaint(
+        body: m.ComplaintRequest,
+        response: Response,
+        idempotency_key: Annotated[
+            str,
+            Header(
+                alias="Idempotency-Key",
+                pattern=m.KEY_PATTERN,
+                description="Client-chosen key (e.g. a UUID); a retry with the same key and"
+                " body returns the same dispute and publishes nothing new.",
+            ),
+        ],
+    ) -> m.ComplaintAccepted:
+        """Validate, record the idempotency key, publish ``complaint.received`` (key =
+        dispute_id) and answer once Kafka has acknowledged it."""
+        if len(body.text) > max_chars:
+            ctx.metrics.complaints.labels("rejected").inc()
+            raise ApiProblem(
+                422,
+                f"text is {len(body.text)} characters long; at most {max_chars} are accepted",
+                errors=[{"loc": ["body", "text"], "msg": "too long", "type": "string_too_long"}],
+            )
+        customer = await ctx.store.order_customer(body.order_id)
+        if customer is None:
+            ctx.metrics.complaints.labels("rejected").inc()
+            raise ApiProblem(404, f"unknown order_id {body.order_id!r}: no such order")
+        if not hmac.compare_digest(customer.encode(), body.customer_id.encode()):
+            ctx.metrics.complaints.labels("rejected").inc()
+            raise ApiProblem(
+                422,
+                "customer_id does not match the order's customer",
+                errors=[
+                    {
+                        "loc": ["body", "customer_id"],
+                        "msg": "not the order's customer",
+                        "type": "value_error",
+                    }
+                ],
+            )
+        digest = body_sha256(body)
+        fresh = IntakeRecord(
+            idempotency_key=idempotency_key,
+            body_sha256=digest,
+            dispute_id=f"d-{ctx.new_id()}",
+            order_id=body.order_id,
+            customer_id=body.customer_id,
+            complaint_text=body.text,
+            channel="api",
+            received_at=ctx.clock(),
+        )
+        await ctx.store.claim_intake(fresh)
+        async with ctx.store.lock_intake(idempotency_key) as locked:
+            row = locked.row
+            if row.body_sha256 != digest:
+                ctx.metrics.complaints.labels("conflict").inc()
+                raise ApiProblem(
+                    409,
+                    "this Idempotency-Key was already used with a different body;"
+                    " use a new key for a new complaint",
+                )
+            replayed = row.dispute_id != fresh.dispute_id
+            status_url = f"/disputes/{row.dispute_id}"
+            if row.published:
+                ctx.metrics.complaints.labels("replayed").inc()
+                response.status_code = 200
+                return m.ComplaintAccepted(
+                    dispute_id=row.dispute_id, status_url=status_url, replayed=True
+                )
+            event = ev.ComplaintReceived(
+                dispute_id=row.dispute_id,
+                order_id=row.order_id,
+                customer_id=row.customer_id,
+                text=row.complaint_text,
+                received_at=row.received_at,
+                channel=row.channel,
+            )
+            try:
+                await ctx.publisher.publish(t.COMPLAINT_RECEIVED, row.dispute_id, event.to_avro())
+            except PublishError as exc:
+                ctx.metrics.complaints.labels("unpublished").inc()
+                ctx.metrics.publish_failures.labels(t.COMPLAINT_RECEIVED.name).inc()
+                log.warning("complaint %s not published: %s", row.dispute_id, exc)
+                raise ApiProblem(
+                    503,
+                    f"the complaint is recorded as dispute {row.dispute_id} but could not be"
+                    " published yet; retry with the same Idempotency-Key",
+                    headers={"Retry-After": "5"},
+                ) from exc
+            await locked.mark_published()
+        ctx.metrics.published.labels(t.COMPLAINT_RECEIVED.name).inc()
+        ctx.metrics.complaints.labels("replayed" if replayed else "accepted").inc()
+        response.headers["Location"] = status_url
+        return m.ComplaintAccepted(
+            dispute_id=row.dispute_id, status_url=status_url, replayed=replayed
+        )
+
+    @router.get(
+        "/disputes/{dispute_id}",
+        response_model=m.DisputeStory,
+        dependencies=[Security(bearer_scheme)],
+        responses={
+            **UNAUTHORIZED,
+            **_problem(404, "No such dispute."),
+            **INVALID,
+        },
+        summary="The whole story of one dispute (the audit record)",
+    )
+    async def get_dispute(
+        dispute_id: Annotated[str, Path(pattern=m.ID_PATTERN)],
+    ) -> m.DisputeStory:
+        """Complaint, grievances with spans, evidence and its hash, every raw ruling, verdicts,
+        priced rounds, replies, payouts and review decisions, each with its timestamps."""
+        story = await ctx.store.dispute_story(dispute_id)
+        if story is None:
+            raise ApiProblem(404, f"no dispute {dispute_id!r}")
+        return story
+
+    return router
+
+
+def ops_router(ctx: AppContext) -> APIRouter:
+    """``/healthz``, ``/readyz`` and ``/metrics`` (no auth: probes and scrapers)."""
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/healthz", response_model=m.Health, summary="Liveness")
+    async def healthz() -> m.Health:
+        """200 while the process serves requests."""
+        return m.Health(status="ok")
+
+    @router.get(
+        "/readyz",
+        response_model=m.Readiness,
+        responses={503: {"model": m.Readiness, "description": "A dependency is unreachable."}},
+        summary="Readiness: PostgreSQL and Kafka reachable",
+    )
+    async def readyz(response: Response) -> m.Readiness:
+        """200 when PostgreSQL answers ``SELECT 1`` and Kafka returns metadata (2 s each)."""
+        checks: dict[str, str] = {}
+
+        async def probe(name: str, check: Awaitable[None]) -> None:
+            try:
+                await asyncio.wait_for(check, 2.5)
+                checks[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 - any failure means not ready
+                checks[name] = f"unavailable: {type(exc).__name__}"
+
+        await asyncio.gather(
+            probe("postgres", ctx.store.ping()), probe("kafka", ctx.publisher.check(2.0))
+        )
+        ready = all(v == "ok" for v in checks.values())
+        if not ready:
+            response.status_code = 503
+        return m.Readiness(status="ready" if ready else "not ready", checks=checks)
+
+    @router.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+        summary="Prometheus metrics",
+    )
+    async def metrics() -> Response:
+        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,250 @@
+"""Request and response models of the JSON API; they are the OpenAPI document's schemas.
+
+Money is ``int`` minor units everywhere; timestamps are RFC 3339 date-times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
+"""Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces."""
+TEXT_PATTERN = r"^[^\x00]*\S[^\x00]*$"
+"""Complaint text: not blank, and no NUL character (PostgreSQL text cannot hold one)."""
+KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
+"""Idempotency keys: 1-255 printable ASCII characters (a UUID is a good choice)."""
+
+
+class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """Every error answer: a sentence for people and, for validation errors, the fields."""
+
+    detail: str
+    errors: list[FieldError] = []
+
+
+class ComplaintRequest(BaseModel):
+    """Body of ``POST /complaints``. ``text`` is at most ``MAX_COMPLAINT_CHARS`` characters."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "order_id": "order-1840",
+                    "customer_id": "cust-77",
+                    "text": "Two of the four biryanis were missing.",
+                }
+            ]
+        },
+    )
+
+    order_id: Annotated[str, Field(pattern=ID_PATTERN)]
+    customer_id: Annotated[str, Field(pattern=ID_PATTERN)]
+    text: Annotated[str, Field(min_length=1, pattern=TEXT_PATTERN)]
+
+
+class ComplaintAccepted(BaseModel):
+    """The dispute created for a complaint. ``replayed`` is true when an earlier request with
+    the same Idempotency-Key had already published it (nothing new was published)."""
+
+    dispute_id: str
+    status_url: str
+    replayed: bool
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]
+
+
+class Complaint(BaseModel):
+    order_id: str
+    customer_id: str
+    text: str
+    received_at: datetime
+    channel: str
+    accepted_via_api: bool
+    published: bool | None = Field(
+        description="For complaints taken by this API: whether complaint.received was published."
+    )
+    extracted_at: datetime | None = Field(
+        description="When the extractor froze the evidence (null: not yet)."
+    )
+
+
+class EvidenceSnapshot(BaseModel):
+    sha256: str = Field(description="Hex sha256 of the UTF-8 bytes of snapshot_json.")
+    snapshot_json: str = Field(description="The canonical JSON exactly as hashed.")
+    snapshot: dict[str, Any]
+    created_at: datetime
+
+
+class Grievance(BaseModel):
+    grievance_id: str
+    category: str
+    text: str
+    span_start: int
+    span_end: int
+    item_name: str | None
+    item_quantity: int | None
+    grievance_total: int
+    model: str
+    prompt_version: str
+    extracted_at: datetime
+
+
+class RulingRecord(BaseModel):
+    grievance_id: str
+    judge_seat: int
+    ruling: str
+    model_ruling: str
+    confidence: float
+    evidence_cited: list[str]
+    reasoning: str
+    model: str
+    prompt_version: str
+    snapshot_sha256: str
+    raw_response: str
+    cast_at: datetime
+
+
+class VerdictRecord(BaseModel):
+    grievance_id: str
+    category: str
+    outcome: str
+    votes_upheld: int
+    votes_rejected: int
+    votes_escalate: int
+    split: str
+    unanimous: bool
+    decided_at: datetime
+
+
+class PricedLine(BaseModel):
+    grievance_id: str
+    category: str
+    outcome: str
+    status: str
+    amount_minor: int
+    proposed_minor: int = 0
+    rule: str
+    item_name: str | None = None
+    quantity: int | None = None
+
+
+class PricedRound(BaseModel):
+    round: int
+    pricing_version: str
+    currency: str
+    order_total_minor: int
+    lines: list[PricedLine]
+    total_minor: int
+    already_paid_minor: int
+    payable_minor: int
+    cap_minor: int
+    decision: str
+    held_grievances: list[str]
+    reason: str
+    priced_at: datetime
+
+
+class ReplyRecord(BaseModel):
+    round: int
+    text: str
+    amount_minor: int
+    currency: str
+    source: str
+    guard_failures: list[str]
+    model: str
+    prompt_version: str
+    created_at: datetime
+
+
+class LedgerRecord(BaseModel):
+    round: int
+    amount_minor: int
+    currency: str
+    payment_reference: str
+    idempotency_key: str
+    status: str
+    stripe_refund_id: str | None
+    error_code: str | None
+    error_message: str | None
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class PayoutEventRecord(BaseModel):
+    round: int
+    outcome: str
+    amount_minor: int
+    stripe_refund_id: str | None
+    error_code: str | None
+    reason: str | None
+    at: datetime
+
+
+class Payouts(BaseModel):
+    ledger: list[LedgerRecord]
+    events: list[PayoutEventRecord]
+
+
+class ReviewItemRecord(BaseModel):
+    item_key: str
+    kind: str
+    grievance_id: str | None
+    reason: str
+    status: str
+    created_at: datetime
+    decided_at: datetime | None
+
+
+class ReviewDecisionRecord(BaseModel):
+    review_id: str
+    item_key: str
+    kind: str
+    grievance_id: str | None
+    decision: str
+    reviewer: str
+    note: str
+    decided_at: datetime
+    published: bool
+
+
+class Summary(BaseModel):
+    grievances: int
+    rounds: int
+    open_review_items: int
+    paid_minor: int = Field(description="Sum of the SUCCEEDED payout ledger rows.")
+    currency: str | None
+
+
+class DisputeStory(BaseModel):
+    """The whole story of one dispute, from PostgreSQL: the audit record."""
+
+    dispute_id: str
+    summary: Summary
+    complaint: Complaint
+    evidence: EvidenceSnapshot | None
+    grievances: list[Grievance]
+    rulings: list[RulingRecord]
+    verdicts: list[VerdictRecord]
+    priced_rounds: list[PricedRound]
+    replies: list[ReplyRecord]
+    payouts: Payouts
+    review_items: list[ReviewItemRecord]
+    review_decisions: list[ReviewDecisionRecord]

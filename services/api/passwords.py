@@ -1,0 +1,114 @@
+"""Reviewer passwords: PBKDF2-HMAC-SHA256 (stdlib) with a per-user random salt.
+
+A hash reads ``pbkdf2-sha256.<iterations>.<salt>.<digest>`` (unpadded base64url), so it holds no
+character a shell or the ``REVIEWERS`` list (``name:hash,name:hash``) treats specially. The
+iteration count travels in the hash: raising the default later keeps old hashes valid.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SCHEME = "pbkdf2-sha256"
+DEFAULT_ITERATIONS = 600_000
+"""OWASP's 2023 recommendation for PBKDF2-HMAC-SHA256."""
+_USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True)
+class PasswordHash:
+    iterations: int
+    salt: bytes
+    digest: bytes
+
+    @classmethod
+    def parse(cls, text: str) -> PasswordHash:
+        """Parse a stored hash; raises ``ValueError`` naming what is wrong (never the hash)."""
+        parts = text.strip().split(".")
+        if len(parts) != 4 or parts[0] != SCHEME:
+            raise ValueError(f"not a {SCHEME} hash (expected {SCHEME}.<iter>.<salt>.<digest>)")
+        try:
+            iterations = int(parts[1])
+            salt, digest = _unb64(parts[2]), _unb64(parts[3])
+        except ValueError as exc:
+            raise ValueError(f"malformed {SCHEME} hash") from exc
+        if iterations < 1 or len(salt) < 8 or len(digest) != 32:
+            raise ValueError(f"malformed {SCHEME} hash")
+        return cls(iterations, salt, digest)
+
+    def __str__(self) -> str:
+        return f"{SCHEME}.{self.iterations}.{_b64(self.salt)}.{_b64(self.digest)}"
+
+    def matches(self, password: str) -> bool:
+        """Constant-time comparison of ``password``'s derived key with the stored one."""
+        candidate = hashlib.pbkdf2_hmac("sha256", password.encode(), self.salt, self.iterations)
+        return hmac.compare_digest(candidate, self.digest)
+
+
+def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS) -> str:
+    """A new hash of ``password`` with a fresh 16-byte salt."""
+    salt = secrets.token_bytes(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    return str(PasswordHash(iterations, salt, digest))
+
+
+def parse_reviewers(spec: str) -> dict[str, PasswordHash]:
+    """Parse ``REVIEWERS`` (``alice:<hash>,bob:<hash>``); raises ``ValueError`` on bad input."""
+    reviewers: dict[str, PasswordHash] = {}
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        name, sep, hashed = entry.partition(":")
+        if not sep or not _USERNAME.fullmatch(name):
+            raise ValueError(f"REVIEWERS entry for {name!r} is not name:hash")
+        if name in reviewers:
+            raise ValueError(f"reviewer {name!r} listed twice in REVIEWERS")
+        try:
+            reviewers[name] = PasswordHash.parse(hashed)
+        except ValueError as exc:
+            raise ValueError(f"REVIEWERS entry for {name!r}: {exc}") from exc
+    return reviewers
+
+
+class ReviewerDirectory:
+    """Who may sign in to the review desk."""
+
+    def __init__(self, reviewers: Mapping[str, PasswordHash]) -> None:
+        self._reviewers = dict(reviewers)
+        self._decoy = PasswordHash(
+            min((h.iterations for h in self._reviewers.values()), default=DEFAULT_ITERATIONS),
+            b"decoy-salt-0000",
+            bytes(32),
+        )
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._reviewers
+
+    def __len__(self) -> int:
+        return len(self._reviewers)
+
+    def verify(self, name: str, password: str) -> bool:
+        """True when ``name`` is a reviewer and ``password`` is theirs.
+
+        An unknown name still costs one key derivation, so timing does not tell which names
+        exist. CPU-heavy: call it off the event loop.
+        """
+        stored = self._reviewers.get(name)
+        if stored is None:
+            self._decoy.matches(password)
+            return False
+        return stored.matches(password)

@@ -1,0 +1,154 @@
+"""Signed-cookie sessions for the review desk, and CSRF tokens for its forms (stdlib HMAC).
+
+The session is a small JSON object in a cookie, signed with HMAC-SHA256 under
+``SESSION_SECRET`` and stamped with the time it was signed; a cookie with a bad signature or
+older than ``max_age_s`` is ignored. The cookie is scoped to ``/review`` (``Path``, HttpOnly,
+SameSite=Lax, Secure when configured), so the JSON API never receives it and cannot be driven
+by a reviewer's browser session.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable, MutableMapping
+from http.cookies import CookieError, Morsel, SimpleCookie
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+DESK_PREFIX = "/review"
+CSRF_KEY = "csrf"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class SessionSigner:
+    """``payload.timestamp.mac``: signs and verifies session payloads."""
+
+    def __init__(self, secret: bytes, max_age_s: int) -> None:
+        self._key = hashlib.sha256(b"refund-bench session v1\x00" + secret).digest()
+        self.max_age_s = max_age_s
+
+    def _mac(self, body: str) -> str:
+        return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest())
+
+    def dumps(self, data: MutableMapping[str, Any], now: float) -> str:
+        payload = _b64(json.dumps(dict(data), separators=(",", ":")).encode())
+        body = f"{payload}.{int(now)}"
+        return f"{body}.{self._mac(body)}"
+
+    def loads(self, token: str, now: float) -> dict[str, Any] | None:
+        """The session in ``token``, or ``None`` if it is forged, malformed or expired."""
+        try:
+            payload, stamp, mac = token.split(".")
+            if not hmac.compare_digest(mac, self._mac(f"{payload}.{stamp}")):
+                return None
+            if not 0 <= now - int(stamp) <= self.max_age_s:
+                return None
+            data = json.loads(_unb64(payload))
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def _cookie(header: str, name: str) -> Morsel[str] | None:
+    """The cookie ``name`` of a ``Cookie`` header; a malformed header holds none."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return None
+    return jar.get(name)
+
+
+class SessionMiddleware:
+    """Loads ``scope["session"]`` for desk paths and writes it back on the response.
+
+    Like Starlette's own session middleware (which needs ``itsdangerous``), but stdlib-only
+    and restricted to :data:`DESK_PREFIX`.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        signer: SessionSigner,
+        *,
+        cookie_name: str = "rb_review_session",
+        secure: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.app = app
+        self._signer = signer
+        self._cookie = cookie_name
+        self._secure = secure
+        self._clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (
+            path == DESK_PREFIX or path.startswith(DESK_PREFIX + "/")
+        ):
+            await self.app(scope, receive, send)
+            return
+        had_session = False
+        scope["session"] = {}
+        for name, value in scope.get("headers", []):
+            if name == b"cookie":
+                morsel = _cookie(value.decode("latin-1"), self._cookie)
+                if morsel is not None:
+                    loaded = self._signer.loads(morsel.value, self._clock())
+                    if loaded is not None:
+                        scope["session"] = loaded
+                        had_session = True
+
+        async def send_with_cookie(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                flags = f"Path={DESK_PREFIX}; HttpOnly; SameSite=Lax"
+                if self._secure:
+                    flags += "; Secure"
+                session = scope["session"]
+                if session:
+                    token = self._signer.dumps(session, self._clock())
+                    headers.append(
+                        "Set-Cookie",
+                        f"{self._cookie}={token}; Max-Age={self._signer.max_age_s}; {flags}",
+                    )
+                elif had_session:
+                    headers.append(
+                        "Set-Cookie",
+                        f"{self._cookie}=null; Expires=Thu, 01 Jan 1970 00:00:00 GMT; "
+                        f"Max-Age=0; {flags}",
+                    )
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+
+def csrf_token(session: MutableMapping[str, Any]) -> str:
+    """The session's CSRF token, created on first use."""
+    token = session.get(CSRF_KEY)
+    if not isinstance(token, str) or not token:
+        token = secrets.token_urlsafe(32)
+        session[CSRF_KEY] = token
+    return token
+
+
+def csrf_ok(session: MutableMapping[str, Any], submitted: str) -> bool:
+    """True when ``submitted`` is this session's CSRF token (constant-time)."""
+    expected = session.get(CSRF_KEY)
+    if not isinstance(expected, str) or not expected or not submitted:
+        return False
+    return hmac.compare_digest(expected.encode(), submitted.encode())

@@ -1,0 +1,45 @@
+"""Settings of the API service (read from the environment only by the entry point)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from refund_bench.config import StackSettings
+
+MIN_SESSION_SECRET_CHARS = 32
+
+
+class ApiSettings(StackSettings):
+    """``API_HOST``, ``API_PORT``, ``API_TOKENS``, ``REVIEWERS``, ``SESSION_SECRET``, ... .
+
+    ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
+    ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
+    """
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    api_tokens: SecretStr = SecretStr("")
+    reviewers: SecretStr = SecretStr("")
+    session_secret: SecretStr = SecretStr("")
+    session_max_age_s: int = Field(default=8 * 3600, ge=60)
+    session_cookie_secure: bool = False
+    """Set in production (HTTPS): the session cookie is then only sent over TLS."""
+    max_complaint_chars: int = Field(default=5000, ge=1, le=1_000_000)
+    publish_timeout_s: float = Field(default=10.0, gt=0)
+    outbox_interval_s: float = Field(default=5.0, gt=0)
+    db_pool_max: int = Field(default=10, ge=1)
+    log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _session_secret_strong(self) -> ApiSettings:
+        if len(self.session_secret.get_secret_value()) < MIN_SESSION_SECRET_CHARS:
+            raise ValueError(
+                f"SESSION_SECRET must be set to at least {MIN_SESSION_SECRET_CHARS} characters"
+                " (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+            )
+        return self
+
+    def bearer_tokens(self) -> tuple[bytes, ...]:
+        """The accepted API tokens (empty entries dropped)."""
+        raw = self.api_tokens.get_secret_value()
+        return tuple(t.strip().encode() for t in raw.split(",") if t.strip())

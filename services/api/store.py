@@ -1,0 +1,467 @@
+"""PostgreSQL access of the API and the desk. Parameterized SQL only.
+
+Two outbox-style flows share one shape: a row is committed first (its id is then durable), and
+publishing happens later under ``SELECT ... FOR UPDATE`` of that row, which is marked
+``published`` in the same transaction. A crash between the broker's acknowledgement and the
+commit leaves the row unpublished, so it is published again: consumers are idempotent on
+``dispute_id`` (complaints) and ``review_id`` (decisions). The row lock keeps two concurrent
+publishers of one row from both publishing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from services.api import models as m
+
+Row = dict[str, Any]
+T = TypeVar("T")
+REVIEW_KINDS = ("GRIEVANCE", "DISPUTE", "PAYOUT", "EXTRACTION")
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    idempotency_key: str
+    body_sha256: str
+    dispute_id: str
+    order_id: str
+    customer_id: str
+    complaint_text: str
+    channel: str
+    received_at: datetime
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    review_id: str
+    dispute_id: str
+    item_key: str
+    kind: str
+    grievance_id: str | None
+    decision: str
+    reviewer: str
+    note: str
+    decided_at: datetime
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    dispute_id: str
+    item_key: str
+    kind: str
+    grievance_id: str | None
+    reason: str
+    created_at: datetime
+    category: str | None
+    grievance_text: str | None
+    order_id: str | None
+
+
+class ItemNotFound(Exception):  # noqa: N818 - reads as the condition
+    """No review item with that key for that dispute."""
+
+
+class AlreadyDecided(Exception):  # noqa: N818
+    """The item already has a decision (``existing``; ``None`` if decided outside the desk)."""
+
+    def __init__(self, existing: DecisionRecord | None) -> None:
+        super().__init__("already decided")
+        self.existing = existing
+
+
+class NotDecidable(Exception):  # noqa: N818
+    """The decision does not apply to this kind of item."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Locked(Generic[T]):
+    """A row held with ``FOR UPDATE`` until the surrounding context exits."""
+
+    def __init__(self, row: T, conn: AsyncConnection[Any], mark_sql: str, key: str) -> None:
+        self.row = row
+        self._conn = conn
+        self._mark_sql = mark_sql
+        self._key = key
+
+    async def mark_published(self) -> None:
+        await self._conn.execute(self._mark_sql, (self._key,))
+
+
+_INTAKE_COLS = (
+    "idempotency_key, body_sha256, dispute_id, order_id, customer_id, complaint_text, channel,"
+    " received_at, published"
+)
+_DECISION_COLS = (
+    "review_id, dispute_id, item_key, kind, grievance_id, decision, reviewer, note, decided_at,"
+    " published"
+)
+
+
+class Store:
+    """Queries over one async connection pool (owned by the caller)."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    async def ping(self) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    async def order_customer(self, order_id: str) -> str | None:
+        """The customer of ``order_id``, or ``None`` if the order store has no such order."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT customer_id FROM orders WHERE order_id = %s", (order_id,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    # -- intake ---------------------------------------------------------------------------
+
+    async def claim_intake(self, record: IntakeRecord) -> None:
+        """Insert ``record`` unless its idempotency key is taken (then the first one stays)."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                f"INSERT INTO intake_requests ({_INTAKE_COLS})"  # noqa: S608 - constant columns
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false)"
+                " ON CONFLICT (idempotency_key) DO NOTHING",
+                (
+                    record.idempotency_key,
+                    record.body_sha256,
+                    record.dispute_id,
+                    record.order_id,
+                    record.customer_id,
+                    record.complaint_text,
+                    record.channel,
+                    record.received_at,
+                ),
+            )
+
+    @asynccontextmanager
+    async def lock_intake(self, key: str) -> AsyncIterator[Locked[IntakeRecord]]:
+        """The intake row of ``key``, locked; raises ``KeyError`` if there is none."""
+        async with self._pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    f"SELECT {_INTAKE_COLS} FROM intake_requests"  # noqa: S608
+                    " WHERE idempotency_key = %s FOR UPDATE",
+                    (key,),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise KeyError(key)
+            yield Locked(
+                IntakeRecord(**row),
+                conn,
+                "UPDATE intake_requests SET published = true, published_at = now()"
+                " WHERE idempotency_key = %s",
+                key,
+            )
+
+    # -- review queue and decisions -------------------------------------------------------
+
+    async def queue(self, limit: int = 500) -> tuple[dict[str, int], list[QueueItem]]:
+        """Open review items per kind (every kind present, 0 included) and the oldest first."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT kind, count(*) FROM review_items WHERE status = 'OPEN' GROUP BY kind"
+            )
+            counts = {kind: 0 for kind in REVIEW_KINDS}
+            for kind, count in await cur.fetchall():
+                counts[str(kind)] = int(count)
+            async with conn.cursor(row_factory=dict_row) as dcur:
+                await dcur.execute(
+                    "SELECT ri.dispute_id, ri.item_key, ri.kind, ri.grievance_id, ri.reason,"
+                    " ri.created_at, g.category, g.text AS grievance_text, d.order_id"
+                    " FROM review_items ri"
+                    " LEFT JOIN grievances g"
+                    "   ON g.dispute_id = ri.dispute_id AND g.grievance_id = ri.grievance_id"
+                    " LEFT JOIN disputes d ON d.dispute_id = ri.dispute_id"
+                    " WHERE ri.status = 'OPEN'"
+                    " ORDER BY ri.created_at, ri.dispute_id, ri.item_key LIMIT %s",
+                    (limit,),
+                )
+                items = [QueueItem(**row) for row in await dcur.fetchall()]
+        return counts, items
+
+    async def record_decision(
+        self, new: DecisionRecord, check: Callable[[str], None]
+    ) -> DecisionRecord:
+        """Record ``new`` as the one decision of its (dispute, item); return it as stored.
+
+        ``check(kind)`` raises :class:`NotDecidable` when the decision does not fit the item.
+        Raises :class:`ItemNotFound`, or :class:`AlreadyDecided` when another decision won,
+        including one committed a moment earlier by a concurrent request: the UNIQUE
+        (dispute_id, item_key) constraint lets exactly one insert succeed.
+        """
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
+            await cur.execute(
+                "SELECT kind, grievance_id, status FROM review_items"
+                " WHERE dispute_id = %s AND item_key = %s",
+                (new.dispute_id, new.item_key),
+            )
+            item = await cur.fetchone()
+            if item is None:
+                raise ItemNotFound(new.item_key)
+            check(item["kind"])
+            if item["status"] != "OPEN":
+                raise AlreadyDecided(await self._decision_for(cur, new))
+            await cur.execute(
+                f"INSERT INTO review_decisions ({_DECISION_COLS})"  # noqa: S608
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)"
+                " ON CONFLICT (dispute_id, item_key) DO NOTHING RETURNING review_id",
+                (
+                    new.review_id,
+                    new.dispute_id,
+                    new.item_key,
+                    item["kind"],
+                    item["grievance_id"],
+                    new.decision,
+                    new.reviewer,
+                    new.note,
+                    new.decided_at,
+                ),
+            )
+            if await cur.fetchone() is None:
+                raise AlreadyDecided(await self._decision_for(cur, new))
+        return replace(new, kind=item["kind"], grievance_id=item["grievance_id"])
+
+    @staticmethod
+    async def _decision_for(cur: Any, new: DecisionRecord) -> DecisionRecord | None:
+        await cur.execute(
+            f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+            " WHERE dispute_id = %s AND item_key = %s",
+            (new.dispute_id, new.item_key),
+        )
+        row = await cur.fetchone()
+        return None if row is None else DecisionRecord(**row)
+
+    @asynccontextmanager
+    async def lock_decision(self, review_id: str) -> AsyncIterator[Locked[DecisionRecord]]:
+        """The decision ``review_id``, locked; raises ``KeyError`` if there is none."""
+        async with self._pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+                    " WHERE review_id = %s FOR UPDATE",
+                    (review_id,),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise KeyError(review_id)
+            yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, review_id)
+
+    @asynccontextmanager
+    async def next_unpublished_decision(self) -> AsyncIterator[Locked[DecisionRecord] | None]:
+        """The oldest unpublished decision no one else holds (``SKIP LOCKED``), or ``None``."""
+        async with self._pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+                    " WHERE NOT published ORDER BY decided_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+                )
+                row = await cur.fetchone()
+            if row is None:
+                yield None
+            else:
+                yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, row["review_id"])
+
+    # -- the audit record -----------------------------------------------------------------
+
+    async def dispute_story(self, dispute_id: str) -> m.DisputeStory | None:
+        """Everything recorded about ``dispute_id``, read in one consistent snapshot."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            async with conn.cursor(row_factory=dict_row) as cur:
+                q = _Reader(cur, dispute_id)
+                return await _story(q, dispute_id)
+
+
+_MARK_DECISION = (
+    "UPDATE review_decisions SET published = true, published_at = now() WHERE review_id = %s"
+)
+
+
+class _Reader:
+    def __init__(self, cur: Any, dispute_id: str) -> None:
+        self._cur = cur
+        self._id = dispute_id
+
+    async def all(self, sql: str) -> list[Row]:
+        await self._cur.execute(sql, (self._id,))
+        rows: list[Row] = await self._cur.fetchall()
+        return rows
+
+    async def one(self, sql: str) -> Row | None:
+        rows = await self.all(sql)
+        return rows[0] if rows else None
+
+
+def _json(value: Any) -> Any:
+    """jsonb arrives decoded; tolerate text holding JSON too."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
+    dispute = await q.one(
+        "SELECT d.order_id, d.customer_id, d.complaint_text, d.received_at, d.created_at,"
+        " d.snapshot_sha256, s.snapshot, s.created_at AS snapshot_created_at"
+        " FROM disputes d LEFT JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256"
+        " WHERE d.dispute_id = %s"
+    )
+    intake = await q.one(
+        "SELECT order_id, customer_id, complaint_text, received_at, channel, published"
+        " FROM intake_requests WHERE dispute_id = %s"
+    )
+    base = dispute or intake
+    if base is None:
+        return None
+    complaint = m.Complaint(
+        order_id=base["order_id"],
+        customer_id=base["customer_id"],
+        text=base["complaint_text"],
+        received_at=base["received_at"],
+        channel=intake["channel"] if intake else "upstream",
+        accepted_via_api=intake is not None,
+        published=intake["published"] if intake else None,
+        extracted_at=dispute["created_at"] if dispute else None,
+    )
+    evidence = None
+    if dispute is not None and dispute["snapshot"] is not None:
+        parsed = json.loads(dispute["snapshot"])
+        evidence = m.EvidenceSnapshot(
+            sha256=dispute["snapshot_sha256"],
+            snapshot_json=dispute["snapshot"],
+            snapshot=parsed if isinstance(parsed, dict) else {"value": parsed},
+            created_at=dispute["snapshot_created_at"],
+        )
+    grievances = [
+        m.Grievance(**r)
+        for r in await q.all(
+            "SELECT grievance_id, category, text, span_start, span_end, item_name,"
+            " item_quantity, grievance_total, model, prompt_version, extracted_at"
+            " FROM grievances WHERE dispute_id = %s"
+            " ORDER BY span_start, length(grievance_id), grievance_id"
+        )
+    ]
+    rulings = [
+        m.RulingRecord(**{**r, "evidence_cited": _json(r["evidence_cited"])})
+        for r in await q.all(
+            "SELECT grievance_id, judge_seat, ruling, model_ruling, confidence, evidence_cited,"
+            " reasoning, model, prompt_version, snapshot_sha256, raw_response, cast_at"
+            " FROM rulings WHERE dispute_id = %s"
+            " ORDER BY length(grievance_id), grievance_id, judge_seat"
+        )
+    ]
+    verdicts = [
+        m.VerdictRecord(**r)
+        for r in await q.all(
+            "SELECT grievance_id, category, outcome, votes_upheld, votes_rejected,"
+            " votes_escalate, split, unanimous, decided_at FROM verdicts WHERE dispute_id = %s"
+            " ORDER BY length(grievance_id), grievance_id"
+        )
+    ]
+    rounds = [
+        m.PricedRound(
+            **{
+                **r,
+                "lines": [m.PricedLine(**line) for line in _json(r["lines"])],
+                "held_grievances": _json(r["held_grievances"]),
+            }
+        )
+        for r in await q.all(
+            "SELECT round, pricing_version, currency, order_total_minor, lines, total_minor,"
+            " already_paid_minor, payable_minor, cap_minor, decision, held_grievances, reason,"
+            " priced_at FROM priced_refunds WHERE dispute_id = %s ORDER BY round"
+        )
+    ]
+    replies = [
+        m.ReplyRecord(**{**r, "guard_failures": _json(r["guard_failures"])})
+        for r in await q.all(
+            "SELECT round, text, amount_minor, currency, source, guard_failures, model,"
+            " prompt_version, created_at FROM replies WHERE dispute_id = %s ORDER BY round"
+        )
+    ]
+    ledger = [
+        m.LedgerRecord(**r)
+        for r in await q.all(
+            "SELECT round, amount_minor, currency, payment_reference, idempotency_key, status,"
+            " stripe_refund_id, error_code, error_message, attempts, created_at, updated_at"
+            " FROM payout_ledger WHERE dispute_id = %s ORDER BY round"
+        )
+    ]
+    payout_events = [
+        m.PayoutEventRecord(**r)
+        for r in await q.all(
+            "SELECT round, outcome, amount_minor, stripe_refund_id, error_code, reason, at"
+            " FROM payout_events WHERE dispute_id = %s ORDER BY round"
+        )
+    ]
+    items = [
+        m.ReviewItemRecord(**r)
+        for r in await q.all(
+            "SELECT item_key, kind, grievance_id, reason, status, created_at, decided_at"
+            " FROM review_items WHERE dispute_id = %s ORDER BY created_at, item_key"
+        )
+    ]
+    decisions = [
+        m.ReviewDecisionRecord(**r)
+        for r in await q.all(
+            "SELECT review_id, item_key, kind, grievance_id, decision, reviewer, note,"
+            " decided_at, published FROM review_decisions WHERE dispute_id = %s"
+            " ORDER BY decided_at, review_id"
+        )
+    ]
+    currency = rounds[-1].currency if rounds else (ledger[-1].currency if ledger else None)
+    return m.DisputeStory(
+        dispute_id=dispute_id,
+        summary=m.Summary(
+            grievances=len(grievances),
+            rounds=len(rounds),
+            open_review_items=sum(1 for i in items if i.status == "OPEN"),
+            paid_minor=sum(row.amount_minor for row in ledger if row.status == "SUCCEEDED"),
+            currency=currency,
+        ),
+        complaint=complaint,
+        evidence=evidence,
+        grievances=grievances,
+        rulings=rulings,
+        verdicts=verdicts,
+        priced_rounds=rounds,
+        replies=replies,
+        payouts=m.Payouts(ledger=ledger, events=payout_events),
+        review_items=items,
+        review_decisions=decisions,
+    )
+
+
+def decision_event_fields(record: DecisionRecord) -> Mapping[str, Any]:
+    """The ``review.decided`` fields of a recorded decision."""
+    return {
+        "dispute_id": record.dispute_id,
+        "review_id": record.review_id,
+        "kind": record.kind,
+        "grievance_id": record.grievance_id,
+        "decision": record.decision,
+        "reviewer": record.reviewer,
+        "note": record.note,
+        "decided_at": record.decided_at,
+    }

@@ -1,0 +1,58 @@
+"""``python -m services.extractor``: split complaints into checkable grievances."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from refund_bench.llm.roles import load_prompt
+from refund_bench.llm_setup import LlmStageSettings, client, redis_client, response_cache
+from refund_bench.resources import lifecycle, pg_pool
+from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.service import configure_logging, run_stage
+from services.extractor.handler import ExtractorHandler
+from services.pricing.table import DEFAULT_CAP_MINOR
+
+
+class Settings(LlmStageSettings):
+    extractor_model: str = "standin-extractor"
+    extractor_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    extractor_base_url: str = ""
+    extractor_prompt_version: str = "extractor/v1"
+    auto_approve_cap_minor: int = Field(default=DEFAULT_CAP_MINOR, ge=0)
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics("extractor", registry)
+    redis = redis_client(settings)
+    llm = client(
+        settings,
+        model=settings.extractor_model,
+        temperature=settings.extractor_temperature,
+        redis=redis,
+        base_url=settings.extractor_base_url,
+        on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
+    )
+    pool = pg_pool(settings.database_url.get_secret_value())
+    handler = ExtractorHandler(
+        pool,
+        llm,
+        response_cache(settings, redis),
+        load_prompt(settings.extractor_prompt_version),
+        settings.auto_approve_cap_minor,
+    )
+    spec = dataclasses.replace(
+        handler.spec(),
+        startup=lifecycle(pool.open),
+        shutdown=lifecycle(pool.close, llm.aclose, redis.aclose),
+    )
+    run_stage(spec, settings, registry, metrics)
+
+
+if __name__ == "__main__":
+    main()

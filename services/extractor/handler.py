@@ -1,0 +1,193 @@
+"""The extractor stage: complaint.received -> grievance.extracted (one event per grievance).
+
+For each complaint: load the order's evidence, freeze it (content hash, stored once per
+dispute), make ONE structured-output LLM call, and validate the answer in code. An invalid
+answer gets one repair call; if that fails too, the complaint goes to human review. A
+complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
+pay). Answers are cached per (dispute, complaint, snapshot, prompt), so a redelivered complaint
+costs no new call. Extraction never judges: truth is for the judges.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.db.orders import load_order
+from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.domain import Decision, LineItem
+from refund_bench.errors import InvalidInput
+from refund_bench.llm.cache import ResponseCache, cached_call, extractor_cache_key, sha256_hex
+from refund_bench.llm.client import JsonCompleter
+from refund_bench.llm.roles import LlmRequest, Prompt, build_extractor_request
+from refund_bench.runtime import Context, Emit, Message, StageSpec
+from services.extractor.evidence import freeze, load_snapshot
+from services.extractor.validation import ExtractedGrievance, ExtractionInvalid, validate_extraction
+from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
+
+REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
+NOTHING_REASON = "no checkable grievance in the complaint"
+
+
+class ExtractorHandler:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        llm: JsonCompleter,
+        cache: ResponseCache,
+        prompt: Prompt,
+        cap_minor: int = DEFAULT_CAP_MINOR,
+    ) -> None:
+        self._pool = pool
+        self._llm = llm
+        self._cache = cache
+        self._prompt = prompt
+        self._cap_minor = cap_minor
+
+    def spec(self) -> StageSpec:
+        return StageSpec(
+            "extractor",
+            (t.COMPLAINT_RECEIVED,),
+            (t.GRIEVANCE_EXTRACTED, t.REFUND_PRICED),
+            self.handle,
+        )
+
+    async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
+        complaint = ev.parse(ev.ComplaintReceived, message.value)
+        async with self._pool.connection() as conn:
+            order = await load_order(conn, complaint.order_id)
+        if order is None:
+            raise InvalidInput(f"unknown order {complaint.order_id!r}")
+        if order.customer_id != complaint.customer_id:
+            raise InvalidInput(f"order {complaint.order_id!r} belongs to another customer")
+        fresh = freeze(order)
+        snapshot_json, snapshot_sha = await freeze_for_dispute(
+            self._pool,
+            dispute_id=complaint.dispute_id,
+            order_id=complaint.order_id,
+            customer_id=complaint.customer_id,
+            complaint_text=complaint.text,
+            received_at=complaint.received_at,
+            snapshot_json=fresh.json,
+            snapshot_sha256=fresh.sha256,
+        )
+        snapshot = load_snapshot(snapshot_json, snapshot_sha)
+        items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
+        grievances = await self._extract(complaint, snapshot_sha, items)
+        if grievances is None:
+            return [self._unpriced(complaint, snapshot, snapshot_sha, Decision.HELD_FOR_REVIEW)]
+        if not grievances:
+            return [self._unpriced(complaint, snapshot, snapshot_sha, Decision.NOTHING_TO_PAY)]
+        extracted_at = ev.now()
+        return [
+            Emit(
+                t.GRIEVANCE_EXTRACTED.name,
+                complaint.dispute_id,
+                ev.GrievanceExtracted(
+                    dispute_id=complaint.dispute_id,
+                    order_id=complaint.order_id,
+                    grievance_id=g.grievance_id,
+                    grievance_total=len(grievances),
+                    category=g.category.value,
+                    text=g.text,
+                    span_start=g.span_start,
+                    span_end=g.span_end,
+                    item_name=g.item_name,
+                    item_quantity=g.item_quantity,
+                    snapshot_sha256=snapshot_sha,
+                    snapshot_json=snapshot_json,
+                    extractor_model=self._llm.model,
+                    extractor_prompt_version=self._prompt.version,
+                    extracted_at=extracted_at,
+                ).to_avro(),
+            )
+            for g in grievances
+        ]
+
+    async def _extract(
+        self, complaint: ev.ComplaintReceived, snapshot_sha: str, items: list[LineItem]
+    ) -> tuple[ExtractedGrievance, ...] | None:
+        """The validated grievances, or ``None`` when even the repaired answer is invalid."""
+        request = build_extractor_request(complaint.text, items, prompt=self._prompt)
+        key = extractor_cache_key(
+            complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha, self._prompt.version
+        )
+        raw = await self._call(key, request, complaint.dispute_id)
+        try:
+            return validate_extraction(_json(raw), complaint.text, items)
+        except ExtractionInvalid as first:
+            repair = _repair_request(request, raw, first.problems)
+            raw = await self._call(f"{key}:repair", repair, complaint.dispute_id)
+            try:
+                return validate_extraction(_json(raw), complaint.text, items)
+            except ExtractionInvalid:
+                return None
+
+    async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
+        async def compute() -> str:
+            return await self._llm.complete_json(
+                request.messages, request.schema_name, request.schema, None, dispute_id
+            )
+
+        raw, _from_cache = await cached_call(self._cache, key, compute)
+        return raw
+
+    def _unpriced(
+        self,
+        complaint: ev.ComplaintReceived,
+        snapshot: dict[str, Any],
+        snapshot_sha: str,
+        decision: Decision,
+    ) -> Emit:
+        """The outcome of a complaint with nothing to judge: a reply, maybe a review item."""
+        order = snapshot["order"]
+        reason = REVIEW_REASON if decision is Decision.HELD_FOR_REVIEW else NOTHING_REASON
+        priced = ev.RefundPriced(
+            dispute_id=complaint.dispute_id,
+            order_id=complaint.order_id,
+            round=1,
+            pricing_version=PRICING_VERSION,
+            currency=order["currency"],
+            order_total_minor=order["charged_total_minor"],
+            lines=[],
+            total_minor=0,
+            already_paid_minor=0,
+            payable_minor=0,
+            cap_minor=self._cap_minor,
+            decision=decision.value,
+            held_grievances=[],
+            reason=reason,
+            snapshot_sha256=snapshot_sha,
+            priced_at=ev.now(),
+        )
+        return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
+
+
+def _json(raw: str) -> object:
+    """The parsed answer; unparseable text becomes an invalid extraction (repairable)."""
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ExtractionInvalid([f"the answer is not JSON: {exc}"]) from exc
+
+
+def _repair_request(request: LlmRequest, raw: str, problems: Sequence[str]) -> LlmRequest:
+    """The one repair attempt: the same task, plus the previous answer and what was wrong."""
+    document = json.loads(request.user_document)
+    document["previous_answer"] = raw[:4000]
+    document["problems_with_previous_answer"] = list(problems)
+    system, _user = request.messages
+    return LlmRequest(
+        messages=(
+            system,
+            {"role": "user", "content": json.dumps(document, ensure_ascii=False, sort_keys=True)},
+        ),
+        schema_name=request.schema_name,
+        schema=request.schema,
+        prompt_version=request.prompt_version,
+    )

@@ -1,0 +1,159 @@
+"""The judge stage: grievance.extracted -> K x ruling.cast.
+
+Each of the K seats is an independent call: fresh context (no history, no other seat's
+answer), its own seed, temperature above zero, optionally its own model. All K calls of all
+grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
+grievance, seat, snapshot hash, prompt version): a redelivered grievance reuses the rulings it
+already paid for. Rulings are normalised in code: an unreadable answer, or an UPHELD/REJECTED
+that cites no field of the evidence, counts as ESCALATE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.domain import Category, Ruling
+from refund_bench.llm.cache import ResponseCache, cached_call, judge_cache_key
+from refund_bench.llm.client import JsonCompleter
+from refund_bench.llm.roles import (
+    GrievanceForJudge,
+    LlmRequest,
+    MalformedAnswer,
+    Prompt,
+    build_judge_request,
+    parse_judge_ruling,
+)
+from refund_bench.runtime import Context, Emit, Message, StageSpec
+from services.extractor.evidence import evidence_fields, load_snapshot
+from services.judge.normalise import normalise
+
+DRAWS_PER_SEAT = 3
+"""A seat whose answer is unreadable is asked again, up to this many draws in all."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    index: int
+    llm: JsonCompleter
+    seed: int
+
+
+class JudgeHandler:
+    def __init__(
+        self,
+        seats: Sequence[Seat],
+        cache: ResponseCache,
+        prompt: Prompt,
+        on_call: Callable[[bool], None] | None = None,
+    ) -> None:
+        if not seats:
+            raise ValueError("a bench needs at least one seat")
+        self._seats = tuple(seats)
+        self._cache = cache
+        self._prompt = prompt
+        self._on_call = on_call
+
+    def spec(self) -> StageSpec:
+        return StageSpec("judge", (t.GRIEVANCE_EXTRACTED,), (t.RULING_CAST,), self.handle)
+
+    async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
+        grievance = ev.parse(ev.GrievanceExtracted, message.value)
+        snapshot = load_snapshot(grievance.snapshot_json, grievance.snapshot_sha256)
+        request = build_judge_request(
+            GrievanceForJudge(
+                grievance_id=grievance.grievance_id,
+                category=Category(grievance.category),
+                text=grievance.text,
+                item_name=grievance.item_name,
+                item_quantity=grievance.item_quantity,
+            ),
+            snapshot,
+            prompt=self._prompt,
+        )
+        allowed = evidence_fields(snapshot)
+        rulings = await asyncio.gather(
+            *(self._rule(seat, grievance, request, allowed) for seat in self._seats)
+        )
+        return [Emit(t.RULING_CAST.name, grievance.dispute_id, r.to_avro()) for r in rulings]
+
+    async def _rule(
+        self,
+        seat: Seat,
+        grievance: ev.GrievanceExtracted,
+        request: LlmRequest,
+        allowed: frozenset[str],
+    ) -> ev.RulingCast:
+        async def draw() -> str:
+            raw = ""
+            for _ in range(DRAWS_PER_SEAT):
+                raw = await seat.llm.complete_json(
+                    request.messages,
+                    request.schema_name,
+                    request.schema,
+                    seat.seed,
+                    grievance.dispute_id,
+                )
+                try:
+                    parse_judge_ruling(raw)
+                    break
+                except MalformedAnswer:
+                    continue
+            return raw
+
+        key = judge_cache_key(
+            grievance.dispute_id,
+            grievance.grievance_id,
+            seat.index,
+            grievance.snapshot_sha256,
+            self._prompt.version,
+        )
+        raw, from_cache = await cached_call(self._cache, key, draw)
+        if self._on_call is not None:
+            self._on_call(from_cache)
+        fields = _ruling_fields(raw, allowed)
+        return ev.RulingCast(
+            dispute_id=grievance.dispute_id,
+            order_id=grievance.order_id,
+            grievance_id=grievance.grievance_id,
+            grievance_total=grievance.grievance_total,
+            category=grievance.category,
+            item_name=grievance.item_name,
+            item_quantity=grievance.item_quantity,
+            judge_seat=seat.index,
+            judge_count=len(self._seats),
+            model=seat.llm.model,
+            prompt_version=self._prompt.version,
+            snapshot_sha256=grievance.snapshot_sha256,
+            raw_response=raw,
+            cast_at=ev.now(),
+            **fields,
+        )
+
+
+def _ruling_fields(raw: str, allowed: frozenset[str]) -> dict[str, Any]:
+    try:
+        answer = parse_judge_ruling(raw)
+    except MalformedAnswer as exc:
+        return {
+            "ruling": Ruling.ESCALATE.value,
+            "model_ruling": "UNREADABLE",
+            "confidence": 0.0,
+            "evidence_cited": [],
+            "reasoning": f"The model's answer could not be read ({exc.reason}); counted as ESCALATE.",
+        }
+    normalised = normalise(answer.ruling.value, answer.evidence_cited, allowed)
+    reasoning = answer.reasoning
+    if normalised.changed:
+        reasoning = f"{reasoning} [counted as {normalised.ruling.value}: {normalised.reason}]"
+    return {
+        "ruling": normalised.ruling.value,
+        "model_ruling": answer.ruling.value,
+        "confidence": answer.confidence,
+        "evidence_cited": list(answer.evidence_cited),
+        "reasoning": reasoning,
+    }

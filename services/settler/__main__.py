@@ -1,0 +1,56 @@
+"""``python -m services.settler``: write the guarded customer reply and request the payout."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from refund_bench.llm.roles import load_prompt
+from refund_bench.llm_setup import LlmStageSettings, client, redis_client, response_cache
+from refund_bench.resources import lifecycle, pg_pool
+from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.service import configure_logging, run_stage
+from services.settler.handler import SettlerHandler
+
+
+class Settings(LlmStageSettings):
+    settler_model: str = "standin-settler"
+    settler_temperature: float = Field(default=0.2, ge=0.0, le=1.0)
+    settler_base_url: str = ""
+    settler_prompt_version: str = "settler/v1"
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.log_level)
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics("settler", registry)
+    redis = redis_client(settings)
+    llm = client(
+        settings,
+        model=settings.settler_model,
+        temperature=settings.settler_temperature,
+        redis=redis,
+        base_url=settings.settler_base_url,
+        on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
+    )
+    pool = pg_pool(settings.database_url.get_secret_value())
+    handler = SettlerHandler(
+        pool,
+        llm,
+        response_cache(settings, redis),
+        load_prompt(settings.settler_prompt_version),
+        on_call=lambda cached: metrics.incr("llm_calls", kind="cached" if cached else "made"),
+    )
+    spec = dataclasses.replace(
+        handler.spec(),
+        startup=lifecycle(pool.open),
+        shutdown=lifecycle(pool.close, llm.aclose, redis.aclose),
+    )
+    run_stage(spec, settings, registry, metrics)
+
+
+if __name__ == "__main__":
+    main()

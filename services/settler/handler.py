@@ -1,0 +1,206 @@
+"""The settler stage: refund.priced -> reply.published (+ payout.requested).
+
+A low-temperature model words the customer reply from the final verdicts and the amount code
+already computed (formatted by code). A guard in code checks the reply: exactly the approved
+amount, no other amount, the review mentioned when something is held, at most one apology.
+On any failure the deterministic template is used. The reply is stored once per (dispute,
+round) before it is published, so a replay publishes the same words. Only approved amounts
+above zero become a payout request; the model's text never feeds an amount.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.db.snapshots import complaint_text
+from refund_bench.domain import Category, Decision
+from refund_bench.errors import InvalidInput, TransientError
+from refund_bench.llm.cache import ResponseCache, cached_call, settler_cache_key
+from refund_bench.llm.client import JsonCompleter, LlmRejected
+from refund_bench.llm.roles import (
+    HeldForReply,
+    MalformedAnswer,
+    Prompt,
+    ResolvedForReply,
+    build_settler_request,
+    parse_customer_reply,
+)
+from refund_bench.runtime import Context, Emit, Message, StageSpec
+from services.settler.guard import check_reply, format_amount, template_reply
+from services.settler.phrases import describe
+
+_PAYING = (Decision.AUTO_APPROVED.value, Decision.REVIEW_APPROVED.value)
+WHOLE_CLAIM = "your whole claim"
+
+
+class SettlerHandler:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        llm: JsonCompleter,
+        cache: ResponseCache,
+        prompt: Prompt,
+        on_call: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._llm = llm
+        self._cache = cache
+        self._prompt = prompt
+        self._on_call = on_call
+
+    def spec(self) -> StageSpec:
+        return StageSpec(
+            "settler",
+            (t.REFUND_PRICED,),
+            (t.REPLY_PUBLISHED, t.PAYOUT_REQUESTED),
+            self.handle,
+        )
+
+    async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
+        priced = ev.parse(ev.RefundPriced, message.value)
+        approved = priced.payable_minor if priced.decision in _PAYING else 0
+        if approved < 0:
+            raise InvalidInput(f"negative payable amount {approved}")
+        held_lines = [line for line in priced.lines if line.status == "HELD"]
+        held = [describe(line) for line in held_lines]
+        resolved = [line for line in priced.lines if line.status != "HELD"]
+        if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
+            held = [WHOLE_CLAIM]
+        stored = await self._stored_reply(priced.dispute_id, priced.round)
+        if stored is None:
+            text, source, failures = await self._write(priced, approved, resolved, held_lines, held)
+            stored = await self._store(priced, approved, text, source, failures)
+        outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
+        if approved > 0:
+            reference = await self._payment_reference(priced.snapshot_sha256)
+            request = ev.PayoutRequested(
+                dispute_id=priced.dispute_id,
+                order_id=priced.order_id,
+                round=priced.round,
+                amount_minor=approved,
+                currency=priced.currency,
+                payment_reference=reference,
+                requested_at=ev.now(),
+            )
+            outputs.append(Emit(t.PAYOUT_REQUESTED.name, priced.dispute_id, request.to_avro()))
+        return outputs
+
+    async def _write(
+        self,
+        priced: ev.RefundPriced,
+        approved: int,
+        resolved: Sequence[ev.PricedLineEvent],
+        held_lines: Sequence[ev.PricedLineEvent],
+        held: Sequence[str],
+    ) -> tuple[str, str, list[str]]:
+        """(text, source, guard failures): the model's reply if it passes, else the template."""
+        amount_text = format_amount(approved, priced.currency)
+        request = build_settler_request(
+            await complaint_text(self._pool, priced.dispute_id) or "",
+            amount_text,
+            [
+                ResolvedForReply(
+                    category=Category(line.category), text=describe(line), outcome=line.status
+                )
+                for line in resolved
+            ],
+            [
+                HeldForReply(category=Category(line.category), text=describe(line))
+                for line in held_lines
+            ],
+            prompt=self._prompt,
+        )
+        key = settler_cache_key(
+            priced.dispute_id, priced.round, request.inputs_sha256(), self._prompt.version
+        )
+
+        async def compute() -> str:
+            return await self._llm.complete_json(
+                request.messages, request.schema_name, request.schema, None, priced.dispute_id
+            )
+
+        failures: list[str]
+        try:
+            raw, from_cache = await cached_call(self._cache, key, compute)
+            if self._on_call is not None:
+                self._on_call(from_cache)
+            text = parse_customer_reply(raw).reply
+            failures = list(check_reply(text, approved, priced.currency, held))
+        except MalformedAnswer as exc:
+            failures = [f"unreadable model answer: {exc.reason}"]
+        except (TransientError, LlmRejected) as exc:
+            failures = [f"model unavailable: {type(exc).__name__}"]
+        if not failures:
+            return text, "MODEL", []
+        done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
+        return template_reply(approved, priced.currency, done, held), "TEMPLATE", failures
+
+    async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT text, amount_minor, currency, source, guard_failures, model,"
+                " prompt_version, created_at FROM replies WHERE dispute_id = %s AND round = %s",
+                (dispute_id, round_),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        text, amount, currency, source, failures, model, version, created = row
+        return ev.ReplyPublished(
+            dispute_id=dispute_id,
+            round=round_,
+            text=text,
+            amount_minor=amount,
+            currency=currency,
+            source=source,
+            guard_failures=list(failures),
+            model=model,
+            prompt_version=version,
+            published_at=created.replace(microsecond=created.microsecond // 1000 * 1000),
+        )
+
+    async def _store(
+        self, priced: ev.RefundPriced, approved: int, text: str, source: str, failures: list[str]
+    ) -> ev.ReplyPublished:
+        """Insert the reply unless one exists; return whichever is stored (first writer wins)."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
+                " guard_failures, model, prompt_version) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (dispute_id, round) DO NOTHING",
+                (
+                    priced.dispute_id,
+                    priced.round,
+                    text,
+                    approved,
+                    priced.currency,
+                    source,
+                    Jsonb(failures),
+                    self._llm.model,
+                    self._prompt.version,
+                ),
+            )
+        stored = await self._stored_reply(priced.dispute_id, priced.round)
+        if stored is None:
+            raise RuntimeError(f"reply {priced.dispute_id}/{priced.round} was not stored")
+        return stored
+
+    async def _payment_reference(self, snapshot_sha256: str) -> str:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s", (snapshot_sha256,)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise InvalidInput(f"no evidence snapshot {snapshot_sha256}")
+        reference = json.loads(row[0])["order"].get("payment_reference", "")
+        if not reference:
+            raise InvalidInput("the order has no payment reference to refund against")
+        return str(reference)

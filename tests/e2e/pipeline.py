@@ -1,0 +1,150 @@
+"""The whole pipeline on the real stack, for end-to-end tests: all stages as processes.
+
+``Pipeline`` publishes complaints like an upstream service would, and reads each dispute's
+story back from PostgreSQL (the recorder's projection) and the LLM stand-in's call counts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.codec import Codec, framing_from_registry_url
+from refund_bench.db.migrate import migrate
+from refund_bench.db.orders import upsert_orders
+from refund_bench.disputes import Story, load_story
+from refund_bench.launcher import Launcher
+from refund_bench.samples import SAMPLE_ORDERS
+from refund_bench.topics import all_topic_specs, ensure_topics
+from tests.conftest import Stack
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@dataclass
+class Pipeline:
+    stack: Stack
+    launcher: Launcher
+
+    def __post_init__(self) -> None:
+        self._codec = Codec(
+            framing_from_registry_url(self.stack.registry_url),
+            {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
+        )
+        self._producer = Producer(
+            {
+                "bootstrap.servers": self.stack.kafka,
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+            }
+        )
+
+    @property
+    def database_url(self) -> str:
+        return self.stack.database_url
+
+    def submit(
+        self, order_id: str, customer_id: str, text: str, dispute_id: str | None = None
+    ) -> str:
+        """Publish complaint.received (as an upstream service does); returns the dispute id."""
+        dispute_id = dispute_id or f"d-{uuid.uuid4().hex[:16]}"
+        event = ev.ComplaintReceived(
+            dispute_id=dispute_id,
+            order_id=order_id,
+            customer_id=customer_id,
+            text=text,
+            received_at=ev.now(),
+        )
+        value = self._codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro())
+        self._producer.produce(t.COMPLAINT_RECEIVED.name, key=dispute_id.encode(), value=value)
+        assert self._producer.flush(30) == 0
+        return dispute_id
+
+    def story(self, dispute_id: str) -> Story:
+        with psycopg.connect(self.database_url) as conn:
+            return load_story(conn, dispute_id)
+
+    def wait_final(
+        self, dispute_id: str, timeout_s: float = 90.0, round_: int | None = None
+    ) -> Story:
+        """Poll PostgreSQL until the dispute's (latest or given) round is final."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            story = self.story(dispute_id)
+            if story.is_final(round_):
+                return story
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dispute_id} not final after {timeout_s}s: {story.priced}")
+            time.sleep(0.2)
+
+    def wait_for_payout(self, dispute_id: str, round_: int, timeout_s: float = 90.0) -> Story:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            story = self.story(dispute_id)
+            if any(p["round"] == round_ for p in story.payouts):
+                return story
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dispute_id}: no payout for round {round_} in {timeout_s}s")
+            time.sleep(0.2)
+
+    def _standin(self) -> str:
+        return self.stack.llm_base_url.removesuffix("/v1")
+
+    def llm_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self._standin()}/stats", timeout=5).json()
+        return stats
+
+    def llm_calls(self, dispute_id: str) -> int:
+        return int(self.llm_stats()["by_dispute"].get(dispute_id, 0))
+
+    def set_llm_faults(self, **faults: Any) -> None:
+        httpx.post(f"{self._standin()}/admin/faults", json=faults, timeout=5).raise_for_status()
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop every service (SIGTERM, or SIGKILL with ``kill``) and start them again."""
+        self.launcher.stop(kill=kill)
+        self.launcher.start()
+        self.launcher.wait_ready()
+
+
+def provision(stack: Stack) -> None:
+    ensure_topics(stack.kafka, all_topic_specs())
+    migrate(stack.database_url)
+    with psycopg.connect(stack.database_url) as conn:
+        upsert_orders(conn, SAMPLE_ORDERS)
+
+
+@pytest.fixture(scope="session")
+def pipeline(stack: Stack) -> Iterator[Pipeline]:
+    if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
+        pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
+    provision(stack)
+    launcher = Launcher(
+        log_dir=ARTIFACTS / "pipeline-logs",
+        env={
+            "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
+            "SCHEMA_REGISTRY_URL": stack.registry_url,
+            "DATABASE_URL": stack.database_url,
+            "REDIS_URL": stack.redis_url,
+            "STRIPE_API_BASE": stack.stripe_api_base,
+            "LLM_BASE_URL": stack.llm_base_url,
+            "LOG_LEVEL": "INFO",
+        },
+    )
+    launcher.start()
+    try:
+        launcher.wait_ready()
+        yield Pipeline(stack, launcher)
+    finally:
+        launcher.stop()

@@ -1,0 +1,575 @@
+"""The LLM adapters against real servers: Redis (REDIS_URL) and the stand-in on a loopback port.
+
+The stand-in runs in this process, in a background thread, as a real uvicorn server on a socket
+bound to 127.0.0.1 (port chosen by the OS); the client talks HTTP to it like to any endpoint.
+Redis comes from ``REDIS_URL`` (the stack's, or a throwaway ``redis-server``); without it these
+tests are skipped, and fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import uvicorn
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from refund_bench.domain import Category, LineItem, OrderRecord, Ruling
+from refund_bench.errors import TransientError
+from refund_bench.llm import roles
+from refund_bench.llm.cache import (
+    RedisResponseCache,
+    cached_call,
+    judge_cache_key,
+    sha256_hex,
+)
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected, LlmUnavailable
+from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.retry import RetryPolicy
+from services.extractor.evidence import freeze
+from services.llm_standin.app import create_app
+
+T = TypeVar("T")
+
+ARTICLE_COMPLAINT = (
+    "Ordered at 8:15pm and the food showed up at 9:40pm. We had guests over, it was "
+    "embarrassing. Two of the four were missing completely. The raita had leaked all over the "
+    "inside of the bag. And the delivery guy was rude when I asked him about it. Honestly the "
+    "worst experience I\u2019ve had on this app - refund everything."
+)
+ORDER = OrderRecord(
+    order_id="order-1840",
+    customer_id="customer-7",
+    placed_at="2026-09-01T20:15:00+05:30",
+    delivered_at="2026-09-01T21:40:00+05:30",
+    delivery_sla_minutes=45,
+    line_items=(
+        LineItem(name="Hyderabadi Biryani", quantity=4, unit_price_minor=32000, unit_weight_g=550),
+        LineItem(name="Raita", quantity=1, unit_price_minor=6000, unit_weight_g=150),
+    ),
+    charged_total_minor=134000,
+    pickup_weight_expected_g=2400,
+    pickup_weight_actual_g=1200,
+    partner_rating_at_handover=5,
+)
+SEATS = (1000, 1001, 1002)
+
+
+def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro_fn()
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        message = "REDIS_URL is not set: run `make stack-up` and `source .stack/env.sh`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@dataclass
+class Standin:
+    base_url: str  # .../v1, for the openai client
+    admin: httpx.Client = field(repr=False)
+
+    def faults(self, **settings: Any) -> None:
+        self.admin.post("/admin/faults", json=settings).raise_for_status()
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self.admin.get("/stats").raise_for_status().json()
+        return stats
+
+
+@pytest.fixture(scope="session")
+def standin_server() -> Iterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(seed=7),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if httpx.get(f"{root}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the stand-in did not start")
+        time.sleep(0.05)
+    yield root
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+@pytest.fixture
+def standin(standin_server: str) -> Iterator[Standin]:
+    """The stand-in, reset, with no faults and a short hang for 'timeout' faults."""
+    with httpx.Client(base_url=standin_server, timeout=10) as admin:
+        handle = Standin(base_url=f"{standin_server}/v1", admin=admin)
+        handle.faults(
+            latency_ms=0, rate_429=0, rate_5xx=0, rate_timeout=0, rate_malformed=0,
+            timeout_seconds=3,
+        )  # fmt: skip
+        admin.post("/admin/reset").raise_for_status()
+        yield handle
+
+
+def endpoint(standin: Standin, *, temperature: float = 0.7, timeout: float = 5.0) -> LlmEndpoint:
+    return LlmEndpoint(
+        base_url=standin.base_url,
+        api_key=SecretStr("stand-in-key"),
+        model="standin-judge",
+        temperature=temperature,
+        timeout_seconds=timeout,
+    )
+
+
+class CountingLimiter:
+    """A real (trivial) RateLimiter that counts acquisitions."""
+
+    def __init__(self) -> None:
+        self.acquired = 0
+
+    async def acquire(self) -> None:
+        self.acquired += 1
+
+
+class RecordedSleep:
+    """An injected sleep that records the delays and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+def judge_request(category: str = "PACKAGING") -> roles.LlmRequest:
+    grievance = roles.GrievanceForJudge(
+        grievance_id="g3",
+        category=Category(category),
+        text="The Raita container leaked inside the delivery bag.",
+        item_name="Raita",
+        item_quantity=1,
+    )
+    return roles.build_judge_request(
+        grievance, freeze(ORDER).data, prompt=roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
+    )
+
+
+async def ask(client: LlmClient, request: roles.LlmRequest, seed: int | None, dispute: str) -> str:
+    return await client.complete_json(
+        request.messages, request.schema_name, request.schema, seed, dispute
+    )
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def test_put_if_absent_race_has_one_winner(redis_url: str) -> None:
+    prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
+
+    async def scenario() -> list[tuple[str, str, str | None]]:
+        replica_a, replica_b = Redis.from_url(redis_url), Redis.from_url(redis_url)
+        cache_a = RedisResponseCache(replica_a, prefix=prefix, ttl_seconds=60)
+        cache_b = RedisResponseCache(replica_b, prefix=prefix, ttl_seconds=60)
+        try:
+            outcomes = []
+            for index in range(25):
+                key = f"k{index}"
+                won_a, won_b = await asyncio.gather(
+                    cache_a.put_if_absent(key, f"answer-a-{index}"),
+                    cache_b.put_if_absent(key, f"answer-b-{index}"),
+                )
+                outcomes.append((won_a, won_b, await cache_a.get(key)))
+            return outcomes
+        finally:
+            keys = [key async for key in replica_a.scan_iter(match=f"{prefix}*")]
+            if keys:
+                await replica_a.delete(*keys)
+            await replica_a.aclose()
+            await replica_b.aclose()
+
+    for index, (won_a, won_b, stored) in enumerate(run(scenario)):
+        assert won_a == won_b == stored
+        assert stored in (f"answer-a-{index}", f"answer-b-{index}")
+
+
+def test_cached_call_computes_once_and_racing_replicas_agree(redis_url: str) -> None:
+    prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
+    key = judge_cache_key("dispute:1", "g1", 2, sha256_hex("snapshot"), "judge/v1")
+    computed: list[str] = []
+
+    def compute_as(value: str) -> Callable[[], Awaitable[str]]:
+        async def compute() -> str:
+            computed.append(value)
+            await asyncio.sleep(0.05)  # both replicas miss before either stores
+            return value
+
+        return compute
+
+    async def scenario() -> tuple[list[tuple[str, bool]], tuple[str, bool]]:
+        replica_a, replica_b = Redis.from_url(redis_url), Redis.from_url(redis_url)
+        cache_a = RedisResponseCache(replica_a, prefix=prefix, ttl_seconds=60)
+        cache_b = RedisResponseCache(replica_b, prefix=prefix, ttl_seconds=60)
+        try:
+            racing = await asyncio.gather(
+                cached_call(cache_a, key, compute_as("ruling-a")),
+                cached_call(cache_b, key, compute_as("ruling-b")),
+            )
+            replay = await cached_call(cache_a, key, compute_as("ruling-c"))
+            return list(racing), replay
+        finally:
+            await replica_a.delete(prefix + key)
+            await replica_a.aclose()
+            await replica_b.aclose()
+
+    racing, replay = run(scenario)
+    assert racing[0][0] == racing[1][0] == replay[0]
+    assert sorted(from_cache for _, from_cache in racing) == [False, True]
+    assert replay[1] is True
+    assert computed == ["ruling-a", "ruling-b"]  # the replay did not compute
+
+
+def test_cache_keys_are_unambiguous() -> None:
+    assert judge_cache_key("a:b", "c", 0, "h", "judge/v1") != judge_cache_key(
+        "a", "b:c", 0, "h", "judge/v1"
+    )
+
+
+# --------------------------------------------------------------------------- rate limiter
+
+
+def _bucket_elapsed(redis_url: str, acquisitions: int, replicas: int, **options: Any) -> float:
+    name = f"test-bucket-{uuid.uuid4().hex}"
+
+    async def scenario() -> float:
+        clients = [Redis.from_url(redis_url) for _ in range(replicas)]
+        buckets = [
+            RedisTokenBucket(client, name, rate_per_second=10, burst=5, **options)
+            for client in clients
+        ]
+        try:
+            started = time.monotonic()
+            await asyncio.gather(
+                *(buckets[index % replicas].acquire() for index in range(acquisitions))
+            )
+            return time.monotonic() - started
+        finally:
+            await clients[0].delete(buckets[0].key)
+            for client in clients:
+                await client.aclose()
+
+    return run(scenario)
+
+
+def test_token_bucket_limits_the_rate_across_replicas(redis_url: str) -> None:
+    # 20 tokens at 10/s with a burst of 5: 5 at once, then 15 more at 0.1 s each.
+    elapsed = _bucket_elapsed(redis_url, acquisitions=20, replicas=2)
+    assert 1.4 <= elapsed < 3.0
+
+
+def test_token_bucket_without_credit_polls_and_still_limits(redis_url: str) -> None:
+    elapsed = _bucket_elapsed(redis_url, acquisitions=20, replicas=1, max_wait_seconds=0)
+    assert 1.4 <= elapsed < 3.0
+
+
+def test_token_bucket_serves_the_burst_at_once(redis_url: str) -> None:
+    assert _bucket_elapsed(redis_url, acquisitions=5, replicas=1) < 0.5
+
+
+def test_acquire_sleeps_what_the_bucket_says(redis_url: str) -> None:
+    name = f"test-bucket-{uuid.uuid4().hex}"
+    sleep = RecordedSleep()
+
+    async def scenario() -> None:
+        client = Redis.from_url(redis_url)
+        bucket = RedisTokenBucket(client, name, rate_per_second=10, burst=1, sleep=sleep)
+        try:
+            await bucket.acquire()
+            await bucket.acquire()
+        finally:
+            await client.delete(bucket.key)
+            await client.aclose()
+
+    run(scenario)
+    assert len(sleep.delays) == 1
+    assert 0.05 <= sleep.delays[0] <= 0.1
+
+
+# --------------------------------------------------------------------------- client
+
+
+def test_client_retries_429_then_succeeds(standin: Standin) -> None:
+    standin.faults(next_faults=["429", "429"])
+    limiter, sleep = CountingLimiter(), RecordedSleep()
+    dispute = f"d-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> str:
+        async with LlmClient(
+            endpoint(standin), rate_limiter=limiter, retry=RetryPolicy(attempts=5), sleep=sleep
+        ) as client:
+            return await ask(client, judge_request(), 1000, dispute)
+
+    ruling = roles.parse_judge_ruling(run(scenario))
+    assert ruling.ruling == Ruling.ESCALATE
+    stats = standin.stats()
+    assert stats["by_dispute"][dispute] == 3
+    assert stats["faults_injected"] == {"429": 2}
+    assert limiter.acquired == 3  # a token before every attempt
+    assert len(sleep.delays) == 2
+    assert 1.0 <= sleep.delays[0] <= 1.5
+    assert 2.0 <= sleep.delays[1] <= 2.5
+
+
+def test_client_gives_up_on_persistent_429_with_a_transient_error(standin: Standin) -> None:
+    standin.faults(rate_429=1.0)
+    sleep = RecordedSleep()
+
+    async def scenario() -> str:
+        async with LlmClient(
+            endpoint(standin), retry=RetryPolicy(attempts=3), sleep=sleep
+        ) as client:
+            return await ask(client, judge_request(), 1000, "d-429")
+
+    with pytest.raises(LlmUnavailable) as caught:
+        run(scenario)
+    assert isinstance(caught.value, TransientError)
+    assert (caught.value.kind, caught.value.status) == ("rate_limited", 429)
+    assert standin.stats()["by_dispute"]["d-429"] == 3
+
+
+def test_server_errors_are_transient_and_retried(standin: Standin) -> None:
+    standin.faults(next_faults=["5xx"])
+    sleep = RecordedSleep()
+
+    async def scenario() -> str:
+        async with LlmClient(endpoint(standin), sleep=sleep) as client:
+            return await ask(client, judge_request(), 1001, "d-5xx")
+
+    roles.parse_judge_ruling(run(scenario))
+    assert standin.stats()["faults_injected"] == {"5xx": 1}
+    assert len(sleep.delays) == 1
+
+
+def test_timeouts_become_transient_errors(standin: Standin) -> None:
+    standin.faults(next_faults=["timeout"], timeout_seconds=3)
+
+    async def scenario() -> str:
+        async with LlmClient(
+            endpoint(standin, timeout=0.3), retry=RetryPolicy(attempts=1)
+        ) as client:
+            return await ask(client, judge_request(), 1000, "d-timeout")
+
+    started = time.monotonic()
+    with pytest.raises(TransientError) as caught:
+        run(scenario)
+    assert time.monotonic() - started < 2.5
+    assert isinstance(caught.value, LlmUnavailable)
+    assert caught.value.kind == "timeout"
+
+
+def test_a_timeout_is_retried_like_any_transient_error(standin: Standin) -> None:
+    standin.faults(next_faults=["timeout"], timeout_seconds=3)
+
+    async def scenario() -> str:
+        async with LlmClient(
+            endpoint(standin, timeout=0.3), retry=RetryPolicy(attempts=2), sleep=RecordedSleep()
+        ) as client:
+            return await ask(client, judge_request(), 1000, "d-timeout-2")
+
+    roles.parse_judge_ruling(run(scenario))
+
+
+def test_connection_refused_is_transient() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dead = LlmEndpoint(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key=SecretStr("k"),
+        model="m",
+        temperature=0.7,
+        timeout_seconds=2,
+    )
+
+    async def scenario() -> str:
+        async with LlmClient(dead, retry=RetryPolicy(attempts=2), sleep=RecordedSleep()) as c:
+            return await ask(c, judge_request(), 1000, "d-dead")
+
+    with pytest.raises(LlmUnavailable) as caught:
+        run(scenario)
+    assert caught.value.kind == "connection"
+
+
+def test_a_judge_at_temperature_zero_is_rejected_without_retry(standin: Standin) -> None:
+    sleep = RecordedSleep()
+
+    async def scenario() -> str:
+        async with LlmClient(endpoint(standin, temperature=0.0), sleep=sleep) as client:
+            return await ask(client, judge_request(), 1000, "d-temp0")
+
+    with pytest.raises(LlmRejected) as caught:
+        run(scenario)
+    assert caught.value.status == 400
+    assert "temperature > 0" in caught.value.message
+    assert not isinstance(caught.value, TransientError)
+    assert sleep.delays == []
+    assert standin.stats()["by_dispute"]["d-temp0"] == 1
+
+
+def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
+    standin.faults(next_faults=["malformed"])
+
+    async def scenario() -> str:
+        async with LlmClient(endpoint(standin)) as client:
+            return await ask(client, judge_request(), 1000, "d-malformed")
+
+    raw = run(scenario)
+    with pytest.raises(roles.MalformedAnswer) as caught:
+        roles.parse_judge_ruling(raw)
+    assert caught.value.raw == raw
+    assert "not JSON" in caught.value.reason
+
+
+def test_inflight_gauge_rises_and_returns_to_zero(standin: Standin) -> None:
+    standin.faults(latency_ms=100)
+    seen: list[int] = []
+
+    async def scenario() -> list[str]:
+        async with LlmClient(endpoint(standin), on_inflight=seen.append) as client:
+            request = judge_request()
+            return list(
+                await asyncio.gather(*(ask(client, request, seed, "d-gauge") for seed in range(8)))
+            )
+
+    assert len(run(scenario)) == 8
+    assert max(seen) >= 2
+    assert seen[-1] == 0
+
+
+def test_the_article_dispute_end_to_end_takes_fourteen_calls(standin: Standin) -> None:
+    """1 extraction + 4 grievances x 3 seats + 1 reply, with the article's 2-1 split on g3."""
+    dispute = f"d-article-{uuid.uuid4().hex[:8]}"
+    snapshot = freeze(ORDER)
+
+    async def scenario() -> tuple[roles.Extraction, dict[str, list[roles.JudgeAnswer]], str]:
+        judge_endpoint = endpoint(standin)
+        settler_endpoint = endpoint(standin, temperature=0.2)
+        async with LlmClient(judge_endpoint) as judges, LlmClient(settler_endpoint) as settler:
+            extraction_request = roles.build_extractor_request(
+                ARTICLE_COMPLAINT,
+                ORDER.line_items,
+                prompt=roles.load_prompt(roles.EXTRACTOR_PROMPT_VERSION),
+            )
+            extraction = roles.parse_extraction(
+                await ask(settler, extraction_request, None, dispute),
+                complaint_text=ARTICLE_COMPLAINT,
+                line_item_names=[item.name for item in ORDER.line_items],
+            )
+            judge_prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
+            rulings: dict[str, list[roles.JudgeAnswer]] = {}
+            for index, found in enumerate(extraction.grievances, start=1):
+                request = roles.build_judge_request(
+                    roles.GrievanceForJudge(
+                        grievance_id=f"g{index}",
+                        category=found.category,
+                        text=found.text,
+                        item_name=found.item_name,
+                        item_quantity=found.item_quantity,
+                    ),
+                    snapshot.data,
+                    prompt=judge_prompt,
+                )
+                answers = await asyncio.gather(
+                    *(ask(judges, request, seed, dispute) for seed in SEATS)
+                )
+                rulings[f"g{index}"] = [roles.parse_judge_ruling(raw) for raw in answers]
+            reply_request = roles.build_settler_request(
+                ARTICLE_COMPLAINT,
+                "INR 689",
+                [
+                    roles.ResolvedForReply(
+                        category=Category.MISSING_ITEM, text="g2", outcome="PAY"
+                    ),
+                    roles.ResolvedForReply(
+                        category=Category.LATE_DELIVERY, text="g1", outcome="PAY"
+                    ),
+                ],
+                [roles.HeldForReply(category=Category.PACKAGING, text="g3")],
+                prompt=roles.load_prompt(roles.SETTLER_PROMPT_VERSION),
+            )
+            reply = roles.parse_customer_reply(await ask(settler, reply_request, None, dispute))
+            return extraction, rulings, reply.reply
+
+    extraction, rulings, reply = run(scenario)
+    assert [g.category.value for g in extraction.grievances] == [
+        "LATE_DELIVERY",
+        "MISSING_ITEM",
+        "PACKAGING",
+        "PARTNER_CONDUCT",
+    ]
+    assert [r.ruling.value for r in rulings["g1"]] == ["UPHELD"] * 3
+    assert [r.ruling.value for r in rulings["g2"]] == ["UPHELD"] * 3
+    assert [r.ruling.value for r in rulings["g3"]] == ["ESCALATE", "ESCALATE", "UPHELD"]
+    assert reply.count("INR 689") == 1
+    stats = standin.stats()
+    assert stats["by_dispute"][dispute] == 14
+    assert stats["by_role"] == {"extractor": 1, "judge": 12, "settler": 1}
+
+
+def test_standin_speaks_enough_openai_for_plain_http(standin: Standin) -> None:
+    request = judge_request()
+    body = {
+        "model": "m",
+        "messages": list(request.messages),
+        "temperature": 0.5,
+        "seed": 1000,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": request.schema_name, "strict": True, "schema": request.schema},
+        },
+    }
+    response = standin.admin.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    completion = response.json()
+    assert completion["object"] == "chat.completion"
+    assert completion["choices"][0]["finish_reason"] == "stop"
+    assert completion["choices"][0]["message"]["role"] == "assistant"
+    assert json.loads(completion["choices"][0]["message"]["content"])["ruling"] == "ESCALATE"
+    assert set(completion["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert standin.admin.get("/v1/models").json()["data"][0]["object"] == "model"
+
+    standin.admin.post("/admin/reset").raise_for_status()
+    assert standin.stats()["total_calls"] == 0
