@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from refund_bench import topics as t
-from refund_bench.codec import Codec, framing_from_registry_url
+from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_url
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext, Deps
 from services.api.desk import desk_router
@@ -65,6 +65,19 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
         settings.kafka_bootstrap_servers, codec, timeout_s=settings.publish_timeout_s
     )
     return Deps(pool=pool, publisher=publisher, registry=registry or CollectorRegistry())
+
+
+def openapi_document(settings: ApiSettings) -> dict[str, Any]:
+    """The OpenAPI document the app serves for ``settings``, built without connecting to
+    anything (contract tests, publishing the document)."""
+    codec = Codec(
+        FingerprintFraming(),
+        {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
+         t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema},
+    )
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool("", open=False)
+    deps = Deps(pool=pool, publisher=KafkaPublisher(settings.kafka_bootstrap_servers, codec))
+    return create_app(settings, deps).openapi()
 
 
 def _templates() -> Jinja2Templates:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 """Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces."""
-TEXT_PATTERN = r"^[^\x00]*\S[^\x00]*$"
+TEXT_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
 """Complaint text: not blank, and no NUL character (PostgreSQL text cannot hold one)."""
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 """Idempotency keys: 1-255 printable ASCII characters (a UUID is a good choice)."""

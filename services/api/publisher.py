@@ -56,28 +56,36 @@ class KafkaPublisher:
         self._codec = codec
         self._timeout_s = timeout_s
         timeout_ms = int(timeout_s * 1000)
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "client.id": client_id,
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "linger.ms": 2,
-                "request.timeout.ms": min(timeout_ms, 5000),
-                "message.timeout.ms": timeout_ms,
-            }
-        )
+        self._config = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": client_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 2,
+            "request.timeout.ms": min(timeout_ms, 5000),
+            "message.timeout.ms": timeout_ms,
+        }
+        self._producer: Producer | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="api-producer", daemon=True)
 
     def start(self) -> None:
-        if not self._thread.is_alive():
+        """Create the producer (nothing connects before this) and serve delivery reports."""
+        if self._producer is None:
+            self._producer = Producer(self._config)
             self._thread.start()
 
+    @property
+    def _started(self) -> Producer:
+        if self._producer is None:
+            raise RuntimeError("KafkaPublisher.start() was not called")
+        return self._producer
+
     def _serve(self) -> None:
+        producer = self._started
         while not self._stop.is_set():
-            self._producer.poll(0.1)
+            producer.poll(0.1)
 
     async def publish(self, topic: Topic, key: str, value: Mapping[str, Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -108,10 +116,11 @@ class KafkaPublisher:
             raise PublishError(f"{topic.name}: no acknowledgement in {self._timeout_s}s") from exc
 
     async def check(self, timeout_s: float) -> None:
-        await asyncio.to_thread(self._producer.list_topics, timeout=timeout_s)
+        await asyncio.to_thread(self._started.list_topics, timeout=timeout_s)
 
     def close(self) -> None:
+        if self._producer is None:
+            return
         self._producer.flush(self._timeout_s)
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5.0)
+        self._thread.join(5.0)

@@ -144,7 +144,9 @@ def _ruling_fields(raw: str, allowed: frozenset[str]) -> dict[str, Any]:
             "model_ruling": "UNREADABLE",
             "confidence": 0.0,
             "evidence_cited": [],
-            "reasoning": f"The model's answer could not be read ({exc.reason}); counted as ESCALATE.",
+            "reasoning": (
+                f"The model's answer could not be read ({exc.reason}); counted as ESCALATE."
+            ),
         }
     normalised = normalise(answer.ruling.value, answer.evidence_cited, allowed)
     reasoning = answer.reasoning

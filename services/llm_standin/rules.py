@@ -73,12 +73,13 @@ class RuleError(Exception):
 
 _NUMBER_WORDS: Final[dict[str, int]] = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "both": 2,
+    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+    "both": 2,
 }  # fmt: skip
 _WORD_FOR: Final[dict[int, str]] = {
     value: word for word, value in _NUMBER_WORDS.items() if word != "both"
 }
-_NUM: Final = r"(?:\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|both)"
+_NUM: Final = r"(?:\d{1,3}|" + "|".join(_NUMBER_WORDS) + ")"
 
 
 def _number(token: str) -> int:

@@ -173,7 +173,8 @@ class SettlerHandler:
         async with self._pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
-                " guard_failures, model, prompt_version) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " guard_failures, model, prompt_version)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (dispute_id, round) DO NOTHING",
                 (
                     priced.dispute_id,

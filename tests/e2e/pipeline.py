@@ -140,6 +140,8 @@ def pipeline(stack: Stack) -> Iterator[Pipeline]:
             "STRIPE_API_BASE": stack.stripe_api_base,
             "LLM_BASE_URL": stack.llm_base_url,
             "LOG_LEVEL": "INFO",
+            # Short enough that the stand-in's hung requests become client-side timeouts.
+            "LLM_TIMEOUT_SECONDS": "5",
         },
     )
     launcher.start()

@@ -453,3 +453,15 @@ def test_schema_subset_agrees_with_a_reference_validator() -> None:
     for category in ("LATE_DELIVERY", "PACKAGING"):
         ruling = judge_grievance(grievance(category), evidence(), 1002)
         jsonschema_rs.validate(dict(roles.JUDGE_SCHEMA), ruling)
+
+
+def test_part_of_a_named_whole_takes_the_part() -> None:
+    party = [{"name": "Chicken Biryani", "quantity": 12}]
+    [found] = extract_grievances(
+        "Eight of the twelve chicken biryanis were missing from the delivery.", party
+    )["grievances"]
+    assert (found["category"], found["item_name"], found["item_quantity"]) == (
+        "MISSING_ITEM",
+        "Chicken Biryani",
+        8,
+    )

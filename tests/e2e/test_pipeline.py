@@ -1,0 +1,137 @@
+"""The six stages end to end on the real stack: the article's case and the guard rails."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from refund_bench.samples import SAMPLE_COMPLAINTS, SampleComplaint
+from tests.e2e.pipeline import Pipeline
+
+pytestmark = pytest.mark.stack
+
+
+def _sample(label: str) -> SampleComplaint:
+    return next(s for s in SAMPLE_COMPLAINTS if s.label == label)
+
+
+def _submit(pipeline: Pipeline, label: str) -> str:
+    sample = _sample(label)
+    return pipeline.submit(sample.order_id, sample.customer_id, sample.text)
+
+
+def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
+    dispute = _submit(pipeline, "article")
+    story = pipeline.wait_final(dispute)
+
+    assert [(g["grievance_id"], g["category"]) for g in story.grievances] == [
+        ("g1", "LATE_DELIVERY"),
+        ("g2", "MISSING_ITEM"),
+        ("g3", "PACKAGING"),
+        ("g4", "PARTNER_CONDUCT"),
+    ]
+    missing = story.grievances[1]
+    assert (missing["item_name"], missing["item_quantity"]) == ("Hyderabadi Biryani", 2)
+    assert len(story.rulings) == 12, "4 grievances x 3 judges"
+    assert {r["snapshot_sha256"] for r in story.rulings} == {story.dispute["snapshot_sha256"]}  # type: ignore[index]
+
+    verdicts = {v["grievance_id"]: v for v in story.verdicts}
+    assert verdicts["g3"]["outcome"] == "ESCALATE"
+    assert verdicts["g3"]["split"] == "2-1"
+    raita = Counter(r["ruling"] for r in story.rulings if r["grievance_id"] == "g3")
+    assert raita == {"ESCALATE": 2, "UPHELD": 1}
+    assert [verdicts[g]["outcome"] for g in ("g1", "g2", "g4")] == ["UPHELD"] * 3
+
+    [priced] = story.priced
+    lines = {line["grievance_id"]: line for line in priced["lines"]}
+    assert (lines["g1"]["status"], lines["g1"]["amount_minor"]) == ("PAY", 4900)
+    assert (lines["g2"]["status"], lines["g2"]["amount_minor"]) == ("PAY", 64000)
+    assert (lines["g3"]["status"], lines["g3"]["amount_minor"]) == ("HELD", 0)
+    assert (lines["g4"]["status"], lines["g4"]["amount_minor"]) == ("ZERO", 0)
+    assert (priced["total_minor"], priced["payable_minor"]) == (68900, 68900)
+    assert priced["decision"] == "AUTO_APPROVED"
+
+    assert [(p["round"], p["outcome"], p["amount_minor"]) for p in story.payouts] == [
+        (1, "COMPLETED", 68900)
+    ]
+    [ledger] = story.ledger
+    assert (ledger["status"], ledger["attempts"]) == ("SUCCEEDED", 1)
+    assert ledger["stripe_refund_id"].startswith("re_")
+    [reply] = story.replies
+    assert "INR 689" in reply["text"] and reply["amount_minor"] == 68900
+    assert [i["grievance_id"] for i in story.review_items if i["status"] == "OPEN"] == ["g3"]
+    assert pipeline.llm_calls(dispute) == 14, "1 extraction + 4 x 3 judges + 1 reply"
+
+
+def test_a_refund_above_the_cap_is_held_for_a_human(pipeline: Pipeline) -> None:
+    dispute = _submit(pipeline, "over-cap")
+    story = pipeline.wait_final(dispute)
+    [priced] = story.priced
+    assert priced["total_minor"] == 120000 > priced["cap_minor"] == 100000
+    assert (priced["decision"], priced["payable_minor"]) == ("HELD_FOR_REVIEW", 0)
+    assert story.payouts == [] and story.ledger == []
+    assert [(i["kind"], i["status"]) for i in story.review_items] == [("DISPUTE", "OPEN")]
+    assert "review" in story.replies[0]["text"].lower()
+
+
+def test_silent_evidence_escalates_and_contradicted_evidence_rejects(pipeline: Pipeline) -> None:
+    dispute = _submit(pipeline, "on-time")
+    story = pipeline.wait_final(dispute)
+    verdicts = {v["category"]: v for v in story.verdicts}
+    assert verdicts["LATE_DELIVERY"]["outcome"] == "REJECTED", "delivered inside the SLA"
+    assert verdicts["QUALITY"]["outcome"] == "ESCALATE", "no quality record: silent evidence"
+    quality = [r for r in story.rulings if r["grievance_id"] == verdicts["QUALITY"]["grievance_id"]]
+    assert all(r["ruling"] != "REJECTED" for r in quality)
+    assert story.priced[0]["decision"] == "HELD_FOR_REVIEW"
+    assert story.payouts == []
+
+
+def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeline) -> None:
+    dispute = _submit(pipeline, "injection")
+    story = pipeline.wait_final(dispute)
+    [grievance] = story.grievances
+    assert (grievance["category"], grievance["item_name"]) == ("MISSING_ITEM", "Garlic Naan")
+    [priced] = story.priced
+    assert (priced["total_minor"], priced["payable_minor"]) == (6000, 6000)
+    [reply] = story.replies
+    assert reply["source"] == "TEMPLATE", "the model echoed the injected amount; the guard caught it"
+    assert any("10000" in failure for failure in reply["guard_failures"])
+    assert "10000" not in reply["text"] and "INR 60" in reply["text"]
+    assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 6000)]
+
+
+def test_an_overcharge_is_refunded_exactly(pipeline: Pipeline) -> None:
+    story = pipeline.wait_final(_submit(pipeline, "billing"))
+    assert [v["outcome"] for v in story.verdicts] == ["UPHELD"]
+    assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 3000)]
+
+
+def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: Pipeline) -> None:
+    dispute = _submit(pipeline, "no-grievance")
+    story = pipeline.wait_final(dispute)
+    assert story.grievances == [] and story.rulings == []
+    assert story.priced[0]["decision"] == "NOTHING_TO_PAY"
+    assert story.replies and story.payouts == []
+    assert pipeline.llm_calls(dispute) == 2, "one extraction, one reply, no judges"
+
+
+def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) -> None:
+    pipeline.set_llm_faults(
+        rate_429=0.25, rate_5xx=0.1, rate_malformed=0.1, rate_timeout=0.05, timeout_seconds=10
+    )
+    try:
+        disputes = [_submit(pipeline, label) for label in ("article", "billing", "injection") * 3]
+        stories = [pipeline.wait_final(d, timeout_s=240) for d in disputes]
+    finally:
+        pipeline.set_llm_faults(
+            rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0
+        )
+    faults = pipeline.llm_stats()["faults_injected"]
+    assert sum(faults.values()) > 0, "faults were injected"
+    for story in stories:
+        assert story.is_final()
+        assert len(story.payouts) == 1 and story.payouts[0]["outcome"] == "COMPLETED"
+        assert story.payouts[0]["amount_minor"] == story.priced[0]["payable_minor"]
+    # Unreadable answers are drawn again (or count as ESCALATE): the article still pays 68900.
+    assert stories[0].payouts[0]["amount_minor"] == 68900

@@ -1,0 +1,175 @@
+"""The review desk over HTTP on the real stack: sign-in, sessions, CSRF, who may decide what,
+and what the queue and case pages show."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+
+from tests.conftest import Stack
+from tests.e2e.conftest_api import (
+    ApiServer,
+    csrf_of,
+    delete_dispute,
+    running_api,
+    seed_article_dispute,
+    sign_in,
+)
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[ApiServer]:
+    with running_api(stack) as server:
+        yield server
+
+
+@pytest.fixture
+def dispute(api: ApiServer) -> Iterator[str]:
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    yield dispute_id
+    delete_dispute(api.database_url, dispute_id)
+
+
+def decisions(api: ApiServer, dispute_id: str) -> list[tuple[str, str, str]]:
+    with psycopg.connect(api.database_url) as conn:
+        rows = conn.execute(
+            "SELECT item_key, decision, reviewer FROM review_decisions WHERE dispute_id = %s",
+            (dispute_id,),
+        ).fetchall()
+    return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+
+def test_pages_need_a_signed_in_reviewer(api: ApiServer) -> None:
+    with api.client() as client:
+        for path in ("/review", "/review/disputes/d-anything"):
+            answer = client.get(path)
+            assert answer.status_code == 303
+            assert answer.headers["location"].startswith("/review/login?next=/review")
+        login = client.get("/review/login")
+        assert login.status_code == 200 and "Reviewer sign-in" in login.text
+        cookie = login.headers["set-cookie"]
+        assert "Path=/review" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
+def test_sign_in_rejects_wrong_passwords_forms_and_redirects(api: ApiServer) -> None:
+    with api.client() as client:
+        page = client.get("/review/login")
+        token = csrf_of(page.text)
+        wrong = client.post("/review/login", data={
+            "username": "alice", "password": "nope", "csrf_token": token})
+        assert wrong.status_code == 401 and "Unknown user or wrong password." in wrong.text
+        nobody = client.post("/review/login", data={
+            "username": "mallory", "password": "x", "csrf_token": token})
+        assert nobody.status_code == 401
+        forged = client.post("/review/login", data={
+            "username": "alice", "password": "alice-password-1", "csrf_token": "forged"})
+        assert forged.status_code == 403
+        away = client.post("/review/login", data={
+            "username": "alice", "password": "alice-password-1", "csrf_token": token,
+            "next": "https://evil.example/"})
+        assert away.status_code == 303 and away.headers["location"] == "/review"
+
+
+def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) -> None:
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        value = client.cookies["rb_review_session"]
+        with api.client() as forger:
+            forged = value[:-2] + ("AA" if not value.endswith("AA") else "BB")
+            forger.cookies.set("rb_review_session", forged, path="/review")
+            assert forger.get("/review").status_code == 303
+        out = client.post("/review/logout", data={"csrf_token": token})
+        assert out.status_code == 303 and out.headers["location"] == "/review/login"
+        assert client.get("/review").status_code == 303
+
+
+def test_api_clients_cannot_decide_reviews(api: ApiServer, dispute: str) -> None:
+    form = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "bearer attempt"}
+    with httpx.Client(base_url=api.url) as client:
+        answer = client.post(f"/review/disputes/{dispute}/decisions", data=form,
+                             headers=api.auth())
+    assert answer.status_code == 401
+    assert "nothing was recorded" in answer.text
+    assert decisions(api, dispute) == []
+
+
+def test_decisions_need_the_csrf_token_a_note_and_a_fitting_choice(
+    api: ApiServer, dispute: str
+) -> None:
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        base = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "ok",
+                "csrf_token": token}
+        assert client.post(url, data={**base, "csrf_token": "forged"}).status_code == 403
+        assert client.post(url, data={k: v for k, v in base.items() if k != "csrf_token"}
+                           ).status_code == 403
+        no_note = client.post(url, data={**base, "note": "  "})
+        assert no_note.status_code == 422 and "A note is required" in no_note.text
+        misfit = client.post(url, data={**base, "decision": "APPROVE"})
+        assert misfit.status_code == 422
+        assert "APPROVE does not apply to a GRIEVANCE item: UPHOLD or REJECT." in misfit.text
+        bogus = client.post(url, data={**base, "decision": "PAY_EVERYTHING"})
+        assert bogus.status_code == 422
+        unknown = client.post(url, data={**base, "item_key": "grievance:g99"})
+        assert unknown.status_code == 404
+    assert decisions(api, dispute) == []
+
+
+def test_a_decision_cannot_be_applied_twice(api: ApiServer, dispute: str) -> None:
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        form = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "leak is plausible",
+                "csrf_token": token}
+        first = client.post(url, data=form)
+        assert first.status_code == 303
+        shown = client.get(first.headers["location"])
+        assert "Recorded UPHOLD (grievance:g3) and published it" in shown.text
+        second = client.post(url, data={**form, "decision": "REJECT", "note": "changed mind"})
+    assert second.status_code == 409
+    assert re.search(r"Already decided by alice at [0-9-]+ [0-9:]+ UTC \(UPHOLD\)", second.text)
+    assert decisions(api, dispute) == [("grievance:g3", "UPHOLD", "alice")]
+
+
+def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute: str) -> None:
+    with api.client() as client:
+        sign_in(client, "bob")
+        queue = client.get("/review").text
+        case = client.get(f"/review/disputes/{dispute}").text
+    assert f'href="/review/disputes/{dispute}"' in queue
+    assert "Escalated grievances" in queue and "Disputes held by the cap" in queue
+    assert "<strong>PACKAGING</strong>" in queue
+    assert '<mark title="g3 PACKAGING" data-grievances="g3" class="focus">The raita had leaked' \
+        in case
+    assert case.count('class="ruling"') == 3 + 12  # the held bench, then all four benches
+    assert "INR 689" in case and "INR 60" in case and "INR 1340" in case
+    assert 'value="UPHOLD"' in case and 'value="REJECT"' in case
+    assert "&#34;order_id&#34;: &#34;order-1840&#34;" in case  # pretty, escaped evidence
+    assert "ESCALATE 2-1" in case
+
+
+def test_complaint_text_is_escaped_on_the_case_page(api: ApiServer) -> None:
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "UPDATE disputes SET complaint_text = %s WHERE dispute_id = %s",
+            ("<script>alert(1)</script> " * 20, dispute_id),
+        )
+    try:
+        with api.client() as client:
+            sign_in(client, "alice")
+            case = client.get(f"/review/disputes/{dispute_id}").text
+    finally:
+        delete_dispute(api.database_url, dispute_id)
+    assert "<script>alert(1)</script>" not in case
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in case

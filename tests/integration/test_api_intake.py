@@ -1,0 +1,289 @@
+"""The intake and status API on the real stack: auth, validation, idempotency, the audit record.
+
+complaint.received is shared with other tests, so each test reads only the window of offsets
+after its own requests and filters by the dispute ids it got back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from refund_bench import topics as t
+from refund_bench.codec import Codec
+from refund_bench.samples import ARTICLE_COMPLAINT
+from services.api.intake import body_sha256
+from services.api.models import ComplaintRequest
+from tests.conftest import Stack
+from tests.e2e.conftest_api import (
+    ApiServer,
+    decoder,
+    delete_dispute,
+    end_offsets,
+    event_codec,
+    read_window,
+    running_api,
+    seed_article_dispute,
+    sign_in,
+)
+
+pytestmark = pytest.mark.stack
+TOPIC = t.COMPLAINT_RECEIVED.name
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[ApiServer]:
+    with running_api(stack, max_complaint_chars=200) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def codec(stack: Stack) -> Codec:
+    return event_codec(stack)
+
+
+def body(marker: str, **fields: Any) -> dict[str, Any]:
+    return {"order_id": "order-1840", "customer_id": "cust-77",
+            "text": f"Two of the four were missing. [{marker}]", **fields}
+
+
+def published(stack: Stack, codec: Codec, start: dict[int, int]) -> list[tuple[str, dict[str, Any]]]:
+    """Every complaint.received record acknowledged since ``start``."""
+    return read_window(stack.kafka, TOPIC, start, decode=decoder(codec, TOPIC))
+
+
+def test_missing_or_wrong_token_is_401_and_publishes_nothing(
+    api: ApiServer, stack: Stack, codec: Codec
+) -> None:
+    marker = uuid.uuid4().hex
+    start = end_offsets(stack.kafka, TOPIC)
+    attempts = [
+        {},
+        {"Authorization": "Bearer wrong-token"},
+        {"Authorization": f"Basic {api.token}"},
+        {"Authorization": f"Bearer {api.token}x"},
+        {"Authorization": "Bearer"},
+        {"Cookie": "rb_review_session=anything"},
+    ]
+    with api.client() as client:
+        for headers in attempts:
+            answer = client.post(
+                "/complaints", json=body(marker),
+                headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+            )
+            assert answer.status_code == 401, (headers, answer.text)
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+            assert answer.json()["detail"] == "missing or wrong bearer token"
+        # 401 comes before the body is even parsed: a malformed body cannot leak a 422.
+        assert client.post("/complaints", content=b"{not json").status_code == 401
+        assert client.get("/disputes/d-anything").status_code == 401
+    assert not [v for _, v in published(stack, codec, start) if marker in v["text"]]
+
+
+def test_a_reviewer_session_does_not_open_the_api(api: ApiServer) -> None:
+    with api.client() as desk:
+        sign_in(desk, "alice")
+        cookie = "; ".join(f"{c.name}={c.value}" for c in desk.cookies.jar)
+    with api.client() as client:
+        answer = client.post(
+            "/complaints", json=body("session"),
+            headers={"Cookie": cookie, "Idempotency-Key": uuid.uuid4().hex},
+        )
+    assert answer.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "says"),
+    [
+        (body("x", text="x" * 201), 422, "at most 200 are accepted"),
+        (body("x", order_id="order-does-not-exist"), 404, "unknown order_id"),
+        (body("x", customer_id="cust-12"), 422, "does not match the order's customer"),
+        ({"order_id": "order-1840", "customer_id": "cust-77"}, 422, "body.text: Field required"),
+        (body("x", text="   "), 422, "body.text"),
+        (body("x", text="nul \x00 inside"), 422, "body.text"),
+        (body("x", order_id=18), 422, "body.order_id"),
+        (body("x", order_id="has space"), 422, "body.order_id"),
+        (body("x", extra="field"), 422, "body.extra: Extra inputs are not permitted"),
+        ([1, 2, 3], 422, "invalid request"),
+    ],
+    ids=["oversize", "unknown-order", "wrong-customer", "missing-text", "blank-text",
+         "nul-in-text", "order-id-type", "order-id-format", "extra-field", "not-an-object"],
+)
+def test_validation_answers_say_what_is_wrong(
+    api: ApiServer, payload: Any, status: int, says: str
+) -> None:
+    with api.client() as client:
+        answer = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex})
+        )
+    assert answer.status_code == status, answer.text
+    assert says in answer.json()["detail"]
+
+
+def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
+    with api.client() as client:
+        bad = client.post(
+            "/complaints", content=b'{"order_id": ', headers=api.auth(**{
+                "Idempotency-Key": "k-" + uuid.uuid4().hex, "Content-Type": "application/json"}),
+        )
+        assert bad.status_code == 422
+        assert "json" in bad.json()["detail"].lower()
+        no_key = client.post("/complaints", json=body("k"), headers=api.auth())
+        assert no_key.status_code == 400
+        assert no_key.json()["detail"] == "the Idempotency-Key header is required"
+        huge = client.post(
+            "/complaints", content=b"x" * 200_000,
+            headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex}),
+        )
+        assert huge.status_code == 413
+
+
+def test_same_key_twice_is_one_dispute_and_one_event(
+    api: ApiServer, stack: Stack, codec: Codec
+) -> None:
+    start = end_offsets(stack.kafka, TOPIC)
+    key = str(uuid.uuid4())
+    payload = body(key)
+    with api.client() as client:
+        first = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
+        second = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
+    assert first.status_code == 202, first.text
+    assert second.status_code == 200, second.text
+    dispute_id = first.json()["dispute_id"]
+    assert dispute_id.startswith("d-") and len(dispute_id) == 34
+    assert first.json() == {"dispute_id": dispute_id, "status_url": f"/disputes/{dispute_id}",
+                            "replayed": False}
+    assert second.json() == {**first.json(), "replayed": True}
+    assert first.headers["Location"] == f"/disputes/{dispute_id}"
+    events = [(k, v) for k, v in published(stack, codec, start) if v["dispute_id"] == dispute_id]
+    assert len(events) == 1
+    record_key, value = events[0]
+    assert record_key == dispute_id
+    assert value["order_id"] == "order-1840" and value["customer_id"] == "cust-77"
+    assert value["text"] == payload["text"] and value["channel"] == "api"
+
+
+def test_same_key_with_another_body_is_409_and_publishes_nothing(
+    api: ApiServer, stack: Stack, codec: Codec
+) -> None:
+    key = str(uuid.uuid4())
+    with api.client() as client:
+        first = client.post("/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key}))
+        assert first.status_code == 202
+        start = end_offsets(stack.kafka, TOPIC)
+        other = client.post(
+            "/complaints", json=body(key, text="Something else entirely."),
+            headers=api.auth(**{"Idempotency-Key": key}),
+        )
+    assert other.status_code == 409
+    assert "already used with a different body" in other.json()["detail"]
+    assert not [v for _, v in published(stack, codec, start) if v["text"].startswith("Something")]
+
+
+def test_a_retry_publishes_what_a_crash_left_unpublished(
+    api: ApiServer, stack: Stack, codec: Codec
+) -> None:
+    """The crash window: the key's row committed, the process died before Kafka acknowledged.
+    A retry with the same key and body publishes that same dispute (not a new one)."""
+    key = str(uuid.uuid4())
+    payload = body(key)
+    dispute_id = f"d-{uuid.uuid4().hex}"
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
+            " customer_id, complaint_text, received_at, published)"
+            " VALUES (%s, %s, %s, %s, %s, %s, now(), false)",
+            (key, body_sha256(ComplaintRequest(**payload)), dispute_id, payload["order_id"],
+             payload["customer_id"], payload["text"]),
+        )
+    start = end_offsets(stack.kafka, TOPIC)
+    with api.client() as client:
+        retry = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
+        again = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
+    assert retry.status_code == 202 and retry.json()["dispute_id"] == dispute_id
+    assert retry.json()["replayed"] is True
+    assert again.status_code == 200 and again.json()["dispute_id"] == dispute_id
+    events = [v for _, v in published(stack, codec, start) if v["dispute_id"] == dispute_id]
+    assert len(events) == 1
+    with psycopg.connect(api.database_url) as conn:
+        row = conn.execute(
+            "SELECT published FROM intake_requests WHERE idempotency_key = %s", (key,)
+        ).fetchone()
+    assert row == (True,)
+
+
+def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:
+    key = str(uuid.uuid4())
+    with api.client() as client:
+        missing = client.get("/disputes/d-no-such-dispute", headers=api.auth())
+        assert missing.status_code == 404
+        assert missing.json() == {"detail": "no dispute 'd-no-such-dispute'", "errors": []}
+        accepted = client.post("/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key}))
+        story = client.get(accepted.json()["status_url"], headers=api.auth()).json()
+    assert story["dispute_id"] == accepted.json()["dispute_id"]
+    assert story["complaint"]["accepted_via_api"] is True
+    assert story["complaint"]["published"] is True
+    assert story["complaint"]["text"] == body(key)["text"]
+
+
+def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id, rounds=2)
+    try:
+        with api.client() as client:
+            answer = client.get(f"/disputes/{dispute_id}", headers=api.auth())
+        assert answer.status_code == 200, answer.text
+        story = answer.json()
+    finally:
+        delete_dispute(api.database_url, dispute_id)
+    assert story["summary"] == {"grievances": 4, "rounds": 2, "open_review_items": 1,
+                                "paid_minor": 74900, "currency": "INR"}
+    assert story["complaint"]["text"] == ARTICLE_COMPLAINT
+    assert story["complaint"]["accepted_via_api"] is False
+    evidence = story["evidence"]
+    assert evidence["snapshot"]["order"]["order_id"] == "order-1840"
+    assert hashlib.sha256(evidence["snapshot_json"].encode()).hexdigest() == evidence["sha256"]
+    raita = next(g for g in story["grievances"] if g["category"] == "PACKAGING")
+    assert ARTICLE_COMPLAINT[raita["span_start"]:raita["span_end"]].startswith("The raita")
+    assert len(story["rulings"]) == 12
+    assert {r["judge_seat"] for r in story["rulings"]} == {0, 1, 2}
+    assert all(r["reasoning"] and r["raw_response"] and r["cast_at"] for r in story["rulings"])
+    verdict = next(v for v in story["verdicts"] if v["grievance_id"] == raita["grievance_id"])
+    assert (verdict["outcome"], verdict["split"], verdict["votes_upheld"]) == ("ESCALATE", "2-1", 1)
+    first, second = story["priced_rounds"]
+    assert (first["total_minor"], first["payable_minor"], first["decision"]) == (
+        68900, 68900, "AUTO_APPROVED")
+    assert (second["total_minor"], second["already_paid_minor"], second["payable_minor"]) == (
+        74900, 68900, 6000)
+    assert [line["status"] for line in first["lines"]] == ["PAY", "PAY", "HELD", "ZERO"]
+    assert [r["round"] for r in story["replies"]] == [1, 2]
+    assert [(p["round"], p["amount_minor"], p["status"]) for p in story["payouts"]["ledger"]] == [
+        (1, 68900, "SUCCEEDED"), (2, 6000, "SUCCEEDED")]
+    assert [e["outcome"] for e in story["payouts"]["events"]] == ["COMPLETED", "COMPLETED"]
+    assert story["review_items"][0]["item_key"] == "grievance:g3"
+    assert story["review_decisions"] == []
+
+
+def test_health_readiness_metrics_and_openapi(api: ApiServer) -> None:
+    with api.client() as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json() == {"status": "ready", "checks": {"postgres": "ok", "kafka": "ok"}}
+        client.get("/disputes/d-metrics-probe-0001", headers=api.auth())
+        metrics = client.get("/metrics")
+        document = client.get("/openapi.json").json()
+    assert metrics.status_code == 200
+    assert 'route="/disputes/{dispute_id}"' in metrics.text
+    assert "d-metrics-probe-0001" not in metrics.text
+    assert "cust-77" not in metrics.text
+    text = document["components"]["schemas"]["ComplaintRequest"]["properties"]["text"]
+    assert text["maxLength"] == 200
+    assert set(document["paths"]) == {"/healthz", "/readyz", "/metrics", "/complaints",
+                                      "/disputes/{dispute_id}"}
+    assert document["paths"]["/complaints"]["post"]["security"] == [{"bearer": []}]
