@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,40 +47,63 @@ class Launched:
 
 @dataclass
 class Launcher:
-    """Runs the services with ``env`` added to the environment; logs go to ``log_dir``."""
+    """Runs the services with ``env`` added to the environment; logs go to ``log_dir``.
+
+    Like a Kubernetes Deployment, it restarts a service that exits on its own (a crash is how
+    a stage hands an unprocessable batch back to Kafka for redelivery); ``restarts`` counts them.
+    """
 
     log_dir: Path
     env: Mapping[str, str] = field(default_factory=dict)
     services: Sequence[str] = SERVICES
     base_port: int = BASE_METRICS_PORT
     running: dict[str, Launched] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _watching: threading.Event = field(default_factory=threading.Event)
 
-    def start(
-        self, names: Sequence[str] | None = None, extra_env: Mapping[str, str] | None = None
-    ) -> None:
+    def start(self, names: Sequence[str] | None = None) -> None:
+        """Start the services (default: all) and the supervisor that restarts crashed ones."""
+        with self._lock:
+            for name in names or self.services:
+                self._spawn(name)
+        if not self._watching.is_set():
+            self._watching.set()
+            threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _supervise(self) -> None:
+        while self._watching.is_set():
+            with self._lock:
+                for name, launched in list(self.running.items()):
+                    if launched.process.poll() is not None and self._watching.is_set():
+                        self.restarts[name] = self.restarts.get(name, 0) + 1
+                        del self.running[name]
+                        self._spawn(name)
+            time.sleep(0.5)
+
+    def _spawn(self, name: str) -> None:
+        if name in self.running and self.running[name].process.poll() is None:
+            return
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for name in names or self.services:
-            if name in self.running and self.running[name].process.poll() is None:
-                continue
-            port = self.base_port + self.services.index(name)
-            env = {
-                **os.environ,
-                **self.env,
-                **(extra_env or {}),
-                "METRICS_PORT": str(port),
-                "METRICS_HOST": "127.0.0.1",
-                "TRANSACTIONAL_ID": f"{name}-local-0",
-                "GROUP_INSTANCE_ID": f"{name}-local-0",
-            }
-            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-            process = subprocess.Popen(  # noqa: S603 - our own modules
-                [sys.executable, "-m", f"services.{name}"],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            self.running[name] = Launched(name, process, port)
+        port = self.base_port + self.services.index(name)
+        env = {
+            **os.environ,
+            **self.env,
+            "METRICS_PORT": str(port),
+            "METRICS_HOST": "127.0.0.1",
+            "TRANSACTIONAL_ID": f"{name}-local-0",
+            "GROUP_INSTANCE_ID": f"{name}-local-0",
+        }
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        process = subprocess.Popen(  # noqa: S603 - our own modules
+            [sys.executable, "-m", f"services.{name}"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.running[name] = Launched(name, process, port)
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Block until every running service answers /readyz; raise naming the laggards."""
@@ -87,13 +111,9 @@ class Launcher:
         pending = set(self.running)
         while pending:
             for name in sorted(pending):
-                launched = self.running[name]
-                if launched.process.poll() is not None:
-                    raise RuntimeError(
-                        f"{name} exited with {launched.process.returncode}; "
-                        f"see {self.log_dir / (name + '.log')}"
-                    )
-                if launched.ready():
+                with self._lock:
+                    launched = self.running.get(name)
+                if launched is not None and launched.ready():
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"not ready after {timeout_s}s: {sorted(pending)}")
@@ -101,8 +121,16 @@ class Launcher:
                 time.sleep(0.2)
 
     def stop(self, names: Sequence[str] | None = None, *, kill: bool = False) -> None:
-        """SIGTERM (graceful: the open batch commits) or SIGKILL, then wait for exit."""
-        targets = [self.running[n] for n in (names or list(self.running)) if n in self.running]
+        """SIGTERM (graceful: the open batch commits) or SIGKILL, then wait for exit.
+
+        Stopping every service also stops the supervisor.
+        """
+        with self._lock:
+            if names is None:
+                self._watching.clear()
+            targets = [
+                self.running.pop(n) for n in (names or list(self.running)) if n in self.running
+            ]
         for launched in targets:
             if launched.process.poll() is None:
                 launched.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
@@ -112,4 +140,3 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 launched.process.kill()
                 launched.process.wait(5)
-            del self.running[launched.name]

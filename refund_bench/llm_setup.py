@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pydantic import Field, SecretStr, field_validator
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from refund_bench.config import StageSettings
 from refund_bench.llm.cache import RedisResponseCache
@@ -29,10 +29,18 @@ class LlmStageSettings(StageSettings):
     llm_burst: int = Field(default=500, ge=1)
     llm_rate_limit_name: str = "default"
     llm_cache_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    redis_max_connections: int = Field(default=64, ge=1)
 
 
 def redis_client(settings: LlmStageSettings) -> Redis:
-    return Redis.from_url(settings.redis_url.get_secret_value())
+    """A client whose pool waits for a free connection instead of failing when hundreds of
+    calls are in flight at once."""
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url.get_secret_value(),
+        max_connections=settings.redis_max_connections,
+        timeout=30,
+    )
+    return Redis(connection_pool=pool)
 
 
 def response_cache(settings: LlmStageSettings, redis: Redis) -> RedisResponseCache:

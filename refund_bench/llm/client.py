@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
+import httpx
 import openai
 from openai.types.chat import (
     ChatCompletionMessageParam,
@@ -141,6 +142,7 @@ class LlmClient:
         retry: RetryPolicy | None = None,
         sleep: AsyncSleep = asyncio.sleep,
         on_inflight: Callable[[int], None] | None = None,
+        max_connections: int = 128,
     ) -> None:
         self._endpoint = endpoint
         self._limiter: RateLimiter = rate_limiter or UnlimitedRateLimiter()
@@ -148,11 +150,17 @@ class LlmClient:
         self._sleep = sleep
         self._on_inflight = on_inflight
         self._inflight = 0
+        # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
+        # warm connections instead of opening (and closing) one per request.
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         self._openai = openai.AsyncOpenAI(
             base_url=endpoint.base_url,
             api_key=endpoint.api_key.get_secret_value(),
             timeout=endpoint.timeout_seconds,
             max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits),
         )
 
     @property
@@ -216,9 +224,11 @@ class LlmClient:
                     model=self._endpoint.model,
                     messages=params,
                     temperature=self._endpoint.temperature,
-                    response_format=response_format,
                     seed=seed if seed is not None else openai.omit,
                     extra_headers={DISPUTE_HEADER: dispute_id},
+                    # Sent as is: the schema is already plain JSON, and the client's recursive
+                    # parameter transform of a deep schema costs more than the request itself.
+                    extra_body={"response_format": response_format},
                 )
             except openai.APIError as exc:
                 mapped = _classify(exc)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import uvloop
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from refund_bench.codec import Codec, Framing
@@ -179,7 +180,9 @@ class StageRunner:
             # transaction before we read a single record or restore any state.
             self._producer.init_transactions(self.config.commit_timeout_s)
         if self.spec.is_async:
-            self._loop = asyncio.new_event_loop()
+            # uvloop: the same asyncio semantics on libuv, markedly less CPU per request for
+            # stages that keep hundreds of HTTP calls in flight.
+            self._loop = uvloop.new_event_loop()
             if self.spec.startup is not None:
                 self._loop.run_until_complete(self.spec.startup())
         self._consumer = Consumer(self._consumer_conf())

@@ -72,8 +72,10 @@ def openapi_document(settings: ApiSettings) -> dict[str, Any]:
     anything (contract tests, publishing the document)."""
     codec = Codec(
         FingerprintFraming(),
-        {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
-         t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema},
+        {
+            t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
+            t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+        },
     )
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool("", open=False)
     deps = Deps(pool=pool, publisher=KafkaPublisher(settings.kafka_bootstrap_servers, codec))

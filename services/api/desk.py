@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -40,6 +41,17 @@ KIND_LABELS = {
     "PAYOUT": "Payout failures",
     "EXTRACTION": "Extraction failures",
 }
+
+
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+}
+"""No script runs on desk pages at all; forms post only to the desk."""
 
 
 def _safe_next(target: str) -> str:
@@ -127,7 +139,7 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
             template,
             context,
             status_code=status,
-            headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"},
+            headers=PAGE_HEADERS,
         )
 
     def flash(request: Request, level: str, text: str) -> None:
@@ -189,11 +201,24 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
         return RedirectResponse("/review/login", status_code=303)
 
     @router.get("")
-    async def queue(request: Request) -> Response:
+    async def queue(request: Request, dispute: str = "", kind: str = "") -> Response:
+        """Open items, oldest first; ``dispute`` and ``kind`` narrow the list."""
         if not reviewer(request):
             return to_login(request)
-        counts, items = await ctx.store.queue()
-        return render(request, "queue.html", counts=counts, items=items, total=sum(counts.values()))
+        dispute = dispute.strip()
+        if dispute and not re.fullmatch(m.ID_PATTERN, dispute):
+            dispute = ""
+        kind = kind if kind in KIND_LABELS else ""
+        counts, items = await ctx.store.queue(dispute_id=dispute or None, kind=kind or None)
+        return render(
+            request,
+            "queue.html",
+            counts=counts,
+            items=items,
+            total=sum(counts.values()),
+            dispute=dispute,
+            kind=kind,
+        )
 
     async def render_case(
         request: Request, dispute_id: str, status: int = 200, error: str | None = None
@@ -282,8 +307,8 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
         except NotDecidable as exc:
             return await render_case(request, dispute_id, 422, exc.reason)
         except AlreadyDecided as exc:
-            ctx.metrics.decisions.labels("unknown", "conflict").inc()
             won = exc.existing
+            ctx.metrics.decisions.labels(won.kind if won else "unknown", "conflict").inc()
             message = (
                 f"Already decided by {won.reviewer} at {when(won.decided_at)}"
                 f" ({won.decision}); your decision was not recorded."

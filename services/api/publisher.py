@@ -105,9 +105,7 @@ class KafkaPublisher:
 
         data = self._codec.encode(topic.name, value)
         try:
-            self._producer.produce(
-                topic.name, key=key.encode(), value=data, on_delivery=on_delivery
-            )
+            self._started.produce(topic.name, key=key.encode(), value=data, on_delivery=on_delivery)
         except (BufferError, KafkaException) as exc:
             raise PublishError(f"{topic.name}: {exc}") from exc
         try:

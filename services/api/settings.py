@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from refund_bench.config import StackSettings
 
@@ -15,6 +16,9 @@ class ApiSettings(StackSettings):
     ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
     ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
     """
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+    """``hide_input_in_errors``: a validation error must not print the secrets it was given."""
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)

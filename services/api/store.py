@@ -174,15 +174,18 @@ class Store:
 
     # -- review queue and decisions -------------------------------------------------------
 
-    async def queue(self, limit: int = 500) -> tuple[dict[str, int], list[QueueItem]]:
-        """Open review items per kind (every kind present, 0 included) and the oldest first."""
+    async def queue(
+        self, limit: int = 500, *, dispute_id: str | None = None, kind: str | None = None
+    ) -> tuple[dict[str, int], list[QueueItem]]:
+        """Open review items per kind (every kind present, 0 included) and the oldest first,
+        optionally only those of one dispute and/or one kind (the counts are always global)."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT kind, count(*) FROM review_items WHERE status = 'OPEN' GROUP BY kind"
             )
-            counts = {kind: 0 for kind in REVIEW_KINDS}
-            for kind, count in await cur.fetchall():
-                counts[str(kind)] = int(count)
+            counts = dict.fromkeys(REVIEW_KINDS, 0)
+            for item_kind, count in await cur.fetchall():
+                counts[str(item_kind)] = int(count)
             async with conn.cursor(row_factory=dict_row) as dcur:
                 await dcur.execute(
                     "SELECT ri.dispute_id, ri.item_key, ri.kind, ri.grievance_id, ri.reason,"
@@ -192,8 +195,10 @@ class Store:
                     "   ON g.dispute_id = ri.dispute_id AND g.grievance_id = ri.grievance_id"
                     " LEFT JOIN disputes d ON d.dispute_id = ri.dispute_id"
                     " WHERE ri.status = 'OPEN'"
-                    " ORDER BY ri.created_at, ri.dispute_id, ri.item_key LIMIT %s",
-                    (limit,),
+                    " AND (%(dispute)s::text IS NULL OR ri.dispute_id = %(dispute)s)"
+                    " AND (%(kind)s::text IS NULL OR ri.kind = %(kind)s)"
+                    " ORDER BY ri.created_at, ri.dispute_id, ri.item_key LIMIT %(limit)s",
+                    {"dispute": dispute_id, "kind": kind, "limit": limit},
                 )
                 items = [QueueItem(**row) for row in await dcur.fetchall()]
         return counts, items

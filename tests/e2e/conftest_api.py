@@ -1,8 +1,8 @@
 """Running the API on the real stack in tests, signing in to the desk, seeding disputes, and
 reading exactly the records a test produced from a shared topic.
 
-``api_server`` is a pytest fixture (import it into a test module to use it); the helpers are
-plain functions so integration tests can start servers with their own settings.
+Plain functions, not fixtures, so each test module starts a server with the settings it needs
+(``with running_api(stack, max_complaint_chars=200) as api: ...``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from psycopg import sql
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from psycopg import sql
 from psycopg.types.json import Jsonb
 from pydantic import SecretStr
 
@@ -92,13 +92,6 @@ def running_api(stack: Stack, **overrides: Any) -> Iterator[ApiServer]:
         yield ApiServer(server.url, settings, API_TOKEN, stack.database_url)
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def api_server(stack: Stack) -> Iterator[ApiServer]:
-    """The API and desk on a free loopback port for the tests of one module."""
-    with running_api(stack) as server:
-        yield server
 
 
 # -- the desk -------------------------------------------------------------------------------
@@ -182,15 +175,16 @@ def read_window(
     try:
         while True:
             for msg in consumer.consume(num_messages=1000, timeout=0.2):
+                part, offset = msg.partition(), msg.offset()
+                assert part is not None
+                assert offset is not None
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        positions[msg.partition()] = max(
-                            positions.get(msg.partition(), 0), msg.offset()
-                        )
+                        positions[part] = max(positions.get(part, 0), offset)
                         continue
                     raise KafkaException(err)
-                positions[msg.partition()] = msg.offset() + 1
+                positions[part] = offset + 1
                 key = msg.key()
                 records.append((key.decode() if key else "", decode(msg.value())))
             now = time.monotonic()
@@ -210,8 +204,10 @@ def read_window(
 def event_codec(stack: Stack) -> Codec:
     return Codec(
         framing_from_registry_url(stack.registry_url),
-        {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
-         t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema},
+        {
+            t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
+            t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+        },
     )
 
 
@@ -228,22 +224,54 @@ def _span(phrase: str) -> tuple[int, int]:
 
 
 ARTICLE_GRIEVANCES: list[dict[str, Any]] = [
-    {"id": "g1", "category": "LATE_DELIVERY", "item": None, "qty": None,
-     "phrase": "Ordered at 8:15pm and the food showed up at 9:40pm.",
-     "votes": ["UPHELD", "UPHELD", "UPHELD"], "outcome": "UPHELD", "split": "3-0",
-     "pays": 4900, "rule": "LATE_DELIVERY: flat 4900 (delivered 85 min after placing, SLA 45 min)"},
-    {"id": "g2", "category": "MISSING_ITEM", "item": "Hyderabadi Biryani", "qty": 2,
-     "phrase": "Two of the four were missing completely.",
-     "votes": ["UPHELD", "UPHELD", "UPHELD"], "outcome": "UPHELD", "split": "3-0",
-     "pays": 64000, "rule": "MISSING_ITEM: 2 x 32000 (Hyderabadi Biryani)"},
-    {"id": "g3", "category": "PACKAGING", "item": "Raita", "qty": 1,
-     "phrase": "The raita had leaked all over the inside of the bag.",
-     "votes": ["UPHELD", "ESCALATE", "ESCALATE"], "outcome": "ESCALATE", "split": "2-1",
-     "pays": 6000, "rule": "PACKAGING: 1 x 6000 (Raita)"},
-    {"id": "g4", "category": "PARTNER_CONDUCT", "item": None, "qty": None,
-     "phrase": "the delivery guy was rude when I asked him about it",
-     "votes": ["UPHELD", "UPHELD", "UPHELD"], "outcome": "UPHELD", "split": "3-0",
-     "pays": 0, "rule": "PARTNER_CONDUCT: no monetary compensation, 0"},
+    {
+        "id": "g1",
+        "category": "LATE_DELIVERY",
+        "item": None,
+        "qty": None,
+        "phrase": "Ordered at 8:15pm and the food showed up at 9:40pm.",
+        "votes": ["UPHELD", "UPHELD", "UPHELD"],
+        "outcome": "UPHELD",
+        "split": "3-0",
+        "pays": 4900,
+        "rule": "LATE_DELIVERY: flat 4900 (delivered 85 min after placing, SLA 45 min)",
+    },
+    {
+        "id": "g2",
+        "category": "MISSING_ITEM",
+        "item": "Hyderabadi Biryani",
+        "qty": 2,
+        "phrase": "Two of the four were missing completely.",
+        "votes": ["UPHELD", "UPHELD", "UPHELD"],
+        "outcome": "UPHELD",
+        "split": "3-0",
+        "pays": 64000,
+        "rule": "MISSING_ITEM: 2 x 32000 (Hyderabadi Biryani)",
+    },
+    {
+        "id": "g3",
+        "category": "PACKAGING",
+        "item": "Raita",
+        "qty": 1,
+        "phrase": "The raita had leaked all over the inside of the bag.",
+        "votes": ["UPHELD", "ESCALATE", "ESCALATE"],
+        "outcome": "ESCALATE",
+        "split": "2-1",
+        "pays": 6000,
+        "rule": "PACKAGING: 1 x 6000 (Raita)",
+    },
+    {
+        "id": "g4",
+        "category": "PARTNER_CONDUCT",
+        "item": None,
+        "qty": None,
+        "phrase": "the delivery guy was rude when I asked him about it",
+        "votes": ["UPHELD", "UPHELD", "UPHELD"],
+        "outcome": "UPHELD",
+        "split": "3-0",
+        "pays": 0,
+        "rule": "PARTNER_CONDUCT: no monetary compensation, 0",
+    },
 ]
 
 
@@ -254,11 +282,19 @@ def _lines(raita_upheld: bool) -> list[dict[str, Any]]:
         held = outcome == "ESCALATE"
         amount = 0 if held else g["pays"]
         status = "HELD" if held else ("PAY" if amount else "ZERO")
-        lines.append({
-            "grievance_id": g["id"], "category": g["category"], "outcome": outcome,
-            "status": status, "amount_minor": amount, "proposed_minor": g["pays"],
-            "rule": g["rule"], "item_name": g["item"], "quantity": g["qty"],
-        })
+        lines.append(
+            {
+                "grievance_id": g["id"],
+                "category": g["category"],
+                "outcome": outcome,
+                "status": status,
+                "amount_minor": amount,
+                "proposed_minor": g["pays"],
+                "rule": g["rule"],
+                "item_name": g["item"],
+                "quantity": g["qty"],
+            }
+        )
     return lines
 
 
@@ -286,8 +322,18 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                 " span_end, item_name, item_quantity, grievance_total, snapshot_sha256,"
                 " prompt_version, model, extracted_at)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 4, %s, 'extract.v1', 'stand-in', %s)",
-                (dispute_id, g["id"], g["category"], g["phrase"], start, end, g["item"],
-                 g["qty"], frozen.sha256, base + timedelta(seconds=1)),
+                (
+                    dispute_id,
+                    g["id"],
+                    g["category"],
+                    g["phrase"],
+                    start,
+                    end,
+                    g["item"],
+                    g["qty"],
+                    frozen.sha256,
+                    base + timedelta(seconds=1),
+                ),
             )
             for seat, ruling in enumerate(g["votes"]):
                 cited = [] if ruling == "ESCALATE" else ["derived.delay_minutes"]
@@ -296,9 +342,19 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                     " model_ruling, confidence, evidence_cited, reasoning, model,"
                     " prompt_version, snapshot_sha256, raw_response, cast_at)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'stand-in', 'judge.v1', %s, %s, %s)",
-                    (dispute_id, g["id"], seat, ruling, ruling, 0.9 - 0.1 * seat, Jsonb(cited),
-                     f"seat {seat}: {ruling.lower()} on {g['category'].lower()}", frozen.sha256,
-                     f'{{"ruling": "{ruling}"}}', base + timedelta(seconds=2)),
+                    (
+                        dispute_id,
+                        g["id"],
+                        seat,
+                        ruling,
+                        ruling,
+                        0.9 - 0.1 * seat,
+                        Jsonb(cited),
+                        f"seat {seat}: {ruling.lower()} on {g['category'].lower()}",
+                        frozen.sha256,
+                        f'{{"ruling": "{ruling}"}}',
+                        base + timedelta(seconds=2),
+                    ),
                 )
             upheld = g["votes"].count("UPHELD")
             escalate = g["votes"].count("ESCALATE")
@@ -306,14 +362,26 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                 "INSERT INTO verdicts (dispute_id, grievance_id, category, outcome,"
                 " votes_upheld, votes_rejected, votes_escalate, split, unanimous, decided_at)"
                 " VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s)",
-                (dispute_id, g["id"], g["category"], g["outcome"], upheld, escalate, g["split"],
-                 g["split"].endswith("-0"), base + timedelta(seconds=3)),
+                (
+                    dispute_id,
+                    g["id"],
+                    g["category"],
+                    g["outcome"],
+                    upheld,
+                    escalate,
+                    g["split"],
+                    g["split"].endswith("-0"),
+                    base + timedelta(seconds=3),
+                ),
             )
         conn.execute(
             "INSERT INTO review_items (dispute_id, item_key, kind, grievance_id, reason,"
             " created_at) VALUES (%s, 'grievance:g3', 'GRIEVANCE', 'g3', %s, %s)",
-            (dispute_id, "the bench could not decide (2-1: 1 upheld, 0 rejected, 2 escalate)",
-             base + timedelta(seconds=3)),
+            (
+                dispute_id,
+                "the bench could not decide (2-1: 1 upheld, 0 rejected, 2 escalate)",
+                base + timedelta(seconds=3),
+            ),
         )
         _seed_round(conn, dispute_id, 1, base + timedelta(seconds=4))
         if rounds >= 2:
@@ -332,15 +400,30 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
         " order_total_minor, lines, total_minor, already_paid_minor, payable_minor, cap_minor,"
         " decision, held_grievances, reason, priced_at)"
         " VALUES (%s, %s, '2026-12-01.v1', 'INR', 134000, %s, %s, %s, %s, 100000, %s, %s, %s, %s)",
-        (dispute_id, round_, Jsonb(lines), total, already, payable, decision, Jsonb(held),
-         "within the auto-approve cap", at),
+        (
+            dispute_id,
+            round_,
+            Jsonb(lines),
+            total,
+            already,
+            payable,
+            decision,
+            Jsonb(held),
+            "within the auto-approve cap",
+            at,
+        ),
     )
     conn.execute(
         "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
         " guard_failures, model, prompt_version) VALUES (%s, %s, %s, %s, 'INR', 'model', %s,"
         " 'stand-in', 'settle.v1')",
-        (dispute_id, round_, f"We are sorry. We are refunding INR {payable // 100}.", payable,
-         Jsonb([])),
+        (
+            dispute_id,
+            round_,
+            f"We are sorry. We are refunding INR {payable // 100}.",
+            payable,
+            Jsonb([]),
+        ),
     )
     key = f"{dispute_id}:round{round_}"
     conn.execute(
@@ -357,8 +440,17 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
 
 
 _SEEDED_TABLES = (
-    "grievances", "rulings", "verdicts", "priced_refunds", "replies", "payout_ledger",
-    "payout_events", "review_items", "review_decisions", "intake_requests", "disputes",
+    "grievances",
+    "rulings",
+    "verdicts",
+    "priced_refunds",
+    "replies",
+    "payout_ledger",
+    "payout_events",
+    "review_items",
+    "review_decisions",
+    "intake_requests",
+    "disputes",
 )
 
 

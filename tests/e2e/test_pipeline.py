@@ -95,7 +95,9 @@ def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeli
     [priced] = story.priced
     assert (priced["total_minor"], priced["payable_minor"]) == (6000, 6000)
     [reply] = story.replies
-    assert reply["source"] == "TEMPLATE", "the model echoed the injected amount; the guard caught it"
+    assert reply["source"] == "TEMPLATE", (
+        "the model echoed the injected amount; the guard caught it"
+    )
     assert any("10000" in failure for failure in reply["guard_failures"])
     assert "10000" not in reply["text"] and "INR 60" in reply["text"]
     assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 6000)]
@@ -124,9 +126,7 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
         disputes = [_submit(pipeline, label) for label in ("article", "billing", "injection") * 3]
         stories = [pipeline.wait_final(d, timeout_s=240) for d in disputes]
     finally:
-        pipeline.set_llm_faults(
-            rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0
-        )
+        pipeline.set_llm_faults(rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0)
     faults = pipeline.llm_stats()["faults_injected"]
     assert sum(faults.values()) > 0, "faults were injected"
     for story in stories:

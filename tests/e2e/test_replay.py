@@ -92,7 +92,9 @@ def _reset_groups(kafka: str, timeout_s: float = 60) -> None:
 
 def _ledger_attempts(database_url: str) -> tuple[int, int]:
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*), coalesce(sum(attempts), 0) FROM payout_ledger").fetchone()
+        row = conn.execute(
+            "SELECT count(*), coalesce(sum(attempts), 0) FROM payout_ledger"
+        ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -123,8 +125,12 @@ def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline:
     )
     wanted = set(disputes)
     records = read_committed(
-        pipeline.stack.kafka, t.VERDICT_DECIDED.name, until=lambda rs: True, timeout_s=60,
-        decode=lambda raw: codec.decode(t.VERDICT_DECIDED.name, raw), settle_s=3.0,
+        pipeline.stack.kafka,
+        t.VERDICT_DECIDED.name,
+        until=lambda rs: True,
+        timeout_s=60,
+        decode=lambda raw: codec.decode(t.VERDICT_DECIDED.name, raw),
+        settle_s=3.0,
     )
     verdicts = Counter(
         (r.value["dispute_id"], r.value["grievance_id"])

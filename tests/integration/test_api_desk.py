@@ -54,28 +54,43 @@ def test_pages_need_a_signed_in_reviewer(api: ApiServer) -> None:
             assert answer.status_code == 303
             assert answer.headers["location"].startswith("/review/login?next=/review")
         login = client.get("/review/login")
-        assert login.status_code == 200 and "Reviewer sign-in" in login.text
+        assert login.status_code == 200
+        assert "Reviewer sign-in" in login.text
         cookie = login.headers["set-cookie"]
-        assert "Path=/review" in cookie and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+        assert "Path=/review" in cookie
+        assert "HttpOnly" in cookie
+        assert "SameSite=Lax" in cookie
 
 
 def test_sign_in_rejects_wrong_passwords_forms_and_redirects(api: ApiServer) -> None:
     with api.client() as client:
         page = client.get("/review/login")
         token = csrf_of(page.text)
-        wrong = client.post("/review/login", data={
-            "username": "alice", "password": "nope", "csrf_token": token})
-        assert wrong.status_code == 401 and "Unknown user or wrong password." in wrong.text
-        nobody = client.post("/review/login", data={
-            "username": "mallory", "password": "x", "csrf_token": token})
+        wrong = client.post(
+            "/review/login", data={"username": "alice", "password": "nope", "csrf_token": token}
+        )
+        assert wrong.status_code == 401
+        assert "Unknown user or wrong password." in wrong.text
+        nobody = client.post(
+            "/review/login", data={"username": "mallory", "password": "x", "csrf_token": token}
+        )
         assert nobody.status_code == 401
-        forged = client.post("/review/login", data={
-            "username": "alice", "password": "alice-password-1", "csrf_token": "forged"})
+        forged = client.post(
+            "/review/login",
+            data={"username": "alice", "password": "alice-password-1", "csrf_token": "forged"},
+        )
         assert forged.status_code == 403
-        away = client.post("/review/login", data={
-            "username": "alice", "password": "alice-password-1", "csrf_token": token,
-            "next": "https://evil.example/"})
-        assert away.status_code == 303 and away.headers["location"] == "/review"
+        away = client.post(
+            "/review/login",
+            data={
+                "username": "alice",
+                "password": "alice-password-1",
+                "csrf_token": token,
+                "next": "https://evil.example/",
+            },
+        )
+        assert away.status_code == 303
+        assert away.headers["location"] == "/review"
 
 
 def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) -> None:
@@ -87,15 +102,15 @@ def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) ->
             forger.cookies.set("rb_review_session", forged, path="/review")
             assert forger.get("/review").status_code == 303
         out = client.post("/review/logout", data={"csrf_token": token})
-        assert out.status_code == 303 and out.headers["location"] == "/review/login"
+        assert out.status_code == 303
+        assert out.headers["location"] == "/review/login"
         assert client.get("/review").status_code == 303
 
 
 def test_api_clients_cannot_decide_reviews(api: ApiServer, dispute: str) -> None:
     form = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "bearer attempt"}
     with httpx.Client(base_url=api.url) as client:
-        answer = client.post(f"/review/disputes/{dispute}/decisions", data=form,
-                             headers=api.auth())
+        answer = client.post(f"/review/disputes/{dispute}/decisions", data=form, headers=api.auth())
     assert answer.status_code == 401
     assert "nothing was recorded" in answer.text
     assert decisions(api, dispute) == []
@@ -107,13 +122,15 @@ def test_decisions_need_the_csrf_token_a_note_and_a_fitting_choice(
     url = f"/review/disputes/{dispute}/decisions"
     with api.client() as client:
         token = sign_in(client, "alice")
-        base = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "ok",
-                "csrf_token": token}
+        base = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "ok", "csrf_token": token}
         assert client.post(url, data={**base, "csrf_token": "forged"}).status_code == 403
-        assert client.post(url, data={k: v for k, v in base.items() if k != "csrf_token"}
-                           ).status_code == 403
+        assert (
+            client.post(url, data={k: v for k, v in base.items() if k != "csrf_token"}).status_code
+            == 403
+        )
         no_note = client.post(url, data={**base, "note": "  "})
-        assert no_note.status_code == 422 and "A note is required" in no_note.text
+        assert no_note.status_code == 422
+        assert "A note is required" in no_note.text
         misfit = client.post(url, data={**base, "decision": "APPROVE"})
         assert misfit.status_code == 422
         assert "APPROVE does not apply to a GRIEVANCE item: UPHOLD or REJECT." in misfit.text
@@ -128,8 +145,12 @@ def test_a_decision_cannot_be_applied_twice(api: ApiServer, dispute: str) -> Non
     url = f"/review/disputes/{dispute}/decisions"
     with api.client() as client:
         token = sign_in(client, "alice")
-        form = {"item_key": "grievance:g3", "decision": "UPHOLD", "note": "leak is plausible",
-                "csrf_token": token}
+        form = {
+            "item_key": "grievance:g3",
+            "decision": "UPHOLD",
+            "note": "leak is plausible",
+            "csrf_token": token,
+        }
         first = client.post(url, data=form)
         assert first.status_code == 303
         shown = client.get(first.headers["location"])
@@ -143,16 +164,24 @@ def test_a_decision_cannot_be_applied_twice(api: ApiServer, dispute: str) -> Non
 def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute: str) -> None:
     with api.client() as client:
         sign_in(client, "bob")
-        queue = client.get("/review").text
+        everything = client.get("/review").text
+        queue = client.get("/review", params={"dispute": dispute}).text
         case = client.get(f"/review/disputes/{dispute}").text
+    created = re.findall(r'data-created="([^"]+)"', everything)
+    assert created == sorted(created), "the queue is oldest first"
     assert f'href="/review/disputes/{dispute}"' in queue
-    assert "Escalated grievances" in queue and "Disputes held by the cap" in queue
+    assert "Escalated grievances" in queue
+    assert "Disputes held by the cap" in queue
     assert "<strong>PACKAGING</strong>" in queue
-    assert '<mark title="g3 PACKAGING" data-grievances="g3" class="focus">The raita had leaked' \
-        in case
+    assert (
+        '<mark title="g3 PACKAGING" data-grievances="g3" class="focus">The raita had leaked' in case
+    )
     assert case.count('class="ruling"') == 3 + 12  # the held bench, then all four benches
-    assert "INR 689" in case and "INR 60" in case and "INR 1340" in case
-    assert 'value="UPHOLD"' in case and 'value="REJECT"' in case
+    assert "INR 689" in case
+    assert "INR 60" in case
+    assert "INR 1340" in case
+    assert 'value="UPHOLD"' in case
+    assert 'value="REJECT"' in case
     assert "&#34;order_id&#34;: &#34;order-1840&#34;" in case  # pretty, escaped evidence
     assert "ESCALATE 2-1" in case
 
@@ -173,3 +202,17 @@ def test_complaint_text_is_escaped_on_the_case_page(api: ApiServer) -> None:
         delete_dispute(api.database_url, dispute_id)
     assert "<script>alert(1)</script>" not in case
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in case
+
+
+def test_the_queue_narrows_to_one_dispute_or_kind(api: ApiServer, dispute: str) -> None:
+    with api.client() as client:
+        sign_in(client, "alice")
+        mine = client.get("/review", params={"dispute": dispute}).text
+        grievances = client.get("/review", params={"kind": "GRIEVANCE"}).text
+        payouts = client.get("/review", params={"dispute": dispute, "kind": "PAYOUT"}).text
+        junk = client.get("/review", params={"dispute": "<x>", "kind": "DROP"})
+    assert mine.count("<tr data-dispute=") == 1
+    assert f'data-dispute="{dispute}" data-item="grievance:g3"' in mine
+    assert 'data-item="dispute:' not in grievances
+    assert "Nothing matches the filter." in payouts
+    assert junk.status_code == 200

@@ -48,11 +48,17 @@ def codec(stack: Stack) -> Codec:
 
 
 def body(marker: str, **fields: Any) -> dict[str, Any]:
-    return {"order_id": "order-1840", "customer_id": "cust-77",
-            "text": f"Two of the four were missing. [{marker}]", **fields}
+    return {
+        "order_id": "order-1840",
+        "customer_id": "cust-77",
+        "text": f"Two of the four were missing. [{marker}]",
+        **fields,
+    }
 
 
-def published(stack: Stack, codec: Codec, start: dict[int, int]) -> list[tuple[str, dict[str, Any]]]:
+def published(
+    stack: Stack, codec: Codec, start: dict[int, int]
+) -> list[tuple[str, dict[str, Any]]]:
     """Every complaint.received record acknowledged since ``start``."""
     return read_window(stack.kafka, TOPIC, start, decode=decoder(codec, TOPIC))
 
@@ -73,7 +79,8 @@ def test_missing_or_wrong_token_is_401_and_publishes_nothing(
     with api.client() as client:
         for headers in attempts:
             answer = client.post(
-                "/complaints", json=body(marker),
+                "/complaints",
+                json=body(marker),
                 headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
             )
             assert answer.status_code == 401, (headers, answer.text)
@@ -91,7 +98,8 @@ def test_a_reviewer_session_does_not_open_the_api(api: ApiServer) -> None:
         cookie = "; ".join(f"{c.name}={c.value}" for c in desk.cookies.jar)
     with api.client() as client:
         answer = client.post(
-            "/complaints", json=body("session"),
+            "/complaints",
+            json=body("session"),
             headers={"Cookie": cookie, "Idempotency-Key": uuid.uuid4().hex},
         )
     assert answer.status_code == 401
@@ -111,8 +119,18 @@ def test_a_reviewer_session_does_not_open_the_api(api: ApiServer) -> None:
         (body("x", extra="field"), 422, "body.extra: Extra inputs are not permitted"),
         ([1, 2, 3], 422, "invalid request"),
     ],
-    ids=["oversize", "unknown-order", "wrong-customer", "missing-text", "blank-text",
-         "nul-in-text", "order-id-type", "order-id-format", "extra-field", "not-an-object"],
+    ids=[
+        "oversize",
+        "unknown-order",
+        "wrong-customer",
+        "missing-text",
+        "blank-text",
+        "nul-in-text",
+        "order-id-type",
+        "order-id-format",
+        "extra-field",
+        "not-an-object",
+    ],
 )
 def test_validation_answers_say_what_is_wrong(
     api: ApiServer, payload: Any, status: int, says: str
@@ -128,8 +146,11 @@ def test_validation_answers_say_what_is_wrong(
 def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
     with api.client() as client:
         bad = client.post(
-            "/complaints", content=b'{"order_id": ', headers=api.auth(**{
-                "Idempotency-Key": "k-" + uuid.uuid4().hex, "Content-Type": "application/json"}),
+            "/complaints",
+            content=b'{"order_id": ',
+            headers=api.auth(
+                **{"Idempotency-Key": "k-" + uuid.uuid4().hex, "Content-Type": "application/json"}
+            ),
         )
         assert bad.status_code == 422
         assert "json" in bad.json()["detail"].lower()
@@ -137,7 +158,8 @@ def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
         assert no_key.status_code == 400
         assert no_key.json()["detail"] == "the Idempotency-Key header is required"
         huge = client.post(
-            "/complaints", content=b"x" * 200_000,
+            "/complaints",
+            content=b"x" * 200_000,
             headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex}),
         )
         assert huge.status_code == 413
@@ -150,22 +172,32 @@ def test_same_key_twice_is_one_dispute_and_one_event(
     key = str(uuid.uuid4())
     payload = body(key)
     with api.client() as client:
-        first = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
-        second = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
+        first = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
+        second = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
     assert first.status_code == 202, first.text
     assert second.status_code == 200, second.text
     dispute_id = first.json()["dispute_id"]
-    assert dispute_id.startswith("d-") and len(dispute_id) == 34
-    assert first.json() == {"dispute_id": dispute_id, "status_url": f"/disputes/{dispute_id}",
-                            "replayed": False}
+    assert dispute_id.startswith("d-")
+    assert len(dispute_id) == 34
+    assert first.json() == {
+        "dispute_id": dispute_id,
+        "status_url": f"/disputes/{dispute_id}",
+        "replayed": False,
+    }
     assert second.json() == {**first.json(), "replayed": True}
     assert first.headers["Location"] == f"/disputes/{dispute_id}"
     events = [(k, v) for k, v in published(stack, codec, start) if v["dispute_id"] == dispute_id]
     assert len(events) == 1
     record_key, value = events[0]
     assert record_key == dispute_id
-    assert value["order_id"] == "order-1840" and value["customer_id"] == "cust-77"
-    assert value["text"] == payload["text"] and value["channel"] == "api"
+    assert value["order_id"] == "order-1840"
+    assert value["customer_id"] == "cust-77"
+    assert value["text"] == payload["text"]
+    assert value["channel"] == "api"
 
 
 def test_same_key_with_another_body_is_409_and_publishes_nothing(
@@ -173,11 +205,14 @@ def test_same_key_with_another_body_is_409_and_publishes_nothing(
 ) -> None:
     key = str(uuid.uuid4())
     with api.client() as client:
-        first = client.post("/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key}))
+        first = client.post(
+            "/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key})
+        )
         assert first.status_code == 202
         start = end_offsets(stack.kafka, TOPIC)
         other = client.post(
-            "/complaints", json=body(key, text="Something else entirely."),
+            "/complaints",
+            json=body(key, text="Something else entirely."),
             headers=api.auth(**{"Idempotency-Key": key}),
         )
     assert other.status_code == 409
@@ -198,16 +233,28 @@ def test_a_retry_publishes_what_a_crash_left_unpublished(
             "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
             " customer_id, complaint_text, received_at, published)"
             " VALUES (%s, %s, %s, %s, %s, %s, now(), false)",
-            (key, body_sha256(ComplaintRequest(**payload)), dispute_id, payload["order_id"],
-             payload["customer_id"], payload["text"]),
+            (
+                key,
+                body_sha256(ComplaintRequest(**payload)),
+                dispute_id,
+                payload["order_id"],
+                payload["customer_id"],
+                payload["text"],
+            ),
         )
     start = end_offsets(stack.kafka, TOPIC)
     with api.client() as client:
-        retry = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
-        again = client.post("/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key}))
-    assert retry.status_code == 202 and retry.json()["dispute_id"] == dispute_id
+        retry = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
+        again = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
+    assert retry.status_code == 202
+    assert retry.json()["dispute_id"] == dispute_id
     assert retry.json()["replayed"] is True
-    assert again.status_code == 200 and again.json()["dispute_id"] == dispute_id
+    assert again.status_code == 200
+    assert again.json()["dispute_id"] == dispute_id
     events = [v for _, v in published(stack, codec, start) if v["dispute_id"] == dispute_id]
     assert len(events) == 1
     with psycopg.connect(api.database_url) as conn:
@@ -223,7 +270,9 @@ def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:
         missing = client.get("/disputes/d-no-such-dispute", headers=api.auth())
         assert missing.status_code == 404
         assert missing.json() == {"detail": "no dispute 'd-no-such-dispute'", "errors": []}
-        accepted = client.post("/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key}))
+        accepted = client.post(
+            "/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key})
+        )
         story = client.get(accepted.json()["status_url"], headers=api.auth()).json()
     assert story["dispute_id"] == accepted.json()["dispute_id"]
     assert story["complaint"]["accepted_via_api"] is True
@@ -241,15 +290,20 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
         story = answer.json()
     finally:
         delete_dispute(api.database_url, dispute_id)
-    assert story["summary"] == {"grievances": 4, "rounds": 2, "open_review_items": 1,
-                                "paid_minor": 74900, "currency": "INR"}
+    assert story["summary"] == {
+        "grievances": 4,
+        "rounds": 2,
+        "open_review_items": 1,
+        "paid_minor": 74900,
+        "currency": "INR",
+    }
     assert story["complaint"]["text"] == ARTICLE_COMPLAINT
     assert story["complaint"]["accepted_via_api"] is False
     evidence = story["evidence"]
     assert evidence["snapshot"]["order"]["order_id"] == "order-1840"
     assert hashlib.sha256(evidence["snapshot_json"].encode()).hexdigest() == evidence["sha256"]
     raita = next(g for g in story["grievances"] if g["category"] == "PACKAGING")
-    assert ARTICLE_COMPLAINT[raita["span_start"]:raita["span_end"]].startswith("The raita")
+    assert ARTICLE_COMPLAINT[raita["span_start"] : raita["span_end"]].startswith("The raita")
     assert len(story["rulings"]) == 12
     assert {r["judge_seat"] for r in story["rulings"]} == {0, 1, 2}
     assert all(r["reasoning"] and r["raw_response"] and r["cast_at"] for r in story["rulings"])
@@ -257,13 +311,21 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
     assert (verdict["outcome"], verdict["split"], verdict["votes_upheld"]) == ("ESCALATE", "2-1", 1)
     first, second = story["priced_rounds"]
     assert (first["total_minor"], first["payable_minor"], first["decision"]) == (
-        68900, 68900, "AUTO_APPROVED")
+        68900,
+        68900,
+        "AUTO_APPROVED",
+    )
     assert (second["total_minor"], second["already_paid_minor"], second["payable_minor"]) == (
-        74900, 68900, 6000)
+        74900,
+        68900,
+        6000,
+    )
     assert [line["status"] for line in first["lines"]] == ["PAY", "PAY", "HELD", "ZERO"]
     assert [r["round"] for r in story["replies"]] == [1, 2]
     assert [(p["round"], p["amount_minor"], p["status"]) for p in story["payouts"]["ledger"]] == [
-        (1, 68900, "SUCCEEDED"), (2, 6000, "SUCCEEDED")]
+        (1, 68900, "SUCCEEDED"),
+        (2, 6000, "SUCCEEDED"),
+    ]
     assert [e["outcome"] for e in story["payouts"]["events"]] == ["COMPLETED", "COMPLETED"]
     assert story["review_items"][0]["item_key"] == "grievance:g3"
     assert story["review_decisions"] == []
@@ -284,6 +346,11 @@ def test_health_readiness_metrics_and_openapi(api: ApiServer) -> None:
     assert "cust-77" not in metrics.text
     text = document["components"]["schemas"]["ComplaintRequest"]["properties"]["text"]
     assert text["maxLength"] == 200
-    assert set(document["paths"]) == {"/healthz", "/readyz", "/metrics", "/complaints",
-                                      "/disputes/{dispute_id}"}
+    assert set(document["paths"]) == {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/complaints",
+        "/disputes/{dispute_id}",
+    }
     assert document["paths"]["/complaints"]["post"]["security"] == [{"bearer": []}]

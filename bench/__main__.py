@@ -1,0 +1,22 @@
+"""``python -m bench`` (``make bench``): every benchmark, then one table of the figures."""
+
+from __future__ import annotations
+
+from bench import pipeline_throughput, runtime_passthrough
+
+
+def main() -> None:
+    print("runtime: pass-through, exactly-once vs at-least-once (alternating runs)")
+    rows = runtime_passthrough.main()
+    print("pipeline: six stages end to end")
+    rows += pipeline_throughput.main()
+    width = max(len(name) for name, _ in rows)
+    print()
+    print(f"{'benchmark':{width}s}  value")
+    print(f"{'-' * width}  -----")
+    for name, value in rows:
+        print(f"{name:{width}s}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""End-to-end throughput and latency of the six stages, with the LLM stand-in at 0 and 300 ms.
+
+One replica per stage, on the local stack. Each run publishes N copies of the article's
+complaint (distinct disputes, so nothing is served from the cache) as fast as the producer
+goes, and measures until every dispute's payout has completed:
+
+- complaints/s = N / (last payout.completed - first complaint published)
+- latency per dispute = its payout.completed timestamp - its complaint's timestamp (p50, p99)
+- LLM calls per complaint, from the stand-in's counters.
+
+Both latencies run in one invocation, back to back, so they meet the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.codec import Codec, framing_from_registry_url
+from refund_bench.launcher import REPO, Launcher
+from refund_bench.samples import ARTICLE_COMPLAINT
+
+
+@dataclass(frozen=True)
+class Result:
+    latency_ms: int
+    complaints: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    llm_calls_per_complaint: float
+
+    @property
+    def rate(self) -> float:
+        return self.complaints / self.seconds
+
+
+def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = []
+        for p in partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends.append(TopicPartition(topic, p, high))
+        return ends
+    finally:
+        consumer.close()
+
+
+def one_run(kafka: str, registry: str, standin: str, latency_ms: int, n: int) -> Result:
+    httpx.post(f"{standin}/admin/faults", json={"latency_ms": latency_ms}, timeout=5)
+    calls_before = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"]
+    start_at = _end_offsets(kafka, t.PAYOUT_COMPLETED.name)
+    codec = Codec(
+        framing_from_registry_url(registry),
+        {
+            t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
+            t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema,
+        },
+    )
+    producer = Producer(
+        {"bootstrap.servers": kafka, "linger.ms": 5, "partitioner": "murmur2_random"}
+    )
+    tag = uuid.uuid4().hex[:8]
+    sent: dict[str, float] = {}
+    for i in range(n):
+        dispute_id = f"bench-{tag}-{i}"
+        event = ev.ComplaintReceived(
+            dispute_id=dispute_id,
+            order_id="order-1840",
+            customer_id="cust-77",
+            text=ARTICLE_COMPLAINT,
+            received_at=ev.now(),
+            channel="bench",
+        )
+        producer.produce(
+            t.COMPLAINT_RECEIVED.name,
+            key=dispute_id.encode(),
+            value=codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro()),
+        )
+        sent[dispute_id] = time.time()
+    producer.flush(60)
+    first_sent = min(sent.values())
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign(start_at)
+    done: dict[str, float] = {}
+    deadline = time.monotonic() + 600
+    try:
+        while len(done) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(done)}/{n} payouts completed")
+            for msg in consumer.consume(1000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(err)
+                value = codec.decode(t.PAYOUT_COMPLETED.name, msg.value())
+                if value["dispute_id"] in sent and value["dispute_id"] not in done:
+                    done[value["dispute_id"]] = msg.timestamp()[1] / 1000
+    finally:
+        consumer.close()
+    latencies = sorted((done[d] - sent[d]) * 1000 for d in done)
+    calls = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"] - calls_before
+    return Result(
+        latency_ms=latency_ms,
+        complaints=n,
+        seconds=max(done.values()) - first_sent,
+        p50_ms=statistics.median(latencies),
+        p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        llm_calls_per_complaint=calls / n,
+    )
+
+
+def main(complaints: int = 600, latencies: tuple[int, ...] = (0, 300)) -> list[tuple[str, str]]:
+    kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    registry = os.environ.get("SCHEMA_REGISTRY_URL", "")
+    standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
+    launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"))
+    launcher.start()
+    rows: list[tuple[str, str]] = []
+    try:
+        launcher.wait_ready()
+        one_run(kafka, registry, standin, 0, 20)  # warm-up: connections, schema ids
+        for latency in latencies:
+            r = one_run(kafka, registry, standin, latency, complaints)
+            print(
+                f"  LLM at {latency:3d} ms: {r.complaints} complaints in {r.seconds:6.1f}s"
+                f" = {r.rate:6.1f}/s, p50 {r.p50_ms:7.0f} ms, p99 {r.p99_ms:7.0f} ms,"
+                f" {r.llm_calls_per_complaint:.1f} LLM calls per complaint",
+                flush=True,
+            )
+            rows += [
+                (f"pipeline complaints/s (LLM {latency} ms)", f"{r.rate:.1f}"),
+                (
+                    f"pipeline p50 / p99 latency (LLM {latency} ms)",
+                    f"{r.p50_ms:.0f} / {r.p99_ms:.0f} ms",
+                ),
+                (f"LLM calls per complaint (LLM {latency} ms)", f"{r.llm_calls_per_complaint:.1f}"),
+            ]
+    finally:
+        httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
+        launcher.stop()
+    return rows
+
+
+if __name__ == "__main__":
+    for name, value in main():
+        print(f"{name:50s} {value}")
