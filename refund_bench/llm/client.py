@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-import httpx
+import httpx2
 import openai
 from openai.types.chat import (
     ChatCompletionMessageParam,
@@ -152,7 +152,7 @@ class LlmClient:
         self._inflight = 0
         # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
         # warm connections instead of opening (and closing) one per request.
-        limits = httpx.Limits(
+        limits = httpx2.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         self._openai = openai.AsyncOpenAI(

@@ -59,7 +59,8 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert (ledger["status"], ledger["attempts"]) == ("SUCCEEDED", 1)
     assert ledger["stripe_refund_id"].startswith("re_")
     [reply] = story.replies
-    assert "INR 689" in reply["text"] and reply["amount_minor"] == 68900
+    assert "INR 689" in reply["text"]
+    assert reply["amount_minor"] == 68900
     assert [i["grievance_id"] for i in story.review_items if i["status"] == "OPEN"] == ["g3"]
     assert pipeline.llm_calls(dispute) == 14, "1 extraction + 4 x 3 judges + 1 reply"
 
@@ -70,7 +71,8 @@ def test_a_refund_above_the_cap_is_held_for_a_human(pipeline: Pipeline) -> None:
     [priced] = story.priced
     assert priced["total_minor"] == 120000 > priced["cap_minor"] == 100000
     assert (priced["decision"], priced["payable_minor"]) == ("HELD_FOR_REVIEW", 0)
-    assert story.payouts == [] and story.ledger == []
+    assert story.payouts == []
+    assert story.ledger == []
     assert [(i["kind"], i["status"]) for i in story.review_items] == [("DISPUTE", "OPEN")]
     assert "review" in story.replies[0]["text"].lower()
 
@@ -99,7 +101,8 @@ def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeli
         "the model echoed the injected amount; the guard caught it"
     )
     assert any("10000" in failure for failure in reply["guard_failures"])
-    assert "10000" not in reply["text"] and "INR 60" in reply["text"]
+    assert "10000" not in reply["text"]
+    assert "INR 60" in reply["text"]
     assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 6000)]
 
 
@@ -112,9 +115,11 @@ def test_an_overcharge_is_refunded_exactly(pipeline: Pipeline) -> None:
 def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: Pipeline) -> None:
     dispute = _submit(pipeline, "no-grievance")
     story = pipeline.wait_final(dispute)
-    assert story.grievances == [] and story.rulings == []
+    assert story.grievances == []
+    assert story.rulings == []
     assert story.priced[0]["decision"] == "NOTHING_TO_PAY"
-    assert story.replies and story.payouts == []
+    assert story.replies
+    assert story.payouts == []
     assert pipeline.llm_calls(dispute) == 2, "one extraction, one reply, no judges"
 
 
@@ -131,7 +136,7 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
     assert sum(faults.values()) > 0, "faults were injected"
     for story in stories:
         assert story.is_final()
-        assert len(story.payouts) == 1 and story.payouts[0]["outcome"] == "COMPLETED"
+        assert [p["outcome"] for p in story.payouts] == ["COMPLETED"]
         assert story.payouts[0]["amount_minor"] == story.priced[0]["payable_minor"]
     # Unreadable answers are drawn again (or count as ESCALATE): the article still pays 68900.
     assert stories[0].payouts[0]["amount_minor"] == 68900
