@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class StackSettings(BaseSettings):
     """Addresses of the shared infrastructure."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     kafka_bootstrap_servers: str = "127.0.0.1:19092"
     schema_registry_url: str = ""
@@ -52,7 +52,7 @@ class StageSettings(StackSettings):
 class LlmSettings(BaseSettings):
     """One OpenAI-compatible endpoint per role; the defaults point at the local stand-in."""
 
-    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     llm_base_url: str = "http://127.0.0.1:18090/v1"
     llm_api_key: SecretStr = SecretStr("stand-in")

@@ -47,6 +47,16 @@ JAVA21_FILE="$CACHE_DIR/java21.path"
 SERVICES=(postgres redis kafka stripe-mock schema-registry llm-standin)
 
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}"
+
+# Schema registry storage. kafkasql (default): Apicurio keeps its data as a journal in the
+# stack's own Kafka and replays it at start, so schemas and their ids survive registry
+# restarts and live exactly as long as the records that carry those ids (down.sh --wipe
+# removes both). It therefore starts after Kafka is ready. STACK_REGISTRY_STORAGE=mem: the
+# old in-memory H2 store (nothing survives a restart). Topics are created by Apicurio itself.
+REGISTRY_STORAGE="${STACK_REGISTRY_STORAGE:-kafkasql}"
+REGISTRY_JOURNAL_TOPIC=kafkasql-journal
+REGISTRY_SNAPSHOTS_TOPIC=kafkasql-snapshots
+REGISTRY_EVENTS_TOPIC=registry-events
 REGISTRY_HEAP_OPTS="${REGISTRY_HEAP_OPTS:--Xms128m -Xmx512m}"
 READY_TIMEOUT="${STACK_READY_TIMEOUT:-120}"   # seconds per service
 

@@ -242,11 +242,29 @@ start_registry() {
   fi
   ensure_port_free schema-registry "$REGISTRY_PORT"
   ensure_port_free schema-registry "$REGISTRY_MGMT_PORT"
-  # Storage is in-memory (H2, Apicurio's default): nothing survives a restart; the dir only
-  # holds temp files. Global compatibility BACKWARD = Confluent Schema Registry's default
-  # (Apicurio's own default is NONE).
+  # Storage (see REGISTRY_STORAGE in lib.sh): kafkasql = a journal topic in our Kafka, replayed
+  # into an in-memory H2 at start, so schemas and ids survive restarts. Apicurio creates the
+  # journal (1 partition: it writes every record under one key anyway; retention -1, which it
+  # verifies), snapshot and events topics itself. While Kafka is unreachable it hangs before
+  # opening any port, so it is started only once Kafka answers. A poll timeout of 1 s instead
+  # of 5 s cuts ~10 s of idle waits from its boot. mem = in-memory H2 only (Apicurio's default).
+  # The dir only holds temp files. Global compatibility BACKWARD = Confluent Schema Registry's
+  # default (Apicurio's own default is NONE).
+  local storage=()
+  case "$REGISTRY_STORAGE" in
+    kafkasql)
+      storage=(-Dapicurio.storage.kind=kafkasql
+        -Dapicurio.kafkasql.bootstrap.servers="$HOST:$KAFKA_PORT"
+        -Dapicurio.kafkasql.topic="$REGISTRY_JOURNAL_TOPIC"
+        -Dapicurio.kafkasql.topic.partitions=1
+        -Dapicurio.kafkasql.snapshots.topic="$REGISTRY_SNAPSHOTS_TOPIC"
+        -Dapicurio.events.kafka.topic="$REGISTRY_EVENTS_TOPIC"
+        -Dapicurio.kafkasql.consumer.poll.timeout=1000) ;;
+    mem) storage=(-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2) ;;
+    *) die "schema-registry: STACK_REGISTRY_STORAGE must be kafkasql or mem, not '$REGISTRY_STORAGE'" ;;
+  esac
   mkdir -p "$rdir/tmp"
-  log "schema-registry: starting Apicurio $APICURIO_VERSION on $HOST:$REGISTRY_PORT"
+  log "schema-registry: starting Apicurio $APICURIO_VERSION ($REGISTRY_STORAGE storage) on $HOST:$REGISTRY_PORT"
   # C1-only JIT + an auto-created class-data archive cut its boot from ~10 s to ~3 s here
   jsa="$CACHE_DIR/apicurio-$APICURIO_VERSION-$(printf '%s' "$j" | md5sum | cut -c1-8).jsa"
   # shellcheck disable=SC2086
@@ -258,7 +276,7 @@ start_registry() {
     -Dquarkus.http.access-log.enabled=false \
     -Dapicurio.rules.global.compatibility=BACKWARD \
     -Dapicurio.storage.snapshot.location="$rdir/tmp" -Dapicurio.import.work-dir="$rdir/tmp" \
-    -jar "$APICURIO_HOME/quarkus-run.jar")
+    "${storage[@]}" -jar "$APICURIO_HOME/quarkus-run.jar")
   STARTED+=(schema-registry)
 }
 
@@ -298,31 +316,43 @@ EOF
   mv "$tmp" "$ENV_FILE"
 }
 
-# Spawn the slow JVMs first so they boot while PostgreSQL initialises.
+# wait for every service in STARTED (from index $1 on); failures are collected in $failed
+wait_started() {
+  local svc pid i
+  for ((i = $1; i < ${#STARTED[@]}; i++)); do
+    svc="${STARTED[$i]}"
+    if ! wait_ready "$svc" "$(svc_pid "$svc")"; then
+      if [[ "$svc" == schema-registry ]]; then
+        warn "schema-registry failed to start; SCHEMA_REGISTRY_URL=''"
+        pid="$(svc_pid schema-registry)"; [[ -n "$pid" ]] && stop_pid schema-registry "$pid" 10
+        mark_skipped schema-registry "failed to start; see .stack/logs/schema-registry.log"
+        continue
+      fi
+      failed+=" $svc"
+      continue
+    fi
+    rm -f "$RUN_DIR/$svc.skip"
+    case "$svc" in
+      kafka) kafka_wait_coordinators || failed+=" kafka" ;;
+      schema-registry) REGISTRY_URL="$(service_addr schema-registry)" ;;
+    esac
+  done
+}
+
+# Spawn the slow JVMs first so they boot while PostgreSQL initialises. The registry keeps
+# its storage in Kafka (kafkasql), so with that storage it starts once Kafka is ready.
+failed=""
 start_kafka
-start_registry
+[[ "$REGISTRY_STORAGE" == kafkasql ]] || start_registry
 start_redis
 start_stripe_mock
 start_postgres
-
-failed=""
-for svc in "${STARTED[@]}"; do
-  if ! wait_ready "$svc" "$(svc_pid "$svc")"; then
-    if [[ "$svc" == schema-registry ]]; then
-      warn "schema-registry failed to start; SCHEMA_REGISTRY_URL=''"
-      pid="$(svc_pid schema-registry)"; [[ -n "$pid" ]] && stop_pid schema-registry "$pid" 10
-      mark_skipped schema-registry "failed to start; see .stack/logs/schema-registry.log"
-      continue
-    fi
-    failed+=" $svc"
-    continue
-  fi
-  rm -f "$RUN_DIR/$svc.skip"
-  case "$svc" in
-    kafka) kafka_wait_coordinators || failed+=" kafka" ;;
-    schema-registry) REGISTRY_URL="$(service_addr schema-registry)" ;;
-  esac
-done
+wait_started 0
+if [[ "$REGISTRY_STORAGE" == kafkasql && "$failed" != *kafka* ]]; then
+  n=${#STARTED[@]}
+  start_registry
+  wait_started "$n"
+fi
 [[ -z "$failed" ]] || die "not ready:$failed (logs in $LOG_DIR)"
 setup_postgres_db
 

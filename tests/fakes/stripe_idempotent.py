@@ -43,7 +43,7 @@ class FakeStripe:
                         "Keys for idempotent requests can only be used with the same parameters.",
                         "idempotency_key_in_use",
                     )
-                return status, response
+                return self._maybe_lose(status, response)
             if params.get("payment_intent") in self.decline_references:
                 status, response = (
                     402,
@@ -64,10 +64,14 @@ class FakeStripe:
                 status = 200
             if key is not None:
                 self.by_key[key] = (fingerprint, status, response)
-            if self.lose_responses > 0 and status == 200:
-                self.lose_responses -= 1
-                return 500, _error("api_error", "response lost", "api_error")
-            return status, response
+            return self._maybe_lose(status, response)
+
+    def _maybe_lose(self, status: int, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Answer 500 instead of a success while ``lose_responses`` lasts (the work is done)."""
+        if self.lose_responses > 0 and status == 200:
+            self.lose_responses -= 1
+            return 500, _error("api_error", "response lost", "api_error")
+        return status, response
 
 
 def _error(kind: str, message: str, code: str) -> dict[str, Any]:
