@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ENV := . .stack/env.sh &&
 PYTEST_ARGS ?=
 
-.PHONY: install stack-up stack-down stack-status topics lint test test-unit demo bench clean
+.PHONY: install browser stack-up stack-down stack-status lint test test-unit demo bench api clean
 
 install: $(VENV)/.installed
 
@@ -15,6 +15,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
+
+# Debian's Chromium for the review-desk browser test (Playwright drives it; nothing is downloaded).
+browser:
+	@command -v chromium >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 stack-up: install
 	stack/up.sh
@@ -34,7 +39,7 @@ lint: install
 test-unit: install
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-test: install stack-up
+test: install browser stack-up
 	$(MAKE) --no-print-directory lint
 	$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -43,6 +48,10 @@ demo: install stack-up
 
 bench: install stack-up
 	$(ENV) $(PY) -m bench
+
+# The intake API and review desk on :8080 (set API_TOKENS, SESSION_SECRET, REVIEWERS first).
+api: install stack-up
+	$(ENV) $(PY) -m services.api
 
 clean:
 	stack/down.sh --wipe

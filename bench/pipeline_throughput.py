@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
-from refund_bench.launcher import REPO, Launcher
+from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
 from refund_bench.samples import ARTICLE_COMPLAINT
 
 
@@ -38,6 +39,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     llm_calls_per_complaint: float
+    max_judge_inflight: int
 
     @property
     def rate(self) -> float:
@@ -57,7 +59,35 @@ def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
         consumer.close()
 
 
-def one_run(kafka: str, registry: str, standin: str, latency_ms: int, n: int) -> Result:
+class InflightSampler:
+    """Samples the judge's ``refund_bench_inflight_llm_calls`` gauge; keeps the maximum."""
+
+    def __init__(self, metrics_url: str) -> None:
+        self.maximum = 0
+        self._url = metrics_url
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                text = httpx.get(self._url, timeout=1).text
+            except httpx.HTTPError:
+                continue
+            for line in text.splitlines():
+                if line.startswith("refund_bench_inflight_llm_calls{"):
+                    self.maximum = max(self.maximum, int(float(line.rsplit(" ", 1)[1])))
+
+    def close(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.maximum
+
+
+def one_run(
+    kafka: str, registry: str, standin: str, latency_ms: int, n: int, judge_metrics: str
+) -> Result:
     httpx.post(f"{standin}/admin/faults", json={"latency_ms": latency_ms}, timeout=5)
     calls_before = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"]
     start_at = _end_offsets(kafka, t.PAYOUT_COMPLETED.name)
@@ -89,6 +119,7 @@ def one_run(kafka: str, registry: str, standin: str, latency_ms: int, n: int) ->
             value=codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro()),
         )
         sent[dispute_id] = time.time()
+    sampler = InflightSampler(judge_metrics)
     producer.flush(60)
     first_sent = min(sent.values())
 
@@ -118,6 +149,7 @@ def one_run(kafka: str, registry: str, standin: str, latency_ms: int, n: int) ->
                     done[value["dispute_id"]] = msg.timestamp()[1] / 1000
     finally:
         consumer.close()
+        max_inflight = sampler.close()
     latencies = sorted((done[d] - sent[d]) * 1000 for d in done)
     calls = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"] - calls_before
     return Result(
@@ -127,6 +159,7 @@ def one_run(kafka: str, registry: str, standin: str, latency_ms: int, n: int) ->
         p50_ms=statistics.median(latencies),
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         llm_calls_per_complaint=calls / n,
+        max_judge_inflight=max_inflight,
     )
 
 
@@ -136,16 +169,18 @@ def main(complaints: int = 600, latencies: tuple[int, ...] = (0, 300)) -> list[t
     standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
     launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"))
     launcher.start()
+    judge = f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics"
     rows: list[tuple[str, str]] = []
     try:
         launcher.wait_ready()
-        one_run(kafka, registry, standin, 0, 20)  # warm-up: connections, schema ids
+        one_run(kafka, registry, standin, 0, 20, judge)  # warm-up: connections, schema ids
         for latency in latencies:
-            r = one_run(kafka, registry, standin, latency, complaints)
+            r = one_run(kafka, registry, standin, latency, complaints, judge)
             print(
                 f"  LLM at {latency:3d} ms: {r.complaints} complaints in {r.seconds:6.1f}s"
                 f" = {r.rate:6.1f}/s, p50 {r.p50_ms:7.0f} ms, p99 {r.p99_ms:7.0f} ms,"
-                f" {r.llm_calls_per_complaint:.1f} LLM calls per complaint",
+                f" {r.llm_calls_per_complaint:.1f} LLM calls per complaint,"
+                f" up to {r.max_judge_inflight} judge calls in flight",
                 flush=True,
             )
             rows += [
@@ -155,6 +190,7 @@ def main(complaints: int = 600, latencies: tuple[int, ...] = (0, 300)) -> list[t
                     f"{r.p50_ms:.0f} / {r.p99_ms:.0f} ms",
                 ),
                 (f"LLM calls per complaint (LLM {latency} ms)", f"{r.llm_calls_per_complaint:.1f}"),
+                (f"judge LLM calls in flight, max (LLM {latency} ms)", f"{r.max_judge_inflight}"),
             ]
     finally:
         httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)

@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import psycopg
-import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -34,7 +33,7 @@ from services.api.passwords import hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
 from services.extractor.evidence import freeze
-from tests.conftest import Stack
+from tests.conftest import Stack, unavailable
 
 API_TOKEN = "test-token-" + "a" * 24
 OTHER_TOKEN = "test-token-" + "b" * 24
@@ -84,7 +83,7 @@ def api_settings(stack: Stack, **overrides: Any) -> ApiSettings:
 def running_api(stack: Stack, **overrides: Any) -> Iterator[ApiServer]:
     """The real app (real PostgreSQL pool, real Kafka producer) served by uvicorn in a thread."""
     if not stack.database_url:
-        pytest.skip("DATABASE_URL is not set: run `make stack-up` and `. .stack/env.sh`")
+        unavailable("PostgreSQL (DATABASE_URL)")
     prepare_database(stack.database_url)
     settings = api_settings(stack, **overrides)
     server = BackgroundServer(create_app(settings, build_deps(settings))).start()

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from refund_bench.samples import ARTICLE_COMPLAINT
-from tests.conftest import Stack
+from tests.conftest import Stack, unavailable
 from tests.e2e.conftest_api import PASSWORDS, ApiServer, running_api
 from tests.e2e.pipeline import Pipeline
 
@@ -45,7 +45,7 @@ def api_server(stack: Stack) -> Iterator[ApiServer]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+        unavailable(f"{CHROMIUM} (apt-get install chromium; `make test` installs it)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
