@@ -22,6 +22,7 @@ class StackSettings(BaseSettings):
     kafka_bootstrap_servers: str = "127.0.0.1:19092"
     schema_registry_url: str = ""
     topic_partitions: int = Field(default=12, ge=1)
+    topic_replication_factor: int = Field(default=1, ge=1)
     database_url: SecretStr = SecretStr(
         "postgresql://refund_bench:refund_bench@127.0.0.1:15432/refund_bench"
     )
@@ -47,15 +48,3 @@ class StageSettings(StackSettings):
         On Kubernetes the hostname is the pod name, unique per replica.
         """
         return self.transactional_id or f"{stage}-{socket.gethostname()}"
-
-
-class LlmSettings(BaseSettings):
-    """One OpenAI-compatible endpoint per role; the defaults point at the local stand-in."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
-
-    llm_base_url: str = "http://127.0.0.1:18090/v1"
-    llm_api_key: SecretStr = SecretStr("stand-in")
-    llm_timeout_seconds: float = 20.0
-    llm_rate_per_second: float = Field(default=500.0, gt=0)
-    llm_burst: int = Field(default=500, ge=1)

@@ -23,7 +23,10 @@ def provision(seed: bool = True) -> None:
 
     settings = StackSettings()
     created = ensure_topics(
-        settings.kafka_bootstrap_servers, all_topic_specs(), partitions=settings.topic_partitions
+        settings.kafka_bootstrap_servers,
+        all_topic_specs(),
+        partitions=settings.topic_partitions,
+        replication_factor=settings.topic_replication_factor,
     )
     conninfo = settings.database_url.get_secret_value()
     migrate(conninfo)

@@ -24,7 +24,7 @@ from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import ResponseCache, cached_call, extractor_cache_key, sha256_hex
 from refund_bench.llm.client import JsonCompleter
-from refund_bench.llm.roles import LlmRequest, Prompt, build_extractor_request
+from refund_bench.llm.roles import LlmRequest, MalformedAnswer, Prompt, build_extractor_request
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.extractor.evidence import freeze, load_snapshot
 from services.extractor.validation import ExtractedGrievance, ExtractionInvalid, validate_extraction
@@ -130,9 +130,12 @@ class ExtractorHandler:
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
         async def compute() -> str:
-            return await self._llm.complete_json(
-                request.messages, request.schema_name, request.schema, None, dispute_id
-            )
+            try:
+                return await self._llm.complete_json(
+                    request.messages, request.schema_name, request.schema, None, dispute_id
+                )
+            except MalformedAnswer as exc:
+                return exc.raw  # cut short or empty: validation fails, the repair call follows
 
         raw, _from_cache = await cached_call(self._cache, key, compute)
         return raw

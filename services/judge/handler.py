@@ -91,13 +91,17 @@ class JudgeHandler:
         async def draw() -> str:
             raw = ""
             for _ in range(DRAWS_PER_SEAT):
-                raw = await seat.llm.complete_json(
-                    request.messages,
-                    request.schema_name,
-                    request.schema,
-                    seat.seed,
-                    grievance.dispute_id,
-                )
+                try:
+                    raw = await seat.llm.complete_json(
+                        request.messages,
+                        request.schema_name,
+                        request.schema,
+                        seat.seed,
+                        grievance.dispute_id,
+                    )
+                except MalformedAnswer as exc:  # cut short or empty: draw again
+                    raw = exc.raw
+                    continue
                 try:
                     parse_judge_ruling(raw)
                     break
