@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
+from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import ARTICLE_COMPLAINT
 
 
@@ -93,34 +93,17 @@ def one_run(
     start_at = _end_offsets(kafka, t.PAYOUT_COMPLETED.name)
     codec = Codec(
         framing_from_registry_url(registry),
-        {
-            t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
-            t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema,
-        },
+        {t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema},
     )
-    producer = Producer(
-        {"bootstrap.servers": kafka, "linger.ms": 5, "partitioner": "murmur2_random"}
-    )
+    publisher = ComplaintPublisher(kafka, registry)
     tag = uuid.uuid4().hex[:8]
     sent: dict[str, float] = {}
     for i in range(n):
         dispute_id = f"bench-{tag}-{i}"
-        event = ev.ComplaintReceived(
-            dispute_id=dispute_id,
-            order_id="order-1840",
-            customer_id="cust-77",
-            text=ARTICLE_COMPLAINT,
-            received_at=ev.now(),
-            channel="bench",
-        )
-        producer.produce(
-            t.COMPLAINT_RECEIVED.name,
-            key=dispute_id.encode(),
-            value=codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro()),
-        )
+        publisher.publish(dispute_id, "order-1840", "cust-77", ARTICLE_COMPLAINT, channel="bench")
         sent[dispute_id] = time.time()
     sampler = InflightSampler(judge_metrics)
-    producer.flush(60)
+    publisher.flush(60)
     first_sent = min(sent.values())
 
     consumer = Consumer(

@@ -117,7 +117,9 @@ class RegistryFraming:
         key = (topic, text)
         schema_id = self._ids.get(key)
         if schema_id is None:
-            schema_id = self.client.register_schema(f"{topic}-value", RegistrySchema(text, "AVRO"))
+            schema_id = self.client.register_schema(
+                f"{topic}-value", RegistrySchema(schema_str=text, schema_type="AVRO")
+            )
             self._ids[key] = schema_id
             self._schemas[schema_id] = schema
         return b"\x00" + struct.pack(">I", schema_id)

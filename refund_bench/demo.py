@@ -13,14 +13,11 @@ from pathlib import Path
 import httpx
 import psycopg
 import typer
-from confluent_kafka import Producer
 
-from refund_bench import events as ev
-from refund_bench import topics as t
-from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.config import StackSettings
 from refund_bench.disputes import load_story, render
 from refund_bench.launcher import REPO, Launcher
+from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import SAMPLE_COMPLAINTS
 
 app = typer.Typer(add_completion=False)
@@ -38,36 +35,18 @@ def demo(
     launcher.start()
     try:
         launcher.wait_ready()
-        codec = Codec(
-            framing_from_registry_url(settings.schema_registry_url),
-            {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
-        )
-        producer = Producer(
-            {
-                "bootstrap.servers": settings.kafka_bootstrap_servers,
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",
-            }
+        publisher = ComplaintPublisher(
+            settings.kafka_bootstrap_servers, settings.schema_registry_url
         )
         run = time.strftime("%Y%m%d-%H%M%S")
         disputes: list[tuple[str, str]] = []
         for sample in SAMPLE_COMPLAINTS:
             dispute_id = f"demo-{run}-{sample.label}"
-            event = ev.ComplaintReceived(
-                dispute_id=dispute_id,
-                order_id=sample.order_id,
-                customer_id=sample.customer_id,
-                text=sample.text,
-                received_at=ev.now(),
-                channel="demo",
-            )
-            producer.produce(
-                t.COMPLAINT_RECEIVED.name,
-                key=dispute_id.encode(),
-                value=codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro()),
+            publisher.publish(
+                dispute_id, sample.order_id, sample.customer_id, sample.text, channel="demo"
             )
             disputes.append((dispute_id, f"{sample.label} ({sample.shows})"))
-        producer.flush(30)
+        publisher.flush()
         typer.echo(f"published {len(disputes)} sample complaints; waiting for their outcomes\n")
         _wait_and_print(settings, disputes, timeout_s, llm_stats_url)
     finally:

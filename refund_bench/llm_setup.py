@@ -8,7 +8,8 @@ URL) per seat: ``JUDGE_MODELS=model-a,model-b,model-c``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from pydantic import Field, SecretStr, field_validator
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -17,6 +18,7 @@ from refund_bench.config import StageSettings
 from refund_bench.llm.cache import RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.runtime.metrics import Metrics
 
 
 class LlmStageSettings(StageSettings):
@@ -108,3 +110,36 @@ class JudgePanelSettings(LlmStageSettings):
 
     def seat_seed(self, seat: int) -> int:
         return self.judge_seed_base + seat
+
+
+@dataclass(frozen=True)
+class RoleWiring:
+    """What one LLM role's stage needs: its client, the shared cache, and how to close them."""
+
+    llm: LlmClient
+    cache: RedisResponseCache
+    redis: Redis
+
+    def closers(self) -> tuple[Callable[[], Awaitable[None]], ...]:
+        return (self.llm.aclose, self.redis.aclose)
+
+
+def single_role(
+    settings: LlmStageSettings,
+    metrics: Metrics,
+    *,
+    model: str,
+    temperature: float,
+    base_url: str = "",
+) -> RoleWiring:
+    """Client (with the shared rate limiter), response cache and Redis for one role."""
+    redis = redis_client(settings)
+    llm = client(
+        settings,
+        model=model,
+        temperature=temperature,
+        redis=redis,
+        base_url=base_url,
+        on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
+    )
+    return RoleWiring(llm=llm, cache=response_cache(settings, redis), redis=redis)

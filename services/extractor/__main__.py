@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from refund_bench.llm.roles import load_prompt
-from refund_bench.llm_setup import LlmStageSettings, client, redis_client, response_cache
+from refund_bench.llm_setup import LlmStageSettings, single_role
 from refund_bench.resources import lifecycle, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
@@ -29,27 +29,25 @@ def main() -> None:
     configure_logging(settings.log_level)
     registry = CollectorRegistry()
     metrics = PrometheusMetrics("extractor", registry)
-    redis = redis_client(settings)
-    llm = client(
+    role = single_role(
         settings,
+        metrics,
         model=settings.extractor_model,
         temperature=settings.extractor_temperature,
-        redis=redis,
         base_url=settings.extractor_base_url,
-        on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
     )
     pool = pg_pool(settings.database_url.get_secret_value())
     handler = ExtractorHandler(
         pool,
-        llm,
-        response_cache(settings, redis),
+        role.llm,
+        role.cache,
         load_prompt(settings.extractor_prompt_version),
         settings.auto_approve_cap_minor,
     )
     spec = dataclasses.replace(
         handler.spec(),
         startup=lifecycle(pool.open),
-        shutdown=lifecycle(pool.close, llm.aclose, redis.aclose),
+        shutdown=lifecycle(pool.close, *role.closers()),
     )
     run_stage(spec, settings, registry, metrics)
 

@@ -16,15 +16,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from confluent_kafka import Producer
 
-from refund_bench import events as ev
-from refund_bench import topics as t
-from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import upsert_orders
 from refund_bench.disputes import Story, load_story
 from refund_bench.launcher import Launcher
+from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import SAMPLE_ORDERS
 from refund_bench.topics import all_topic_specs, ensure_topics
 from tests.conftest import Stack
@@ -38,17 +35,7 @@ class Pipeline:
     launcher: Launcher
 
     def __post_init__(self) -> None:
-        self._codec = Codec(
-            framing_from_registry_url(self.stack.registry_url),
-            {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
-        )
-        self._producer = Producer(
-            {
-                "bootstrap.servers": self.stack.kafka,
-                "enable.idempotence": True,
-                "partitioner": "murmur2_random",
-            }
-        )
+        self._publisher = ComplaintPublisher(self.stack.kafka, self.stack.registry_url)
 
     @property
     def database_url(self) -> str:
@@ -59,16 +46,8 @@ class Pipeline:
     ) -> str:
         """Publish complaint.received (as an upstream service does); returns the dispute id."""
         dispute_id = dispute_id or f"d-{uuid.uuid4().hex[:16]}"
-        event = ev.ComplaintReceived(
-            dispute_id=dispute_id,
-            order_id=order_id,
-            customer_id=customer_id,
-            text=text,
-            received_at=ev.now(),
-        )
-        value = self._codec.encode(t.COMPLAINT_RECEIVED.name, event.to_avro())
-        self._producer.produce(t.COMPLAINT_RECEIVED.name, key=dispute_id.encode(), value=value)
-        assert self._producer.flush(30) == 0
+        self._publisher.publish(dispute_id, order_id, customer_id, text)
+        self._publisher.flush()
         return dispute_id
 
     def story(self, dispute_id: str) -> Story:

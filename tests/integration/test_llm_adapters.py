@@ -37,17 +37,12 @@ from refund_bench.llm.cache import (
 from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected, LlmUnavailable
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
+from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
 from services.llm_standin.app import create_app
 
 T = TypeVar("T")
 
-ARTICLE_COMPLAINT = (
-    "Ordered at 8:15pm and the food showed up at 9:40pm. We had guests over, it was "
-    "embarrassing. Two of the four were missing completely. The raita had leaked all over the "
-    "inside of the bag. And the delivery guy was rude when I asked him about it. Honestly the "
-    "worst experience I\u2019ve had on this app - refund everything."
-)
 ORDER = OrderRecord(
     order_id="order-1840",
     customer_id="customer-7",

@@ -4,40 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from refund_bench.domain import LineItem, OrderRecord
+from refund_bench.domain import OrderRecord
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 
 BIRYANI = "Hyderabadi Biryani"
 RAITA = "Raita"
 
-ARTICLE_COMPLAINT = (
-    "Ordered at 8:15pm and the food showed up at 9:40pm. We had guests over, it was "
-    "embarrassing. Two of the four were missing completely. The raita had leaked all over the "
-    "inside of the bag. And the delivery guy was rude when I asked him about it. Honestly the "
-    "worst experience I've had on this app - refund everything."
-)
-
-ARTICLE_ORDER = OrderRecord(
-    order_id="order-1840",
-    customer_id="cust-77",
-    currency="INR",
-    placed_at="2026-09-14T20:15:00+05:30",
-    delivered_at="2026-09-14T21:40:00+05:30",
-    delivery_sla_minutes=45,
-    line_items=(
-        LineItem(name=BIRYANI, quantity=4, unit_price_minor=32000, unit_weight_g=550),
-        LineItem(name=RAITA, quantity=1, unit_price_minor=6000, unit_weight_g=200),
-    ),
-    delivery_fee_minor=0,
-    charged_total_minor=134000,
-    pickup_weight_expected_g=2400,
-    pickup_weight_actual_g=1200,
-    partner_rating_at_handover=5,
-    packaging_condition_recorded=False,
-    partner_conduct_reports=(
-        "in-app chat flagged by trust & safety: abusive language to customer",
-    ),
-    payment_reference="pi_order1840",
-)
+__all__ = ["ARTICLE_COMPLAINT", "ARTICLE_ORDER", "BIRYANI", "RAITA", "article_order", "span_of"]
 
 
 def article_order(**changes: Any) -> OrderRecord:
