@@ -180,8 +180,8 @@ class StageRunner:
             # transaction before we read a single record or restore any state.
             self._producer.init_transactions(self.config.commit_timeout_s)
         if self.spec.is_async:
-            # uvloop: the same asyncio semantics on libuv, markedly less CPU per request for
-            # stages that keep hundreds of HTTP calls in flight.
+            # uvloop: a drop-in asyncio loop on libuv, for the stages that keep hundreds of
+            # HTTP calls in flight.
             self._loop = uvloop.new_event_loop()
             if self.spec.startup is not None:
                 self._loop.run_until_complete(self.spec.startup())

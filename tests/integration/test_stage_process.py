@@ -1,0 +1,71 @@
+"""A stage as its own process: health, readiness and metrics over HTTP; SIGTERM within 30 s."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tests.conftest import Stack
+from tests.kafka_helpers import REPO, wait_for
+
+pytestmark = pytest.mark.stack
+
+PORT = 9480
+
+
+def _get(path: str) -> httpx.Response | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{PORT}{path}", timeout=2)
+    except httpx.HTTPError:
+        return None
+
+
+def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: Stack) -> None:
+    instance = f"tally-probe-{uuid.uuid4().hex[:6]}"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
+        "SCHEMA_REGISTRY_URL": stack.registry_url,
+        "METRICS_HOST": "127.0.0.1",
+        "METRICS_PORT": str(PORT),
+        "TRANSACTIONAL_ID": instance,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.tally"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(
+            lambda: (r := _get("/readyz")) is not None and r.status_code == 200,
+            60,
+            "tally to be ready",
+        )
+        health = _get("/healthz")
+        assert health is not None
+        assert health.status_code == 200
+        metrics = _get("/metrics")
+        assert metrics is not None
+        assert "refund_bench_transactions_total" in metrics.text
+        assert "refund_bench_batch_seconds_bucket" in metrics.text
+        assert "dispute" not in metrics.text.lower(), "no per-dispute labels"
+
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+        elapsed = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert code == 0, process.stderr.read().decode()[-2000:] if process.stderr else ""
+    assert elapsed < 30
