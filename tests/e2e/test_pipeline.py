@@ -148,3 +148,27 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
             # A dispute the noise made undecidable is not dropped: it waits for a human.
             assert any(i["status"] == "OPEN" for i in story.review_items), latest
     assert paid >= 6, f"only {paid} of {len(stories)} disputes paid under faults"
+
+
+def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
+    pipeline: Pipeline,
+) -> None:
+    from refund_bench.codec import Codec, framing_from_registry_url
+    from tests.kafka_helpers import read_committed
+
+    dispute = pipeline.submit("order-does-not-exist", "cust-1", "Two samosas were missing.")
+    dlq = "complaint.received.dlq"
+    codec = Codec(framing_from_registry_url(pipeline.stack.registry_url), {dlq: "dead_letter"})
+
+    def mine(records: list[Any]) -> bool:
+        return any(r.key == dispute for r in records)
+
+    def decode(raw: bytes | None) -> Any:
+        return codec.decode(dlq, raw)
+
+    records = read_committed(pipeline.stack.kafka, dlq, until=mine, timeout_s=60, decode=decode)
+    [dead] = [r for r in records if r.key == dispute]
+    assert dead.value["reason"] == "unknown order 'order-does-not-exist'"
+    assert dead.headers["dlq.reason"] == b"unknown order 'order-does-not-exist'"
+    assert dead.headers["dlq.stage"] == b"extractor"
+    assert pipeline.story(dispute).dispute is None
