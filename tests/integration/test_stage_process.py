@@ -56,7 +56,7 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
         metrics = _get("/metrics")
         assert metrics is not None
         assert "refund_bench_transactions_total" in metrics.text
-        assert "refund_bench_batch_seconds_bucket" in metrics.text
+        assert "# TYPE refund_bench_batch_seconds histogram" in metrics.text
         assert "dispute" not in metrics.text.lower(), "no per-dispute labels"
 
         started = time.monotonic()
