@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from refund_bench import events as ev
@@ -63,7 +64,7 @@ class JudgeHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         grievance = ev.parse(ev.GrievanceExtracted, message.value)
-        snapshot = load_snapshot(grievance.snapshot_json, grievance.snapshot_sha256)
+        snapshot, allowed = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
         request = build_judge_request(
             GrievanceForJudge(
                 grievance_id=grievance.grievance_id,
@@ -75,7 +76,6 @@ class JudgeHandler:
             snapshot,
             prompt=self._prompt,
         )
-        allowed = evidence_fields(snapshot)
         rulings = await asyncio.gather(
             *(self._rule(seat, grievance, request, allowed) for seat in self._seats)
         )
@@ -137,6 +137,16 @@ class JudgeHandler:
             cast_at=ev.now(),
             **fields,
         )
+
+
+@lru_cache(maxsize=1024)
+def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any], frozenset[str]]:
+    """The verified snapshot and its citable fields; the N grievances of a dispute share one.
+
+    Read-only: the dict is shared by every caller with the same snapshot.
+    """
+    snapshot = load_snapshot(snapshot_json, snapshot_sha256)
+    return snapshot, evidence_fields(snapshot)
 
 
 def _ruling_fields(raw: str, allowed: frozenset[str]) -> dict[str, Any]:
