@@ -6,15 +6,23 @@ PY := $(VENV)/bin/python
 ENV := . .stack/env.sh &&
 PYTEST_ARGS ?=
 
-.PHONY: install browser stack-up stack-down stack-status lint test test-unit demo bench api clean
+.PHONY: install lock browser stack-up stack-down stack-status lint test test-unit demo bench api clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+# Refresh constraints.txt from a fresh resolution of pyproject.toml's ranges.
+lock:
+	rm -rf .lock-venv && python3 -m venv .lock-venv
+	.lock-venv/bin/pip install -q -e '.[dev]'
+	{ echo "# Exact versions CI and 'make install' use (pip constraints). Regenerate: make lock"; \
+	  .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt
+	rm -rf .lock-venv
 
 # Debian's Chromium for the review-desk browser test (Playwright drives it; nothing is downloaded).
 browser:
