@@ -43,6 +43,7 @@ def main() -> None:
         role.cache,
         load_prompt(settings.extractor_prompt_version),
         settings.auto_approve_cap_minor,
+        on_call=lambda cached: metrics.incr("llm_calls", kind="cached" if cached else "made"),
     )
     spec = dataclasses.replace(
         handler.spec(),

@@ -11,7 +11,7 @@ costs no new call. Extraction never judges: truth is for the judges.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -42,12 +42,14 @@ class ExtractorHandler:
         cache: ResponseCache,
         prompt: Prompt,
         cap_minor: int = DEFAULT_CAP_MINOR,
+        on_call: Callable[[bool], None] | None = None,
     ) -> None:
         self._pool = pool
         self._llm = llm
         self._cache = cache
         self._prompt = prompt
         self._cap_minor = cap_minor
+        self._on_call = on_call
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -137,7 +139,9 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        raw, _from_cache = await cached_call(self._cache, key, compute)
+        raw, from_cache = await cached_call(self._cache, key, compute)
+        if self._on_call is not None:
+            self._on_call(from_cache)
         return raw
 
     def _unpriced(
