@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from refund_bench import events as ev
+
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 """Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces."""
 TEXT_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
@@ -133,16 +135,8 @@ class VerdictRecord(BaseModel):
     decided_at: datetime
 
 
-class PricedLine(BaseModel):
-    grievance_id: str
-    category: str
-    outcome: str
-    status: str
-    amount_minor: int
-    proposed_minor: int = 0
-    rule: str
-    item_name: str | None = None
-    quantity: int | None = None
+PricedLine = ev.PricedLineEvent
+"""A priced line exactly as ``refund.priced`` carries it."""
 
 
 class PricedRound(BaseModel):
