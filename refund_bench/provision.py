@@ -5,38 +5,54 @@
 
 from __future__ import annotations
 
+import psycopg
 import typer
 
 from refund_bench.config import StackSettings
 from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import SAMPLE_ORDERS
-from refund_bench.topics import all_topic_specs, ensure_topics
+from refund_bench.topics import DEFAULT_PARTITIONS, all_topic_specs, ensure_topics
 
 app = typer.Typer(add_completion=False)
 
 
-@app.command()
-def provision(seed: bool = True) -> None:
-    """Create missing topics, apply the schema and (by default) seed the sample orders."""
-    import psycopg
-
-    settings = StackSettings()
+def provision_stack(
+    bootstrap_servers: str,
+    conninfo: str,
+    *,
+    partitions: int = DEFAULT_PARTITIONS,
+    replication_factor: int = 1,
+    seed: bool = True,
+) -> tuple[int, int]:
+    """Create missing topics, apply the schema, seed the sample orders; returns
+    (topics created, orders seeded). Idempotent."""
     created = ensure_topics(
-        settings.kafka_bootstrap_servers,
+        bootstrap_servers,
         all_topic_specs(),
-        partitions=settings.topic_partitions,
-        replication_factor=settings.topic_replication_factor,
+        partitions=partitions,
+        replication_factor=replication_factor,
     )
-    conninfo = settings.database_url.get_secret_value()
     migrate(conninfo)
     seeded = 0
     if seed:
         with psycopg.connect(conninfo) as conn:
             seeded = upsert_orders(conn, SAMPLE_ORDERS)
-    typer.echo(
-        f"provisioned: {len(created)} topics created, schema applied, {seeded} orders seeded"
+    return len(created), seeded
+
+
+@app.command()
+def provision(seed: bool = True) -> None:
+    """Create missing topics, apply the schema and (by default) seed the sample orders."""
+    settings = StackSettings()
+    created, seeded = provision_stack(
+        settings.kafka_bootstrap_servers,
+        settings.database_url.get_secret_value(),
+        partitions=settings.topic_partitions,
+        replication_factor=settings.topic_replication_factor,
+        seed=seed,
     )
+    typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
 
 
 if __name__ == "__main__":

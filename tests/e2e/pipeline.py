@@ -17,13 +17,10 @@ import httpx
 import psycopg
 import pytest
 
-from refund_bench.db.migrate import migrate
-from refund_bench.db.orders import upsert_orders
 from refund_bench.disputes import Story, load_story
 from refund_bench.launcher import Launcher
+from refund_bench.provision import provision_stack
 from refund_bench.publish import ComplaintPublisher
-from refund_bench.samples import SAMPLE_ORDERS
-from refund_bench.topics import all_topic_specs, ensure_topics
 from tests.conftest import Stack
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -97,18 +94,11 @@ class Pipeline:
         self.launcher.wait_ready()
 
 
-def provision(stack: Stack) -> None:
-    ensure_topics(stack.kafka, all_topic_specs())
-    migrate(stack.database_url)
-    with psycopg.connect(stack.database_url) as conn:
-        upsert_orders(conn, SAMPLE_ORDERS)
-
-
 @pytest.fixture(scope="session")
 def pipeline(stack: Stack) -> Iterator[Pipeline]:
     if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
         pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
-    provision(stack)
+    provision_stack(stack.kafka, stack.database_url)
     launcher = Launcher(
         log_dir=ARTIFACTS / "pipeline-logs",
         env={
