@@ -66,6 +66,23 @@ async def complaint_text(pool: AsyncConnectionPool[Any], dispute_id: str) -> str
     return None if row is None else str(row[0])
 
 
+_SNAPSHOT_SQL = "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s"
+
+
+def _verified(row: Any, sha256: str) -> dict[str, Any]:
+    if row is None:
+        raise InvalidInput(f"no evidence snapshot {sha256}")
+    return load_snapshot(str(row[0]), sha256)
+
+
+async def read_snapshot(pool: AsyncConnectionPool[Any], sha256: str) -> dict[str, Any]:
+    """The snapshot stored under ``sha256``, checked against it; InvalidInput if absent."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(_SNAPSHOT_SQL, (sha256,))
+        row = await cur.fetchone()
+    return _verified(row, sha256)
+
+
 class SnapshotReader:
     """Reads snapshots by hash (verified against it), cached: they never change."""
 
@@ -74,9 +91,4 @@ class SnapshotReader:
         self.get = lru_cache(maxsize=cache_size)(self._load)
 
     def _load(self, sha256: str) -> dict[str, Any]:
-        row = self._conn.execute(
-            "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s", (sha256,)
-        ).fetchone()
-        if row is None:
-            raise InvalidInput(f"no evidence snapshot {sha256}")
-        return load_snapshot(str(row[0]), sha256)
+        return _verified(self._conn.execute(_SNAPSHOT_SQL, (sha256,)).fetchone(), sha256)

@@ -10,7 +10,6 @@ above zero become a payout request; the model's text never feeds an amount.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.snapshots import complaint_text
+from refund_bench.db.snapshots import complaint_text, read_snapshot
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import ResponseCache, cached_call, settler_cache_key
@@ -194,14 +193,8 @@ class SettlerHandler:
         return stored
 
     async def _payment_reference(self, snapshot_sha256: str) -> str:
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s", (snapshot_sha256,)
-            )
-            row = await cur.fetchone()
-        if row is None:
-            raise InvalidInput(f"no evidence snapshot {snapshot_sha256}")
-        reference = json.loads(row[0])["order"].get("payment_reference", "")
+        snapshot = await read_snapshot(self._pool, snapshot_sha256)
+        reference = snapshot["order"].get("payment_reference", "")
         if not reference:
             raise InvalidInput("the order has no payment reference to refund against")
         return str(reference)
