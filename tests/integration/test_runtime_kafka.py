@@ -54,6 +54,14 @@ def _config(kafka: str, group: str, **overrides: object) -> RuntimeConfig:
     return RuntimeConfig(**base)  # type: ignore[arg-type]
 
 
+def _selftest_args(source: str, sink: str, group: str, batch: int) -> tuple[str, ...]:
+    """CLI arguments of a selftest stage with a stable identity across restarts."""
+    return (
+        "--input", source, "--output", sink, "--group", group,
+        "--txn-id", f"{group}-txn", "--instance-id", f"{group}-0", "--batch", str(batch),
+    )  # fmt: skip
+
+
 class _Progress:
     """Counts committed output records in the background while a stage is being killed."""
 
@@ -92,20 +100,7 @@ def test_exactly_once_through_repeated_sigkill(
     codec = bench_codec(framing, source, sink)
     produce_values(stack.kafka, source, _records(total), codec)
     ARTIFACTS.mkdir(exist_ok=True)
-    args = (
-        "--input",
-        source,
-        "--output",
-        sink,
-        "--group",
-        group,
-        "--txn-id",
-        f"{group}-txn",
-        "--instance-id",
-        f"{group}-0",
-        "--batch",
-        "50",
-    )
+    args = _selftest_args(source, sink, group, batch=50)
     progress = _Progress(stack.kafka, sink)
     kills = 0
     try:
@@ -295,20 +290,7 @@ def test_counter_state_survives_sigkill(
     )
     codec = bench_codec(framing, source, sink)
     produce_values(stack.kafka, source, _records(total, keys=keys), codec)
-    args = (
-        "--input",
-        source,
-        "--output",
-        sink,
-        "--group",
-        group,
-        "--txn-id",
-        f"{group}-txn",
-        "--instance-id",
-        f"{group}-0",
-        "--batch",
-        "40",
-    )
+    args = _selftest_args(source, sink, group, batch=40)
     progress = _Progress(stack.kafka, sink)
     try:
         for kill in range(3):
