@@ -36,6 +36,7 @@ class StageSettings(StackSettings):
     batch_max_records: int = Field(default=500, ge=1)
     batch_max_wait_ms: int = Field(default=50, ge=1)
     max_inflight: int = Field(default=512, ge=1)
+    max_pending_records: int = Field(default=2000, ge=1)
     transactional_id: str = ""
     group_instance_id: str = ""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster

@@ -28,16 +28,28 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         batch_max_records=settings.batch_max_records,
         batch_max_wait_s=settings.batch_max_wait_ms / 1000,
         max_inflight=settings.max_inflight,
+        max_pending_records=settings.max_pending_records,
         group_instance_id=settings.group_instance_id or None,
     )
 
 
+QUIET_LOGGERS = ("httpx", "httpx2", "openai", "stripe")
+"""Client libraries that log every request at INFO: kept at WARNING whatever ``level`` is.
+
+At hundreds of LLM calls per second their per-request lines would cost CPU and disk and say
+nothing the metrics do not.
+"""
+
+
 def configure_logging(level: str) -> None:
+    """Log to stderr at ``level``; the per-request loggers of :data:`QUIET_LOGGERS` at WARNING."""
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def run_stage(

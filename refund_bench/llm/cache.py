@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 from redis.asyncio import Redis
 
+from refund_bench.coalesce import TickBatcher
+
 
 class ResponseCache(Protocol):
     """A first-writer-wins string store."""
@@ -41,6 +43,9 @@ class RedisResponseCache:
 
     ``prefix`` namespaces the keys (e.g. ``"refund-bench:llm:"``). The TTL should outlive the
     longest possible redelivery (consumer lag plus retention of the input topic).
+
+    Concurrent calls are coalesced (:class:`refund_bench.coalesce.TickBatcher`): the lookups of
+    one event-loop iteration are one ``MGET``, its writes one pipeline of ``SET NX``.
     """
 
     def __init__(self, redis: Redis, prefix: str, ttl_seconds: int) -> None:
@@ -49,25 +54,37 @@ class RedisResponseCache:
         self._redis = redis
         self._prefix = prefix
         self._ttl = ttl_seconds
+        self._gets: TickBatcher[str, str | None] = TickBatcher(self._get_many)
+        self._puts: TickBatcher[tuple[str, str], str | None] = TickBatcher(self._put_many)
 
     @staticmethod
-    def _text(value: bytes | str) -> str:
+    def _text(value: bytes | str | None) -> str | None:
         return value.decode("utf-8") if isinstance(value, bytes) else value
 
     async def get(self, key: str) -> str | None:
-        value: bytes | str | None = await self._redis.get(self._prefix + key)
-        return None if value is None else self._text(value)
+        return await self._gets.submit(self._prefix + key)
 
     async def put_if_absent(self, key: str, value: str) -> str:
-        full = self._prefix + key
-        # The loop only repeats if the winner's entry expired between our SET and our GET.
+        # Only repeats if the winner's entry expired between our SET and our GET.
         for _ in range(3):
-            if await self._redis.set(full, value.encode("utf-8"), nx=True, ex=self._ttl):
-                return value
-            stored: bytes | str | None = await self._redis.get(full)
+            stored = await self._puts.submit((self._prefix + key, value))
             if stored is not None:
-                return self._text(stored)
+                return stored
         raise RuntimeError(f"cache key {key!r} keeps expiring between SET NX and GET")
+
+    async def _get_many(self, keys: list[str]) -> list[str | None]:
+        values: list[bytes | str | None] = await self._redis.mget(keys)
+        return [self._text(value) for value in values]
+
+    async def _put_many(self, entries: list[tuple[str, str]]) -> list[str | None]:
+        """Per entry: its own value if its SET NX won, else the stored one (None: expired)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key, value in entries:
+                pipe.set(key, value.encode("utf-8"), nx=True, ex=self._ttl)
+            won: list[bool | None] = await pipe.execute()
+        lost = [key for (key, _), ok in zip(entries, won, strict=True) if not ok]
+        stored = iter(await self._get_many(lost) if lost else [])
+        return [value if ok else next(stored) for (_, value), ok in zip(entries, won, strict=True)]
 
 
 async def cached_call(

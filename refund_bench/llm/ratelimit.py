@@ -1,14 +1,16 @@
 """Rate limiting of LLM calls, shared by every replica through Redis.
 
 :class:`RedisTokenBucket` is one token bucket per key name: ``rate_per_second`` tokens refill
-continuously up to ``burst``. Taking a token is ONE atomic Lua script that reads the clock with
-Redis ``TIME`` (so replicas with skewed clocks agree), refills by the elapsed time and either
-takes a token or answers how long to wait.
+continuously up to ``burst``. Taking tokens is ONE atomic Lua script that reads the clock with
+Redis ``TIME`` (so replicas with skewed clocks agree), refills by the elapsed time and takes the
+tokens asked for, or as many as it can and answers how long the rest must wait. All the
+acquisitions of one event-loop iteration share one such call
+(:class:`refund_bench.coalesce.TickBatcher`).
 
 A token may be taken on credit: when the bucket is empty, the caller still gets a token but is
 told to wait until it has been earned (the bucket goes negative, by at most
 ``rate_per_second * max_wait_seconds`` tokens). Waiters are thereby served in order and each
-acquisition costs one round trip, instead of every waiter polling Redis. Once that credit is
+acquisition costs at most one round trip, instead of every waiter polling Redis. Once that credit is
 used up the script takes nothing and returns the wait; :meth:`RedisTokenBucket.acquire` sleeps
 it and tries again.
 """
@@ -21,15 +23,18 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
+from refund_bench.coalesce import TickBatcher
 from refund_bench.retry import AsyncSleep
 
 _TAKE_SCRIPT = """
--- KEYS[1]: the bucket; ARGV: rate per second, burst, max debt (tokens), ttl (ms).
--- Returns {taken (0/1), wait_ms}: taken=1, wait 0 -> go now; taken=1, wait>0 -> the token is
--- yours, start after wait_ms; taken=0 -> nothing taken, try again after wait_ms.
+-- KEYS[1]: the bucket; ARGV: rate per second, burst, max debt (tokens), ttl (ms), count.
+-- Takes up to `count` tokens, as many as the credit allows. Returns {taken, balance, retry_ms}:
+-- `balance` is the bucket (as a string) before the take, from which the caller works out each
+-- taken token's wait; the `count - taken` not taken are to be asked for again after retry_ms.
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local max_debt = tonumber(ARGV[3])
+local count = tonumber(ARGV[5])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
@@ -42,18 +47,17 @@ end
 local elapsed = now - ts
 if elapsed < 0 then elapsed = 0 end
 tokens = math.min(burst, tokens + elapsed * rate / 1000000)
-if tokens - 1 < -max_debt then
-  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {0, math.ceil((-max_debt + 1 - tokens) * 1000 / rate)}
-end
-tokens = tokens - 1
+local balance = tokens
+local taken = math.min(count, math.floor(tokens + max_debt))
+if taken < 0 then taken = 0 end
+tokens = tokens - taken
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if tokens >= 0 then
-  return {1, 0}
+local retry_ms = 0
+if taken < count then
+  retry_ms = math.ceil((-max_debt + 1 - tokens) * 1000 / rate)
 end
-return {1, math.ceil(-tokens * 1000 / rate)}
+return {taken, tostring(balance), retry_ms}
 """
 
 
@@ -104,26 +108,33 @@ class RedisTokenBucket:
         self._ttl_ms = math.ceil((burst + self._max_debt) / rate_per_second * 1000) + 1000
         self._sleep = sleep
         self._script = redis.register_script(_TAKE_SCRIPT)
+        self._takes: TickBatcher[None, tuple[bool, float]] = TickBatcher(self._take_many)
 
     @property
     def key(self) -> str:
         """The Redis key of the bucket."""
         return self._key
 
-    async def try_take(self) -> tuple[bool, float]:
-        """One atomic attempt: (taken, seconds to wait). Taken with a wait means "on credit"."""
-        result = await self._script(
-            keys=[self._key],
-            args=[repr(self._rate), self._burst, repr(self._max_debt), self._ttl_ms],
-        )
-        taken, wait_ms = int(result[0]), int(result[1])
-        return taken == 1, wait_ms / 1000
-
     async def acquire(self) -> None:
         """Take one token, sleeping (with the injected sleep) as long as the bucket says."""
         while True:
-            taken, wait = await self.try_take()
+            taken, wait = await self._takes.submit(None)
             if wait > 0:
                 await self._sleep(wait)
             if taken:
                 return
+
+    async def _take_many(self, requests: list[None]) -> list[tuple[bool, float]]:
+        """One atomic script call for ``len(requests)`` tokens: (taken, seconds to wait) each.
+
+        The i-th token taken leaves the bucket at ``balance - (i + 1)``; below zero it was
+        taken on credit and waits until that debt has been earned back.
+        """
+        count = len(requests)
+        result = await self._script(
+            keys=[self._key],
+            args=[repr(self._rate), self._burst, repr(self._max_debt), self._ttl_ms, count],
+        )
+        taken, balance, retry_ms = int(result[0]), float(result[1]), int(result[2])
+        waits = [(True, max(0.0, index + 1 - balance) / self._rate) for index in range(taken)]
+        return waits + [(False, retry_ms / 1000)] * (count - taken)

@@ -11,6 +11,12 @@ exactly once.
 At-least-once mode produces with an idempotent producer, waits for delivery, then commits
 offsets synchronously: nothing is lost, a crash may duplicate.
 
+Asynchronous stages (LLM and payment calls) are pipelined: the loop keeps polling and starting
+handlers while earlier batches are still in flight or committing, up to ``max_pending_records``
+records. Batches are committed strictly in poll order; every finished batch at the head goes
+into one transaction. A record whose partition was revoked after it was polled is left out of
+the transaction (no outputs, no offset), so its new owner processes it.
+
 Error policy, by exception type (see :mod:`refund_bench.errors`): ``InvalidInput`` -> the
 record goes to ``<input>.dlq`` and the batch goes on; ``TransientError`` -> retried with
 backoff; anything else -> abort and re-raise, so the process exits and Kafka redelivers.
@@ -23,6 +29,7 @@ import contextlib
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -95,6 +102,10 @@ class RuntimeConfig:
     batch_max_records: int = 500
     batch_max_wait_s: float = 0.05
     max_inflight: int = 512
+    max_pending_records: int = 2000
+    """Async stages: records polled but not yet committed, at most (back-pressure)."""
+    async_poll_interval_s: float = 0.005
+    """Async stages: how often the loop polls for more records while batches are in flight."""
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
@@ -103,6 +114,18 @@ class RuntimeConfig:
     dlq_budget: DlqBudget = field(default_factory=DlqBudget)
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
     producer_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _InFlight:
+    """A polled batch of an async stage whose handlers run (or ran) as ``task``."""
+
+    records: list[tuple[Any, Message | InvalidInput]]
+    epoch: int
+    """The revocation count when it was polled (see ``StageRunner._on_revoke``)."""
+    started: float
+    size: int
+    task: asyncio.Future[list[Sequence[Emit] | InvalidInput]]
 
 
 class StageRunner:
@@ -144,7 +167,12 @@ class StageRunner:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._inflight = 0
+        self._limit: asyncio.Semaphore | None = None
+        self._revocations = 0
+        self._revoked_at: dict[tuple[str, int], int] = {}
         self.batches_committed = 0
+        self.records_released = 0
+        """Polled records left uncommitted because their partition was revoked meanwhile."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -156,6 +184,10 @@ class StageRunner:
         """Consume until stopped. Raises on fatal errors after aborting the open transaction."""
         self._start()
         try:
+            if self.spec.is_async:
+                loop = cast(asyncio.AbstractEventLoop, self._loop)
+                loop.run_until_complete(self._run_pipelined(max_batches))
+                return
             batches = 0
             while not self._stopping:
                 self.heartbeat.beat()
@@ -267,6 +299,15 @@ class StageRunner:
         self._set_assigned(consumer)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Records already polled from these partitions must not be committed by us any more.
+        self._revocations += 1
+        log.info(
+            "%s: partitions revoked: %s",
+            self.spec.name,
+            sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions),
+        )
+        for tp in partitions:
+            self._revoked_at[(tp.topic, tp.partition)] = self._revocations
         if self._store is not None:
             self._store.drop({tp.partition for tp in partitions})
         if self.spec.assignment == "cooperative-sticky":
@@ -281,58 +322,57 @@ class StageRunner:
 
     # -- one batch ------------------------------------------------------------------------
 
+    def _decode_all(self, msgs: Sequence[Any]) -> list[tuple[Any, Message | InvalidInput]]:
+        """Each polled record with its decoded message, or the reason it cannot be decoded."""
+        records: list[tuple[Any, Message | InvalidInput]] = []
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(err)
+            self.metrics.incr("records_in", topic=msg.topic())
+            try:
+                value = self.codec.decode(msg.topic(), msg.value())
+            except InvalidInput as exc:
+                records.append((msg, exc))
+                continue
+            key = msg.key()
+            records.append(
+                (
+                    msg,
+                    Message(
+                        topic=msg.topic(),
+                        partition=msg.partition(),
+                        offset=msg.offset(),
+                        key=key.decode() if key is not None else None,
+                        value=value,
+                        headers=_headers(msg),
+                        timestamp_ms=msg.timestamp()[1],
+                    ),
+                )
+            )
+        return records
+
     def _process_batch(self, msgs: Sequence[Any]) -> None:
+        """Synchronous stages: one batch, handled in order, in one transaction."""
         started = time.perf_counter()
-        producer = cast(Producer, self._producer)
+        records = self._decode_all(msgs)
         batch_state = BatchState(self._store) if self._store is not None else None
         offsets: dict[tuple[str, int], int] = {}
-        decoded: list[tuple[Any, Message]] = []
         if self._eos:
-            producer.begin_transaction()
+            cast(Producer, self._producer).begin_transaction()
         try:
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(err)
+            for msg, item in records:
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
-                self.metrics.incr("records_in", topic=msg.topic())
-                try:
-                    value = self.codec.decode(msg.topic(), msg.value())
-                except InvalidInput as exc:
-                    self._dead_letter(msg, exc)
-                    continue
-                key = msg.key()
-                ts = msg.timestamp()[1]
-                decoded.append(
-                    (
-                        msg,
-                        Message(
-                            topic=msg.topic(),
-                            partition=msg.partition(),
-                            offset=msg.offset(),
-                            key=key.decode() if key is not None else None,
-                            value=value,
-                            headers=_headers(msg),
-                            timestamp_ms=ts,
-                        ),
-                    )
+                ctx = Context(
+                    RecordState(batch_state, msg.partition()) if batch_state is not None else None
                 )
-            contexts = [
-                Context(RecordState(batch_state, m.partition) if batch_state is not None else None)
-                for _, m in decoded
-            ]
-            if self.spec.is_async:
-                loop = cast(asyncio.AbstractEventLoop, self._loop)
-                results = loop.run_until_complete(
-                    self._handle_all_async([m for _, m in decoded], contexts)
+                self._finish(
+                    msg,
+                    ctx,
+                    item if isinstance(item, InvalidInput) else self._handle_sync(item, ctx),
                 )
-                for (msg, _), ctx, result in zip(decoded, contexts, results, strict=True):
-                    self._finish(msg, ctx, result)
-            else:
-                for (msg, message), ctx in zip(decoded, contexts, strict=True):
-                    self._finish(msg, ctx, self._handle_sync(message, ctx))
             if self.spec.before_commit is not None:
                 self.spec.before_commit()
             if batch_state is not None:
@@ -351,6 +391,93 @@ class StageRunner:
         self.metrics.incr("transactions", kind="committed")
         self.metrics.observe("batch_seconds", time.perf_counter() - started)
         self.metrics.observe("batch_records", len(msgs))
+
+    # -- asynchronous stages: pipelined batches ---------------------------------------------
+
+    async def _run_pipelined(self, max_batches: int | None) -> None:
+        """Poll, start handlers and commit finished batches in order, until stopped."""
+        self._limit = asyncio.Semaphore(self.config.max_inflight)
+        consumer = cast(Consumer, self._consumer)
+        pending: deque[_InFlight] = deque()
+        try:
+            while True:
+                self.heartbeat.beat()
+                room = self.config.max_pending_records - sum(b.size for b in pending)
+                if not self._stopping and room > 0:
+                    # Idle: block in the poll (nothing else needs the loop). Busy: just look.
+                    timeout = self.config.batch_max_wait_s if not pending else 0
+                    msgs = consumer.consume(min(room, self.config.batch_max_records), timeout)
+                    if msgs:
+                        pending.append(self._launch(msgs))
+                ready: list[_InFlight] = []
+                while pending and pending[0].task.done():
+                    ready.append(pending.popleft())
+                if ready:
+                    await self._commit_pipelined(ready)
+                    if max_batches is not None and self.batches_committed >= max_batches:
+                        return
+                    continue
+                if not pending:
+                    if self._stopping:
+                        return
+                    continue
+                poll_again = (
+                    None if self._stopping or room <= 0 else self.config.async_poll_interval_s
+                )
+                await asyncio.wait([pending[0].task], timeout=poll_again)
+        finally:
+            for batch in pending:
+                batch.task.cancel()
+            await asyncio.gather(*(b.task for b in pending), return_exceptions=True)
+
+    def _launch(self, msgs: list[Any]) -> _InFlight:
+        records = self._decode_all(msgs)
+        messages = [item for _, item in records if isinstance(item, Message)]
+        task = asyncio.ensure_future(self._handle_all_async(messages))
+        return _InFlight(records, self._revocations, time.perf_counter(), len(msgs), task)
+
+    async def _commit_pipelined(self, ready: list[_InFlight]) -> None:
+        """One transaction for the finished batches at the head, in poll order.
+
+        Re-raises a batch's fatal handler error (after aborting). The blocking commit runs in a
+        worker thread so that the next batches' handlers keep running meanwhile.
+        """
+        offsets: dict[tuple[str, int], int] = {}
+        released = 0
+        if self._eos:
+            cast(Producer, self._producer).begin_transaction()
+        try:
+            for batch in ready:
+                results = iter(batch.task.result())
+                for msg, item in batch.records:
+                    result = item if isinstance(item, InvalidInput) else next(results)
+                    key = (msg.topic(), msg.partition())
+                    if self._revoked_at.get(key, 0) > batch.epoch:
+                        released += 1  # revoked since it was polled: its new owner redoes it
+                        continue
+                    offsets[key] = msg.offset() + 1
+                    self._finish(msg, Context(None), result)
+            if released:
+                self.records_released += released
+                log.info(
+                    "%s: %d records of revoked partitions left to their new owner",
+                    self.spec.name,
+                    released,
+                )
+            if self.spec.before_commit is not None:
+                self.spec.before_commit()
+            await asyncio.get_running_loop().run_in_executor(None, self._commit, offsets)
+        except BaseException:
+            if self._eos:
+                self._abort_quietly()
+            self.metrics.incr("transactions", kind="aborted")
+            raise
+        self.metrics.incr("transactions", kind="committed")
+        now = time.perf_counter()
+        for batch in ready:
+            self.batches_committed += 1
+            self.metrics.observe("batch_seconds", now - batch.started)
+            self.metrics.observe("batch_records", batch.size)
 
     def _handle_sync(self, message: Message, ctx: Context) -> Sequence[Emit] | InvalidInput:
         handler = cast(SyncHandler, self.spec.handler)
@@ -374,12 +501,17 @@ class StageRunner:
             ctx.state.merge_into_batch()
 
     async def _handle_all_async(
-        self, messages: list[Message], contexts: list[Context]
+        self, messages: list[Message]
     ) -> list[Sequence[Emit] | InvalidInput]:
-        handler = cast(AsyncHandler, self.spec.handler)
-        limit = asyncio.Semaphore(self.config.max_inflight)
+        """Every message's result, handled concurrently (at most ``max_inflight`` at once).
 
-        async def one(message: Message, ctx: Context) -> Sequence[Emit] | InvalidInput:
+        A fatal error in one handler cancels the others and is raised.
+        """
+        handler = cast(AsyncHandler, self.spec.handler)
+        limit = cast(asyncio.Semaphore, self._limit)
+        ctx = Context(None)
+
+        async def one(message: Message) -> Sequence[Emit] | InvalidInput:
             async with limit:
                 started = time.perf_counter()
                 self._inflight += 1
@@ -396,7 +528,7 @@ class StageRunner:
                     self.metrics.observe("handler_seconds", time.perf_counter() - started)
 
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(m, c)) for m, c in zip(messages, contexts, strict=True)]
+            tasks = [group.create_task(one(m)) for m in messages]
         return [t.result() for t in tasks]
 
     def _produce(self, emit: Emit) -> None:
@@ -465,11 +597,12 @@ class StageRunner:
                 consumer.commit(offsets=tps, asynchronous=False)
             return
         timeout = self.config.commit_timeout_s
-        self._retry_txn(
-            lambda: producer.send_offsets_to_transaction(
-                tps, consumer.consumer_group_metadata(), timeout
+        if tps:
+            self._retry_txn(
+                lambda: producer.send_offsets_to_transaction(
+                    tps, consumer.consumer_group_metadata(), timeout
+                )
             )
-        )
         self._retry_txn(lambda: producer.commit_transaction(timeout))
 
     def _retry_txn(self, op: Callable[[], None]) -> None:

@@ -1,6 +1,8 @@
 """Reference stages that verify and benchmark the runtime on a real broker.
 
-- ``passthrough``: copies every ``bench.record`` from the input topic to the output topic.
+- ``passthrough``: copies every ``bench.record`` from the input topic to the output topic. With
+  ``--jitter-ms`` the handler is asynchronous and waits a random 0..jitter ms per record, so
+  batches finish out of order: the pipelined path of the async stages.
 - ``counter``: counts records per key in a changelog-backed store and emits the running count
   (``seq``) with every record, so a reader can check the final counts are exact.
 
@@ -10,6 +12,8 @@ crash, fencing and benchmark scripts start them as separate processes.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -24,14 +28,22 @@ from refund_bench.topics import Topic
 BENCH_SCHEMA = "bench.record"
 
 
-def passthrough_spec(name: str, source: str, sink: str) -> StageSpec:
-    """A stage that emits each input value unchanged to ``sink``."""
+def passthrough_spec(name: str, source: str, sink: str, jitter_ms: float = 0.0) -> StageSpec:
+    """A stage that emits each input value unchanged to ``sink``.
+
+    ``jitter_ms > 0``: an async handler that first waits a random 0..jitter_ms.
+    """
     out = Topic(sink, BENCH_SCHEMA)
 
     def handle(message: Message, _ctx: Context) -> Sequence[Emit]:
         return [Emit(out.name, message.key or "", message.value)]
 
-    return StageSpec(name, (Topic(source, BENCH_SCHEMA),), (out,), handle)
+    async def handle_later(message: Message, ctx: Context) -> Sequence[Emit]:
+        await asyncio.sleep(random.uniform(0, jitter_ms / 1000))  # noqa: S311 - not crypto
+        return handle(message, ctx)
+
+    handler = handle_later if jitter_ms > 0 else handle
+    return StageSpec(name, (Topic(source, BENCH_SCHEMA),), (out,), handler)
 
 
 def counter_spec(name: str, source: str, sink: str) -> StageSpec:
@@ -92,9 +104,10 @@ def passthrough(
     guarantee: Annotated[str, typer.Option()] = "exactly-once",
     batch: int = 1000,
     instance_id: str = "",
+    jitter_ms: float = 0.0,
 ) -> None:
-    """Copy records from --input to --output."""
-    spec = passthrough_spec(f"passthrough-{group}", input, output)
+    """Copy records from --input to --output (asynchronously with --jitter-ms)."""
+    spec = passthrough_spec(f"passthrough-{group}", input, output, jitter_ms)
     _run(spec, bootstrap, registry_url, group, txn_id, _guarantee(guarantee), batch, instance_id)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -54,12 +56,19 @@ def _config(kafka: str, group: str, **overrides: object) -> RuntimeConfig:
     return RuntimeConfig(**base)  # type: ignore[arg-type]
 
 
-def _selftest_args(source: str, sink: str, group: str, batch: int) -> tuple[str, ...]:
+def _selftest_args(
+    source: str, sink: str, group: str, batch: int, instance: int = 0
+) -> tuple[str, ...]:
     """CLI arguments of a selftest stage with a stable identity across restarts."""
     return (
         "--input", source, "--output", sink, "--group", group,
-        "--txn-id", f"{group}-txn", "--instance-id", f"{group}-0", "--batch", str(batch),
+        "--txn-id", f"{group}-txn-{instance}", "--instance-id", f"{group}-{instance}",
+        "--batch", str(batch),
     )  # fmt: skip
+
+
+HANDLERS = {"sync": (), "async-pipelined": ("--jitter-ms", "20")}
+"""Selftest arguments per handler kind: async handlers run on the pipelined path."""
 
 
 class _Progress:
@@ -90,8 +99,9 @@ def _wait_progress(progress: _Progress, target: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
 def test_exactly_once_through_repeated_sigkill(
-    stack: Stack, framing: Framing, new_topic: TopicFactory
+    stack: Stack, framing: Framing, new_topic: TopicFactory, handler: str
 ) -> None:
     """10,000 records through a pass-through killed with SIGKILL 5+ times: each output once."""
     total = 10_000
@@ -100,7 +110,7 @@ def test_exactly_once_through_repeated_sigkill(
     codec = bench_codec(framing, source, sink)
     produce_values(stack.kafka, source, _records(total), codec)
     ARTIFACTS.mkdir(exist_ok=True)
-    args = _selftest_args(source, sink, group, batch=50)
+    args = (*_selftest_args(source, sink, group, batch=50), *HANDLERS[handler])
     progress = _Progress(stack.kafka, sink)
     kills = 0
     try:
@@ -148,6 +158,106 @@ def test_exactly_once_through_repeated_sigkill(
     assert not duplicates, f"{len(duplicates)} duplicated outputs, e.g. {list(duplicates)[:5]}"
     assert set(ids) == {f"r{i}" for i in range(total)}
     assert len(records) == total
+
+
+def test_pipelined_batches_overlap_and_commit_in_poll_order(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """An async stage keeps several batches in flight; outputs still come out in input order."""
+    total = 600
+    source, sink = new_topic("pipe-in", 1), new_topic("pipe-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    in_flight = 0
+    most_in_flight = 0
+
+    async def slow_then_fast(message: Message, _ctx: Context) -> Sequence[Emit]:
+        # Earlier records wait longer, so later batches finish before earlier ones.
+        nonlocal in_flight, most_in_flight
+        in_flight += 1
+        most_in_flight = max(most_in_flight, in_flight)
+        await asyncio.sleep(0.03 * (1 - (int(message.value["seq"]) % 10) / 10))
+        in_flight -= 1
+        return [Emit(out.name, message.key or "", message.value)]
+
+    spec = StageSpec("pipe", (Topic(source, "bench.record"),), (out,), slow_then_fast)
+    group = f"pipe-{uuid.uuid4().hex[:8]}"
+    config = _config(stack.kafka, group, batch_max_records=10, max_pending_records=200)
+    stage = StageThread(StageRunner(spec, config, framing)).start()
+    try:
+        records = read_committed(
+            stack.kafka,
+            sink,
+            until=lambda rs: len(rs) >= total,
+            timeout_s=60,
+            settle_s=1.0,
+            decode=lambda raw: codec.decode(sink, raw),
+        )
+    finally:
+        assert stage.stop() is None
+    assert [r.value["seq"] for r in records] == list(range(total))
+    assert most_in_flight > 10, "batches of 10 never overlapped"
+
+
+def test_records_of_a_partition_revoked_in_flight_are_left_to_the_new_owner(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """A holds every record in flight; B joins and takes a partition; A commits only the rest."""
+    total = 400
+    source, sink = new_topic("revoke-in", 2), new_topic("revoke-out", 2)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    gate = threading.Event()
+    started = 0
+
+    async def held(message: Message, _ctx: Context) -> Sequence[Emit]:
+        nonlocal started
+        started += 1
+        while not gate.is_set():  # released by the test thread
+            await asyncio.sleep(0.01)
+        return [Emit(out.name, message.key or "", message.value)]
+
+    async def at_once(message: Message, _ctx: Context) -> Sequence[Emit]:
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"revoke-{uuid.uuid4().hex[:8]}"
+    inputs = (Topic(source, "bench.record"),)
+
+    def runner(handler: Any, instance: int) -> StageRunner:
+        config = _config(
+            stack.kafka, group, transactional_id=f"{group}-{instance}", max_pending_records=1000
+        )
+        return StageRunner(StageSpec("revoke", inputs, (out,), handler), config, framing)
+
+    first = StageThread(runner(held, 0)).start()
+    second: StageThread | None = None
+    try:
+        wait_for(lambda: started >= total, 60, "the first instance to hold every record")
+        second = StageThread(runner(at_once, 1)).start()
+        # Only the second instance can commit: its partition's records show up first.
+        taken_over = read_committed(
+            stack.kafka, sink, until=lambda rs: len(rs) > 0, timeout_s=60, settle_s=2.0
+        )
+        gate.set()
+        records = read_committed(
+            stack.kafka,
+            sink,
+            until=lambda rs: len(rs) >= total,
+            timeout_s=60,
+            decode=lambda raw: codec.decode(sink, raw),
+            settle_s=3.0,
+        )
+    finally:
+        gate.set()
+        errors = [first.stop(), second.stop() if second is not None else None]
+    assert errors == [None, None]
+    released = first.runner.records_released
+    assert 0 < len(taken_over) == released < total
+    ids = Counter(r.value["id"] for r in records)
+    assert {k: c for k, c in ids.items() if c > 1} == {}
+    assert set(ids) == {f"r{i}" for i in range(total)}
 
 
 def test_aborted_transaction_is_never_visible_to_read_committed(
