@@ -7,6 +7,8 @@ goes, and measures until every dispute's payout has completed:
 - complaints/s = N / (last payout.completed - first complaint published)
 - latency per dispute = its payout.completed timestamp - its complaint's timestamp (p50, p99)
 - LLM calls per complaint, from the stand-in's counters.
+- CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
+  says where the machine's two cores went.
 
 Both latencies run in one invocation, back to back, so they meet the same machine.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from bench import cpu
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
@@ -40,6 +43,19 @@ class Result:
     p99_ms: float
     llm_calls_per_complaint: float
     max_judge_inflight: int
+    cpu_seconds: dict[str, float]
+    wall_seconds: float
+
+    def cpu_line(self) -> str:
+        """``judge 15.3, llm_standin 4.2, ...`` in CPU ms per complaint, and the total."""
+        parts = [
+            f"{name} {1000 * sec / self.complaints:.1f}" for name, sec in self.cpu_seconds.items()
+        ]
+        total = sum(self.cpu_seconds.values())
+        return (
+            f"CPU ms per complaint: {', '.join(parts)}; total {1000 * total / self.complaints:.1f}"
+            f" ({100 * total / self.wall_seconds:.0f}% of one core over the run)"
+        )
 
     @property
     def rate(self) -> float:
@@ -106,6 +122,7 @@ def one_run(
     tag = uuid.uuid4().hex[:8]
     sent: dict[str, float] = {}
     sampler = InflightSampler(judge_metrics)
+    cpu_before = cpu.snapshot()
     started = time.monotonic()
     for i in range(n):
         if rate_per_s is not None:
@@ -147,6 +164,8 @@ def one_run(
     finally:
         consumer.close()
         max_inflight = sampler.close()
+    cpu_seconds = cpu.used(cpu_before, cpu.snapshot())
+    wall = time.monotonic() - started
     latencies = sorted((done[d] - sent[d]) * 1000 for d in done)
     calls = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"] - calls_before
     return Result(
@@ -157,11 +176,13 @@ def one_run(
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         llm_calls_per_complaint=calls / n,
         max_judge_inflight=max_inflight,
+        cpu_seconds=cpu_seconds,
+        wall_seconds=wall,
     )
 
 
 def main(
-    complaints: int = 600,
+    complaints: int = 1200,
     latencies: tuple[int, ...] = (0, 300),
     paced_rate: float = 10.0,
     paced_seconds: float = 30.0,
@@ -197,6 +218,7 @@ def main(
                 f" up to {burst.max_judge_inflight} judge calls in flight",
                 flush=True,
             )
+            print(f"    burst {burst.cpu_line()}", flush=True)
             rows += [
                 (f"pipeline complaints/s, burst (LLM {latency} ms)", f"{burst.rate:.1f}"),
                 (

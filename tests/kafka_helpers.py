@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from refund_bench.codec import Codec, Framing
 
@@ -99,17 +106,7 @@ def read_committed(
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise KafkaException(err)
-                key = msg.key()
-                raw = msg.value()
-                records.append(
-                    Read(
-                        key=key.decode() if key is not None else None,
-                        value=decode(raw) if decode else raw,
-                        partition=msg.partition() or 0,
-                        offset=msg.offset() or 0,
-                        headers=headers_of(msg),
-                    )
-                )
+                records.append(_to_read(msg, decode))
             now = time.monotonic()
             if settled_at is None and until(records):
                 settled_at = now
@@ -121,6 +118,62 @@ def read_committed(
                 )
     finally:
         consumer.close()
+
+
+def read_to_end(
+    kafka: str,
+    topic: str,
+    *,
+    timeout_s: float,
+    decode: Callable[[bytes | None], Any] | None = None,
+) -> list[Read]:
+    """Every committed record of ``topic``, from the start to the end of each partition.
+
+    "The end" is the last stable offset when the reader gets there: call it once the writers
+    are idle. Raises ``TimeoutError`` if the ends are not reached within ``timeout_s``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        at_end: set[int] = set()
+        records: list[Read] = []
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: {len(at_end)}/{len(partitions)} partitions read")
+            for msg in consumer.consume(num_messages=5000, timeout=0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(msg.partition() or 0)
+                        continue
+                    raise KafkaException(err)
+                at_end.discard(msg.partition() or 0)
+                records.append(_to_read(msg, decode))
+        return records
+    finally:
+        consumer.close()
+
+
+def _to_read(msg: Any, decode: Callable[[bytes | None], Any] | None) -> Read:
+    key = msg.key()
+    raw = msg.value()
+    return Read(
+        key=key.decode() if key is not None else None,
+        value=decode(raw) if decode else raw,
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        headers=headers_of(msg),
+    )
 
 
 def headers_of(msg: Any) -> dict[str, bytes]:
