@@ -37,6 +37,8 @@ class TickBatcher(Generic[Req, Res]):
         """The result of ``request``, computed together with this iteration's other requests."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Res] = loop.create_future()
+        if self._pending and self._pending[0][1].get_loop() is not loop:
+            self._pending = []  # left by a loop that closed before its flush ran
         if not self._pending:
             loop.call_soon(self._flush)
         self._pending.append((request, future))

@@ -180,15 +180,15 @@ class StageRunner:
         """Ask the loop to finish the current batch and exit (safe from a signal handler)."""
         self._stopping = True
 
-    def run(self, *, max_batches: int | None = None) -> None:
+    def run(self) -> None:
         """Consume until stopped. Raises on fatal errors after aborting the open transaction."""
         self._start()
         try:
             if self.spec.is_async:
-                loop = cast(asyncio.AbstractEventLoop, self._loop)
-                loop.run_until_complete(self._run_pipelined(max_batches))
+                cast(asyncio.AbstractEventLoop, self._loop).run_until_complete(
+                    self._run_pipelined()
+                )
                 return
-            batches = 0
             while not self._stopping:
                 self.heartbeat.beat()
                 consumer = cast(Consumer, self._consumer)
@@ -196,12 +196,8 @@ class StageRunner:
                     num_messages=self.config.batch_max_records,
                     timeout=self.config.batch_max_wait_s,
                 )
-                if not msgs:
-                    continue
-                self._process_batch(msgs)
-                batches += 1
-                if max_batches is not None and batches >= max_batches:
-                    break
+                if msgs:
+                    self._process_batch(msgs)
         finally:
             self._close()
 
@@ -394,7 +390,7 @@ class StageRunner:
 
     # -- asynchronous stages: pipelined batches ---------------------------------------------
 
-    async def _run_pipelined(self, max_batches: int | None) -> None:
+    async def _run_pipelined(self) -> None:
         """Poll, start handlers and commit finished batches in order, until stopped."""
         self._limit = asyncio.Semaphore(self.config.max_inflight)
         consumer = cast(Consumer, self._consumer)
@@ -414,17 +410,16 @@ class StageRunner:
                     ready.append(pending.popleft())
                 if ready:
                     await self._commit_pipelined(ready)
-                    if max_batches is not None and self.batches_committed >= max_batches:
-                        return
                     continue
                 if not pending:
                     if self._stopping:
                         return
                     continue
-                poll_again = (
-                    None if self._stopping or room <= 0 else self.config.async_poll_interval_s
-                )
-                await asyncio.wait([pending[0].task], timeout=poll_again)
+                # Wake up for the head batch, for the next poll, or at least every second so
+                # the heartbeat shows the loop alive while long calls are in flight.
+                polling = not self._stopping and room > 0
+                wake = self.config.async_poll_interval_s if polling else 1.0
+                await asyncio.wait([pending[0].task], timeout=wake)
         finally:
             for batch in pending:
                 batch.task.cancel()

@@ -109,3 +109,20 @@ def test_a_cancelled_caller_leaves_the_others_their_results() -> None:
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         TickBatcher(Doubler(), max_batch=0)
+
+
+def test_a_new_event_loop_is_served_after_one_closed_with_requests_pending() -> None:
+    doubler = Doubler()
+    batcher = TickBatcher(doubler)
+    dead = asyncio.new_event_loop()
+    dead.run_until_complete(asyncio.sleep(0))
+    abandoned = dead.create_task(batcher.submit(1))
+    dead.call_soon(dead.stop)
+    dead.run_forever()  # the task submitted; the loop stops before the flush runs
+    dead.close()
+    assert not abandoned.done()
+
+    async def later() -> int:
+        return await batcher.submit(5)
+
+    assert asyncio.run(later()) == 10
