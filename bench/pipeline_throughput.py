@@ -10,7 +10,9 @@ goes, and measures until every dispute's payout has completed:
 - CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
   says where the machine's two cores went.
 
-Both latencies run in one invocation, back to back, so they meet the same machine.
+Both latencies run in one invocation, back to back, so they meet the same machine. Last, at
+300 ms, bursts alternate between one and two judge replicas (1, 2, 1, 2): if the judge were the
+bottleneck, the second replica would raise the rate.
 """
 
 from __future__ import annotations
@@ -181,6 +183,62 @@ def one_run(
     )
 
 
+def _assigned(metrics_url: str) -> int:
+    try:
+        text = httpx.get(metrics_url, timeout=2).text
+    except httpx.HTTPError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("refund_bench_assigned_partitions{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def _wait_assigned(urls: list[str], partitions: int, timeout_s: float = 90.0) -> None:
+    """Wait until the judge replicas behind ``urls`` share all partitions, each holding some."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counts = [_assigned(url) for url in urls]
+        if sum(counts) == partitions and all(counts):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"judge assignment {counts} never covered {partitions} partitions")
+        time.sleep(0.5)
+
+
+def judge_scaling(
+    kafka: str, registry: str, standin: str, judge_metrics: str, latency_ms: int, n: int
+) -> list[tuple[int, float]]:
+    """Bursts with 1, 2, 1, 2 judge replicas (every other stage: one): (replicas, rate) each.
+
+    If the judge were the bottleneck, a second replica would raise the rate.
+    """
+    second = Launcher(
+        log_dir=Path(REPO / ".stack" / "logs" / "bench"),
+        services=("judge",),
+        base_port=BASE_METRICS_PORT + 100,
+        replica=1,
+    )
+    second_metrics = f"http://127.0.0.1:{BASE_METRICS_PORT + 100}/metrics"
+    partitions = t.DEFAULT_PARTITIONS
+    results: list[tuple[int, float]] = []
+    try:
+        for replicas in (1, 2, 1, 2):
+            if replicas == 2:
+                second.start()
+                second.wait_ready()
+                _wait_assigned([judge_metrics, second_metrics], partitions)
+            else:
+                second.stop()
+                _wait_assigned([judge_metrics], partitions)
+            run = one_run(kafka, registry, standin, latency_ms, n, judge_metrics)
+            print(f"  {replicas} judge replica(s), LLM at {latency_ms} ms: {run.rate:.1f}/s")
+            results.append((replicas, run.rate))
+    finally:
+        second.stop()
+    return results
+
+
 def main(
     complaints: int = 1200,
     latencies: tuple[int, ...] = (0, 300),
@@ -234,6 +292,15 @@ def main(
                     f"{burst.max_judge_inflight}",
                 ),
             ]
+        print("  judge replicas side by side (bursts of half the size):", flush=True)
+        scaling = judge_scaling(kafka, registry, standin, judge, 300, complaints // 2)
+        one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
+        two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
+        rows += [
+            ("complaints/s with 1 judge replica (LLM 300 ms)", f"{one:.1f}"),
+            ("complaints/s with 2 judge replicas (LLM 300 ms)", f"{two:.1f}"),
+            ("2 judge replicas / 1", f"{two / one:.2f}x"),
+        ]
     finally:
         httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
         launcher.stop()

@@ -57,6 +57,9 @@ class Launcher:
     env: Mapping[str, str] = field(default_factory=dict)
     services: Sequence[str] = SERVICES
     base_port: int = BASE_METRICS_PORT
+    replica: int = 0
+    """Which replica these processes are: it names their transactional and member ids (a
+    second launcher with ``replica=1`` and its own ports runs second replicas)."""
     running: dict[str, Launched] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
@@ -91,10 +94,11 @@ class Launcher:
             **self.env,
             "METRICS_PORT": str(port),
             "METRICS_HOST": "127.0.0.1",
-            "TRANSACTIONAL_ID": f"{name}-local-0",
-            "GROUP_INSTANCE_ID": f"{name}-local-0",
+            "TRANSACTIONAL_ID": f"{name}-local-{self.replica}",
+            "GROUP_INSTANCE_ID": f"{name}-local-{self.replica}",
         }
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        suffix = f"-{self.replica}" if self.replica else ""
+        log = open(self.log_dir / f"{name}{suffix}.log", "ab")  # noqa: SIM115 - owned by the child
         process = subprocess.Popen(  # noqa: S603 - our own modules
             [sys.executable, "-m", f"services.{name}"],
             cwd=REPO,

@@ -92,6 +92,9 @@ class JudgePanelSettings(LlmStageSettings):
     judge_seed_base: int = 1000
     judge_prompt_version: str = "judge/v1"
     batch_max_records: int = 200
+    max_inflight: int = 128
+    """Grievances in flight: each seat's client then has one call per connection of its pool
+    (128); more would only queue in the pool, which costs CPU and gains nothing."""
 
     @field_validator("judge_models")
     @classmethod

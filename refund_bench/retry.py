@@ -1,7 +1,9 @@
 """Retry policy shared by every stage: exponential backoff (1, 2, 4, 8 s) plus jitter.
 
 Only :class:`TransientError` (and what a caller maps onto it) is retried. The sleep function is
-injectable so tests never wait on a real clock.
+injectable so tests never wait on a real clock. The first try is a plain call: tenacity's retry
+state is built only once it has failed, since nearly every call succeeds at once and the judge
+makes hundreds per second.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ class RetryPolicy:
         backoff = min(self.max_seconds, self.base_seconds * 2.0 ** (retry_number - 1))
         return float(backoff + self.rng.uniform(0, self.jitter_seconds))
 
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        return self.delay(state.attempt_number)
+    def _wait_after_first(self, state: tenacity.RetryCallState) -> float:
+        # tenacity takes over after the first try failed: its attempt n is our attempt n + 1.
+        return self.delay(state.attempt_number + 1)
 
     def run(
         self,
@@ -52,9 +55,15 @@ class RetryPolicy:
         retry_on: tuple[type[BaseException], ...] = (TransientError,),
     ) -> T:
         """Call ``fn`` until it returns, retrying ``retry_on`` errors; re-raise the last one."""
+        try:
+            return fn()  # the common case, without building a retry state machine
+        except retry_on:
+            if self.attempts < 2:
+                raise
+        sleep(self.delay(1))
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=self._wait,
+            stop=tenacity.stop_after_attempt(self.attempts - 1),
+            wait=self._wait_after_first,
             retry=tenacity.retry_if_exception_type(retry_on),
             sleep=sleep,
             reraise=True,
@@ -69,9 +78,15 @@ class RetryPolicy:
         retry_on: tuple[type[BaseException], ...] = (TransientError,),
     ) -> T:
         """Async twin of :meth:`run`."""
+        try:
+            return await fn()
+        except retry_on:
+            if self.attempts < 2:
+                raise
+        await sleep(self.delay(1))
         retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=self._wait,
+            stop=tenacity.stop_after_attempt(self.attempts - 1),
+            wait=self._wait_after_first,
             retry=tenacity.retry_if_exception_type(retry_on),
             sleep=sleep,
             reraise=True,

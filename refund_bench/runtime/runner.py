@@ -177,7 +177,7 @@ class StageRunner:
     # -- lifecycle -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to finish the current batch and exit (safe from a signal handler)."""
+        """Ask the loop to finish the batches it polled, then exit (safe from a signal handler)."""
         self._stopping = True
 
     def run(self) -> None:

@@ -83,6 +83,37 @@ def test_async_retry_uses_the_injected_sleep() -> None:
     assert slept == [1.0, 2.0]
 
 
+def test_a_single_attempt_policy_raises_at_once_without_sleeping() -> None:
+    slept: list[float] = []
+
+    def busy() -> None:
+        raise TransientError("429")
+
+    with pytest.raises(TransientError):
+        RetryPolicy(attempts=1).run(busy, sleep=slept.append)
+    assert slept == []
+
+
+def test_async_retry_succeeds_on_the_third_attempt_after_the_first_two_delays() -> None:
+    import asyncio
+
+    slept: list[float] = []
+    outcomes: list[Exception | str] = [TransientError("503"), TransientError("429"), "ok"]
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def flaky() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    policy = RetryPolicy(jitter_seconds=0)
+    assert asyncio.run(policy.run_async(flaky, sleep=fake_sleep)) == "ok"
+    assert slept == [1.0, 2.0]
+
+
 def test_dlq_budget_trips_only_when_most_recent_input_fails() -> None:
     budget = DlqBudget(window=10, max_fraction=0.5, min_failures=3)
     for failed in [True, False, True, False, False, True, False]:
