@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from bench import pipeline_throughput, runtime_passthrough
+from bench import llm_client, pipeline_throughput, runtime_passthrough
 
 
 def main() -> None:
     print("runtime: pass-through, exactly-once vs at-least-once (alternating runs)")
     rows = runtime_passthrough.main()
+    print("LLM client: CPU per call, openai create vs the project's adapter (alternating runs)")
+    rows += llm_client.main()
     print("pipeline: six stages end to end")
     rows += pipeline_throughput.main()
     width = max(len(name) for name, _ in rows)

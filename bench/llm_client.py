@@ -1,0 +1,165 @@
+"""CPU per LLM call: the project's adapter against the plain ``openai`` call, side by side.
+
+A judge replica is limited by the CPU its client spends per call, not by the LLM's latency.
+This measures, in one process and one run, alternating A, B, A, B, A, B, the CPU time per
+judge-sized structured-output call against the LLM stand-in:
+
+- ``chat.completions.create`` on the client's default HTTP transport (what the openai
+  documentation shows first);
+- :class:`refund_bench.llm.client.LlmClient`: the aiohttp transport and the client's generic
+  POST with the body already in its documented shape.
+
+CPU time is the process's own (``getrusage``), so the stand-in's work is not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+from collections.abc import Awaitable, Callable
+
+import httpx2
+import openai
+import uvloop
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
+from pydantic import SecretStr
+
+from refund_bench.domain import Category
+from refund_bench.llm import roles
+from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.roles import LlmRequest
+from refund_bench.samples import ARTICLE_ORDER
+from services.extractor.evidence import freeze
+
+CONNECTIONS = 128
+
+
+def _judge_request() -> LlmRequest:
+    """The article's raita grievance as one judge seat sees it."""
+    grievance = roles.GrievanceForJudge(
+        grievance_id="g3",
+        category=Category.PACKAGING,
+        text="The raita container leaked inside the delivery bag.",
+        item_name="Raita",
+        item_quantity=1,
+    )
+    prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
+    return roles.build_judge_request(grievance, freeze(ARTICLE_ORDER).data, prompt=prompt)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _measure(call: Callable[[int], Awaitable[str]], calls: int) -> float:
+    """CPU milliseconds per call, ``calls`` calls with CONNECTIONS in flight (after a warm-up)."""
+    limit = asyncio.Semaphore(CONNECTIONS)
+
+    async def one(seed: int) -> None:
+        async with limit:
+            await call(seed)
+
+    await asyncio.gather(*(one(i) for i in range(200)))
+    before = _cpu_seconds()
+    await asyncio.gather(*(one(i) for i in range(calls)))
+    return 1000 * (_cpu_seconds() - before) / calls
+
+
+def _plain_create(
+    base_url: str, request: LlmRequest
+) -> tuple[openai.AsyncOpenAI, Callable[[int], Awaitable[str]]]:
+    limits = httpx2.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="bench",
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+    )
+
+    system, user = request.messages[0]["content"], request.messages[-1]["content"]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user},
+    ]
+    response_format: ResponseFormatJSONSchema = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": request.schema_name,
+            "strict": True,
+            "schema": dict(request.schema),
+        },
+    }
+
+    async def call(seed: int) -> str:
+        completion = await client.chat.completions.create(
+            model="standin-judge",
+            messages=messages,
+            temperature=0.7,
+            seed=seed,
+            response_format=response_format,
+        )
+        return completion.choices[0].message.content or ""
+
+    return client, call
+
+
+def _adapter(
+    base_url: str, request: LlmRequest
+) -> tuple[LlmClient, Callable[[int], Awaitable[str]]]:
+    client = LlmClient(
+        LlmEndpoint(
+            base_url=base_url,
+            api_key=SecretStr("bench"),
+            model="standin-judge",
+            temperature=0.7,
+            timeout_seconds=30,
+        ),
+        max_connections=CONNECTIONS,
+    )
+
+    async def call(seed: int) -> str:
+        return await client.complete_json(
+            request.messages, request.schema_name, request.schema, seed, "bench-dispute"
+        )
+
+    return client, call
+
+
+async def _compare(base_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
+    request = _judge_request()
+    plain_client, plain = _plain_create(base_url, request)
+    adapter_client, adapter = _adapter(base_url, request)
+    results: dict[str, list[float]] = {"openai create, default transport": [], "LlmClient": []}
+    try:
+        for _ in range(rounds):
+            results["openai create, default transport"].append(await _measure(plain, calls))
+            results["LlmClient"].append(await _measure(adapter, calls))
+    finally:
+        await plain_client.close()
+        await adapter_client.aclose()
+    return results
+
+
+def main(calls: int = 2000, rounds: int = 3) -> list[tuple[str, str]]:
+    """Alternating rounds of ``calls`` calls each; the medians and their ratio."""
+    base_url = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1")
+    results = uvloop.run(_compare(base_url, calls, rounds))
+    rows: list[tuple[str, str]] = []
+    medians = {}
+    for name, values in results.items():
+        medians[name] = statistics.median(values)
+        shown = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {name:34s} CPU ms per call: {shown} (median {medians[name]:.2f})", flush=True)
+        rows.append((f"LLM call CPU ms, {name}", f"{medians[name]:.2f}"))
+    ratio = medians["openai create, default transport"] / medians["LlmClient"]
+    rows.append(("LLM call CPU, openai create / LlmClient", f"{ratio:.2f}x"))
+    return rows
+
+
+if __name__ == "__main__":
+    for name, value in main():
+        print(f"{name:50s} {value}")
