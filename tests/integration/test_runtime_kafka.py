@@ -173,11 +173,11 @@ def test_pipelined_batches_overlap_and_commit_in_poll_order(
     most_in_flight = 0
 
     async def slow_then_fast(message: Message, _ctx: Context) -> Sequence[Emit]:
-        # Earlier records wait longer, so later batches finish before earlier ones.
+        # Every other run of ten records waits, so later batches finish before earlier ones.
         nonlocal in_flight, most_in_flight
         in_flight += 1
         most_in_flight = max(most_in_flight, in_flight)
-        await asyncio.sleep(0.03 * (1 - (int(message.value["seq"]) % 10) / 10))
+        await asyncio.sleep(0.05 if (int(message.value["seq"]) // 10) % 2 == 0 else 0.0)
         in_flight -= 1
         return [Emit(out.name, message.key or "", message.value)]
 
