@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -43,9 +43,14 @@ class RetryPolicy:
         backoff = min(self.max_seconds, self.base_seconds * 2.0 ** (retry_number - 1))
         return float(backoff + self.rng.uniform(0, self.jitter_seconds))
 
-    def _wait_after_first(self, state: tenacity.RetryCallState) -> float:
-        # tenacity takes over after the first try failed: its attempt n is our attempt n + 1.
-        return self.delay(state.attempt_number + 1)
+    def _after_first_try(self, retry_on: tuple[type[BaseException], ...]) -> dict[str, Any]:
+        """tenacity's arguments once the first try has failed: its attempt n is our n + 1."""
+        return {
+            "stop": tenacity.stop_after_attempt(self.attempts - 1),
+            "wait": lambda state: self.delay(state.attempt_number + 1),
+            "retry": tenacity.retry_if_exception_type(retry_on),
+            "reraise": True,
+        }
 
     def run(
         self,
@@ -61,14 +66,7 @@ class RetryPolicy:
             if self.attempts < 2:
                 raise
         sleep(self.delay(1))
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts - 1),
-            wait=self._wait_after_first,
-            retry=tenacity.retry_if_exception_type(retry_on),
-            sleep=sleep,
-            reraise=True,
-        )
-        return retrying(fn)
+        return tenacity.Retrying(sleep=sleep, **self._after_first_try(retry_on))(fn)
 
     async def run_async(
         self,
@@ -84,13 +82,7 @@ class RetryPolicy:
             if self.attempts < 2:
                 raise
         await sleep(self.delay(1))
-        retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(self.attempts - 1),
-            wait=self._wait_after_first,
-            retry=tenacity.retry_if_exception_type(retry_on),
-            sleep=sleep,
-            reraise=True,
-        )
+        retrying = tenacity.AsyncRetrying(sleep=sleep, **self._after_first_try(retry_on))
 
         async def attempt() -> T:
             # tenacity awaits only coroutine *functions*; a lambda returning an awaitable

@@ -30,7 +30,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -318,6 +318,21 @@ class StageRunner:
 
     # -- one batch ------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Around one batch's (or batches') produce and :meth:`_commit`: begin the transaction
+        (exactly-once), count how it ended, and on any error abort it and re-raise."""
+        if self._eos:
+            cast(Producer, self._producer).begin_transaction()
+        try:
+            yield
+        except BaseException:
+            if self._eos:
+                self._abort_quietly()
+            self.metrics.incr("transactions", kind="aborted")
+            raise
+        self.metrics.incr("transactions", kind="committed")
+
     def _decode_all(self, msgs: Sequence[Any]) -> list[tuple[Any, Message | InvalidInput]]:
         """Each polled record with its decoded message, or the reason it cannot be decoded."""
         records: list[tuple[Any, Message | InvalidInput]] = []
@@ -356,9 +371,7 @@ class StageRunner:
         records = self._decode_all(msgs)
         batch_state = BatchState(self._store) if self._store is not None else None
         offsets: dict[tuple[str, int], int] = {}
-        if self._eos:
-            cast(Producer, self._producer).begin_transaction()
-        try:
+        with self._transaction():
             for msg, item in records:
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
                 ctx = Context(
@@ -376,15 +389,9 @@ class StageRunner:
                 for partition, state_key, state_value in batch_state.changelog_records():
                     self._produce_raw(changelog, state_key.encode(), state_value, {}, partition)
             self._commit(offsets)
-        except BaseException:
-            if self._eos:
-                self._abort_quietly()
-            self.metrics.incr("transactions", kind="aborted")
-            raise
         if batch_state is not None:
             batch_state.apply()
         self.batches_committed += 1
-        self.metrics.incr("transactions", kind="committed")
         self.metrics.observe("batch_seconds", time.perf_counter() - started)
         self.metrics.observe("batch_records", len(msgs))
 
@@ -439,9 +446,7 @@ class StageRunner:
         """
         offsets: dict[tuple[str, int], int] = {}
         released = 0
-        if self._eos:
-            cast(Producer, self._producer).begin_transaction()
-        try:
+        with self._transaction():
             for batch in ready:
                 results = iter(batch.task.result())
                 for msg, item in batch.records:
@@ -462,12 +467,6 @@ class StageRunner:
             if self.spec.before_commit is not None:
                 self.spec.before_commit()
             await asyncio.get_running_loop().run_in_executor(None, self._commit, offsets)
-        except BaseException:
-            if self._eos:
-                self._abort_quietly()
-            self.metrics.incr("transactions", kind="aborted")
-            raise
-        self.metrics.incr("transactions", kind="committed")
         now = time.perf_counter()
         for batch in ready:
             self.batches_committed += 1
