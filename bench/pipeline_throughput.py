@@ -77,6 +77,18 @@ def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
         consumer.close()
 
 
+def gauge(metrics_url: str, name: str) -> int:
+    """A stage's ``refund_bench_<name>`` gauge from its /metrics; 0 if it cannot be read."""
+    try:
+        text = httpx.get(metrics_url, timeout=1).text
+    except httpx.HTTPError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith(f"refund_bench_{name}{{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 class InflightSampler:
     """Samples the judge's ``refund_bench_inflight_llm_calls`` gauge; keeps the maximum."""
 
@@ -89,13 +101,7 @@ class InflightSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.25):
-            try:
-                text = httpx.get(self._url, timeout=1).text
-            except httpx.HTTPError:
-                continue
-            for line in text.splitlines():
-                if line.startswith("refund_bench_inflight_llm_calls{"):
-                    self.maximum = max(self.maximum, int(float(line.rsplit(" ", 1)[1])))
+            self.maximum = max(self.maximum, gauge(self._url, "inflight_llm_calls"))
 
     def close(self) -> int:
         self._stop.set()
@@ -183,22 +189,11 @@ def one_run(
     )
 
 
-def _assigned(metrics_url: str) -> int:
-    try:
-        text = httpx.get(metrics_url, timeout=2).text
-    except httpx.HTTPError:
-        return 0
-    for line in text.splitlines():
-        if line.startswith("refund_bench_assigned_partitions{"):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
-
-
 def _wait_assigned(urls: list[str], partitions: int, timeout_s: float = 90.0) -> None:
     """Wait until the judge replicas behind ``urls`` share all partitions, each holding some."""
     deadline = time.monotonic() + timeout_s
     while True:
-        counts = [_assigned(url) for url in urls]
+        counts = [gauge(url, "assigned_partitions") for url in urls]
         if sum(counts) == partitions and all(counts):
             return
         if time.monotonic() > deadline:

@@ -115,6 +115,15 @@ class JudgePanelSettings(LlmStageSettings):
         return self.judge_seed_base + seat
 
 
+def call_counter(metrics: Metrics) -> Callable[[bool], None]:
+    """The handlers' ``on_call``: counts ``llm_calls`` as made or served from the cache."""
+
+    def on_call(cached: bool) -> None:
+        metrics.incr("llm_calls", kind="cached" if cached else "made")
+
+    return on_call
+
+
 @dataclass(frozen=True)
 class RoleWiring:
     """What one LLM role's stage needs: its client, the shared cache, and how to close them."""

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 
 from refund_bench.llm.roles import load_prompt
-from refund_bench.llm_setup import LlmStageSettings, single_role
+from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
@@ -43,7 +43,7 @@ def main() -> None:
         role.cache,
         load_prompt(settings.extractor_prompt_version),
         settings.auto_approve_cap_minor,
-        on_call=lambda cached: metrics.incr("llm_calls", kind="cached" if cached else "made"),
+        on_call=call_counter(metrics),
     )
     spec = dataclasses.replace(
         handler.spec(),

@@ -8,7 +8,13 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from refund_bench.llm.roles import load_prompt
-from refund_bench.llm_setup import JudgePanelSettings, client, redis_client, response_cache
+from refund_bench.llm_setup import (
+    JudgePanelSettings,
+    call_counter,
+    client,
+    redis_client,
+    response_cache,
+)
 from refund_bench.resources import lifecycle
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
@@ -48,7 +54,7 @@ def main() -> None:
         seats,
         response_cache(settings, redis),
         load_prompt(settings.judge_prompt_version),
-        on_call=lambda cached: metrics.incr("llm_calls", kind="cached" if cached else "made"),
+        on_call=call_counter(metrics),
     )
     closers = [llm.aclose for llm in clients]
     spec = dataclasses.replace(handler.spec(), shutdown=lifecycle(*closers, redis.aclose))
