@@ -153,7 +153,7 @@ class Codec:
         """``topics`` maps a topic name to its contract name (an ``.avsc`` file stem)."""
         self._framing = framing
         self._topics: dict[str, _TopicCodec] = {}
-        self._readers: dict[tuple[str, str], Any] = {}
+        self._readers: dict[tuple[bytes, str], Any] = {}
         for topic, schema_name in topics.items():
             self.bind(topic, schema_name)
 
@@ -187,7 +187,9 @@ class Codec:
         if codec is None:
             raise InvalidInput(f"no contract bound to topic {topic!r}")
         writer, start = self._framing.writer_schema(data)
-        reader_key = (json.dumps(writer, sort_keys=True), topic)
+        # The framing header (schema id or fingerprint) names the writer schema: parse each
+        # writer schema once per topic, keyed by the header's bytes.
+        reader_key = (data[:start], topic)
         pair = self._readers.get(reader_key)
         if pair is None:
             pair = (fastavro.parse_schema(writer), codec.parsed)

@@ -18,6 +18,7 @@ Error policy (by type, see :mod:`refund_bench.errors`):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -27,13 +28,12 @@ import aiohttp
 import httpx2
 import openai
 from openai.types.chat import (
-    ChatCompletion,
     ChatCompletionMessageParam,
     ChatCompletionSystemMessageParam,
     ChatCompletionUserMessageParam,
 )
 from openai.types.shared_params import ResponseFormatJSONSchema
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from refund_bench.errors import RefundBenchError, TransientError
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
@@ -96,6 +96,41 @@ class JsonCompleter(Protocol):
     ) -> str:
         """The raw answer text of one structured-output completion."""
         ...
+
+
+class _AnswerMessage(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    message: _AnswerMessage
+    finish_reason: str | None = None
+
+
+class _Completion(BaseModel):
+    """The part of the chat-completion response this adapter reads (the rest is ignored)."""
+
+    choices: list[_Choice]
+
+
+def _answer(raw: bytes) -> str:
+    """The first choice's text from a 200 response body; :class:`MalformedAnswer` otherwise."""
+    try:
+        completion = _Completion.model_validate_json(raw)
+    except ValidationError as exc:
+        raise MalformedAnswer(
+            f"the response is not a chat completion: {exc.error_count()} errors",
+            raw.decode(errors="replace")[:2000],
+        ) from exc
+    if not completion.choices:
+        raise MalformedAnswer("the completion has no choices", "")
+    choice = completion.choices[0]
+    content = choice.message.content or ""
+    if choice.finish_reason != "stop":
+        raise MalformedAnswer(f"finish_reason is {choice.finish_reason!r}", content)
+    if not content:
+        raise MalformedAnswer("the answer is empty", content)
+    return content
 
 
 def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:
@@ -247,19 +282,19 @@ class LlmClient:
             body["seed"] = seed
         options: openai.RequestOptions = {"headers": {DISPUTE_HEADER: dispute_id}}
 
+        # Encoded once per call, not once per attempt: retries resend the same bytes.
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
         async def attempt() -> str:
             await self._limiter.acquire()
             try:
-                # The client's generic POST, typed by the same ChatCompletion model that
-                # ``chat.completions.create`` returns. ``create`` would first run its
-                # recursive parameter transform over messages and schema, which costs a
-                # third of the CPU of a call and changes nothing here: the body is already
-                # plain JSON of the documented shape.
-                completion = await self._openai.post(
-                    "/chat/completions",
-                    body=body,
-                    cast_to=ChatCompletion,
-                    options=options,
+                # The client's generic POST to the endpoint ``chat.completions.create`` uses,
+                # with the body already JSON and the answer read from the raw body. ``create``
+                # would run its recursive parameter transform over messages and schema, and
+                # the client would build its full response model; together they cost half
+                # the CPU of a call and change nothing here.
+                raw = await self._openai.post(
+                    "/chat/completions", content=content, cast_to=bytes, options=options
                 )
             except openai.APIError as exc:
                 mapped = _classify(exc)
@@ -272,15 +307,7 @@ class LlmClient:
                         mapped,
                     )
                 raise mapped from exc
-            if not completion.choices:
-                raise MalformedAnswer("the completion has no choices", "")
-            choice = completion.choices[0]
-            content = choice.message.content or ""
-            if choice.finish_reason != "stop":
-                raise MalformedAnswer(f"finish_reason is {choice.finish_reason!r}", content)
-            if not content:
-                raise MalformedAnswer("the answer is empty", content)
-            return content
+            return _answer(raw)
 
         self._track(+1)
         try:

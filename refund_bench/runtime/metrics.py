@@ -91,14 +91,26 @@ class PrometheusMetrics:
             name: Gauge(f"refund_bench_{name}", doc, ["stage"], registry=registry)
             for name, doc in _GAUGE_DOCS.items()
         }
+        # Labelled children, looked up once: ``labels()`` costs more than the update itself,
+        # and the judge updates metrics several times per LLM call.
+        self._counter_children: dict[tuple[CounterName, str, str], Counter] = {}
+        self._histogram_children = {
+            name: metric.labels(stage) for name, metric in self._histograms.items()
+        }
+        self._gauge_children = {name: metric.labels(stage) for name, metric in self._gauges.items()}
 
     def incr(
         self, name: CounterName, value: float = 1.0, *, topic: str = "", kind: str = ""
     ) -> None:
-        self._counters[name].labels(self._stage, topic, kind).inc(value)
+        key = (name, topic, kind)
+        child = self._counter_children.get(key)
+        if child is None:
+            child = self._counters[name].labels(self._stage, topic, kind)
+            self._counter_children[key] = child
+        child.inc(value)
 
     def observe(self, name: HistogramName, value: float) -> None:
-        self._histograms[name].labels(self._stage).observe(value)
+        self._histogram_children[name].observe(value)
 
     def set(self, name: GaugeName, value: float) -> None:
-        self._gauges[name].labels(self._stage).set(value)
+        self._gauge_children[name].set(value)

@@ -23,6 +23,7 @@ def serve(settings: ApiSettings) -> None:
         host=settings.api_host,
         port=settings.api_port,
         log_level=settings.log_level.lower(),
+        http="httptools",
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=20,

@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         port=args.port,
         log_level=args.log_level,
         access_log=False,
+        http="httptools",
         backlog=4096,
         timeout_keep_alive=30,
     )

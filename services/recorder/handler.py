@@ -5,6 +5,8 @@ offsets commit; redelivered events are no-ops thanks to natural-key inserts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -39,9 +41,11 @@ class Recorder:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        with self._conn.transaction(), self._conn.cursor() as cur:
-            for sql, params in pending:
-                cur.execute(sql, params)
+        # Pipeline mode: the statements go out without a round trip each, in order; runs of
+        # one statement become one ``executemany``.
+        with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
+            for sql, run in groupby(pending, key=itemgetter(0)):
+                cur.executemany(sql, [params for _, params in run])
 
     def spec(self) -> StageSpec:
         return StageSpec("recorder", INPUTS, (), self.handle, before_commit=self.flush)

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 import httpx
@@ -456,6 +457,84 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
         roles.parse_judge_ruling(raw)
     assert caught.value.raw == raw
     assert "not JSON" in caught.value.reason
+
+
+class _FixedAnswer(BaseHTTPRequestHandler):
+    """Answers every POST with 200 and the server's ``body``; records what it was sent."""
+
+    server: _FixedAnswerServer
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        self.server.requests.append((self.headers.get("Content-Type", ""), self.rfile.read(length)))
+        payload = self.server.body
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _FixedAnswerServer(ThreadingHTTPServer):
+    def __init__(self, body: bytes) -> None:
+        super().__init__(("127.0.0.1", 0), _FixedAnswer)
+        self.body = body
+        self.requests: list[tuple[str, bytes]] = []  # (content type, body)
+
+
+def _completion(content: str | None, finish_reason: str | None) -> bytes:
+    choice = {"index": 0, "message": {"role": "assistant", "content": content}}
+    return json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {**choice, "finish_reason": finish_reason}
+    ]}).encode()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"<html>gateway</html>", "not a chat completion"),
+        (b'{"object": "chat.completion"}', "not a chat completion"),
+        (b'{"choices": []}', "no choices"),
+        (_completion('{"ruling": "UP', "length"), "finish_reason is 'length'"),
+        (_completion(None, "stop"), "empty"),
+    ],
+)
+def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
+    body: bytes, reason: str
+) -> None:
+    server = _FixedAnswerServer(body)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    sleep = RecordedSleep()
+    target = LlmEndpoint(
+        base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+        api_key=SecretStr("k"),
+        model="m",
+        temperature=0.7,
+        timeout_seconds=5,
+    )
+
+    async def scenario() -> str:
+        async with LlmClient(target, sleep=sleep) as client:
+            return await ask(client, judge_request(), 1000, "d-200")
+
+    try:
+        with pytest.raises(roles.MalformedAnswer) as caught:
+            run(scenario)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert reason in caught.value.reason
+    assert sleep.delays == []
+    assert len(server.requests) == 1
+    content_type, sent = server.requests[0]
+    assert content_type == "application/json"
+    request = json.loads(sent)
+    assert request["seed"] == 1000
+    assert request["response_format"]["json_schema"]["strict"] is True
 
 
 def test_inflight_gauge_rises_and_returns_to_zero(standin: Standin) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import random
 
+import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -163,6 +165,25 @@ def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> Non
 def test_state_of_an_unrestored_partition_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         StateStore("s", "s.changelog").committed(0)
+
+
+def test_records_of_two_writer_schemas_each_resolve_against_the_contract() -> None:
+    framing = FingerprintFraming()
+    codec = Codec(framing, {"t": "bench.record"})
+    older = {
+        "type": "record",
+        "name": "BenchRecord",
+        "namespace": "refundbench.events",
+        "fields": [{"name": "id", "type": "string"}, {"name": "seq", "type": "long"}],
+    }
+    body = io.BytesIO()
+    body.write(b"\xc3\x01" + framing.remember(older))
+    fastavro.schemaless_writer(body, fastavro.parse_schema(older), {"id": "r0", "seq": 1})
+    old_record = body.getvalue()
+    new_record = codec.encode("t", {"id": "r1", "seq": 2, "payload": "p"})
+    for _ in range(2):  # the second round reads through the cached writer schemas
+        assert codec.decode("t", old_record) == {"id": "r0", "seq": 1, "payload": ""}
+        assert codec.decode("t", new_record) == {"id": "r1", "seq": 2, "payload": "p"}
 
 
 def test_fingerprint_codec_round_trips_and_rejects_garbage() -> None:
