@@ -7,7 +7,7 @@ judge-sized structured-output call against the LLM stand-in:
 - ``chat.completions.create`` on the client's default HTTP transport (what the openai
   documentation shows first);
 - :class:`refund_bench.llm.client.LlmClient`: the aiohttp transport and the client's generic
-  POST with the body already in its documented shape.
+  POST, with the body already encoded as JSON and the answer read from the raw body.
 
 CPU time is the process's own (``getrusage``), so the stand-in's work is not counted.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from refund_bench.domain import Ruling
 
@@ -52,6 +53,12 @@ def _key(field: str) -> str:
     return key
 
 
+@lru_cache(maxsize=256)
+def _keys(allowed_fields: frozenset[str]) -> frozenset[str]:
+    """The comparison keys of a snapshot's fields (every seat of every grievance shares them)."""
+    return frozenset(_key(field) for field in allowed_fields)
+
+
 def normalise(
     model_ruling: str, evidence_cited: Sequence[str], allowed_fields: frozenset[str]
 ) -> NormalisedRuling:
@@ -61,7 +68,7 @@ def normalise(
     semicolons and newlines, trimmed of quotes, and compared case-insensitively, with an optional
     ``evidence.`` or ``snapshot.`` prefix ignored.
     """
-    allowed = {_key(field) for field in allowed_fields}
+    allowed = _keys(allowed_fields)
     cited = _citations(evidence_cited)
     known = tuple(c for c in cited if _key(c) in allowed)
     unknown = tuple(c for c in cited if _key(c) not in allowed)
