@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_url
@@ -96,21 +96,39 @@ def _templates() -> Jinja2Templates:
 
 
 class BodyLimitMiddleware:
-    """413 for a request whose declared Content-Length is above ``limit`` bytes."""
+    """413, as a problem document, for a request body above ``limit`` bytes.
+
+    A declared Content-Length above the limit is refused before anything else runs. A body
+    without one (chunked) is counted as the app reads it: the read that passes the limit
+    raises a 413 ``HTTPException`` instead of returning, so no handler sees the body.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self._limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for name, value in scope.get("headers", []):
-                if name == b"content-length" and value.isdigit() and int(value) > self._limit:
-                    body = m.Problem(detail=f"request body above {self._limit} bytes")
-                    response = JSONResponse(body.model_dump(), status_code=413)
-                    await response(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        detail = f"request body above {self._limit} bytes"
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self._limit:
+                response = JSONResponse(m.Problem(detail=detail).model_dump(), status_code=413)
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def receive_within_limit() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self._limit:
+                    raise StarletteHTTPException(413, detail)
+            return message
+
+        await self.app(scope, receive_within_limit, send)
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -163,6 +163,26 @@ def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
             headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex}),
         )
         assert huge.status_code == 413
+        assert "request body above" in huge.json()["detail"]
+
+
+def test_a_streamed_body_above_the_limit_is_refused_while_it_is_read(api: ApiServer) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: Transfer-Encoding: chunked
+        for _ in range(200):  # 3.2 MB, far above the limit
+            yield b"x" * 16_384
+
+    with api.client() as client:
+        streamed = client.post(
+            "/complaints",
+            content=chunks(),
+            headers=api.auth(
+                **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
+            ),
+        )
+    assert streamed.request.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in streamed.request.headers
+    assert streamed.status_code == 413, streamed.text
+    assert "request body above" in streamed.json()["detail"]
 
 
 def test_same_key_twice_is_one_dispute_and_one_event(
