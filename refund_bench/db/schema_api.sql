@@ -38,3 +38,19 @@ CREATE TABLE IF NOT EXISTS review_decisions (
 );
 CREATE INDEX IF NOT EXISTS review_decisions_unpublished
     ON review_decisions (decided_at) WHERE NOT published;
+
+-- Review-desk sign-in attempts per user name (its sha256: mistyped passwords often land in
+-- the user-name field, so the name itself is not kept). Every attempt counts, before the
+-- password is checked; a successful sign-in deletes the row. Shared by every API replica.
+CREATE TABLE IF NOT EXISTS desk_login_attempts (
+    username_sha256   text PRIMARY KEY,
+    attempts          integer NOT NULL,
+    window_started_at timestamptz NOT NULL
+);
+
+-- Review-desk sessions ended by signing out. A session is a signed cookie, so signing out
+-- must also be remembered here: a copy of the cookie is refused until it would have expired.
+CREATE TABLE IF NOT EXISTS desk_revoked_sessions (
+    session_id text PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);

@@ -260,7 +260,12 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     signer = SessionSigner(
         settings.session_secret.get_secret_value().encode(), settings.session_max_age_s
     )
-    app.add_middleware(SessionMiddleware, signer=signer, secure=settings.session_cookie_secure)
+    app.add_middleware(
+        SessionMiddleware,
+        signer=signer,
+        secure=settings.session_cookie_secure,
+        revoked=ctx.store.session_revoked,
+    )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_complaint_chars * 4 + 65536)
     app.add_middleware(HttpMetricsMiddleware, metrics=metrics)
     return app

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -23,7 +25,7 @@ from services.api import models as m
 from services.api.context import AppContext
 from services.api.formatting import Span, highlight, pretty_json, when
 from services.api.outbox import DecisionOutbox
-from services.api.sessions import csrf_ok, csrf_token
+from services.api.sessions import SESSION_ID_KEY, csrf_ok, csrf_token, new_session_id
 from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, NotDecidable
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,8 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
         user, signed_in_at = session.get("user"), session.get("iat")
         if not isinstance(user, str) or user not in ctx.reviewers:
             return None
+        if not isinstance(session.get(SESSION_ID_KEY), str):
+            return None  # every sign-in names its session, so that signing out can revoke it
         if not isinstance(signed_in_at, int | float) or time.time() - signed_in_at > max_age:
             return None
         return user
@@ -173,6 +177,20 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
                 next=target,
                 error="The sign-in form expired. Please try again.",
             )
+        window = await ctx.store.count_login_attempt(username, ctx.settings.desk_login_window_s)
+        if window.attempts > ctx.settings.desk_login_attempts:
+            # Refused before the password is checked: guessing gets nothing but this answer.
+            ctx.metrics.logins.labels("throttled").inc()
+            minutes = math.ceil(window.seconds_left / 60)
+            page = render(
+                request,
+                "login.html",
+                429,
+                next=target,
+                error=f"Too many sign-in attempts for this user. Try again in {minutes} min.",
+            )
+            page.headers["Retry-After"] = str(window.seconds_left)
+            return page
         ok = await asyncio.to_thread(ctx.reviewers.verify, username, password)
         if not ok:
             ctx.metrics.logins.labels("failed").inc()
@@ -180,8 +198,11 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
                 request, "login.html", 401, next=target, error="Unknown user or wrong password."
             )
         ctx.metrics.logins.labels("ok").inc()
+        await ctx.store.clear_login_attempts(username)
         request.session.clear()  # a fresh session (and CSRF token) on every sign-in
-        request.session.update({"user": username, "iat": int(time.time())})
+        request.session.update(
+            {"user": username, "iat": int(time.time()), SESSION_ID_KEY: new_session_id()}
+        )
         csrf_token(request.session)
         return RedirectResponse(target, status_code=303)
 
@@ -197,6 +218,10 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
                 title="Sign-out failed",
                 message="The form expired; reload the page and try again.",
             )
+        session_id, signed_in_at = request.session.get(SESSION_ID_KEY), request.session.get("iat")
+        if isinstance(session_id, str) and isinstance(signed_in_at, int | float):
+            expires = datetime.fromtimestamp(signed_in_at + max_age, UTC)
+            await ctx.store.revoke_session(session_id, expires)
         request.session.clear()
         return RedirectResponse("/review/login", status_code=303)
 

@@ -15,7 +15,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import CookieError, Morsel, SimpleCookie
 from typing import Any
 
@@ -24,6 +24,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DESK_PREFIX = "/review"
 CSRF_KEY = "csrf"
+SESSION_ID_KEY = "sid"
+"""The session's random id: what signing out revokes (see ``SessionMiddleware``)."""
+
+RevocationCheck = Callable[[str], Awaitable[bool]]
+"""True when the session with this id was signed out."""
+
+
+def new_session_id() -> str:
+    return secrets.token_urlsafe(18)
 
 
 def _b64(data: bytes) -> str:
@@ -77,7 +86,8 @@ class SessionMiddleware:
     """Loads ``scope["session"]`` for desk paths and writes it back on the response.
 
     Like Starlette's own session middleware (which needs ``itsdangerous``), but stdlib-only
-    and restricted to :data:`DESK_PREFIX`.
+    and restricted to :data:`DESK_PREFIX`. A session whose :data:`SESSION_ID_KEY` the
+    ``revoked`` check names (signed out) loads as empty, and its cookie is cleared.
     """
 
     def __init__(
@@ -87,13 +97,21 @@ class SessionMiddleware:
         *,
         cookie_name: str = "rb_review_session",
         secure: bool = False,
+        revoked: RevocationCheck | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
         self._signer = signer
         self._cookie = cookie_name
         self._secure = secure
+        self._revoked = revoked
         self._clock = clock
+
+    async def _is_revoked(self, session: dict[str, Any]) -> bool:
+        session_id = session.get(SESSION_ID_KEY)
+        if self._revoked is None or not isinstance(session_id, str):
+            return False
+        return await self._revoked(session_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -110,8 +128,9 @@ class SessionMiddleware:
                 if morsel is not None:
                     loaded = self._signer.loads(morsel.value, self._clock())
                     if loaded is not None:
-                        scope["session"] = loaded
                         had_session = True
+                        if not await self._is_revoked(loaded):
+                            scope["session"] = loaded
 
         async def send_with_cookie(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -28,6 +28,9 @@ class ApiSettings(StackSettings):
     session_max_age_s: int = Field(default=8 * 3600, ge=60)
     session_cookie_secure: bool = False
     """Set in production (HTTPS): the session cookie is then only sent over TLS."""
+    desk_login_attempts: int = Field(default=5, ge=1)
+    """Sign-in attempts per user name and window; further ones get 429 until it closes."""
+    desk_login_window_s: int = Field(default=900, ge=1)
     max_complaint_chars: int = Field(default=5000, ge=1, le=1_000_000)
     publish_timeout_s: float = Field(default=10.0, gt=0)
     outbox_interval_s: float = Field(default=5.0, gt=0)

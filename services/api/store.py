@@ -10,11 +10,13 @@ publishers of one row from both publishing it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from psycopg import AsyncConnection
@@ -109,6 +111,18 @@ _DECISION_COLS = (
     "review_id, dispute_id, item_key, kind, grievance_id, decision, reviewer, note, decided_at,"
     " published"
 )
+
+
+@dataclass(frozen=True)
+class LoginWindow:
+    """Sign-in attempts counted in a user name's current window, and when it closes."""
+
+    attempts: int
+    seconds_left: int
+
+
+def _login_key(username: str) -> str:
+    return hashlib.sha256(username.strip().casefold().encode()).hexdigest()
 
 
 class Store:
@@ -290,6 +304,60 @@ class Store:
                 yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, row["review_id"])
 
     # -- the audit record -----------------------------------------------------------------
+
+    # -- review-desk sign-in ----------------------------------------------------------------
+
+    async def count_login_attempt(self, username: str, window_s: int) -> LoginWindow:
+        """Count one sign-in attempt for ``username`` and return its window so far.
+
+        A window opens at the first attempt after the previous one closed and lasts
+        ``window_s``. Atomic: concurrent attempts on any replica each get their own count.
+        """
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "INSERT INTO desk_login_attempts AS a (username_sha256, attempts,"
+                " window_started_at) VALUES (%(user)s, 1, now())"
+                " ON CONFLICT (username_sha256) DO UPDATE SET"
+                " attempts = CASE WHEN a.window_started_at > now() - %(window)s"
+                "  THEN a.attempts + 1 ELSE 1 END,"
+                " window_started_at = CASE WHEN a.window_started_at > now() - %(window)s"
+                "  THEN a.window_started_at ELSE now() END"
+                " RETURNING attempts,"
+                " EXTRACT(EPOCH FROM a.window_started_at + %(window)s - now())",
+                {"user": _login_key(username), "window": timedelta(seconds=window_s)},
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return LoginWindow(attempts=int(row[0]), seconds_left=max(1, math.ceil(row[1])))
+
+    async def clear_login_attempts(self, username: str) -> None:
+        """Forget ``username``'s attempts (it signed in)."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "DELETE FROM desk_login_attempts WHERE username_sha256 = %s",
+                (_login_key(username),),
+            )
+
+    async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        """Refuse the session ``session_id`` from now on (until it would have expired anyway).
+
+        Also drops revocations whose sessions have expired since.
+        """
+        async with self._pool.connection() as conn, conn.transaction():
+            await conn.execute("DELETE FROM desk_revoked_sessions WHERE expires_at < now()")
+            await conn.execute(
+                "INSERT INTO desk_revoked_sessions (session_id, expires_at) VALUES (%s, %s)"
+                " ON CONFLICT (session_id) DO NOTHING",
+                (session_id, expires_at),
+            )
+
+    async def session_revoked(self, session_id: str) -> bool:
+        """True when the session ``session_id`` was signed out."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT 1 FROM desk_revoked_sessions WHERE session_id = %s", (session_id,)
+            )
+            return await cur.fetchone() is not None
 
     async def dispute_story(self, dispute_id: str) -> m.DisputeStory | None:
         """Everything recorded about ``dispute_id``, read in one consistent snapshot."""

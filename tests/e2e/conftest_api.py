@@ -37,7 +37,7 @@ from tests.conftest import Stack, unavailable
 
 API_TOKEN = "test-token-" + "a" * 24
 OTHER_TOKEN = "test-token-" + "b" * 24
-PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-2"}
+PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-2", "carol": "carol-password-3"}
 _HASHES = {name: hash_password(pw, iterations=2000) for name, pw in PASSWORDS.items()}
 """Low iteration counts keep sign-in fast in tests; production hashes use the default."""
 

@@ -3,6 +3,7 @@ and what the queue and case pages show."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
+    PASSWORDS,
     ApiServer,
     csrf_of,
     delete_dispute,
@@ -72,7 +74,8 @@ def test_sign_in_rejects_wrong_passwords_forms_and_redirects(api: ApiServer) -> 
         assert wrong.status_code == 401
         assert "Unknown user or wrong password." in wrong.text
         nobody = client.post(
-            "/review/login", data={"username": "mallory", "password": "x", "csrf_token": token}
+            "/review/login",
+            data={"username": f"mallory-{uuid.uuid4().hex}", "password": "x", "csrf_token": token},
         )
         assert nobody.status_code == 401
         forged = client.post(
@@ -105,6 +108,91 @@ def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) ->
         assert out.status_code == 303
         assert out.headers["location"] == "/review/login"
         assert client.get("/review").status_code == 303
+
+
+def _attempt(client: httpx.Client, user: str, password: str) -> httpx.Response:
+    token = csrf_of(client.get("/review/login").text)
+    return client.post(
+        "/review/login", data={"username": user, "password": password, "csrf_token": token}
+    )
+
+
+def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
+    api: ApiServer, stack: Stack
+) -> None:
+    user = f"guess-{uuid.uuid4().hex}"
+    limit = api.settings.desk_login_attempts
+    with running_api(stack) as other_replica:
+        replicas = (api, other_replica)
+        for attempt in range(limit):  # alternating replicas share the count
+            with replicas[attempt % 2].client() as client:
+                assert _attempt(client, user, "wrong").status_code == 401
+        for replica in replicas:
+            with replica.client() as client:
+                refused = _attempt(client, user.upper(), "wrong")
+                assert refused.status_code == 429
+                assert "Too many sign-in attempts" in refused.text
+                retry_after = int(refused.headers["retry-after"])
+                assert 0 < retry_after <= api.settings.desk_login_window_s
+        with api.client() as client:  # another user name is not affected
+            assert sign_in(client, "bob")
+        with psycopg.connect(api.database_url) as conn:
+            stored = [
+                str(r[0]) for r in conn.execute("SELECT username_sha256 FROM desk_login_attempts")
+            ]
+            assert hashlib.sha256(user.casefold().encode()).hexdigest() in stored
+            assert not any("guess" in key for key in stored), "user names are not kept"
+            # The window closes (moved into the past here, instead of waiting 15 minutes).
+            conn.execute(
+                "UPDATE desk_login_attempts SET window_started_at = now() - interval '1 day'"
+                " WHERE username_sha256 = encode(sha256(convert_to(%s, 'UTF8')), 'hex')",
+                (user.casefold(),),
+            )
+        with api.client() as client:
+            assert _attempt(client, user, "wrong").status_code == 401
+
+
+def test_the_right_password_is_refused_too_while_a_user_is_throttled(
+    api: ApiServer,
+) -> None:
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "DELETE FROM desk_login_attempts"
+            " WHERE username_sha256 = encode(sha256(convert_to('carol', 'UTF8')), 'hex')"
+        )
+    with api.client() as client:
+        for _ in range(api.settings.desk_login_attempts):
+            assert _attempt(client, "carol", "wrong").status_code == 401
+        assert _attempt(client, "carol", PASSWORDS["carol"]).status_code == 429
+        assert client.get("/review").status_code == 303
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "DELETE FROM desk_login_attempts"
+            " WHERE username_sha256 = encode(sha256(convert_to('carol', 'UTF8')), 'hex')"
+        )
+    with api.client() as client:
+        assert sign_in(client, "carol")
+
+
+def test_a_signed_out_session_is_refused_even_from_a_copy_of_its_cookie(
+    api: ApiServer, stack: Stack
+) -> None:
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        copied = client.cookies["rb_review_session"]
+        assert client.post("/review/logout", data={"csrf_token": token}).status_code == 303
+    with running_api(stack) as other_replica:
+        for replica in (api, other_replica):
+            with replica.client() as thief:
+                thief.cookies.set("rb_review_session", copied, path="/review")
+                answer = thief.get("/review")
+                assert answer.status_code == 303
+                assert answer.headers["location"].startswith("/review/login")
+                assert "Max-Age=0" in answer.headers["set-cookie"]
+    with api.client() as client:  # signing in again makes a new session, not the revoked one
+        sign_in(client, "alice")
+        assert client.cookies["rb_review_session"] != copied
+        assert client.get("/review").status_code == 200
 
 
 def test_api_clients_cannot_decide_reviews(api: ApiServer, dispute: str) -> None:
