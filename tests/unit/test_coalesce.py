@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -115,6 +116,8 @@ def test_a_new_event_loop_is_served_after_one_closed_with_requests_pending() -> 
     doubler = Doubler()
     batcher = TickBatcher(doubler)
     dead = asyncio.new_event_loop()
+    reported: list[str] = []
+    dead.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
     dead.run_until_complete(asyncio.sleep(0))
     abandoned = dead.create_task(batcher.submit(1))
     dead.call_soon(dead.stop)
@@ -126,3 +129,6 @@ def test_a_new_event_loop_is_served_after_one_closed_with_requests_pending() -> 
         return await batcher.submit(5)
 
     assert asyncio.run(later()) == 10
+    del abandoned  # what a closed loop's pending task reports when it is collected
+    gc.collect()
+    assert reported == ["Task was destroyed but it is pending!"]
