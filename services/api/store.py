@@ -303,9 +303,7 @@ class Store:
             else:
                 yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, row["review_id"])
 
-    # -- the audit record -----------------------------------------------------------------
-
-    # -- review-desk sign-in ----------------------------------------------------------------
+    # -- review-desk sign-in --------------------------------------------------------------
 
     async def count_login_attempt(self, username: str, window_s: int) -> LoginWindow:
         """Count one sign-in attempt for ``username`` and return its window so far.
@@ -358,6 +356,8 @@ class Store:
                 "SELECT 1 FROM desk_revoked_sessions WHERE session_id = %s", (session_id,)
             )
             return await cur.fetchone() is not None
+
+    # -- the audit record -----------------------------------------------------------------
 
     async def dispute_story(self, dispute_id: str) -> m.DisputeStory | None:
         """Everything recorded about ``dispute_id``, read in one consistent snapshot."""

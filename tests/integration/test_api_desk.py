@@ -117,6 +117,17 @@ def _attempt(client: httpx.Client, user: str, password: str) -> httpx.Response:
     )
 
 
+def _login_key(user: str) -> str:
+    return hashlib.sha256(user.casefold().encode()).hexdigest()
+
+
+def _forget_attempts(api: ApiServer, user: str) -> None:
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "DELETE FROM desk_login_attempts WHERE username_sha256 = %s", (_login_key(user),)
+        )
+
+
 def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
     api: ApiServer, stack: Stack
 ) -> None:
@@ -140,13 +151,13 @@ def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
             stored = [
                 str(r[0]) for r in conn.execute("SELECT username_sha256 FROM desk_login_attempts")
             ]
-            assert hashlib.sha256(user.casefold().encode()).hexdigest() in stored
+            assert _login_key(user) in stored
             assert not any("guess" in key for key in stored), "user names are not kept"
             # The window closes (moved into the past here, instead of waiting 15 minutes).
             conn.execute(
                 "UPDATE desk_login_attempts SET window_started_at = now() - interval '1 day'"
-                " WHERE username_sha256 = encode(sha256(convert_to(%s, 'UTF8')), 'hex')",
-                (user.casefold(),),
+                " WHERE username_sha256 = %s",
+                (_login_key(user),),
             )
         with api.client() as client:
             assert _attempt(client, user, "wrong").status_code == 401
@@ -155,21 +166,13 @@ def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
 def test_the_right_password_is_refused_too_while_a_user_is_throttled(
     api: ApiServer,
 ) -> None:
-    with psycopg.connect(api.database_url) as conn:
-        conn.execute(
-            "DELETE FROM desk_login_attempts"
-            " WHERE username_sha256 = encode(sha256(convert_to('carol', 'UTF8')), 'hex')"
-        )
+    _forget_attempts(api, "carol")
     with api.client() as client:
         for _ in range(api.settings.desk_login_attempts):
             assert _attempt(client, "carol", "wrong").status_code == 401
         assert _attempt(client, "carol", PASSWORDS["carol"]).status_code == 429
         assert client.get("/review").status_code == 303
-    with psycopg.connect(api.database_url) as conn:
-        conn.execute(
-            "DELETE FROM desk_login_attempts"
-            " WHERE username_sha256 = encode(sha256(convert_to('carol', 'UTF8')), 'hex')"
-        )
+    _forget_attempts(api, "carol")
     with api.client() as client:
         assert sign_in(client, "carol")
 

@@ -486,10 +486,9 @@ class _FixedAnswerServer(ThreadingHTTPServer):
 
 
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
-    choice = {"index": 0, "message": {"role": "assistant", "content": content}}
-    return json.dumps({"id": "x", "object": "chat.completion", "choices": [
-        {**choice, "finish_reason": finish_reason}
-    ]}).encode()  # fmt: skip
+    message = {"role": "assistant", "content": content}
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+    return json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
 
 
 @pytest.mark.parametrize(
