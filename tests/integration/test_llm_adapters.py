@@ -151,6 +151,17 @@ def endpoint(standin: Standin, *, temperature: float = 0.7, timeout: float = 5.0
     )
 
 
+def endpoint_at(port: int, *, timeout: float) -> LlmEndpoint:
+    """An endpoint on a loopback port that is not the stand-in's."""
+    return LlmEndpoint(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key=SecretStr("k"),
+        model="m",
+        temperature=0.7,
+        timeout_seconds=timeout,
+    )
+
+
 class CountingLimiter:
     """A real (trivial) RateLimiter that counts acquisitions."""
 
@@ -412,13 +423,7 @@ def test_connection_refused_is_transient() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    dead = LlmEndpoint(
-        base_url=f"http://127.0.0.1:{port}/v1",
-        api_key=SecretStr("k"),
-        model="m",
-        temperature=0.7,
-        timeout_seconds=2,
-    )
+    dead = endpoint_at(port, timeout=2)
 
     async def scenario() -> str:
         async with LlmClient(dead, retry=RetryPolicy(attempts=2), sleep=RecordedSleep()) as c:
@@ -508,13 +513,7 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     sleep = RecordedSleep()
-    target = LlmEndpoint(
-        base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
-        api_key=SecretStr("k"),
-        model="m",
-        temperature=0.7,
-        timeout_seconds=5,
-    )
+    target = endpoint_at(server.server_address[1], timeout=5)
 
     async def scenario() -> str:
         async with LlmClient(target, sleep=sleep) as client:
