@@ -42,6 +42,9 @@ class StageSettings(StackSettings):
     metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
     metrics_port: int = 9400
     log_level: str = "INFO"
+    gc_young_threshold: int = Field(default=50_000, ge=0)
+    """Allocations between young-generation collections (see ``runtime.gc_tuning``); 0 keeps
+    Python's default (700)."""
 
     def instance_id(self, stage: str) -> str:
         """This instance's transactional id: set explicitly, or ``<stage>-<hostname>``.

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from refund_bench.codec import framing_from_registry_url
 from refund_bench.config import StageSettings
+from refund_bench.runtime.gc_tuning import tune_gc
 from refund_bench.runtime.health import HealthServer, Heartbeat
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
@@ -81,6 +82,7 @@ def run_stage(
     signal.signal(signal.SIGINT, on_signal)
     server = HealthServer(heartbeat, registry, settings.metrics_host, settings.metrics_port).start()
     log.info("%s: metrics and health on port %d", spec.name, server.port)
+    tune_gc(settings.gc_young_threshold)
     try:
         runner.run()
     finally:

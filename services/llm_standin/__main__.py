@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from refund_bench.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, tune_gc
 from services.llm_standin.app import FaultSettings, create_app
 
 
@@ -31,6 +32,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--gc-young-threshold",
+        type=int,
+        default=DEFAULT_YOUNG_THRESHOLD,
+        help="allocations between young-generation collections; 0: Python's default",
+    )
     return parser.parse_args(argv)
 
 
@@ -44,8 +51,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         rate_malformed=args.rate_malformed,
         timeout_seconds=args.timeout_seconds,
     )
+    app = create_app(faults, seed=args.seed)
+    tune_gc(args.gc_young_threshold)
     uvicorn.run(
-        create_app(faults, seed=args.seed),
+        app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import random
 
@@ -14,6 +15,7 @@ from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.gc_tuning import tune_gc
 from refund_bench.runtime.state import BatchState, RecordState, StateStore
 
 
@@ -195,3 +197,17 @@ def test_fingerprint_codec_round_trips_and_rejects_garbage() -> None:
             codec.decode("t", bad)
     with pytest.raises(InvalidInput, match="trailing"):
         codec.decode("t", codec.encode("t", value) + b"\x00")
+
+
+def test_tune_gc_freezes_start_up_and_raises_only_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)
+        assert gc.get_threshold() == before
+        assert gc.get_freeze_count() == 0
+        tune_gc(12_345)
+        assert gc.get_threshold() == (12_345, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
