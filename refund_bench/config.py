@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from refund_bench.gc_tuning import DEFAULT_YOUNG_THRESHOLD
+
 
 class StackSettings(BaseSettings):
     """Addresses of the shared infrastructure."""
@@ -42,8 +44,8 @@ class StageSettings(StackSettings):
     metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
     metrics_port: int = 9400
     log_level: str = "INFO"
-    gc_young_threshold: int = Field(default=50_000, ge=0)
-    """Allocations between young-generation collections (see ``runtime.gc_tuning``); 0 keeps
+    gc_young_threshold: int = Field(default=DEFAULT_YOUNG_THRESHOLD, ge=0)
+    """Allocations between young-generation collections (see ``refund_bench.gc_tuning``); 0 keeps
     Python's default (700)."""
 
     def instance_id(self, stage: str) -> str:

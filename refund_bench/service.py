@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from refund_bench.codec import framing_from_registry_url
 from refund_bench.config import StageSettings
-from refund_bench.runtime.gc_tuning import tune_gc
+from refund_bench.gc_tuning import tune_gc
 from refund_bench.runtime.health import HealthServer, Heartbeat
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec

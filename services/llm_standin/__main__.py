@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from refund_bench.runtime.gc_tuning import DEFAULT_YOUNG_THRESHOLD, tune_gc
+from refund_bench.gc_tuning import DEFAULT_YOUNG_THRESHOLD, tune_gc
 from services.llm_standin.app import FaultSettings, create_app
 
 

@@ -71,6 +71,21 @@ HANDLERS = {"sync": (), "async-pipelined": ("--jitter-ms", "20")}
 """Selftest arguments per handler kind: async handlers run on the pipelined path."""
 
 
+def read_sink(
+    stack: Stack, codec: Codec, sink: str, *, at_least: int, timeout_s: float, settle_s: float
+) -> list[Read]:
+    """The committed, decoded records of ``sink`` once there are ``at_least`` (then ``settle_s``
+    more seconds, so late duplicates would be seen)."""
+    return read_committed(
+        stack.kafka,
+        sink,
+        until=lambda rs: len(rs) >= at_least,
+        timeout_s=timeout_s,
+        settle_s=settle_s,
+        decode=lambda raw: codec.decode(sink, raw),
+    )
+
+
 class _Progress:
     """Counts committed output records in the background while a stage is being killed."""
 
@@ -140,14 +155,7 @@ def test_exactly_once_through_repeated_sigkill(
             log_path=ARTIFACTS / f"{group}.log",
         )
         try:
-            records = read_committed(
-                stack.kafka,
-                sink,
-                until=lambda rs: len(rs) >= total,
-                timeout_s=180,
-                decode=lambda raw: codec.decode(sink, raw),
-                settle_s=3.0,
-            )
+            records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
         finally:
             final.terminate()
             final.wait(30)
@@ -186,14 +194,7 @@ def test_pipelined_batches_overlap_and_commit_in_poll_order(
     config = _config(stack.kafka, group, batch_max_records=10, max_pending_records=200)
     stage = StageThread(StageRunner(spec, config, framing)).start()
     try:
-        records = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= total,
-            timeout_s=60,
-            settle_s=1.0,
-            decode=lambda raw: codec.decode(sink, raw),
-        )
+        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=1.0)
     finally:
         assert stage.stop() is None
     assert [r.value["seq"] for r in records] == list(range(total))
@@ -241,14 +242,7 @@ def test_records_of_a_partition_revoked_in_flight_are_left_to_the_new_owner(
             stack.kafka, sink, until=lambda rs: len(rs) > 0, timeout_s=60, settle_s=2.0
         )
         gate.set()
-        records = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= total,
-            timeout_s=60,
-            decode=lambda raw: codec.decode(sink, raw),
-            settle_s=3.0,
-        )
+        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=3.0)
     finally:
         gate.set()
         errors = [first.stop(), second.stop() if second is not None else None]
@@ -307,14 +301,7 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     config = _config(stack.kafka, group, batch_max_records=10)
     error = StageThread(StageRunner(spec, config, framing_)).start().join(60)
     assert isinstance(error, RuntimeError)
-    committed = read_committed(
-        stack.kafka,
-        sink,
-        until=lambda rs: len(rs) >= 10,
-        timeout_s=30,
-        settle_s=2.0,
-        decode=lambda raw: codec.decode(sink, raw),
-    )
+    committed = read_sink(stack, codec, sink, at_least=10, timeout_s=30, settle_s=2.0)
     # Whatever batches committed before r15 are visible; r15's batch (r10..r19) is not.
     seqs = sorted(r.value["seq"] for r in committed)
     assert seqs == list(range(len(seqs)))
@@ -324,14 +311,7 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     broken.clear()
     stage = StageThread(StageRunner(spec, config, framing_)).start()
     try:
-        after = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= 20,
-            timeout_s=60,
-            settle_s=2.0,
-            decode=lambda raw: codec.decode(sink, raw),
-        )
+        after = read_sink(stack, codec, sink, at_least=20, timeout_s=60, settle_s=2.0)
     finally:
         assert stage.stop() is None
     assert sorted(r.value["seq"] for r in after) == list(range(20))
@@ -374,14 +354,7 @@ def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactor
         sink, key=b"a", value=codec.encode(sink, {"id": "successor", "seq": 2, "payload": ""})
     )
     successor.commit_transaction(30)
-    records = read_committed(
-        stack.kafka,
-        sink,
-        until=lambda rs: len(rs) >= 2,
-        timeout_s=30,
-        settle_s=2.0,
-        decode=lambda raw: codec.decode(sink, raw),
-    )
+    records = read_sink(stack, codec, sink, at_least=2, timeout_s=30, settle_s=2.0)
     assert [r.value["id"] for r in records] == ["first", "successor"]
 
 
@@ -425,14 +398,7 @@ def test_counter_state_survives_sigkill(
             log_path=ARTIFACTS / f"{group}.log",
         )
         try:
-            records = read_committed(
-                stack.kafka,
-                sink,
-                until=lambda rs: len(rs) >= total,
-                timeout_s=180,
-                settle_s=3.0,
-                decode=lambda raw: codec.decode(sink, raw),
-            )
+            records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
         finally:
             final.terminate()
             final.wait(30)
@@ -470,13 +436,7 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     )
     stage = StageThread(runner).start()
     try:
-        outputs = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= 2,
-            timeout_s=60,
-            decode=lambda raw: codec.decode(sink, raw),
-        )
+        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
         dlq_codec = Codec(framing, {dlq: "dead_letter"})
         dead = read_committed(
             stack.kafka,

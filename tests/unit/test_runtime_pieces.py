@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
+from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import DlqBudget
-from refund_bench.runtime.gc_tuning import tune_gc
 from refund_bench.runtime.state import BatchState, RecordState, StateStore
 
 
