@@ -9,8 +9,15 @@ from psycopg_pool import AsyncConnectionPool
 
 
 def pg_pool(conninfo: str, max_size: int = 10) -> AsyncConnectionPool[Any]:
-    """A pool that is not opened yet: open it from the stage's startup hook."""
-    return AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False)
+    """A pool that is not opened yet: open it from the stage's startup hook.
+
+    Its connections are in autocommit mode: each statement commits on its own, with no BEGIN
+    and COMMIT round trips around it. Work that needs several statements to be atomic opens
+    ``conn.transaction()``.
+    """
+    return AsyncConnectionPool(
+        conninfo, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True}
+    )
 
 
 def lifecycle(

@@ -16,12 +16,15 @@ _ORDER_SQL = """
 SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_minutes,
        delivery_fee_minor, charged_total_minor, pickup_weight_expected_g,
        pickup_weight_actual_g, partner_rating_at_handover, packaging_condition_recorded,
-       packaging_notes, partner_conduct_reports, payment_reference
-FROM orders WHERE order_id = %s
-"""
-_ITEMS_SQL = """
-SELECT name, quantity, unit_price_minor, unit_weight_g
-FROM order_line_items WHERE order_id = %s ORDER BY line_no
+       packaging_notes, partner_conduct_reports, payment_reference,
+       COALESCE((
+           SELECT json_agg(json_build_object(
+               'name', i.name, 'quantity', i.quantity,
+               'unit_price_minor', i.unit_price_minor, 'unit_weight_g', i.unit_weight_g
+           ) ORDER BY i.line_no)
+           FROM order_line_items i WHERE i.order_id = o.order_id
+       ), '[]') AS line_items
+FROM orders o WHERE o.order_id = %s
 """
 
 
@@ -51,15 +54,15 @@ def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
 
 
 async def load_order(conn: psycopg.AsyncConnection[Any], order_id: str) -> OrderRecord | None:
-    """The order's raw evidence, or ``None`` when the store has no such order."""
+    """The order's raw evidence, or ``None`` when the store has no such order.
+
+    One statement reads the order and its line items (in line order), so the two are
+    consistent with each other even outside a transaction.
+    """
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(_ORDER_SQL, (order_id,))
         row = await cur.fetchone()
-        if row is None:
-            return None
-        await cur.execute(_ITEMS_SQL, (order_id,))
-        items = await cur.fetchall()
-    return _record(row, items)
+    return None if row is None else _record(row, row["line_items"])
 
 
 def order_exists(conn: psycopg.Connection[Any], order_id: str) -> bool:

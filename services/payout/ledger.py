@@ -28,6 +28,37 @@ class LedgerRow:
     error_message: str | None
 
 
+_OPEN_SQL = """
+WITH opened AS (
+    INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency, payment_reference,
+                               idempotency_key, status)
+    VALUES (%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s, %(payment_reference)s,
+            %(idempotency_key)s, 'PENDING')
+    ON CONFLICT (dispute_id, round) DO NOTHING
+    RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status,
+              stripe_refund_id, error_code, error_message
+)
+SELECT * FROM opened
+UNION ALL
+SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
+       error_code, error_message
+FROM payout_ledger
+WHERE dispute_id = %(dispute_id)s AND round = %(round)s AND NOT EXISTS (SELECT 1 FROM opened)
+"""
+_GET_SQL = """
+SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
+       error_code, error_message
+FROM payout_ledger WHERE dispute_id = %s AND round = %s
+"""
+_SETTLE_SQL = """
+UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,
+                         error_message = %s, updated_at = now()
+WHERE dispute_id = %s AND round = %s AND status = 'PENDING'
+RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
+          error_code, error_message
+"""
+
+
 class PayoutLedger:
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
@@ -42,25 +73,30 @@ class PayoutLedger:
         payment_reference: str,
         idempotency_key: str,
     ) -> LedgerRow:
-        """Insert the round as PENDING unless it exists; return the row as stored."""
+        """Insert the round as PENDING unless it exists; return the row as stored.
+
+        One statement: the insert returns the new row; for a round that already exists, the
+        row as it was when the statement started (read again if another writer raced us).
+        """
+        params = {
+            "dispute_id": dispute_id,
+            "round": round_,
+            "amount_minor": amount_minor,
+            "currency": currency,
+            "payment_reference": payment_reference,
+            "idempotency_key": idempotency_key,
+        }
         async with self._pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-                " payment_reference, idempotency_key, status)"
-                " VALUES (%s, %s, %s, %s, %s, %s, 'PENDING')"
-                " ON CONFLICT (dispute_id, round) DO NOTHING",
-                (dispute_id, round_, amount_minor, currency, payment_reference, idempotency_key),
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_OPEN_SQL, params)
+                row = await cur.fetchone()
+            return (
+                LedgerRow(**row) if row is not None else await self._get(conn, dispute_id, round_)
             )
-            return await self._get(conn, dispute_id, round_)
 
     async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                "SELECT dispute_id, round, amount_minor, currency, idempotency_key, status,"
-                " stripe_refund_id, error_code, error_message FROM payout_ledger"
-                " WHERE dispute_id = %s AND round = %s",
-                (dispute_id, round_),
-            )
+            await cur.execute(_GET_SQL, (dispute_id, round_))
             row = await cur.fetchone()
         if row is None:
             raise RuntimeError(f"ledger row {dispute_id}/{round_} vanished")
@@ -89,10 +125,12 @@ class PayoutLedger:
         """
         status: Status = "SUCCEEDED" if refund_id is not None else "FAILED"
         async with self._pool.connection() as conn:
-            await conn.execute(
-                "UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,"
-                " error_message = %s, updated_at = now()"
-                " WHERE dispute_id = %s AND round = %s AND status = 'PENDING'",
-                (status, refund_id, error_code, error_message, dispute_id, round_),
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    _SETTLE_SQL,
+                    (status, refund_id, error_code, error_message, dispute_id, round_),
+                )
+                row = await cur.fetchone()
+            return (
+                LedgerRow(**row) if row is not None else await self._get(conn, dispute_id, round_)
             )
-            return await self._get(conn, dispute_id, round_)

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.snapshots import complaint_text, read_snapshot
+from refund_bench.db.snapshots import AsyncSnapshotReader, complaint_text
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import ResponseCache, cached_call, settler_cache_key
@@ -39,6 +39,36 @@ _PAYING = (Decision.AUTO_APPROVED.value, Decision.REVIEW_APPROVED.value)
 WHOLE_CLAIM = "your whole claim"
 
 
+_REPLY_SQL = """
+SELECT text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at
+FROM replies WHERE dispute_id = %s AND round = %s
+"""
+_STORE_REPLY_SQL = """
+INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
+                     model, prompt_version)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (dispute_id, round) DO NOTHING
+RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at
+"""
+
+
+def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
+    """The event for a ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
+    text, amount, currency, source, failures, model, version, created = row
+    return ev.ReplyPublished(
+        dispute_id=dispute_id,
+        round=round_,
+        text=text,
+        amount_minor=amount,
+        currency=currency,
+        source=source,
+        guard_failures=list(failures),
+        model=model,
+        prompt_version=version,
+        published_at=created.replace(microsecond=created.microsecond // 1000 * 1000),
+    )
+
+
 class SettlerHandler:
     def __init__(
         self,
@@ -53,6 +83,7 @@ class SettlerHandler:
         self._cache = cache
         self._prompt = prompt
         self._on_call = on_call
+        self._snapshots = AsyncSnapshotReader(pool)
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -143,38 +174,17 @@ class SettlerHandler:
 
     async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT text, amount_minor, currency, source, guard_failures, model,"
-                " prompt_version, created_at FROM replies WHERE dispute_id = %s AND round = %s",
-                (dispute_id, round_),
-            )
+            cur = await conn.execute(_REPLY_SQL, (dispute_id, round_))
             row = await cur.fetchone()
-        if row is None:
-            return None
-        text, amount, currency, source, failures, model, version, created = row
-        return ev.ReplyPublished(
-            dispute_id=dispute_id,
-            round=round_,
-            text=text,
-            amount_minor=amount,
-            currency=currency,
-            source=source,
-            guard_failures=list(failures),
-            model=model,
-            prompt_version=version,
-            published_at=created.replace(microsecond=created.microsecond // 1000 * 1000),
-        )
+        return None if row is None else _reply(dispute_id, round_, row)
 
     async def _store(
         self, priced: ev.RefundPriced, approved: int, text: str, source: str, failures: list[str]
     ) -> ev.ReplyPublished:
         """Insert the reply unless one exists; return whichever is stored (first writer wins)."""
         async with self._pool.connection() as conn:
-            await conn.execute(
-                "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
-                " guard_failures, model, prompt_version)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (dispute_id, round) DO NOTHING",
+            cur = await conn.execute(
+                _STORE_REPLY_SQL,
                 (
                     priced.dispute_id,
                     priced.round,
@@ -187,13 +197,16 @@ class SettlerHandler:
                     self._prompt.version,
                 ),
             )
+            row = await cur.fetchone()
+        if row is not None:
+            return _reply(priced.dispute_id, priced.round, row)
         stored = await self._stored_reply(priced.dispute_id, priced.round)
         if stored is None:
             raise RuntimeError(f"reply {priced.dispute_id}/{priced.round} was not stored")
         return stored
 
     async def _payment_reference(self, snapshot_sha256: str) -> str:
-        snapshot = await read_snapshot(self._pool, snapshot_sha256)
+        snapshot = await self._snapshots.get(snapshot_sha256)
         reference = snapshot["order"].get("payment_reference", "")
         if not reference:
             raise InvalidInput("the order has no payment reference to refund against")
