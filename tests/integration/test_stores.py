@@ -1,0 +1,215 @@
+"""The one-statement stores against real PostgreSQL, on the stages' autocommit pool.
+
+Each keeps its first-writer-wins contract without a transaction around it: the snapshot a
+dispute keeps, the order as one consistent read, the ledger round and its first outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from refund_bench.db.migrate import migrate
+from refund_bench.db.orders import load_order, upsert_orders
+from refund_bench.db.snapshots import AsyncSnapshotReader, freeze_for_dispute
+from refund_bench.resources import pg_pool
+from refund_bench.samples import SAMPLE_ORDERS
+from services.extractor.evidence import freeze
+from services.payout.ledger import PayoutLedger
+from tests.conftest import Stack
+
+pytestmark = pytest.mark.stack
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def database(stack: Stack) -> str:
+    if not stack.database_url:
+        pytest.fail("DATABASE_URL is not set")
+    migrate(stack.database_url)
+    with psycopg.connect(stack.database_url) as conn:
+        upsert_orders(conn, SAMPLE_ORDERS)
+    return stack.database_url
+
+
+def _with_pool(database: str, work: Callable[[AsyncConnectionPool[Any]], Awaitable[T]]) -> T:
+    async def go() -> T:
+        pool = pg_pool(database)
+        await pool.open()
+        try:
+            return await work(pool)
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def _freeze_args(dispute_id: str, snapshot_json: str, sha256: str) -> dict[str, Any]:
+    return {
+        "dispute_id": dispute_id,
+        "order_id": "order-1840",
+        "customer_id": "cust-77",
+        "complaint_text": "the raita leaked",
+        "received_at": datetime(2026, 12, 2, 19, 0, tzinfo=UTC),
+        "snapshot_json": snapshot_json,
+        "snapshot_sha256": sha256,
+    }
+
+
+def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
+    first, changed = freeze(SAMPLE_ORDERS[0]), freeze(SAMPLE_ORDERS[1])
+    assert first.sha256 != changed.sha256
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+    other = f"d-store-{uuid.uuid4().hex[:8]}"
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[tuple[str, str]]:
+        return [
+            await freeze_for_dispute(pool, **_freeze_args(dispute, first.json, first.sha256)),
+            # A redelivery after the order's evidence changed: the first snapshot still wins.
+            await freeze_for_dispute(pool, **_freeze_args(dispute, changed.json, changed.sha256)),
+            # Another dispute on the same evidence shares the stored snapshot.
+            await freeze_for_dispute(pool, **_freeze_args(other, first.json, first.sha256)),
+        ]
+
+    results = _with_pool(database, work)
+    assert results == [(first.json, first.sha256)] * 3
+    with psycopg.connect(database) as conn:
+        kept = conn.execute(
+            "SELECT snapshot_sha256 FROM disputes WHERE dispute_id = %s", (dispute,)
+        ).fetchone()
+        copies = conn.execute(
+            "SELECT count(*) FROM evidence_snapshots WHERE sha256 = %s", (first.sha256,)
+        ).fetchone()
+    assert kept == (first.sha256,)
+    assert copies == (1,)
+
+
+def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: str) -> None:
+    """The race of a rebalance: another instance's uncommitted insert of the same dispute.
+
+    Our statement waits on it; once it commits, the statement's own view of the tables (taken
+    before) cannot show the row, so the store reads it again and answers with that snapshot.
+    """
+    theirs, ours = freeze(SAMPLE_ORDERS[0]), freeze(SAMPLE_ORDERS[1])
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+
+    async def work(pool: AsyncConnectionPool[Any]) -> tuple[str, str]:
+        async with await psycopg.AsyncConnection.connect(database) as other:
+            await other.execute(
+                "INSERT INTO evidence_snapshots (sha256, snapshot) VALUES (%s, %s)"
+                " ON CONFLICT DO NOTHING",
+                (theirs.sha256, theirs.json),
+            )
+            args = _freeze_args(dispute, theirs.json, theirs.sha256)
+            await other.execute(
+                "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
+                " received_at, snapshot_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    dispute,
+                    args["order_id"],
+                    args["customer_id"],
+                    args["complaint_text"],
+                    args["received_at"],
+                    theirs.sha256,
+                ),
+            )
+            ours_task = asyncio.create_task(
+                freeze_for_dispute(pool, **_freeze_args(dispute, ours.json, ours.sha256))
+            )
+            await _until_a_backend_waits_on_a_lock(database)
+            await other.commit()
+        return await ours_task
+
+    assert _with_pool(database, work) == (theirs.json, theirs.sha256)
+
+
+async def _until_a_backend_waits_on_a_lock(database: str, timeout_s: float = 10.0) -> None:
+    async with await psycopg.AsyncConnection.connect(database, autocommit=True) as watcher:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            cur = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await asyncio.sleep(0.01)  # polling a condition, with a deadline
+    raise AssertionError("the store never waited on the other writer's insert")
+
+
+def test_the_snapshot_reader_verifies_and_caches_by_hash(database: str) -> None:
+    snapshot = freeze(SAMPLE_ORDERS[0])
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+
+    async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, Any]:
+        await freeze_for_dispute(pool, **_freeze_args(dispute, snapshot.json, snapshot.sha256))
+        reader = AsyncSnapshotReader(pool, cache_size=1)
+        first = await reader.get(snapshot.sha256)
+        # A cache hit needs no connection: with the pool closed, only the cache can answer.
+        await pool.close()
+        return first, await reader.get(snapshot.sha256)
+
+    first, second = _with_pool(database, work)
+    assert first == snapshot.data
+    assert second is first
+
+
+def test_an_order_loads_with_its_items_in_line_order(database: str) -> None:
+    order = SAMPLE_ORDERS[0]
+
+    async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, Any]:
+        async with pool.connection() as conn:
+            return await load_order(conn, order.order_id), await load_order(conn, "no-such")
+
+    loaded, missing = _with_pool(database, work)
+    assert missing is None
+    assert loaded.line_items == order.line_items
+    # Timestamps come back in UTC: the same instants, written with another offset.
+    instants = ("placed_at", "delivered_at")
+    for name in instants:
+        assert datetime.fromisoformat(getattr(loaded, name)) == datetime.fromisoformat(
+            getattr(order, name)
+        )
+    assert loaded.model_dump(exclude=set(instants)) == order.model_dump(exclude=set(instants))
+
+
+def test_a_ledger_round_is_opened_once_and_keeps_its_first_outcome(database: str) -> None:
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        ledger = PayoutLedger(pool)
+
+        def open_round(amount: int, key: str) -> Awaitable[Any]:
+            return ledger.open_round(
+                dispute_id=dispute,
+                round_=1,
+                amount_minor=amount,
+                currency="INR",
+                payment_reference="pi_order1840",
+                idempotency_key=key,
+            )
+
+        opened = await open_round(68900, f"{dispute}-key-1")
+        again = await open_round(99999, f"{dispute}-key-2")
+        paid = await ledger.settle(dispute, 1, refund_id="re_1")
+        late_failure = await ledger.settle(dispute, 1, error_code="card_declined")
+        return [opened, again, paid, late_failure]
+
+    opened, again, paid, late_failure = _with_pool(database, work)
+    assert (opened.status, opened.amount_minor, opened.idempotency_key) == (
+        "PENDING",
+        68900,
+        f"{dispute}-key-1",
+    )
+    assert again == opened
+    assert (paid.status, paid.stripe_refund_id, paid.error_code) == ("SUCCEEDED", "re_1", None)
+    assert late_failure == paid
