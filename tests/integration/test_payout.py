@@ -49,15 +49,36 @@ def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
     async def go() -> list[list[Emit]]:
         pool = pg_pool(database)
         await pool.open()
+        payments = StripePayments("sk_test_123", api_base)
         try:
             handler = PayoutHandler(
                 PayoutLedger(pool),
-                StripePayments("sk_test_123", api_base),
+                payments,
                 RetryPolicy(base_seconds=0.01, max_seconds=0.02, jitter_seconds=0.0),
             )
             return [list(await handler.handle(m, Context(None))) for m in messages]
         finally:
+            await payments.aclose()
             await pool.close()
+
+    return asyncio.run(go())
+
+
+def _refunds(api_base: str, *requests: dict[str, Any]) -> list[str | PaymentRejected]:
+    """Each refund request's refund id, or the rejection it raised, through one client."""
+
+    async def go() -> list[str | PaymentRejected]:
+        payments = StripePayments("sk_test_123", api_base)
+        results: list[str | PaymentRejected] = []
+        try:
+            for request in requests:
+                try:
+                    results.append(await payments.refund(**request))
+                except PaymentRejected as exc:
+                    results.append(exc)
+        finally:
+            await payments.aclose()
+        return results
 
     return asyncio.run(go())
 
@@ -71,14 +92,17 @@ def fake() -> Iterator[FakeStripeServer]:
 def test_refund_request_shape_is_accepted_by_stripe_mock(stack: Stack) -> None:
     if not stack.stripe_api_base:
         pytest.fail("STRIPE_API_BASE is not set")
-    payments = StripePayments("sk_test_123", stack.stripe_api_base)
-    refund_id = payments.refund(
-        payment_reference="pi_order1840",
-        amount_minor=68900,
-        currency="inr",
-        idempotency_key=f"test-{uuid.uuid4()}",
-        metadata={"dispute_id": "d-shape"},
+    [refund_id] = _refunds(
+        stack.stripe_api_base,
+        {
+            "payment_reference": "pi_order1840",
+            "amount_minor": 68900,
+            "currency": "inr",
+            "idempotency_key": f"test-{uuid.uuid4()}",
+            "metadata": {"dispute_id": "d-shape"},
+        },
     )
+    assert isinstance(refund_id, str)
     assert refund_id.startswith("re_")
 
 
@@ -118,12 +142,15 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
             (dispute, key),
         )
     # The earlier instance reached Stripe, then died before recording the outcome.
-    StripePayments("sk", fake.url).refund(
-        payment_reference="pi_order1840",
-        amount_minor=68900,
-        currency="inr",
-        idempotency_key=key,
-        metadata={"dispute_id": dispute, "round": "1"},
+    _refunds(
+        fake.url,
+        {
+            "payment_reference": "pi_order1840",
+            "amount_minor": 68900,
+            "currency": "inr",
+            "idempotency_key": key,
+            "metadata": {"dispute_id": dispute, "round": "1"},
+        },
     )
     [outputs] = _run(database, fake.url, _request(dispute))
     assert len(fake.fake.refunds) == 1
@@ -153,20 +180,19 @@ def test_declined_refund_fails_once_and_is_not_retried(
 
 
 def test_a_reused_key_with_other_parameters_is_rejected(fake: FakeStripeServer) -> None:
-    payments = StripePayments("sk", fake.url)
     key = f"k-{uuid.uuid4()}"
-    payments.refund(
-        payment_reference="pi_a", amount_minor=100, currency="inr", idempotency_key=key, metadata={}
+    request: dict[str, Any] = {
+        "payment_reference": "pi_a",
+        "currency": "inr",
+        "idempotency_key": key,
+        "metadata": {},
+    }
+    first, reused = _refunds(
+        fake.url, {**request, "amount_minor": 100}, {**request, "amount_minor": 999}
     )
-    with pytest.raises(PaymentRejected) as info:
-        payments.refund(
-            payment_reference="pi_a",
-            amount_minor=999,
-            currency="inr",
-            idempotency_key=key,
-            metadata={},
-        )
-    assert "dempotency" in info.value.code  # IdempotencyError, or its code
+    assert isinstance(first, str)
+    assert isinstance(reused, PaymentRejected)
+    assert "dempotency" in reused.code  # IdempotencyError, or its code
     assert len(fake.fake.refunds) == 1
 
 
