@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
-import statistics
 from collections.abc import Awaitable, Callable
 
 import httpx2
@@ -27,6 +25,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import SecretStr
 
+from bench import side_by_side
 from refund_bench.domain import Category
 from refund_bench.llm import roles
 from refund_bench.llm.client import LlmClient, LlmEndpoint
@@ -50,11 +49,6 @@ def _judge_request() -> LlmRequest:
     return roles.build_judge_request(grievance, freeze(ARTICLE_ORDER).data, prompt=prompt)
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def _measure(call: Callable[[int], Awaitable[str]], calls: int) -> float:
     """CPU milliseconds per call, ``calls`` calls with CONNECTIONS in flight (after a warm-up)."""
     limit = asyncio.Semaphore(CONNECTIONS)
@@ -64,9 +58,9 @@ async def _measure(call: Callable[[int], Awaitable[str]], calls: int) -> float:
             await call(seed)
 
     await asyncio.gather(*(one(i) for i in range(200)))
-    before = _cpu_seconds()
+    before = side_by_side.cpu_seconds()
     await asyncio.gather(*(one(i) for i in range(calls)))
-    return 1000 * (_cpu_seconds() - before) / calls
+    return 1000 * (side_by_side.cpu_seconds() - before) / calls
 
 
 def _plain_create(
@@ -148,16 +142,13 @@ def main(calls: int = 2000, rounds: int = 3) -> list[tuple[str, str]]:
     """Alternating rounds of ``calls`` calls each; the medians and their ratio."""
     base_url = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1")
     results = uvloop.run(_compare(base_url, calls, rounds))
-    rows: list[tuple[str, str]] = []
-    medians = {}
-    for name, values in results.items():
-        medians[name] = statistics.median(values)
-        shown = ", ".join(f"{v:.2f}" for v in values)
-        print(f"  {name:34s} CPU ms per call: {shown} (median {medians[name]:.2f})", flush=True)
-        rows.append((f"LLM call CPU ms, {name}", f"{medians[name]:.2f}"))
-    ratio = medians["openai create, default transport"] / medians["LlmClient"]
-    rows.append(("LLM call CPU, openai create / LlmClient", f"{ratio:.2f}x"))
-    return rows
+    return side_by_side.report(
+        results,
+        unit="call",
+        label="LLM call CPU ms",
+        ratio_label="LLM call CPU, openai create / LlmClient",
+        width=34,
+    )
 
 
 if __name__ == "__main__":

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
-import statistics
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import stripe
 import uvloop
 
+from bench import side_by_side
 from services.payout.payments import StripePayments
 
 CONCURRENCY = 8
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _threads(api_base: str, refunds: int) -> float:
@@ -48,9 +42,9 @@ def _threads(api_base: str, refunds: int) -> float:
 
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         list(pool.map(one, range(50)))  # warm-up: connections and imports
-        before = _cpu_seconds()
+        before = side_by_side.cpu_seconds()
         list(pool.map(one, range(refunds)))
-    return 1000 * (_cpu_seconds() - before) / refunds
+    return 1000 * (side_by_side.cpu_seconds() - before) / refunds
 
 
 async def _event_loop(api_base: str, refunds: int) -> float:
@@ -70,9 +64,9 @@ async def _event_loop(api_base: str, refunds: int) -> float:
 
     try:
         await asyncio.gather(*(one(i) for i in range(50)))
-        before = _cpu_seconds()
+        before = side_by_side.cpu_seconds()
         await asyncio.gather(*(one(i) for i in range(refunds)))
-        return 1000 * (_cpu_seconds() - before) / refunds
+        return 1000 * (side_by_side.cpu_seconds() - before) / refunds
     finally:
         await payments.aclose()
 
@@ -84,15 +78,13 @@ def main(refunds: int = 600, rounds: int = 3) -> list[tuple[str, str]]:
     for _ in range(rounds):
         results["requests in threads"].append(_threads(api_base, refunds))
         results["aiohttp on the loop"].append(uvloop.run(_event_loop(api_base, refunds)))
-    medians = {name: statistics.median(values) for name, values in results.items()}
-    rows: list[tuple[str, str]] = []
-    for name, values in results.items():
-        shown = ", ".join(f"{v:.2f}" for v in values)
-        print(f"  {name:22s} CPU ms per refund: {shown} (median {medians[name]:.2f})", flush=True)
-        rows.append((f"Stripe refund CPU ms, {name}", f"{medians[name]:.2f}"))
-    ratio = medians["requests in threads"] / medians["aiohttp on the loop"]
-    rows.append(("Stripe refund CPU, requests in threads / aiohttp", f"{ratio:.2f}x"))
-    return rows
+    return side_by_side.report(
+        results,
+        unit="refund",
+        label="Stripe refund CPU ms",
+        ratio_label="Stripe refund CPU, requests in threads / aiohttp",
+        width=22,
+    )
 
 
 if __name__ == "__main__":
