@@ -41,6 +41,9 @@ class StageSettings(StackSettings):
     max_pending_records: int = Field(default=2000, ge=1)
     transactional_id: str = ""
     group_instance_id: str = ""
+    state_retention_hours: float | None = Field(default=None, gt=0)
+    """Stateful stages: how long a state key outlives its last write; unset, the stage's own
+    default (tally 7 days, pricing 90 days)."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
     metrics_port: int = 9400
     log_level: str = "INFO"

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
     """The runtime config of one instance of ``stage``, from its settings."""
+    hours = settings.state_retention_hours
     return RuntimeConfig(
         bootstrap_servers=settings.kafka_bootstrap_servers,
         group_id=stage,
@@ -31,6 +32,7 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         max_inflight=settings.max_inflight,
         max_pending_records=settings.max_pending_records,
         group_instance_id=settings.group_instance_id or None,
+        state_retention_s=None if hours is None else hours * 3600,
     )
 
 

@@ -10,10 +10,16 @@ from typing import Literal, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CounterName = Literal[
-    "records_in", "records_out", "records_dlq", "transactions", "retries", "llm_calls"
+    "records_in",
+    "records_out",
+    "records_dlq",
+    "transactions",
+    "retries",
+    "llm_calls",
+    "state_expired",
 ]
 HistogramName = Literal["batch_seconds", "handler_seconds", "batch_records"]
-GaugeName = Literal["inflight_handlers", "inflight_llm_calls", "assigned_partitions"]
+GaugeName = Literal["inflight_handlers", "inflight_llm_calls", "assigned_partitions", "state_keys"]
 
 
 class Metrics(Protocol):
@@ -50,6 +56,7 @@ _COUNTER_DOCS: dict[CounterName, str] = {
     "transactions": "Transactions (or at-least-once batches) by result",
     "retries": "Retries of transient failures",
     "llm_calls": "LLM calls by kind (made or served from cache)",
+    "state_expired": "State-store keys deleted because they outlived the store's retention",
 }
 _HISTOGRAM_DOCS: dict[HistogramName, tuple[str, tuple[float, ...]]] = {
     "batch_seconds": (
@@ -66,6 +73,7 @@ _GAUGE_DOCS: dict[GaugeName, str] = {
     "inflight_handlers": "Handler calls in flight (async stages)",
     "inflight_llm_calls": "LLM requests in flight, rate-limit waits and backoff included",
     "assigned_partitions": "Input partitions assigned to this instance",
+    "state_keys": "Keys held in the stage's state store, over its owned partitions",
 }
 
 

@@ -72,6 +72,9 @@ class StageSpec:
     outputs: tuple[Topic, ...]
     handler: SyncHandler | AsyncHandler
     store: str | None = None
+    store_retention_s: float | None = None
+    """How long a state key outlives its last write unless the instance's config says
+    otherwise (``RuntimeConfig.state_retention_s``); ``None``: until the stage deletes it."""
     assignment: str = "cooperative-sticky"
     startup: Callable[[], Awaitable[None]] | None = None
     """Async stages: run on the stage's event loop before the first poll (open pools here)."""
@@ -110,6 +113,10 @@ class RuntimeConfig:
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
     commit_timeout_s: float = 30.0
+    state_retention_s: float | None = None
+    """Overrides the stage's ``StageSpec.store_retention_s``."""
+    state_expiry_per_batch: int = 1000
+    """Keys past retention deleted per batch, at most (keeps each transaction bounded)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     dlq_budget: DlqBudget = field(default_factory=DlqBudget)
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
@@ -141,7 +148,9 @@ class StageRunner:
         heartbeat: Heartbeat | None = None,
         sleep: SyncSleep = time.sleep,
         async_sleep: AsyncSleep = asyncio.sleep,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: wall-clock seconds, the state store's time of writes and of expiry."""
         if spec.store is not None and spec.is_async:
             raise ValueError("stateful stages take a synchronous handler (ordered per key)")
         if spec.store is not None and len(spec.inputs) > 1 and spec.assignment != "range":
@@ -158,7 +167,14 @@ class StageRunner:
         self.codec = Codec(framing, topics)
         self._outputs = {t.name for t in spec.outputs}
         self._store = (
-            StateStore(spec.store, cast(str, spec.changelog)) if spec.store is not None else None
+            StateStore(
+                spec.store,
+                cast(str, spec.changelog),
+                retention_s=config.state_retention_s or spec.store_retention_s,
+                clock=clock,
+            )
+            if spec.store is not None
+            else None
         )
         self._eos = config.guarantee == "exactly-once"
         self._stopping = False
@@ -288,6 +304,7 @@ class StageRunner:
                 sorted(numbers),
                 time.monotonic() - started,
             )
+            self.metrics.set("state_keys", self._store.size())
         if self.spec.assignment == "cooperative-sticky":
             consumer.incremental_assign(partitions)
         else:
@@ -306,6 +323,7 @@ class StageRunner:
             self._revoked_at[(tp.topic, tp.partition)] = self._revocations
         if self._store is not None:
             self._store.drop({tp.partition for tp in partitions})
+            self.metrics.set("state_keys", self._store.size())
         if self.spec.assignment == "cooperative-sticky":
             consumer.incremental_unassign(partitions)
         else:
@@ -385,12 +403,16 @@ class StageRunner:
             if self.spec.before_commit is not None:
                 self.spec.before_commit()
             if batch_state is not None:
+                expired = batch_state.expire(self.config.state_expiry_per_batch)
+                if expired:
+                    self.metrics.incr("state_expired", expired)
                 changelog = cast(str, self.spec.changelog)
                 for partition, state_key, state_value in batch_state.changelog_records():
                     self._produce_raw(changelog, state_key.encode(), state_value, {}, partition)
             self._commit(offsets)
         if batch_state is not None:
             batch_state.apply()
+            self.metrics.set("state_keys", cast(StateStore, self._store).size())
         self.batches_committed += 1
         self.metrics.observe("batch_seconds", time.perf_counter() - started)
         self.metrics.observe("batch_records", len(msgs))

@@ -6,6 +6,12 @@ committed view. On partition assignment the committed view is rebuilt by reading
 partition (read_committed) from the beginning, so a restarted or rebalanced instance resumes
 with exactly the state that matches its committed input offsets.
 
+Retention: a store may keep a key for at most ``retention_s`` after its last write. Each batch
+deletes (with a changelog tombstone, in the batch's transaction) the keys that have been
+untouched longer, oldest first. The time of a write is the commit time of its batch, and on
+restore the changelog record's timestamp, so expiry survives restarts. Without retention the
+store keeps every key until its stage deletes it.
+
 Values are JSON documents: the changelog is internal to its stage, not a published contract.
 """
 
@@ -14,11 +20,19 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 JsonValue = Any
 _DELETED = object()
@@ -80,6 +94,21 @@ class BatchState:
     def stage(self, partition: int, key: str, value: Any) -> None:
         self.pending.setdefault(partition, {})[key] = value
 
+    def expire(self, limit: int) -> int:
+        """Stage deletes for up to ``limit`` keys past the store's retention that this batch
+        did not write; returns how many. Call after the batch's records were handled."""
+        staged = 0
+        for partition, key in self.store.expired(limit + self._writes()):
+            if staged == limit:
+                break
+            if key not in self.pending.get(partition, {}):
+                self.stage(partition, key, _DELETED)
+                staged += 1
+        return staged
+
+    def _writes(self) -> int:
+        return sum(len(writes) for writes in self.pending.values())
+
     def changelog_records(self) -> Iterator[tuple[int, str, bytes | None]]:
         """(partition, key, value-or-tombstone) for every staged write."""
         for partition, writes in self.pending.items():
@@ -88,23 +117,37 @@ class BatchState:
 
     def apply(self) -> None:
         """Make the staged writes committed (call only after the transaction committed)."""
+        now = self.store.clock()
         for partition, writes in self.pending.items():
-            view = self.store.committed(partition)
             for key, value in writes.items():
-                if value is _DELETED:
-                    view.pop(key, None)
-                else:
-                    view[key] = value
+                self.store.install(partition, key, None if value is _DELETED else value, now)
         self.pending.clear()
 
 
 class StateStore:
-    """Committed state of the partitions this instance owns, restored from ``changelog``."""
+    """Committed state of the partitions this instance owns, restored from ``changelog``.
 
-    def __init__(self, name: str, changelog: str) -> None:
+    ``retention_s``: how long a key outlives its last write (``None``: until deleted).
+    ``clock``: wall-clock seconds (``time.time``), the time of writes and of expiry.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        changelog: str,
+        *,
+        retention_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if retention_s is not None and retention_s <= 0:
+            raise ValueError(f"retention must be positive, not {retention_s}")
         self.name = name
         self.changelog = changelog
+        self.retention_s = retention_s
+        self.clock = clock
         self._partitions: dict[int, dict[str, Any]] = {}
+        self._written: dict[int, OrderedDict[str, float]] = {}
+        """Per partition: key -> time of its last write, least recently written first."""
 
     def committed(self, partition: int) -> dict[str, Any]:
         view = self._partitions.get(partition)
@@ -115,9 +158,45 @@ class StateStore:
     def owned(self) -> list[int]:
         return sorted(self._partitions)
 
+    def size(self) -> int:
+        """Keys held, over every owned partition."""
+        return sum(len(view) for view in self._partitions.values())
+
+    def open(self, partition: int) -> None:
+        """Own ``partition`` with an empty view (restore fills it from the changelog)."""
+        self._partitions[partition] = {}
+        self._written[partition] = OrderedDict()
+
+    def install(self, partition: int, key: str, value: JsonValue | None, written_at: float) -> None:
+        """Set (or with ``None`` delete) one committed key, written at ``written_at``."""
+        view = self.committed(partition)
+        written = self._written[partition]
+        if value is None:
+            view.pop(key, None)
+            written.pop(key, None)
+            return
+        view[key] = value
+        written[key] = written_at
+        written.move_to_end(key)
+
+    def expired(self, limit: int) -> Iterator[tuple[int, str]]:
+        """Up to ``limit`` (partition, key) pairs past retention, least recently written first
+        within each partition. Nothing without retention."""
+        if self.retention_s is None:
+            return
+        horizon = self.clock() - self.retention_s
+        found = 0
+        for partition, written in self._written.items():
+            for key, at in written.items():
+                if at > horizon or found == limit:
+                    break
+                yield partition, key
+                found += 1
+
     def drop(self, partitions: Iterable[int]) -> None:
         for partition in partitions:
             self._partitions.pop(partition, None)
+            self._written.pop(partition, None)
 
     def restore(
         self, consumer_conf: dict[str, Any], partitions: Iterable[int], timeout_s: float = 120.0
@@ -138,7 +217,8 @@ class StateStore:
             "auto.offset.reset": "earliest",
         }
         restorer = Consumer(conf)
-        views: dict[int, dict[str, Any]] = {p: {} for p in wanted}
+        for p in wanted:
+            self.open(p)
         try:
             restorer.assign([TopicPartition(self.changelog, p, OFFSET_BEGINNING) for p in wanted])
             remaining = set(wanted)
@@ -157,14 +237,13 @@ class StateStore:
                     raw_key, partition = msg.key(), msg.partition()
                     if raw_key is None or partition is None:
                         continue
-                    key = raw_key.decode()
-                    value = decode_state(msg.value())
-                    if value is None:
-                        views[partition].pop(key, None)
-                    else:
-                        views[partition][key] = value
+                    kind, stamp_ms = msg.timestamp()
+                    at = self.clock() if kind == TIMESTAMP_NOT_AVAILABLE else stamp_ms / 1000
+                    self.install(partition, raw_key.decode(), decode_state(msg.value()), at)
                     read += 1
+        except BaseException:
+            self.drop(wanted)
+            raise
         finally:
             restorer.close()
-        self._partitions.update(views)
         return read

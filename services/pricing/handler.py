@@ -25,6 +25,9 @@ from services.pricing.table import (
 )
 
 STORE = "disputes"
+RETENTION_S = 90 * 24 * 3600.0
+"""How long a dispute's state outlives its last write, by default: a review decision that comes
+later finds no dispute and goes to the dead-letter topic with that reason."""
 SnapshotLookup = Callable[[str], Mapping[str, Any]]
 
 _PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
@@ -42,6 +45,7 @@ class PricingHandler:
             (t.REFUND_PRICED,),
             self.handle,
             store=STORE,
+            store_retention_s=RETENTION_S,
             assignment="range",
         )
 

@@ -1,9 +1,12 @@
 """The tally stage: ruling.cast -> verdict.decided, exactly once.
 
-Per grievance, the bench state (rulings by seat, and whether the verdict went out) lives in the
-``tally.benches`` store, whose changelog is written in the same transaction as the verdict and
-the consumed offsets. A redelivered ruling of a seat already counted is ignored; the verdict is
-emitted once, when the K-th seat is in.
+Per grievance, the bench state lives in the ``tally.benches`` store, whose changelog is written
+in the same transaction as the verdict and the consumed offsets. Until the K-th seat is in, the
+state holds the rulings so far (``{"bench": ...}``); a redelivered ruling of a seat already
+counted is ignored. When the K-th seat is in, the verdict is emitted once and the state shrinks
+to a marker (``{"decided_at": ...}``): the rulings travel in the verdict, and every later
+ruling of that grievance is a redelivery to ignore. The store's retention (see
+:class:`refund_bench.runtime.state.StateStore`) bounds how long markers are kept.
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ from services.tally.votes import (
     BenchState,
     RulingSummary,
     add_ruling,
-    mark_emitted,
     should_emit,
     tally,
 )
 
 STORE = "benches"
+RETENTION_S = 7 * 24 * 3600.0
+"""How long a grievance's state outlives its last write, by default: redeliveries come within
+minutes; a replay older than this would count the grievance again (the payout ledger still pays
+a dispute at most once)."""
+DECIDED = "decided_at"
+"""The key of a decided grievance's marker: when its verdict went out (ISO 8601)."""
 
 
 def bench_key(dispute_id: str, grievance_id: str) -> str:
@@ -38,6 +46,8 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     store = ctx.store()
     key = bench_key(cast_.dispute_id, cast_.grievance_id)
     stored: dict[str, Any] | None = store.get(key)
+    if stored is not None and DECIDED in stored:
+        return ()
     try:
         bench = BenchState.from_dict(stored["bench"]) if stored else None
         summary = RulingSummary.from_ruling_cast(message.value)
@@ -46,22 +56,17 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
         raise InvalidInput(f"ruling cannot be counted: {exc}") from exc
     if not is_new:
         return ()
-    meta = stored["meta"] if stored else _meta(cast_)
-    outputs: list[Emit] = []
-    if should_emit(bench):
-        outputs.append(_verdict(cast_, bench))
-        bench = mark_emitted(bench)
-    store.put(key, {"bench": bench.to_dict(), "meta": meta})
-    return outputs
+    if not should_emit(bench):
+        store.put(key, {"bench": bench.to_dict()})
+        return ()
+    verdict = _verdict(cast_, bench)
+    store.put(key, {DECIDED: verdict.decided_at.isoformat()})
+    return (Emit(t.VERDICT_DECIDED.name, cast_.dispute_id, verdict.to_avro()),)
 
 
-def _meta(cast_: ev.RulingCast) -> dict[str, Any]:
-    return {"category": cast_.category, "snapshot_sha256": cast_.snapshot_sha256}
-
-
-def _verdict(cast_: ev.RulingCast, bench: BenchState) -> Emit:
+def _verdict(cast_: ev.RulingCast, bench: BenchState) -> ev.VerdictDecided:
     count = tally(bench)
-    verdict = ev.VerdictDecided(
+    return ev.VerdictDecided(
         dispute_id=cast_.dispute_id,
         order_id=cast_.order_id,
         grievance_id=cast_.grievance_id,
@@ -91,8 +96,14 @@ def _verdict(cast_: ev.RulingCast, bench: BenchState) -> Emit:
         ],
         decided_at=ev.now(),
     )
-    return Emit(t.VERDICT_DECIDED.name, cast_.dispute_id, verdict.to_avro())
 
 
 def spec() -> StageSpec:
-    return StageSpec("tally", (t.RULING_CAST,), (t.VERDICT_DECIDED,), handle, store=STORE)
+    return StageSpec(
+        "tally",
+        (t.RULING_CAST,),
+        (t.VERDICT_DECIDED,),
+        handle,
+        store=STORE,
+        store_retention_s=RETENTION_S,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from refund_bench.errors import DlqLimitExceeded, Fenced
 from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.messages import Context, Emit, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
-from refund_bench.runtime.selftest import passthrough_spec
+from refund_bench.runtime.selftest import counter_spec, passthrough_spec
 from refund_bench.topics import Topic
 from tests.conftest import Stack, TopicFactory
 from tests.kafka_helpers import (
@@ -410,6 +411,64 @@ def test_counter_state_survives_sigkill(
     assert len(records) == total
     for key, seqs in per_key.items():
         assert seqs == list(range(1, total // keys + 1)), f"{key}: counts {seqs[:10]}..."
+
+
+class _ShiftedClock:
+    """Wall-clock time plus ``ahead`` seconds: the test moves the stage into the future."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
+def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """Keys untouched longer than the retention are deleted in a committed batch, with their
+    changelog tombstones; a key written again meanwhile keeps its state; a restart restores the
+    write times from the changelog and expires on them."""
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    group = f"expire-{uuid.uuid4().hex[:8]}"
+    source, sink = new_topic("expire-in", 1), new_topic("expire-out", 1)
+    changelog = f"{group}.counts.changelog"
+    ensure_topics(stack.kafka, [TopicSpec(changelog, compacted=True)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    spec = counter_spec(group, source, sink)
+    config = _config(stack.kafka, group, state_retention_s=3600.0)
+    clock = _ShiftedClock()
+
+    def counts(at_least: int) -> list[tuple[str, int]]:
+        records = read_sink(stack, codec, sink, at_least=at_least, timeout_s=60, settle_s=0.0)
+        return [(r.key or "", r.value["seq"]) for r in records]
+
+    first = StageThread(StageRunner(spec, config, framing, clock=clock)).start()
+    produce_values(stack.kafka, source, _records(6, keys=3), codec)  # k0 k1 k2, twice
+    assert dict(counts(6)) == {"k0": 2, "k1": 2, "k2": 2}
+    assert first.stop() is None
+
+    # Two hours later, on a new instance: its restored keys are all past the retention.
+    clock.ahead = 7200.0
+    second = StageThread(StageRunner(spec, config, framing, clock=clock)).start()
+    try:
+        produce_values(stack.kafka, source, [("k0", {"id": "a", "seq": 0, "payload": ""})], codec)
+        assert counts(7)[-1] == ("k0", 3), "k0's state was read before the batch expired keys"
+        produce_values(stack.kafka, source, [("k1", {"id": "b", "seq": 0, "payload": ""})], codec)
+        assert counts(8)[-1] == ("k1", 1), "k1 expired: counting starts again"
+    finally:
+        assert second.stop() is None
+
+    log = read_committed(
+        stack.kafka,
+        changelog,
+        until=lambda rs: sum(r.value is None for r in rs) >= 2,
+        timeout_s=30,
+        settle_s=1.0,
+    )
+    tombstones = sorted(r.key or "" for r in log if r.value is None)
+    assert tombstones == ["k1", "k2"], f"changelog tombstones {tombstones}"
 
 
 def test_poison_input_goes_to_dlq_and_processing_continues(

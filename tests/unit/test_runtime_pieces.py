@@ -140,10 +140,29 @@ def test_dlq_budget_never_trips_below_the_fraction(outcomes: list[bool]) -> None
         budget.record(failed)
 
 
-def _store_with(partition: int, data: dict[str, object]) -> StateStore:
-    store = StateStore("s", "s.changelog")
-    store._partitions[partition] = dict(data)  # restored view
+def _store_with(
+    partition: int,
+    data: dict[str, object],
+    *,
+    retention_s: float | None = None,
+    clock: _Clock | None = None,
+) -> StateStore:
+    """A store owning ``partition``, its keys restored as written at time 0, in ``data`` order."""
+    store = StateStore("s", "s.changelog", retention_s=retention_s, clock=clock or _Clock())
+    store.open(partition)
+    for key, value in data.items():
+        store.install(partition, key, value, 0.0)
     return store
+
+
+class _Clock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> None:
@@ -162,6 +181,75 @@ def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> Non
     assert sorted(batch.changelog_records()) == [(3, "a", b"10"), (3, "b", None)]
     batch.apply()
     assert store.committed(3) == {"a": 10}
+
+
+def test_keys_untouched_longer_than_retention_are_tombstoned_oldest_first() -> None:
+    clock = _Clock()
+    store = _store_with(0, {"a": 1, "b": 2}, retention_s=100.0, clock=clock)
+    store.open(1)
+    store.install(1, "c", 3, 50.0)
+    clock.now = 99.0
+    assert list(store.expired(10)) == [], "nothing is older than the retention yet"
+
+    clock.now = 120.0  # a and b (written at 0) are past retention, c (at 50) is not
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    record.put("a", 10)  # rewritten by this batch: stays
+    record.merge_into_batch()
+    assert batch.expire(limit=10) == 1
+    assert sorted(batch.changelog_records()) == [(0, "a", b"10"), (0, "b", None)]
+    batch.apply()
+    assert (store.committed(0), store.committed(1), store.size()) == ({"a": 10}, {"c": 3}, 2)
+
+    clock.now = 219.0  # a was rewritten at 120: fresh until 220; c expires at 150
+    assert list(store.expired(10)) == [(1, "c")]
+    clock.now = 221.0
+    assert sorted(store.expired(10)) == [(0, "a"), (1, "c")]
+
+
+def test_expiry_takes_at_most_its_limit_per_batch() -> None:
+    clock = _Clock(1000.0)
+    store = _store_with(0, {f"k{i}": i for i in range(5)}, retention_s=1.0, clock=clock)
+    batch = BatchState(store)
+    assert batch.expire(limit=2) == 2
+    batch.apply()
+    assert sorted(store.committed(0)) == ["k2", "k3", "k4"], "the oldest two went first"
+
+
+def test_a_store_without_retention_keeps_every_key() -> None:
+    clock = _Clock(10.0**12)
+    store = _store_with(0, {"a": 1}, clock=clock)
+    batch = BatchState(store)
+    assert batch.expire(limit=10) == 0
+    assert list(store.expired(10)) == []
+
+
+_writes = st.lists(
+    st.tuples(st.sampled_from("abcdef"), st.floats(min_value=0.0, max_value=50.0)),
+    max_size=30,
+)
+
+
+@given(_writes, st.floats(min_value=1.0, max_value=40.0))
+def test_expiry_removes_exactly_the_keys_last_written_before_the_horizon(
+    writes: list[tuple[str, float]], retention: float
+) -> None:
+    clock = _Clock()
+    store = StateStore("s", "s.changelog", retention_s=retention, clock=clock)
+    store.open(0)
+    last: dict[str, float] = {}
+    for key, step in writes:  # writes in time order, as batches commit them
+        clock.now += step
+        batch = BatchState(store)
+        batch.stage(0, key, clock.now)
+        batch.apply()
+        last[key] = clock.now
+    clock.now += 10.0
+    batch = BatchState(store)
+    batch.expire(limit=len(last) + 1)
+    batch.apply()
+    horizon = clock.now - retention
+    assert set(store.committed(0)) == {k for k, at in last.items() if at > horizon}
 
 
 def test_state_of_an_unrestored_partition_is_an_error() -> None:

@@ -1,0 +1,95 @@
+"""The tally handler over a real state store: one verdict per grievance, then a small marker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.runtime.messages import Context, Message
+from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
+from services.tally.handler import DECIDED, bench_key, handle
+
+
+def _ruling(seat: int, ruling: str = "UPHELD") -> Message:
+    value = ev.RulingCast(
+        dispute_id="d-1",
+        order_id="order-1840",
+        grievance_id="g2",
+        grievance_total=4,
+        category="MISSING_ITEM",
+        item_name="Chicken Biryani",
+        item_quantity=2,
+        judge_seat=seat,
+        judge_count=3,
+        ruling=ruling,
+        model_ruling=ruling,
+        confidence=0.9,
+        evidence_cited=["derived.missing_items"],
+        reasoning="The delivered weight is two portions short of the expected weight. " * 4,
+        model="standin-judge",
+        prompt_version="judge-v1",
+        snapshot_sha256="0" * 64,
+        raw_response="{}" * 100,
+        cast_at=ev.now(),
+    ).to_avro()
+    return Message(t.RULING_CAST.name, 0, seat, "d-1", value, {}, 0)
+
+
+def _run(store: StateStore, message: Message) -> list[Mapping[str, Any]]:
+    """One record in its own committed batch; the verdicts it emitted."""
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    emits = handle(message, Context(record))
+    record.merge_into_batch()
+    batch.apply()
+    return [e.value for e in emits]
+
+
+def test_the_third_seat_emits_the_verdict_once_and_the_state_shrinks_to_a_marker() -> None:
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    key = bench_key("d-1", "g2")
+    assert _run(store, _ruling(0)) == []
+    assert _run(store, _ruling(1, "REJECTED")) == []
+    assert _run(store, _ruling(1)) == [], "a second ruling of seat 1 is a redelivery"
+    pending = store.committed(0)[key]
+    assert len(pending["bench"]["rulings"]) == 2
+
+    (verdict,) = _run(store, _ruling(2))
+    assert (verdict["outcome"], verdict["split"], len(verdict["rulings"])) == ("UPHELD", "2-1", 3)
+    marker = store.committed(0)[key]
+    assert set(marker) == {DECIDED}
+    assert len(encode_state(marker) or b"") < len(encode_state(pending) or b"") / 10
+
+    for seat in (0, 1, 2):  # the judge re-publishing the whole bench after a crash
+        assert _run(store, _ruling(seat)) == []
+    assert store.committed(0)[key] == marker
+
+
+def test_state_written_before_the_marker_existed_still_ignores_redeliveries() -> None:
+    """An emitted bench kept whole (the earlier state format) is honoured as decided."""
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    for seat in (0, 1, 2):
+        _run(store, _ruling(seat))
+    key = bench_key("d-1", "g2")
+    rulings = [
+        {k: v for k, v in _ruling(seat).value.items() if k in _SUMMARY_FIELDS} for seat in (0, 1, 2)
+    ]
+    old = {"bench": {"judge_count": 3, "rulings": rulings, "emitted": True}, "meta": {}}
+    store.install(0, key, old, 0.0)
+    assert _run(store, _ruling(1)) == []
+
+
+_SUMMARY_FIELDS = {
+    "judge_seat",
+    "ruling",
+    "model_ruling",
+    "confidence",
+    "evidence_cited",
+    "reasoning",
+    "model",
+    "prompt_version",
+}
