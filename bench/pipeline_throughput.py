@@ -78,9 +78,12 @@ def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
 
 
 def gauge(metrics_url: str, name: str) -> int:
-    """A stage's ``refund_bench_<name>`` gauge from its /metrics; 0 if it cannot be read."""
+    """A stage's ``refund_bench_<name>`` gauge from its /metrics; 0 if it cannot be read.
+
+    Asks for the page uncompressed: the stage would otherwise gzip every scrape.
+    """
     try:
-        text = httpx.get(metrics_url, timeout=1).text
+        text = httpx.get(metrics_url, timeout=1, headers={"Accept-Encoding": "identity"}).text
     except httpx.HTTPError:
         return 0
     for line in text.splitlines():
@@ -90,7 +93,8 @@ def gauge(metrics_url: str, name: str) -> int:
 
 
 class InflightSampler:
-    """Samples the judge's ``refund_bench_inflight_llm_calls`` gauge; keeps the maximum."""
+    """Samples the judge's ``refund_bench_inflight_llm_calls`` gauge once a second; keeps the
+    maximum. (Every 250 ms, the judge spent about 2% of its CPU serving the scrapes.)"""
 
     def __init__(self, metrics_url: str) -> None:
         self.maximum = 0
@@ -100,7 +104,7 @@ class InflightSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.25):
+        while not self._stop.wait(1.0):
             self.maximum = max(self.maximum, gauge(self._url, "inflight_llm_calls"))
 
     def close(self) -> int:

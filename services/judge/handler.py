@@ -23,6 +23,7 @@ from refund_bench.llm.cache import ResponseCache, cached_call, judge_cache_key
 from refund_bench.llm.client import JsonCompleter
 from refund_bench.llm.roles import (
     GrievanceForJudge,
+    JudgeAnswer,
     LlmRequest,
     MalformedAnswer,
     Prompt,
@@ -88,7 +89,11 @@ class JudgeHandler:
         request: LlmRequest,
         allowed: frozenset[str],
     ) -> ev.RulingCast:
+        drawn: JudgeAnswer | None = None
+        """The answer as parsed while drawing (a cached answer is parsed below instead)."""
+
         async def draw() -> str:
+            nonlocal drawn
             raw = ""
             for _ in range(DRAWS_PER_SEAT):
                 try:
@@ -103,7 +108,7 @@ class JudgeHandler:
                     raw = exc.raw
                     continue
                 try:
-                    parse_judge_ruling(raw)
+                    drawn = parse_judge_ruling(raw)
                     break
                 except MalformedAnswer:
                     continue
@@ -119,7 +124,7 @@ class JudgeHandler:
         raw, from_cache = await cached_call(self._cache, key, draw)
         if self._on_call is not None:
             self._on_call(from_cache)
-        fields = _ruling_fields(raw, allowed)
+        fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
             order_id=grievance.order_id,
@@ -149,9 +154,12 @@ def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any],
     return snapshot, evidence_fields(snapshot)
 
 
-def _ruling_fields(raw: str, allowed: frozenset[str]) -> dict[str, Any]:
+def _ruling_fields(
+    raw: str, allowed: frozenset[str], parsed: JudgeAnswer | None = None
+) -> dict[str, Any]:
+    """The ruling fields of ``raw`` (``parsed``: ``raw`` already parsed, if it was)."""
     try:
-        answer = parse_judge_ruling(raw)
+        answer = parsed or parse_judge_ruling(raw)
     except MalformedAnswer as exc:
         return {
             "ruling": Ruling.ESCALATE.value,

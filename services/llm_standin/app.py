@@ -1,6 +1,6 @@
 """The stand-in's HTTP surface: an OpenAI-compatible ``/v1/chat/completions`` and its admin.
 
-The completions handler is a plain Starlette endpoint that parses the body with ``json``
+The completions handler is a plain Starlette endpoint that parses the body with ``orjson``
 directly: no pydantic model, no dependency injection, so that it stays fast at 0 ms latency.
 Faults are drawn from one seeded RNG, one draw per completion request, so a run with the same
 seed and the same request order injects the same faults. A queue of scripted faults
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.requests import Request
@@ -123,7 +123,7 @@ class StandinState:
 def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
     return Response(
-        json.dumps(body), status_code=status, media_type="application/json", headers=headers
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )
 
 
@@ -148,7 +148,7 @@ def _completion(state: StandinState, model: str, content: str, prompt_chars: int
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-    return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _schema_of(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -191,7 +191,7 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
             stats.by_dispute[dispute] += 1
         body = await request.body()
         try:
-            payload = json.loads(body)
+            payload = orjson.loads(body)
         except ValueError as exc:
             stats.rejected += 1
             return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
@@ -230,7 +230,7 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
                 await asyncio.sleep(state.faults.timeout_seconds)
                 return _error(504, "stand-in: gateway timeout (injected)", "timeout")
 
-        content = json.dumps(result, ensure_ascii=False)
+        content = orjson.dumps(result).decode()
         problems = schema_errors(result, schema)
         if problems:
             stats.rejected += 1
