@@ -5,6 +5,9 @@ complaint (distinct disputes, so nothing is served from the cache) as fast as th
 goes, and measures until every dispute's payout has completed:
 
 - complaints/s = N / (last payout.completed - first complaint published)
+- steady complaints/s: the middle 80% of the payouts (10th to 90th) over the time between
+  them, which leaves out the burst's fill (the first batches travelling through six stages)
+  and its drain
 - latency per dispute = its payout.completed timestamp - its complaint's timestamp (p50, p99)
 - LLM calls per complaint, from the stand-in's counters.
 - CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
@@ -45,6 +48,8 @@ class Result:
     p99_ms: float
     llm_calls_per_complaint: float
     max_judge_inflight: int
+    steady_rate: float
+    """Payouts per second between the 10th and the 90th percentile payout."""
     cpu_seconds: dict[str, float]
     wall_seconds: float
 
@@ -179,6 +184,10 @@ def one_run(
     cpu_seconds = cpu.used(cpu_before, cpu.snapshot())
     wall = time.monotonic() - started
     latencies = sorted((done[d] - sent[d]) * 1000 for d in done)
+    finished = sorted(done.values())
+    low, high = len(finished) // 10, len(finished) * 9 // 10
+    span = finished[high - 1] - finished[low] if high > low + 1 else 0.0
+    steady = (high - 1 - low) / span if span > 0 else 0.0
     calls = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"] - calls_before
     return Result(
         latency_ms=latency_ms,
@@ -188,6 +197,7 @@ def one_run(
         p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         llm_calls_per_complaint=calls / n,
         max_judge_inflight=max_inflight,
+        steady_rate=steady,
         cpu_seconds=cpu_seconds,
         wall_seconds=wall,
     )
@@ -269,7 +279,8 @@ def main(
             )
             print(
                 f"  LLM at {latency:3d} ms: burst of {burst.complaints} in {burst.seconds:6.1f}s"
-                f" = {burst.rate:6.1f}/s (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
+                f" = {burst.rate:6.1f}/s, steady {burst.steady_rate:.1f}/s"
+                f" (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
                 f" paced at {paced_rate:g}/s: p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
                 f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
                 f" up to {burst.max_judge_inflight} judge calls in flight",
@@ -278,6 +289,10 @@ def main(
             print(f"    burst {burst.cpu_line()}", flush=True)
             rows += [
                 (f"pipeline complaints/s, burst (LLM {latency} ms)", f"{burst.rate:.1f}"),
+                (
+                    f"pipeline complaints/s, burst, middle 80% (LLM {latency} ms)",
+                    f"{burst.steady_rate:.1f}",
+                ),
                 (
                     f"pipeline p50 / p99 latency at {paced_rate:g}/s (LLM {latency} ms)",
                     f"{paced.p50_ms:.0f} / {paced.p99_ms:.0f} ms",
