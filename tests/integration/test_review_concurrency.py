@@ -138,6 +138,9 @@ def test_an_unpublished_decision_is_published_once_at_startup(
     dispute_id = f"d-test-{uuid.uuid4().hex}"
     review_id = f"r-{uuid.uuid4().hex}"
     seed_article_dispute(api.database_url, dispute_id)
+    # Read from before the row exists: the running instance's periodic drain may publish it
+    # before the second instance has started.
+    start = end_offsets(stack.kafka, TOPIC)
     with psycopg.connect(api.database_url) as conn:
         conn.execute(
             "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, grievance_id,"
@@ -146,7 +149,6 @@ def test_an_unpublished_decision_is_published_once_at_startup(
             " 'recorded before a crash', %s, false)",
             (review_id, dispute_id, datetime.now(UTC)),
         )
-    start = end_offsets(stack.kafka, TOPIC)
     try:
         # A second instance starts (as after a restart) while the first keeps running: the
         # row lock and SKIP LOCKED let only one of them publish the decision.
