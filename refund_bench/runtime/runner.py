@@ -407,8 +407,8 @@ class StageRunner:
                 if expired:
                     self.metrics.incr("state_expired", expired)
                 changelog = cast(str, self.spec.changelog)
-                for partition, state_key, state_value in batch_state.changelog_records():
-                    self._produce_raw(changelog, state_key.encode(), state_value, {}, partition)
+                for partition, key, value, headers in batch_state.changelog_records():
+                    self._produce_raw(changelog, key.encode(), value, headers, partition)
             self._commit(offsets)
         if batch_state is not None:
             batch_state.apply()

@@ -6,11 +6,13 @@ committed view. On partition assignment the committed view is rebuilt by reading
 partition (read_committed) from the beginning, so a restarted or rebalanced instance resumes
 with exactly the state that matches its committed input offsets.
 
-Retention: a store may keep a key for at most ``retention_s`` after its last write. Each batch
-deletes (with a changelog tombstone, in the batch's transaction) the keys that have been
-untouched longer, oldest first. The time of a write is the commit time of its batch, and on
-restore the changelog record's timestamp, so expiry survives restarts. Without retention the
-store keeps every key until its stage deletes it.
+Retention: a store may keep a key for at most ``retention_s`` after its last write; a write
+may set its own retention instead (``put(key, value, retention_s=...)``). Each batch deletes
+(with a changelog tombstone, in the batch's transaction) the keys that have been untouched
+longer, oldest first. The time of a write is the commit time of its batch, and on restore the
+changelog record's timestamp; a write's own retention travels in the record's
+``state.retention.s`` header. So expiry survives restarts. Without retention the store keeps
+every key until its stage deletes it.
 
 Values are JSON documents: the changelog is internal to its stage, not a published contract.
 """
@@ -36,6 +38,16 @@ from confluent_kafka import (
 
 JsonValue = Any
 _DELETED = object()
+RETENTION_HEADER = "state.retention.s"
+"""Changelog record header: the retention (seconds) a write set for its key, if it set one."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """A staged write: the value and its own retention (``None``: the store's)."""
+
+    value: JsonValue
+    retention_s: float | None = None
 
 
 def encode_state(value: JsonValue | None) -> bytes | None:
@@ -55,17 +67,20 @@ class RecordState:
     def __init__(self, batch: BatchState, partition: int) -> None:
         self._batch = batch
         self._partition = partition
-        self._staged: dict[str, Any] = {}
+        self._staged: dict[str, _Put | object] = {}
 
     def get(self, key: str) -> JsonValue | None:
         """A private copy of the value: mutating it changes nothing until :meth:`put`."""
         if key in self._staged:
-            value = self._staged[key]
-            return None if value is _DELETED else copy.deepcopy(value)
+            staged = self._staged[key]
+            return copy.deepcopy(staged.value) if isinstance(staged, _Put) else None
         return copy.deepcopy(self._batch.get(self._partition, key))
 
-    def put(self, key: str, value: JsonValue) -> None:
-        self._staged[key] = copy.deepcopy(value)
+    def put(self, key: str, value: JsonValue, *, retention_s: float | None = None) -> None:
+        """Write ``value``; ``retention_s`` replaces the store's retention for this key."""
+        if retention_s is not None and retention_s <= 0:
+            raise ValueError(f"retention must be positive, not {retention_s}")
+        self._staged[key] = _Put(copy.deepcopy(value), retention_s)
 
     def delete(self, key: str) -> None:
         self._staged[key] = _DELETED
@@ -82,17 +97,18 @@ class BatchState:
     """Writes staged by the records of one transaction, per partition."""
 
     store: StateStore
-    pending: dict[int, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[int, dict[str, _Put | object]] = field(default_factory=dict)
 
     def get(self, partition: int, key: str) -> JsonValue | None:
         staged = self.pending.get(partition, {})
         if key in staged:
-            value = staged[key]
-            return None if value is _DELETED else value
+            write = staged[key]
+            return write.value if isinstance(write, _Put) else None
         return self.store.committed(partition).get(key)
 
-    def stage(self, partition: int, key: str, value: Any) -> None:
-        self.pending.setdefault(partition, {})[key] = value
+    def stage(self, partition: int, key: str, write: _Put | object) -> None:
+        """Stage a write (a ``_Put``) or a delete (``_DELETED``)."""
+        self.pending.setdefault(partition, {})[key] = write
 
     def expire(self, limit: int) -> int:
         """Stage deletes for up to ``limit`` keys past the store's retention that this batch
@@ -109,18 +125,27 @@ class BatchState:
     def _writes(self) -> int:
         return sum(len(writes) for writes in self.pending.values())
 
-    def changelog_records(self) -> Iterator[tuple[int, str, bytes | None]]:
-        """(partition, key, value-or-tombstone) for every staged write."""
+    def changelog_records(self) -> Iterator[tuple[int, str, bytes | None, dict[str, bytes]]]:
+        """(partition, key, value-or-tombstone, headers) for every staged write."""
         for partition, writes in self.pending.items():
-            for key, value in writes.items():
-                yield partition, key, None if value is _DELETED else encode_state(value)
+            for key, write in writes.items():
+                if not isinstance(write, _Put):
+                    yield partition, key, None, {}
+                    continue
+                headers: dict[str, bytes] = {}
+                if write.retention_s is not None:
+                    headers[RETENTION_HEADER] = repr(write.retention_s).encode()
+                yield partition, key, encode_state(write.value), headers
 
     def apply(self) -> None:
         """Make the staged writes committed (call only after the transaction committed)."""
         now = self.store.clock()
         for partition, writes in self.pending.items():
-            for key, value in writes.items():
-                self.store.install(partition, key, None if value is _DELETED else value, now)
+            for key, write in writes.items():
+                if isinstance(write, _Put):
+                    self.store.install(partition, key, write.value, now, write.retention_s)
+                else:
+                    self.store.install(partition, key, None, now)
         self.pending.clear()
 
 
@@ -146,8 +171,9 @@ class StateStore:
         self.retention_s = retention_s
         self.clock = clock
         self._partitions: dict[int, dict[str, Any]] = {}
-        self._written: dict[int, OrderedDict[str, float]] = {}
-        """Per partition: key -> time of its last write, least recently written first."""
+        self._written: dict[int, dict[float, OrderedDict[str, float]]] = {}
+        """Per partition, per retention: key -> time of its last write, least recently written
+        first. Keys that never expire are not indexed."""
 
     def committed(self, partition: int) -> dict[str, Any]:
         view = self._partitions.get(partition)
@@ -165,33 +191,43 @@ class StateStore:
     def open(self, partition: int) -> None:
         """Own ``partition`` with an empty view (restore fills it from the changelog)."""
         self._partitions[partition] = {}
-        self._written[partition] = OrderedDict()
+        self._written[partition] = {}
 
-    def install(self, partition: int, key: str, value: JsonValue | None, written_at: float) -> None:
-        """Set (or with ``None`` delete) one committed key, written at ``written_at``."""
+    def install(
+        self,
+        partition: int,
+        key: str,
+        value: JsonValue | None,
+        written_at: float,
+        retention_s: float | None = None,
+    ) -> None:
+        """Set (or with ``None`` delete) one committed key, written at ``written_at``, kept for
+        ``retention_s`` (``None``: the store's retention) after that."""
         view = self.committed(partition)
-        written = self._written[partition]
+        classes = self._written[partition]
+        for written in classes.values():
+            written.pop(key, None)
         if value is None:
             view.pop(key, None)
-            written.pop(key, None)
             return
         view[key] = value
-        written[key] = written_at
-        written.move_to_end(key)
+        keep = self.retention_s if retention_s is None else retention_s
+        if keep is not None:
+            classes.setdefault(keep, OrderedDict())[key] = written_at
 
     def expired(self, limit: int) -> Iterator[tuple[int, str]]:
-        """Up to ``limit`` (partition, key) pairs past retention, least recently written first
-        within each partition. Nothing without retention."""
-        if self.retention_s is None:
-            return
-        horizon = self.clock() - self.retention_s
+        """Up to ``limit`` (partition, key) pairs past their retention, least recently written
+        first within each partition and retention."""
+        now = self.clock()
         found = 0
-        for partition, written in self._written.items():
-            for key, at in written.items():
-                if at > horizon or found == limit:
-                    break
-                yield partition, key
-                found += 1
+        for partition, classes in self._written.items():
+            for keep, written in classes.items():
+                horizon = now - keep
+                for key, at in written.items():
+                    if at > horizon or found == limit:
+                        break
+                    yield partition, key
+                    found += 1
 
     def drop(self, partitions: Iterable[int]) -> None:
         for partition in partitions:
@@ -239,7 +275,8 @@ class StateStore:
                         continue
                     kind, stamp_ms = msg.timestamp()
                     at = self.clock() if kind == TIMESTAMP_NOT_AVAILABLE else stamp_ms / 1000
-                    self.install(partition, raw_key.decode(), decode_state(msg.value()), at)
+                    value = decode_state(msg.value())
+                    self.install(partition, raw_key.decode(), value, at, _retention(msg))
                     read += 1
         except BaseException:
             self.drop(wanted)
@@ -247,3 +284,11 @@ class StateStore:
         finally:
             restorer.close()
         return read
+
+
+def _retention(msg: Any) -> float | None:
+    """The retention a changelog record's write set for its key, from its header, if any."""
+    for name, raw in msg.headers() or ():
+        if name == RETENTION_HEADER and raw:
+            return float(raw.decode())
+    return None

@@ -26,8 +26,12 @@ from services.pricing.table import (
 
 STORE = "disputes"
 RETENTION_S = 90 * 24 * 3600.0
-"""How long a dispute's state outlives its last write, by default: a review decision that comes
-later finds no dispute and goes to the dead-letter topic with that reason."""
+"""How long a dispute's state outlives its last write while a reviewer may still act on it: a
+review decision that comes later finds no dispute and goes to the dead-letter topic with that
+reason."""
+SETTLED_RETENTION_S = 7 * 24 * 3600.0
+"""How long a settled dispute's state (its last round held nothing for review) outlives its
+last write: long enough to ignore redelivered verdicts."""
 SnapshotLookup = Callable[[str], Mapping[str, Any]]
 
 _PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
@@ -74,13 +78,19 @@ class PricingHandler:
             state["overrides"] = _apply(state["overrides"], review)
             dispute_id = review.dispute_id
         outputs: list[Emit] = []
+        retention: float | None = None
         complete = len(state["verdicts"]) == state["grievance_total"]
         if complete and (state["round"] == 0 or message.topic == t.REVIEW_DECIDED.name):
-            outputs.append(self._price(dispute_id, state))
-        store.put(dispute_id, state)
+            priced, open_for_review = self._price(dispute_id, state)
+            outputs.append(priced)
+            if not open_for_review:
+                retention = SETTLED_RETENTION_S
+        store.put(dispute_id, state, retention_s=retention)
         return outputs
 
-    def _price(self, dispute_id: str, state: dict[str, Any]) -> Emit:
+    def _price(self, dispute_id: str, state: dict[str, Any]) -> tuple[Emit, bool]:
+        """The next round's ``refund.priced``, and whether it left anything for a reviewer
+        (held lines, or the whole dispute); updates ``state``."""
         verdicts = [
             GrievanceVerdict(
                 grievance_id=gid,
@@ -104,7 +114,8 @@ class PricingHandler:
         event = to_event(
             priced, dispute_id, state["order_id"], state["round"], state["snapshot_sha256"]
         )
-        return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro())
+        held = bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
+        return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro()), held
 
 
 def to_event(

@@ -20,7 +20,7 @@ from refund_bench.errors import DlqLimitExceeded, Fenced
 from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.messages import Context, Emit, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
-from refund_bench.runtime.selftest import counter_spec, passthrough_spec
+from refund_bench.runtime.selftest import passthrough_spec
 from refund_bench.topics import Topic
 from tests.conftest import Stack, TopicFactory
 from tests.kafka_helpers import (
@@ -423,12 +423,27 @@ class _ShiftedClock:
         return time.time() + self.ahead
 
 
+def _expiring_counter(name: str, source: str, sink: str) -> StageSpec:
+    """Counts records per key; keys starting with ``s`` are kept 600 s, the rest the store's."""
+    out = Topic(sink, "bench.record")
+
+    def handle(message: Message, ctx: Context) -> Sequence[Emit]:
+        key = message.key or ""
+        state = ctx.store()
+        count = int(state.get(key) or 0) + 1
+        state.put(key, count, retention_s=600.0 if key.startswith("s") else None)
+        return [Emit(out.name, key, {"id": message.value["id"], "seq": count, "payload": ""})]
+
+    return StageSpec(name, (Topic(source, "bench.record"),), (out,), handle, store="counts")
+
+
 def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
-    """Keys untouched longer than the retention are deleted in a committed batch, with their
-    changelog tombstones; a key written again meanwhile keeps its state; a restart restores the
-    write times from the changelog and expires on them."""
+    """Keys untouched longer than their retention are deleted in a committed batch, with
+    changelog tombstones; a key the batch wrote keeps its state. A restart restores each key's
+    write time (the record timestamp) and its own retention (the record header) and expires on
+    them."""
     from refund_bench.topics import TopicSpec, ensure_topics
 
     group = f"expire-{uuid.uuid4().hex[:8]}"
@@ -436,39 +451,48 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     changelog = f"{group}.counts.changelog"
     ensure_topics(stack.kafka, [TopicSpec(changelog, compacted=True)], partitions=1)
     codec = bench_codec(framing, source, sink)
-    spec = counter_spec(group, source, sink)
+    spec = _expiring_counter(group, source, sink)
     config = _config(stack.kafka, group, state_retention_s=3600.0)
     clock = _ShiftedClock()
+    produced = 0
 
-    def counts(at_least: int) -> list[tuple[str, int]]:
-        records = read_sink(stack, codec, sink, at_least=at_least, timeout_s=60, settle_s=0.0)
-        return [(r.key or "", r.value["seq"]) for r in records]
+    def send(*keys: str) -> list[tuple[str, int]]:
+        """Produce one record per key; the stage's counts once they are all out."""
+        nonlocal produced
+        values = [(k, {"id": f"{k}-{produced + i}", "seq": 0, "payload": ""}) for i, k in
+                  enumerate(keys)]  # fmt: skip
+        produce_values(stack.kafka, source, values, codec)
+        produced += len(keys)
+        records = read_sink(stack, codec, sink, at_least=produced, timeout_s=60, settle_s=0.0)
+        return [(r.key or "", r.value["seq"]) for r in records][-len(keys) :]
 
-    first = StageThread(StageRunner(spec, config, framing, clock=clock)).start()
-    produce_values(stack.kafka, source, _records(6, keys=3), codec)  # k0 k1 k2, twice
-    assert dict(counts(6)) == {"k0": 2, "k1": 2, "k2": 2}
-    assert first.stop() is None
+    def run(ahead_s: float, *steps: tuple[str, ...]) -> list[list[tuple[str, int]]]:
+        """A new instance, ``ahead_s`` in the future, fed ``steps`` one after another."""
+        clock.ahead = ahead_s
+        stage = StageThread(StageRunner(spec, config, framing, clock=clock)).start()
+        try:
+            return [send(*keys) for keys in steps]
+        finally:
+            assert stage.stop() is None
 
-    # Two hours later, on a new instance: its restored keys are all past the retention.
-    clock.ahead = 7200.0
-    second = StageThread(StageRunner(spec, config, framing, clock=clock)).start()
-    try:
-        produce_values(stack.kafka, source, [("k0", {"id": "a", "seq": 0, "payload": ""})], codec)
-        assert counts(7)[-1] == ("k0", 3), "k0's state was read before the batch expired keys"
-        produce_values(stack.kafka, source, [("k1", {"id": "b", "seq": 0, "payload": ""})], codec)
-        assert counts(8)[-1] == ("k1", 1), "k1 expired: counting starts again"
-    finally:
-        assert second.stop() is None
+    assert run(0.0, ("k0", "k1", "k2", "s0"), ("k0", "k1", "k2", "s0")) == [
+        [("k0", 1), ("k1", 1), ("k2", 1), ("s0", 1)],
+        [("k0", 2), ("k1", 2), ("k2", 2), ("s0", 2)],
+    ]
+    # 20 minutes later: past s0's own 600 s, inside the store's 3600 s.
+    assert run(1200.0, ("k0",), ("s0",), ("k1",)) == [[("k0", 3)], [("s0", 1)], [("k1", 3)]]
+    # 2 hours later: every key is past its retention; k2 is read before the batch expires it.
+    assert run(7200.0, ("k2",), ("k0",)) == [[("k2", 3)], [("k0", 1)]]
 
     log = read_committed(
         stack.kafka,
         changelog,
-        until=lambda rs: sum(r.value is None for r in rs) >= 2,
+        until=lambda rs: sum(r.value is None for r in rs) >= 4,
         timeout_s=30,
         settle_s=1.0,
     )
-    tombstones = sorted(r.key or "" for r in log if r.value is None)
-    assert tombstones == ["k1", "k2"], f"changelog tombstones {tombstones}"
+    tombstones = [r.key or "" for r in log if r.value is None]
+    assert tombstones == ["s0", "k0", "k1", "s0"], f"changelog tombstones {tombstones}"
 
 
 def test_poison_input_goes_to_dlq_and_processing_continues(

@@ -178,7 +178,7 @@ def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> Non
     discarded = RecordState(batch, 3)
     discarded.put("a", 99)  # this record goes to the DLQ: never merged
     assert store.committed(3) == {"a": 1, "b": 2}, "nothing is committed before the transaction"
-    assert sorted(batch.changelog_records()) == [(3, "a", b"10"), (3, "b", None)]
+    assert sorted(batch.changelog_records()) == [(3, "a", b"10", {}), (3, "b", None, {})]
     batch.apply()
     assert store.committed(3) == {"a": 10}
 
@@ -197,7 +197,7 @@ def test_keys_untouched_longer_than_retention_are_tombstoned_oldest_first() -> N
     record.put("a", 10)  # rewritten by this batch: stays
     record.merge_into_batch()
     assert batch.expire(limit=10) == 1
-    assert sorted(batch.changelog_records()) == [(0, "a", b"10"), (0, "b", None)]
+    assert sorted(batch.changelog_records()) == [(0, "a", b"10", {}), (0, "b", None, {})]
     batch.apply()
     assert (store.committed(0), store.committed(1), store.size()) == ({"a": 10}, {"c": 3}, 2)
 
@@ -214,6 +214,33 @@ def test_expiry_takes_at_most_its_limit_per_batch() -> None:
     assert batch.expire(limit=2) == 2
     batch.apply()
     assert sorted(store.committed(0)) == ["k2", "k3", "k4"], "the oldest two went first"
+
+
+def test_a_write_may_set_its_own_retention_and_it_travels_in_a_header() -> None:
+    clock = _Clock()
+    store = _store_with(0, {}, retention_s=100.0, clock=clock)
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    record.put("settled", 1, retention_s=10.0)
+    record.put("open", 2)
+    record.merge_into_batch()
+    assert sorted(batch.changelog_records()) == [
+        (0, "open", b"2", {}),
+        (0, "settled", b"1", {"state.retention.s": b"10.0"}),
+    ]
+    batch.apply()
+    clock.now = 11.0
+    assert list(store.expired(10)) == [(0, "settled")]
+
+    again = BatchState(store)  # written again with the store's retention: 100 s from now
+    record = RecordState(again, 0)
+    record.put("settled", 3)
+    record.merge_into_batch()
+    again.apply()
+    clock.now = 105.0
+    assert list(store.expired(10)) == [(0, "open")]
+    with pytest.raises(ValueError, match="retention must be positive"):
+        RecordState(again, 0).put("x", 1, retention_s=0.0)
 
 
 def test_a_store_without_retention_keeps_every_key() -> None:
@@ -241,7 +268,9 @@ def test_expiry_removes_exactly_the_keys_last_written_before_the_horizon(
     for key, step in writes:  # writes in time order, as batches commit them
         clock.now += step
         batch = BatchState(store)
-        batch.stage(0, key, clock.now)
+        record = RecordState(batch, 0)
+        record.put(key, clock.now)
+        record.merge_into_batch()
         batch.apply()
         last[key] = clock.now
     clock.now += 10.0

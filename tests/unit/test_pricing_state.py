@@ -1,0 +1,94 @@
+"""The pricing handler over a real state store: how long it keeps a dispute."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.runtime.messages import Context, Message
+from refund_bench.runtime.state import RETENTION_HEADER, BatchState, RecordState, StateStore
+from services.extractor.evidence import build_snapshot
+from services.pricing.handler import SETTLED_RETENTION_S, PricingHandler
+from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA
+
+SNAPSHOT = build_snapshot(ARTICLE_ORDER)
+GRIEVANCES = (
+    ("g1", "LATE_DELIVERY", None, None),
+    ("g2", "MISSING_ITEM", BIRYANI, 2),
+    ("g3", "PACKAGING", RAITA, 1),
+    ("g4", "PARTNER_CONDUCT", None, None),
+)
+
+
+def _verdict(gid: str, raita: str) -> Message:
+    category, item, quantity = next((c, i, q) for g, c, i, q in GRIEVANCES if g == gid)
+    outcome = raita if gid == "g3" else "UPHELD"
+    value = ev.VerdictDecided(
+        dispute_id="d-1",
+        order_id="order-1840",
+        grievance_id=gid,
+        grievance_total=len(GRIEVANCES),
+        category=category,
+        item_name=item,
+        item_quantity=quantity,
+        snapshot_sha256="0" * 64,
+        outcome=outcome,
+        votes_upheld=3,
+        votes_rejected=0,
+        votes_escalate=0,
+        split="3-0",
+        unanimous=True,
+        rulings=[],
+        decided_at=ev.now(),
+    ).to_avro()
+    return Message(t.VERDICT_DECIDED.name, 0, 0, "d-1", value, {}, 0)
+
+
+def _review(decision: str) -> Message:
+    value = ev.ReviewDecided(
+        dispute_id="d-1",
+        review_id="r-1",
+        kind="GRIEVANCE",
+        grievance_id="g3",
+        decision=decision,
+        reviewer="alice",
+        decided_at=ev.now(),
+    ).to_avro()
+    return Message(t.REVIEW_DECIDED.name, 0, 0, "d-1", value, {}, 0)
+
+
+def _headers(store: StateStore, handler: PricingHandler, message: Message) -> Mapping[str, Any]:
+    """The changelog headers of the dispute's write for ``message`` (committed afterwards)."""
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    handler.handle(message, Context(record))
+    record.merge_into_batch()
+    ((_p, key, _value, headers),) = list(batch.changelog_records())
+    assert key == "d-1"
+    batch.apply()
+    return headers
+
+
+def _handler() -> tuple[StateStore, PricingHandler]:
+    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
+    store.open(0)
+    return store, PricingHandler(lambda _sha: SNAPSHOT, cap_minor=100_000)
+
+
+def test_a_dispute_with_nothing_held_is_kept_only_as_long_as_redeliveries_come() -> None:
+    store, handler = _handler()
+    for gid in ("g1", "g2", "g3"):
+        assert _headers(store, handler, _verdict(gid, "UPHELD")) == {}, "not priced yet"
+    settled = _headers(store, handler, _verdict("g4", "UPHELD"))
+    assert settled == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
+
+
+def test_a_dispute_waiting_for_a_reviewer_keeps_the_long_retention_until_decided() -> None:
+    store, handler = _handler()
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    assert _headers(store, handler, _verdict("g4", "ESCALATE")) == {}, "the raita line is held"
+    decided = _headers(store, handler, _review("UPHOLD"))
+    assert decided == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
