@@ -111,8 +111,8 @@ class BatchState:
         self.pending.setdefault(partition, {})[key] = write
 
     def expire(self, limit: int) -> int:
-        """Stage deletes for up to ``limit`` keys past the store's retention that this batch
-        did not write; returns how many. Call after the batch's records were handled."""
+        """Stage deletes for up to ``limit`` keys past their retention that this batch did not
+        write; returns how many. Call after the batch's records were handled."""
         staged = 0
         for partition, key in self.store.expired(limit + self._writes()):
             if staged == limit:

@@ -89,8 +89,8 @@ class JudgeHandler:
         request: LlmRequest,
         allowed: frozenset[str],
     ) -> ev.RulingCast:
+        # The answer as parsed while drawing; a cached answer is parsed below instead.
         drawn: JudgeAnswer | None = None
-        """The answer as parsed while drawing (a cached answer is parsed below instead)."""
 
         async def draw() -> str:
             nonlocal drawn
@@ -159,7 +159,7 @@ def _ruling_fields(
 ) -> dict[str, Any]:
     """The ruling fields of ``raw`` (``parsed``: ``raw`` already parsed, if it was)."""
     try:
-        answer = parsed or parse_judge_ruling(raw)
+        answer = parsed if parsed is not None else parse_judge_ruling(raw)
     except MalformedAnswer as exc:
         return {
             "ruling": Ruling.ESCALATE.value,
