@@ -42,6 +42,11 @@ RETENTION_HEADER = "state.retention.s"
 """Changelog record header: the retention (seconds) a write set for its key, if it set one."""
 
 
+def _check_retention(retention_s: float | None) -> None:
+    if retention_s is not None and retention_s <= 0:
+        raise ValueError(f"retention must be positive, not {retention_s}")
+
+
 @dataclass(frozen=True, slots=True)
 class _Put:
     """A staged write: the value and its own retention (``None``: the store's)."""
@@ -78,8 +83,7 @@ class RecordState:
 
     def put(self, key: str, value: JsonValue, *, retention_s: float | None = None) -> None:
         """Write ``value``; ``retention_s`` replaces the store's retention for this key."""
-        if retention_s is not None and retention_s <= 0:
-            raise ValueError(f"retention must be positive, not {retention_s}")
+        _check_retention(retention_s)
         self._staged[key] = _Put(copy.deepcopy(value), retention_s)
 
     def delete(self, key: str) -> None:
@@ -164,8 +168,7 @@ class StateStore:
         retention_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if retention_s is not None and retention_s <= 0:
-            raise ValueError(f"retention must be positive, not {retention_s}")
+        _check_retention(retention_s)
         self.name = name
         self.changelog = changelog
         self.retention_s = retention_s
@@ -222,9 +225,10 @@ class StateStore:
         found = 0
         for partition, classes in self._written.items():
             for keep, written in classes.items():
-                horizon = now - keep
                 for key, at in written.items():
-                    if at > horizon or found == limit:
+                    if found == limit:
+                        return
+                    if at > now - keep:
                         break
                     yield partition, key
                     found += 1
