@@ -60,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=False,
         http="httptools",
+        proxy_headers=False,  # nothing proxies the stand-in; each request would pay for the check
         backlog=4096,
         timeout_keep_alive=30,
     )

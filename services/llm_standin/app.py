@@ -1,7 +1,9 @@
 """The stand-in's HTTP surface: an OpenAI-compatible ``/v1/chat/completions`` and its admin.
 
-The completions handler is a plain Starlette endpoint that parses the body with ``orjson``
-directly: no pydantic model, no dependency injection, so that it stays fast at 0 ms latency.
+``POST /v1/chat/completions`` is answered on a direct ASGI path (:class:`StandinApp`): the body
+is parsed with ``orjson``, with no framework routing, middleware, pydantic model or dependency
+injection in between, so that the stand-in stays cheap at 0 ms latency (it shares the machine
+with the pipeline it serves). Everything else (health, models, stats, admin) is a FastAPI app.
 Faults are drawn from one seeded RNG, one draw per completion request, so a run with the same
 seed and the same request order injects the same faults. A queue of scripted faults
 (``next_faults``) takes precedence, for tests that need "429 on the next two calls".
@@ -20,13 +22,15 @@ from typing import Any, Literal
 import orjson
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from services.llm_standin.rules import ROLE_BY_SCHEMA, RuleError, answer, schema_errors
 
 FaultKind = Literal["429", "5xx", "timeout", "malformed"]
 MODEL_ID = "refund-bench-standin"
+COMPLETIONS_PATH = "/v1/chat/completions"
+_DISPUTE_HEADER = b"x-refund-bench-dispute"
 
 
 class FaultSettings(BaseModel):
@@ -120,14 +124,22 @@ class StandinState:
         return None
 
 
-def _error(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> Response:
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer of the completions endpoint: status, JSON body, extra headers."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+def _error(status: int, message: str, kind: str, retry_after: str | None = None) -> Answer:
     body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
-    return Response(
-        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
-    )
+    headers = ((b"retry-after", retry_after.encode()),) if retry_after is not None else ()
+    return Answer(status, orjson.dumps(body), headers)
 
 
-def _completion(state: StandinState, model: str, content: str, prompt_chars: int) -> Response:
+def _completion(state: StandinState, model: str, content: str, prompt_chars: int) -> Answer:
     prompt_tokens = max(1, prompt_chars // 4)
     completion_tokens = max(1, len(content) // 4)
     body = {
@@ -148,7 +160,7 @@ def _completion(state: StandinState, model: str, content: str, prompt_chars: int
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Answer(200, orjson.dumps(body))
 
 
 def _schema_of(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -172,7 +184,115 @@ def _number_or_none(value: object, name: str) -> float | None:
     return float(value)
 
 
-def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
+async def complete(state: StandinState, dispute: str | None, body: bytes) -> Answer:
+    """The answer to one chat-completions request (``dispute``: its dispute header, if any).
+
+    Counts the call, answers by the rules, and injects this request's fault, if one is drawn.
+    """
+    stats = state.stats
+    stats.total_calls += 1
+    if dispute:
+        stats.by_dispute[dispute] += 1
+    try:
+        payload = orjson.loads(body)
+    except ValueError as exc:
+        stats.rejected += 1
+        return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
+    try:
+        if not isinstance(payload, dict):
+            raise RuleError("the request body must be a JSON object")
+        schema_name, schema = _schema_of(payload)
+        stats.by_role[ROLE_BY_SCHEMA.get(schema_name, "unknown")] += 1
+        seed_value = payload.get("seed")
+        if seed_value is not None and (
+            isinstance(seed_value, bool) or not isinstance(seed_value, int)
+        ):
+            raise RuleError("seed must be an integer")
+        temperature = _number_or_none(payload.get("temperature"), "temperature")
+        model = payload.get("model")
+        model = model if isinstance(model, str) else MODEL_ID
+        messages = payload.get("messages")
+        result = answer(schema_name, messages, seed=seed_value, temperature=temperature)
+    except RuleError as exc:
+        stats.rejected += 1
+        return _error(400, exc.message, "invalid_request_error")
+
+    fault = state.draw_fault()
+    if state.faults.latency_ms:
+        await asyncio.sleep(state.faults.latency_ms / 1000)
+    if fault is not None:
+        stats.faults_injected[fault] += 1
+        if fault == "429":
+            return _error(429, "stand-in: rate limit (injected)", "rate_limit_exceeded", "1")
+        if fault == "5xx":
+            return _error(500, "stand-in: server error (injected)", "server_error")
+        if fault == "timeout":
+            await asyncio.sleep(state.faults.timeout_seconds)
+            return _error(504, "stand-in: gateway timeout (injected)", "timeout")
+
+    content = orjson.dumps(result).decode()
+    problems = schema_errors(result, schema)
+    if problems:
+        stats.rejected += 1
+        detail = "; ".join(problems[:5])
+        return _error(
+            400,
+            f"stand-in cannot honour the {schema_name!r} schema sent: {detail}",
+            "invalid_request_error",
+        )
+    if fault == "malformed":
+        content = content[: max(1, len(content) // 2)]  # truncated JSON, as if cut off
+    return _completion(state, model, content, len(body))
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError("the client went away before its request was read")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _dispute(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == _DISPUTE_HEADER:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+class StandinApp:
+    """The stand-in's ASGI application: completions on a direct path, the rest on ``admin``."""
+
+    def __init__(self, state: StandinState, admin: FastAPI) -> None:
+        self.state = state
+        self.admin = admin
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] != COMPLETIONS_PATH
+            or scope["method"] != "POST"
+        ):
+            await self.admin(scope, receive, send)
+            return
+        try:
+            body = await _body(receive)
+        except ConnectionAbortedError:
+            return
+        answer = await complete(self.state, _dispute(scope), body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(answer.body)).encode()),
+            *answer.headers,
+        ]
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.body})
+
+
+def create_app(faults: FaultSettings | None = None, seed: int = 0) -> StandinApp:
     """A fresh stand-in application with its own state (no globals)."""
     state = StandinState(faults or FaultSettings(), seed)
     app = FastAPI(
@@ -181,70 +301,6 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.state.standin = state
-
-    async def chat_completions(request: Request) -> Response:
-        stats = state.stats
-        stats.total_calls += 1
-        dispute = request.headers.get("x-refund-bench-dispute")
-        if dispute:
-            stats.by_dispute[dispute] += 1
-        body = await request.body()
-        try:
-            payload = orjson.loads(body)
-        except ValueError as exc:
-            stats.rejected += 1
-            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
-        try:
-            if not isinstance(payload, dict):
-                raise RuleError("the request body must be a JSON object")
-            schema_name, schema = _schema_of(payload)
-            stats.by_role[ROLE_BY_SCHEMA.get(schema_name, "unknown")] += 1
-            seed_value = payload.get("seed")
-            if seed_value is not None and (
-                isinstance(seed_value, bool) or not isinstance(seed_value, int)
-            ):
-                raise RuleError("seed must be an integer")
-            temperature = _number_or_none(payload.get("temperature"), "temperature")
-            model = payload.get("model")
-            model = model if isinstance(model, str) else MODEL_ID
-            messages = payload.get("messages")
-            result = answer(schema_name, messages, seed=seed_value, temperature=temperature)
-        except RuleError as exc:
-            stats.rejected += 1
-            return _error(400, exc.message, "invalid_request_error")
-
-        fault = state.draw_fault()
-        if state.faults.latency_ms:
-            await asyncio.sleep(state.faults.latency_ms / 1000)
-        if fault is not None:
-            stats.faults_injected[fault] += 1
-            if fault == "429":
-                return _error(
-                    429, "stand-in: rate limit (injected)", "rate_limit_exceeded",
-                    {"retry-after": "1"},
-                )  # fmt: skip
-            if fault == "5xx":
-                return _error(500, "stand-in: server error (injected)", "server_error")
-            if fault == "timeout":
-                await asyncio.sleep(state.faults.timeout_seconds)
-                return _error(504, "stand-in: gateway timeout (injected)", "timeout")
-
-        content = orjson.dumps(result).decode()
-        problems = schema_errors(result, schema)
-        if problems:
-            stats.rejected += 1
-            detail = "; ".join(problems[:5])
-            return _error(
-                400,
-                f"stand-in cannot honour the {schema_name!r} schema sent: {detail}",
-                "invalid_request_error",
-            )
-        if fault == "malformed":
-            content = content[: max(1, len(content) // 2)]  # truncated JSON, as if cut off
-        return _completion(state, model, content, len(body))
-
-    app.router.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -285,4 +341,4 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> FastAPI:
             state.next_faults = deque(update.next_faults)
         return JSONResponse({"faults": state.faults.model_dump(), "seed": state.seed})
 
-    return app
+    return StandinApp(state, app)

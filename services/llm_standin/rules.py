@@ -18,11 +18,12 @@ Offsets are Python ``str`` indices (Unicode code points), end exclusive.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict
+
+import orjson
 
 # --------------------------------------------------------------------------- answer shapes
 
@@ -931,7 +932,7 @@ def _user_document(messages: object) -> Mapping[str, Any]:
             if not isinstance(content, str):
                 raise RuleError("the user message content must be a string (a JSON document)")
             try:
-                document = json.loads(content)
+                document = orjson.loads(content)
             except ValueError as exc:
                 raise RuleError(f"the user message is not a JSON document: {exc}") from exc
             if not isinstance(document, Mapping):
