@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-import aiohttp
-import httpx2
 import openai
 import orjson
 from openai.types.chat import (
@@ -36,6 +34,7 @@ from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from refund_bench.errors import RefundBenchError, TransientError
+from refund_bench.llm.http import AioHttpClient
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, RetryPolicy
@@ -161,26 +160,9 @@ def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:
     return user
 
 
-def _refused(exc: BaseException) -> BaseException | None:
-    """The connection failure somewhere in ``exc``'s cause chain, if there is one.
-
-    The aiohttp transport reports a refused connection as a connect *timeout*; the cause chain
-    still holds the connector error.
-    """
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, (aiohttp.ClientConnectorError, ConnectionError)):
-            return cause
-        cause = cause.__cause__
-    return None
-
-
 def _classify(exc: openai.APIError) -> RefundBenchError:
     """Map an openai error onto the project's policy types."""
     if isinstance(exc, openai.APITimeoutError):
-        refused = _refused(exc)
-        if refused is not None:
-            return LlmUnavailable("connection", type(refused).__name__)
         return LlmUnavailable("timeout", "request timed out")
     if isinstance(exc, openai.APIConnectionError):
         return LlmUnavailable("connection", type(exc.__cause__ or exc).__name__)
@@ -222,18 +204,15 @@ class LlmClient:
         self._on_inflight = on_inflight
         self._inflight = 0
         # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
-        # warm connections instead of opening (and closing) one per request. The aiohttp
-        # transport (the client's ``aiohttp`` extra) costs about half the CPU per call of the
-        # default one, and CPU per call is what limits a judge replica.
-        limits = httpx2.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
+        # warm connections instead of opening (and closing) one per request. The requests go
+        # to aiohttp with nothing in between (see refund_bench.llm.http): CPU per call is what
+        # limits a judge replica.
         self._openai = openai.AsyncOpenAI(
             base_url=endpoint.base_url,
             api_key=endpoint.api_key.get_secret_value(),
             timeout=endpoint.timeout_seconds,
             max_retries=0,
-            http_client=openai.DefaultAioHttpClient(limits=limits),
+            http_client=AioHttpClient(max_connections=max_connections),
         )
 
     @property
