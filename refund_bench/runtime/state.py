@@ -15,18 +15,21 @@ changelog record's timestamp; a write's own retention travels in the record's
 every key until its stage deletes it.
 
 Values are JSON documents: the changelog is internal to its stage, not a published contract.
+They are held encoded (the changelog bytes), from the moment they are written: a read decodes a
+private copy, a write encodes a snapshot, and the changelog record and the committed view reuse
+those bytes. That is cheaper than copying the documents, and a restore installs the changelog
+bytes as they are.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_NOT_AVAILABLE,
@@ -49,21 +52,21 @@ def _check_retention(retention_s: float | None) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Put:
-    """A staged write: the value and its own retention (``None``: the store's)."""
+    """A staged write: the encoded value and its own retention (``None``: the store's)."""
 
-    value: JsonValue
+    data: bytes
     retention_s: float | None = None
 
 
 def encode_state(value: JsonValue | None) -> bytes | None:
-    """Changelog value bytes; ``None`` is a tombstone."""
+    """Changelog value bytes (compact JSON, keys sorted); ``None`` is a tombstone."""
     if value is None:
         return None
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def decode_state(data: bytes | None) -> JsonValue | None:
-    return None if data is None else json.loads(data)
+    return None if data is None else orjson.loads(data)
 
 
 class RecordState:
@@ -78,13 +81,14 @@ class RecordState:
         """A private copy of the value: mutating it changes nothing until :meth:`put`."""
         if key in self._staged:
             staged = self._staged[key]
-            return copy.deepcopy(staged.value) if isinstance(staged, _Put) else None
-        return copy.deepcopy(self._batch.get(self._partition, key))
+            return orjson.loads(staged.data) if isinstance(staged, _Put) else None
+        return decode_state(self._batch.get(self._partition, key))
 
     def put(self, key: str, value: JsonValue, *, retention_s: float | None = None) -> None:
-        """Write ``value``; ``retention_s`` replaces the store's retention for this key."""
+        """Write ``value`` as it is now; ``retention_s`` replaces the store's retention for
+        this key. Raises ``TypeError`` if ``value`` is not a JSON document."""
         _check_retention(retention_s)
-        self._staged[key] = _Put(copy.deepcopy(value), retention_s)
+        self._staged[key] = _Put(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), retention_s)
 
     def delete(self, key: str) -> None:
         self._staged[key] = _DELETED
@@ -103,11 +107,12 @@ class BatchState:
     store: StateStore
     pending: dict[int, dict[str, _Put | object]] = field(default_factory=dict)
 
-    def get(self, partition: int, key: str) -> JsonValue | None:
+    def get(self, partition: int, key: str) -> bytes | None:
+        """The encoded value this batch sees: its own write, else the committed one."""
         staged = self.pending.get(partition, {})
         if key in staged:
             write = staged[key]
-            return write.value if isinstance(write, _Put) else None
+            return write.data if isinstance(write, _Put) else None
         return self.store.committed(partition).get(key)
 
     def stage(self, partition: int, key: str, write: _Put | object) -> None:
@@ -139,7 +144,7 @@ class BatchState:
                 headers: dict[str, bytes] = {}
                 if write.retention_s is not None:
                     headers[RETENTION_HEADER] = repr(write.retention_s).encode()
-                yield partition, key, encode_state(write.value), headers
+                yield partition, key, write.data, headers
 
     def apply(self) -> None:
         """Make the staged writes committed (call only after the transaction committed)."""
@@ -147,7 +152,7 @@ class BatchState:
         for partition, writes in self.pending.items():
             for key, write in writes.items():
                 if isinstance(write, _Put):
-                    self.store.install(partition, key, write.value, now, write.retention_s)
+                    self.store.install(partition, key, write.data, now, write.retention_s)
                 else:
                     self.store.install(partition, key, None, now)
         self.pending.clear()
@@ -173,16 +178,22 @@ class StateStore:
         self.changelog = changelog
         self.retention_s = retention_s
         self.clock = clock
-        self._partitions: dict[int, dict[str, Any]] = {}
+        self._partitions: dict[int, dict[str, bytes]] = {}
+        """Per partition, key -> encoded value."""
         self._written: dict[int, dict[float, OrderedDict[str, float]]] = {}
         """Per partition, per retention: key -> time of its last write, least recently written
         first. Keys that never expire are not indexed."""
 
-    def committed(self, partition: int) -> dict[str, Any]:
+    def committed(self, partition: int) -> dict[str, bytes]:
+        """The committed view of ``partition``: key -> encoded value. Do not modify it."""
         view = self._partitions.get(partition)
         if view is None:
             raise RuntimeError(f"state of partition {partition} is not restored")
         return view
+
+    def values(self, partition: int) -> dict[str, JsonValue]:
+        """A decoded copy of the committed view of ``partition`` (tests and diagnostics)."""
+        return {key: orjson.loads(data) for key, data in self.committed(partition).items()}
 
     def owned(self) -> list[int]:
         return sorted(self._partitions)
@@ -200,20 +211,20 @@ class StateStore:
         self,
         partition: int,
         key: str,
-        value: JsonValue | None,
+        data: bytes | None,
         written_at: float,
         retention_s: float | None = None,
     ) -> None:
-        """Set (or with ``None`` delete) one committed key, written at ``written_at``, kept for
-        ``retention_s`` (``None``: the store's retention) after that."""
+        """Set one committed key to the encoded value ``data`` (``None``: delete it), written
+        at ``written_at``, kept for ``retention_s`` (``None``: the store's retention) after."""
         view = self.committed(partition)
         classes = self._written[partition]
         for written in classes.values():
             written.pop(key, None)
-        if value is None:
+        if data is None:
             view.pop(key, None)
             return
-        view[key] = value
+        view[key] = data
         keep = self.retention_s if retention_s is None else retention_s
         if keep is not None:
             classes.setdefault(keep, OrderedDict())[key] = written_at
@@ -279,8 +290,7 @@ class StateStore:
                         continue
                     kind, stamp_ms = msg.timestamp()
                     at = self.clock() if kind == TIMESTAMP_NOT_AVAILABLE else stamp_ms / 1000
-                    value = decode_state(msg.value())
-                    self.install(partition, raw_key.decode(), value, at, _retention(msg))
+                    self.install(partition, raw_key.decode(), msg.value(), at, _retention(msg))
                     read += 1
         except BaseException:
             self.drop(wanted)

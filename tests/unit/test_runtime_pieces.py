@@ -16,7 +16,7 @@ from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import DlqBudget
-from refund_bench.runtime.state import BatchState, RecordState, StateStore
+from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
 
 
 def test_retry_waits_1_2_4_8_seconds_plus_jitter_then_gives_up() -> None:
@@ -151,7 +151,7 @@ def _store_with(
     store = StateStore("s", "s.changelog", retention_s=retention_s, clock=clock or _Clock())
     store.open(partition)
     for key, value in data.items():
-        store.install(partition, key, value, 0.0)
+        store.install(partition, key, encode_state(value), 0.0)
     return store
 
 
@@ -177,17 +177,17 @@ def test_record_state_sees_its_own_writes_then_the_batch_then_committed() -> Non
     assert (second.get("a"), second.get("b")) == (10, None)
     discarded = RecordState(batch, 3)
     discarded.put("a", 99)  # this record goes to the DLQ: never merged
-    assert store.committed(3) == {"a": 1, "b": 2}, "nothing is committed before the transaction"
+    assert store.values(3) == {"a": 1, "b": 2}, "nothing is committed before the transaction"
     assert sorted(batch.changelog_records()) == [(3, "a", b"10", {}), (3, "b", None, {})]
     batch.apply()
-    assert store.committed(3) == {"a": 10}
+    assert store.values(3) == {"a": 10}
 
 
 def test_keys_untouched_longer_than_retention_are_tombstoned_oldest_first() -> None:
     clock = _Clock()
     store = _store_with(0, {"a": 1, "b": 2}, retention_s=100.0, clock=clock)
     store.open(1)
-    store.install(1, "c", 3, 50.0)
+    store.install(1, "c", encode_state(3), 50.0)
     clock.now = 99.0
     assert list(store.expired(10)) == [], "nothing is older than the retention yet"
 
@@ -199,7 +199,7 @@ def test_keys_untouched_longer_than_retention_are_tombstoned_oldest_first() -> N
     assert batch.expire(limit=10) == 1
     assert sorted(batch.changelog_records()) == [(0, "a", b"10", {}), (0, "b", None, {})]
     batch.apply()
-    assert (store.committed(0), store.committed(1), store.size()) == ({"a": 10}, {"c": 3}, 2)
+    assert (store.values(0), store.values(1), store.size()) == ({"a": 10}, {"c": 3}, 2)
 
     clock.now = 219.0  # a was rewritten at 120: fresh until 220; c expires at 150
     assert list(store.expired(10)) == [(1, "c")]

@@ -54,18 +54,18 @@ def test_the_third_seat_emits_the_verdict_once_and_the_state_shrinks_to_a_marker
     assert _run(store, _ruling(0)) == []
     assert _run(store, _ruling(1, "REJECTED")) == []
     assert _run(store, _ruling(1)) == [], "a second ruling of seat 1 is a redelivery"
-    pending = store.committed(0)[key]
+    pending = store.values(0)[key]
     assert len(pending["bench"]["rulings"]) == 2
 
     (verdict,) = _run(store, _ruling(2))
     assert (verdict["outcome"], verdict["split"], len(verdict["rulings"])) == ("UPHELD", "2-1", 3)
-    marker = store.committed(0)[key]
+    marker = store.values(0)[key]
     assert set(marker) == {DECIDED}
     assert len(encode_state(marker) or b"") < len(encode_state(pending) or b"") / 10
 
     for seat in (0, 1, 2):  # the judge re-publishing the whole bench after a crash
         assert _run(store, _ruling(seat)) == []
-    assert store.committed(0)[key] == marker
+    assert store.values(0)[key] == marker
 
 
 def test_state_written_before_the_marker_existed_still_ignores_redeliveries() -> None:
@@ -79,7 +79,7 @@ def test_state_written_before_the_marker_existed_still_ignores_redeliveries() ->
         {k: v for k, v in _ruling(seat).value.items() if k in _SUMMARY_FIELDS} for seat in (0, 1, 2)
     ]
     old = {"bench": {"judge_count": 3, "rulings": rulings, "emitted": True}, "meta": {}}
-    store.install(0, key, old, 0.0)
+    store.install(0, key, encode_state(old), 0.0)
     assert _run(store, _ruling(1)) == []
 
 
