@@ -153,7 +153,9 @@ class Codec:
         """``topics`` maps a topic name to its contract name (an ``.avsc`` file stem)."""
         self._framing = framing
         self._topics: dict[str, _TopicCodec] = {}
-        self._readers: dict[tuple[bytes, str], Any] = {}
+        self._readers: dict[tuple[bytes, str], tuple[Any, Any]] = {}
+        """(framing header, topic) -> (parsed writer schema, parsed reader schema or ``None``
+        when they are the same)."""
         for topic, schema_name in topics.items():
             self.bind(topic, schema_name)
 
@@ -188,11 +190,16 @@ class Codec:
             raise InvalidInput(f"no contract bound to topic {topic!r}")
         writer, start = self._framing.writer_schema(data)
         # The framing header (schema id or fingerprint) names the writer schema: parse each
-        # writer schema once per topic, keyed by the header's bytes.
+        # writer schema once per topic, keyed by the header's bytes. A value written with the
+        # topic's own contract (the usual case) is read without schema resolution.
         reader_key = (data[:start], topic)
         pair = self._readers.get(reader_key)
         if pair is None:
-            pair = (fastavro.parse_schema(writer), codec.parsed)
+            same = writer == codec.schema
+            pair = (
+                codec.parsed if same else fastavro.parse_schema(writer),
+                None if same else codec.parsed,
+            )
             self._readers[reader_key] = pair
         try:
             buf = io.BytesIO(data)
