@@ -83,16 +83,6 @@ JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256 WHERE d.dispute_id = %
 """
 
 
-async def complaint_text(pool: AsyncConnectionPool[Any], dispute_id: str) -> str | None:
-    """The complaint as received, or ``None`` for an unknown dispute."""
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT complaint_text FROM disputes WHERE dispute_id = %s", (dispute_id,)
-        )
-        row = await cur.fetchone()
-    return None if row is None else str(row[0])
-
-
 _SNAPSHOT_SQL = "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s"
 
 

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.snapshots import AsyncSnapshotReader, complaint_text
+from refund_bench.db.snapshots import AsyncSnapshotReader
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import ResponseCache, cached_call, settler_cache_key
@@ -43,6 +43,15 @@ _REPLY_SQL = """
 SELECT text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at
 FROM replies WHERE dispute_id = %s AND round = %s
 """
+_INPUTS_SQL = """
+SELECT r.text, r.amount_minor, r.currency, r.source, r.guard_failures, r.model,
+       r.prompt_version, r.created_at, d.complaint_text
+FROM (SELECT %(dispute_id)s::text AS dispute_id) AS q
+LEFT JOIN replies r ON r.dispute_id = q.dispute_id AND r.round = %(round)s
+LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
+"""
+"""One round trip for what a round needs first: its stored reply, if there is one (its columns
+as ``_REPLY_SQL`` returns them, NULL otherwise), and the complaint as received."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
                      model, prompt_version)
@@ -103,9 +112,11 @@ class SettlerHandler:
         resolved = [line for line in priced.lines if line.status != "HELD"]
         if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
             held = [WHOLE_CLAIM]
-        stored = await self._stored_reply(priced.dispute_id, priced.round)
+        stored, complaint = await self._inputs(priced.dispute_id, priced.round)
         if stored is None:
-            text, source, failures = await self._write(priced, approved, resolved, held_lines, held)
+            text, source, failures = await self._write(
+                priced, complaint, approved, resolved, held_lines, held
+            )
             stored = await self._store(priced, approved, text, source, failures)
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
         if approved > 0:
@@ -125,6 +136,7 @@ class SettlerHandler:
     async def _write(
         self,
         priced: ev.RefundPriced,
+        complaint: str,
         approved: int,
         resolved: Sequence[ev.PricedLineEvent],
         held_lines: Sequence[ev.PricedLineEvent],
@@ -133,7 +145,7 @@ class SettlerHandler:
         """(text, source, guard failures): the model's reply if it passes, else the template."""
         amount_text = format_amount(approved, priced.currency)
         request = build_settler_request(
-            await complaint_text(self._pool, priced.dispute_id) or "",
+            complaint,
             amount_text,
             [
                 ResolvedForReply(
@@ -171,6 +183,18 @@ class SettlerHandler:
             return text, "MODEL", []
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
         return template_reply(approved, priced.currency, done, held), "TEMPLATE", failures
+
+    async def _inputs(self, dispute_id: str, round_: int) -> tuple[ev.ReplyPublished | None, str]:
+        """The round's stored reply (``None``: none yet) and the complaint text ("" if the
+        dispute is unknown here)."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(_INPUTS_SQL, {"dispute_id": dispute_id, "round": round_})
+            row = await cur.fetchone()
+        if row is None:
+            raise RuntimeError("the settler's inputs query returned no row")
+        *reply, complaint = row
+        stored = None if reply[0] is None else _reply(dispute_id, round_, reply)
+        return stored, complaint or ""
 
     async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
         async with self._pool.connection() as conn:
