@@ -69,7 +69,8 @@ class PayoutHandler:
                 metadata={"dispute_id": request.dispute_id, "round": str(request.round)},
             )
 
-        await self._ledger.record_attempt(request.dispute_id, request.round)
+        if not row.opened:  # a replay: the round was opened (and its call counted) before
+            await self._ledger.record_attempt(request.dispute_id, request.round)
         try:
             refund_id = await self._retry.run_async(call)
         except PaymentRejected as exc:

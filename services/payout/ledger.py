@@ -1,12 +1,14 @@
 """The payout ledger in PostgreSQL: one row per (dispute, settlement round).
 
 The row is written (PENDING) before the provider is called; a round already SUCCEEDED or
-FAILED is answered from the ledger without calling the provider again.
+FAILED is answered from the ledger without calling the provider again. ``attempts`` counts the
+provider calls begun for the round: the insert that opens the round counts the first, and each
+later call for a round found PENDING (a replay after a crash) is counted before it is made.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from psycopg.rows import dict_row
@@ -26,22 +28,25 @@ class LedgerRow:
     stripe_refund_id: str | None
     error_code: str | None
     error_message: str | None
+    opened: bool = field(default=False, compare=False)
+    """True when this row was just inserted by :meth:`PayoutLedger.open_round`, with its first
+    provider call already counted."""
 
 
 _OPEN_SQL = """
 WITH opened AS (
     INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency, payment_reference,
-                               idempotency_key, status)
+                               idempotency_key, status, attempts)
     VALUES (%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s, %(payment_reference)s,
-            %(idempotency_key)s, 'PENDING')
+            %(idempotency_key)s, 'PENDING', 1)
     ON CONFLICT (dispute_id, round) DO NOTHING
     RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status,
-              stripe_refund_id, error_code, error_message
+              stripe_refund_id, error_code, error_message, true AS opened
 )
 SELECT * FROM opened
 UNION ALL
 SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
-       error_code, error_message
+       error_code, error_message, false AS opened
 FROM payout_ledger
 WHERE dispute_id = %(dispute_id)s AND round = %(round)s AND NOT EXISTS (SELECT 1 FROM opened)
 """
@@ -73,7 +78,8 @@ class PayoutLedger:
         payment_reference: str,
         idempotency_key: str,
     ) -> LedgerRow:
-        """Insert the round as PENDING unless it exists; return the row as stored.
+        """Insert the round as PENDING, its first provider call counted, unless it exists;
+        return the row as stored (``opened`` tells which).
 
         One statement: the insert returns the new row; for a round that already exists, the
         row as it was when the statement started (read again if another writer raced us).
@@ -103,6 +109,7 @@ class PayoutLedger:
         return LedgerRow(**row)
 
     async def record_attempt(self, dispute_id: str, round_: int) -> None:
+        """Count one more provider call for a round that was already open."""
         async with self._pool.connection() as conn:
             await conn.execute(
                 "UPDATE payout_ledger SET attempts = attempts + 1, updated_at = now()"

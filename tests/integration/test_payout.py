@@ -83,6 +83,17 @@ def _refunds(api_base: str, *requests: dict[str, Any]) -> list[str | PaymentReje
     return asyncio.run(go())
 
 
+def _attempts(database: str, dispute_id: str) -> int:
+    """The ledger's count of provider calls begun for the dispute's round 1."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT attempts FROM payout_ledger WHERE dispute_id = %s AND round = 1",
+            (dispute_id,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeStripeServer]:
     with FakeStripeServer(FakeStripe()) as server:
@@ -127,6 +138,7 @@ def test_a_settled_round_never_reaches_stripe_again(database: str, fake: FakeStr
     assert fake.fake.requests == 1
     assert first[0].value["stripe_refund_id"] == again[0].value["stripe_refund_id"]
     assert again[0].topic == "payout.completed"
+    assert _attempts(database, dispute) == 1, "the insert that opened the round counted its call"
 
 
 def test_crash_between_stripe_and_ledger_replays_the_same_refund(
@@ -155,6 +167,7 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
     [outputs] = _run(database, fake.url, _request(dispute))
     assert len(fake.fake.refunds) == 1
     assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
+    assert _attempts(database, dispute) == 1, "the replayed call on a PENDING round is counted"
 
 
 def test_declined_refund_fails_once_and_is_not_retried(

@@ -211,5 +211,6 @@ def test_a_ledger_round_is_opened_once_and_keeps_its_first_outcome(database: str
         f"{dispute}-key-1",
     )
     assert again == opened
+    assert (opened.opened, again.opened) == (True, False), "only the first open inserts"
     assert (paid.status, paid.stripe_refund_id, paid.error_code) == ("SUCCEEDED", "re_1", None)
     assert late_failure == paid
