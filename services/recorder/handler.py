@@ -1,19 +1,22 @@
 """The recorder stage: projects the flow into PostgreSQL for the audit record and the review
 queue. At-least-once: a batch's rows are written in one database transaction before its
-offsets commit; redelivered events are no-ops thanks to natural-key inserts."""
+offsets commit; redelivered events are no-ops thanks to natural-key inserts.
+
+A batch's rows go to each table in one statement (arrays of column values, unnested), not one
+statement per row: a few statements per batch instead of about twenty per complaint. Inserts
+come first, then the updates in event order (an update may close a review item inserted by the
+same batch); no insert undoes an update, since existing rows are left alone."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
 import psycopg
 
 from refund_bench import topics as t
 from refund_bench.runtime import Context, Emit, Message, StageSpec
-from services.recorder.projection import Statement, rows_for
+from services.recorder.projection import Statement, Table, rows_for
 
 INPUTS = (
     t.GRIEVANCE_EXTRACTED,
@@ -32,6 +35,8 @@ class Recorder:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
         self._pending: list[Statement] = []
+        self._inserts: dict[Table, bytes] = {}
+        """Each table's insert, rendered for this connection once."""
 
     def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         self._pending.extend(rows_for(message.topic, message.value))
@@ -41,11 +46,26 @@ class Recorder:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        # Pipeline mode: the statements go out without a round trip each, in order; runs of
-        # one statement become one ``executemany``.
+        rows: dict[Table, list[tuple[Any, ...]]] = {}
+        updates: list[tuple[str, tuple[Any, ...]]] = []
+        for target, params in pending:
+            if isinstance(target, Table):
+                rows.setdefault(target, []).append(params)
+            else:
+                updates.append((target, params))
+        # Pipeline mode: the statements go out without a round trip each.
         with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
-            for sql, run in groupby(pending, key=itemgetter(0)):
-                cur.executemany(sql, [params for _, params in run])
+            for table, table_rows in rows.items():
+                columns = [list(column) for column in zip(*table_rows, strict=True)]
+                cur.execute(self._insert(table), columns)
+            for sql, params in updates:
+                cur.execute(sql, params)
+
+    def _insert(self, table: Table) -> bytes:
+        rendered = self._inserts.get(table)
+        if rendered is None:
+            rendered = self._inserts[table] = table.insert_sql.as_bytes(self._conn)
+        return rendered
 
     def spec(self) -> StageSpec:
         return StageSpec("recorder", INPUTS, (), self.handle, before_commit=self.flush)

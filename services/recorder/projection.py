@@ -1,34 +1,180 @@
 """What each flow event adds to the audit projection and the review queue (pure).
 
-Every statement is an insert keyed by natural ids with ``ON CONFLICT DO NOTHING`` (or an
-update that is idempotent), so redelivered events change nothing.
+Every insert is keyed by natural ids with ``ON CONFLICT DO NOTHING`` and every update is
+idempotent, so redelivered events change nothing. An event yields rows for a :class:`Table`
+(written set-wise, one statement per table and batch) and, for review decisions, updates.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import orjson
+from psycopg import sql
+from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
 from refund_bench.domain import Decision, Ruling
 
-Statement = tuple[str, tuple[Any, ...]]
 
-_REVIEW_ITEM = (
-    "INSERT INTO review_items (dispute_id, item_key, kind, grievance_id, reason, created_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (dispute_id, item_key) DO NOTHING"
+@dataclass(frozen=True, eq=False)
+class Table:
+    """Rows of one shape for table ``name``: the first row per ``key`` is kept.
+
+    ``columns`` are (name, SQL type) pairs; a row is a tuple of values in that order.
+    """
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    key: tuple[str, ...]
+
+    @cached_property
+    def insert_sql(self) -> sql.Composed:
+        """One INSERT for many rows: one array parameter per column, in column order."""
+        return sql.SQL(
+            "INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays})"
+            " ON CONFLICT ({key}) DO NOTHING"
+        ).format(
+            table=sql.Identifier(self.name),
+            columns=sql.SQL(", ").join(sql.Identifier(name) for name, _ in self.columns),
+            arrays=sql.SQL(", ").join(
+                sql.SQL("{}::{}[]").format(sql.Placeholder(format=PyFormat.BINARY), sql.SQL(kind))
+                for _, kind in self.columns
+            ),
+            key=sql.SQL(", ").join(sql.Identifier(name) for name in self.key),
+        )
+
+
+def _json(value: Any) -> str:
+    """A jsonb column's value as JSON text."""
+    return orjson.dumps(value).decode()
+
+
+Row = tuple[Table, tuple[Any, ...]]
+Update = tuple[str, tuple[Any, ...]]
+Statement = Row | Update
+"""A row for a table, or an update (SQL and its parameters)."""
+
+GRIEVANCES = Table(
+    "grievances",
+    (
+        ("dispute_id", "text"),
+        ("grievance_id", "text"),
+        ("category", "text"),
+        ("text", "text"),
+        ("span_start", "integer"),
+        ("span_end", "integer"),
+        ("item_name", "text"),
+        ("item_quantity", "integer"),
+        ("grievance_total", "integer"),
+        ("snapshot_sha256", "text"),
+        ("prompt_version", "text"),
+        ("model", "text"),
+        ("extracted_at", "timestamptz"),
+    ),
+    ("dispute_id", "grievance_id"),
+)
+RULINGS = Table(
+    "rulings",
+    (
+        ("dispute_id", "text"),
+        ("grievance_id", "text"),
+        ("judge_seat", "integer"),
+        ("ruling", "text"),
+        ("model_ruling", "text"),
+        ("confidence", "double precision"),
+        ("evidence_cited", "jsonb"),
+        ("reasoning", "text"),
+        ("model", "text"),
+        ("prompt_version", "text"),
+        ("snapshot_sha256", "text"),
+        ("raw_response", "text"),
+        ("cast_at", "timestamptz"),
+    ),
+    ("dispute_id", "grievance_id", "judge_seat"),
+)
+VERDICTS = Table(
+    "verdicts",
+    (
+        ("dispute_id", "text"),
+        ("grievance_id", "text"),
+        ("category", "text"),
+        ("outcome", "text"),
+        ("votes_upheld", "integer"),
+        ("votes_rejected", "integer"),
+        ("votes_escalate", "integer"),
+        ("split", "text"),
+        ("unanimous", "boolean"),
+        ("decided_at", "timestamptz"),
+    ),
+    ("dispute_id", "grievance_id"),
+)
+PRICED_REFUNDS = Table(
+    "priced_refunds",
+    (
+        ("dispute_id", "text"),
+        ("round", "integer"),
+        ("pricing_version", "text"),
+        ("currency", "text"),
+        ("order_total_minor", "bigint"),
+        ("lines", "jsonb"),
+        ("total_minor", "bigint"),
+        ("already_paid_minor", "bigint"),
+        ("payable_minor", "bigint"),
+        ("cap_minor", "bigint"),
+        ("decision", "text"),
+        ("held_grievances", "jsonb"),
+        ("reason", "text"),
+        ("priced_at", "timestamptz"),
+    ),
+    ("dispute_id", "round"),
+)
+PAYOUTS_COMPLETED = Table(
+    "payout_events",
+    (
+        ("dispute_id", "text"),
+        ("round", "integer"),
+        ("outcome", "text"),
+        ("amount_minor", "bigint"),
+        ("stripe_refund_id", "text"),
+        ("at", "timestamptz"),
+    ),
+    ("dispute_id", "round"),
+)
+PAYOUTS_FAILED = Table(
+    "payout_events",
+    (
+        ("dispute_id", "text"),
+        ("round", "integer"),
+        ("outcome", "text"),
+        ("amount_minor", "bigint"),
+        ("error_code", "text"),
+        ("reason", "text"),
+        ("at", "timestamptz"),
+    ),
+    ("dispute_id", "round"),
+)
+REVIEW_ITEMS = Table(
+    "review_items",
+    (
+        ("dispute_id", "text"),
+        ("item_key", "text"),
+        ("kind", "text"),
+        ("grievance_id", "text"),
+        ("reason", "text"),
+        ("created_at", "timestamptz"),
+    ),
+    ("dispute_id", "item_key"),
 )
 
 
 def grievance_rows(e: ev.GrievanceExtracted) -> list[Statement]:
     return [
         (
-            "INSERT INTO grievances (dispute_id, grievance_id, category, text, span_start,"
-            " span_end,"
-            " item_name, item_quantity, grievance_total, snapshot_sha256, prompt_version, model,"
-            " extracted_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (dispute_id, grievance_id) DO NOTHING",
+            GRIEVANCES,
             (
                 e.dispute_id,
                 e.grievance_id,
@@ -51,10 +197,7 @@ def grievance_rows(e: ev.GrievanceExtracted) -> list[Statement]:
 def ruling_rows(e: ev.RulingCast) -> list[Statement]:
     return [
         (
-            "INSERT INTO rulings (dispute_id, grievance_id, judge_seat, ruling, model_ruling,"
-            " confidence, evidence_cited, reasoning, model, prompt_version, snapshot_sha256,"
-            " raw_response, cast_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (dispute_id, grievance_id, judge_seat) DO NOTHING",
+            RULINGS,
             (
                 e.dispute_id,
                 e.grievance_id,
@@ -62,7 +205,7 @@ def ruling_rows(e: ev.RulingCast) -> list[Statement]:
                 e.ruling,
                 e.model_ruling,
                 e.confidence,
-                json.dumps(e.evidence_cited),
+                _json(e.evidence_cited),
                 e.reasoning,
                 e.model,
                 e.prompt_version,
@@ -77,10 +220,7 @@ def ruling_rows(e: ev.RulingCast) -> list[Statement]:
 def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
     rows: list[Statement] = [
         (
-            "INSERT INTO verdicts (dispute_id, grievance_id, category, outcome, votes_upheld,"
-            " votes_rejected, votes_escalate, split, unanimous, decided_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (dispute_id, grievance_id) DO NOTHING",
+            VERDICTS,
             (
                 e.dispute_id,
                 e.grievance_id,
@@ -102,7 +242,7 @@ def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
         )
         rows.append(
             (
-                _REVIEW_ITEM,
+                REVIEW_ITEMS,
                 (
                     e.dispute_id,
                     f"grievance:{e.grievance_id}",
@@ -119,24 +259,20 @@ def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
 def priced_rows(e: ev.RefundPriced) -> list[Statement]:
     rows: list[Statement] = [
         (
-            "INSERT INTO priced_refunds (dispute_id, round, pricing_version, currency,"
-            " order_total_minor, lines, total_minor, already_paid_minor, payable_minor, cap_minor,"
-            " decision, held_grievances, reason, priced_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (dispute_id, round) DO NOTHING",
+            PRICED_REFUNDS,
             (
                 e.dispute_id,
                 e.round,
                 e.pricing_version,
                 e.currency,
                 e.order_total_minor,
-                json.dumps([line.model_dump() for line in e.lines]),
+                _json([line.model_dump() for line in e.lines]),
                 e.total_minor,
                 e.already_paid_minor,
                 e.payable_minor,
                 e.cap_minor,
                 e.decision,
-                json.dumps(e.held_grievances),
+                _json(e.held_grievances),
                 e.reason,
                 e.priced_at,
             ),
@@ -144,12 +280,12 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
     ]
     if e.decision == Decision.HELD_FOR_REVIEW and not e.lines:
         rows.append(
-            (_REVIEW_ITEM, (e.dispute_id, "extraction", "EXTRACTION", None, e.reason, e.priced_at))
+            (REVIEW_ITEMS, (e.dispute_id, "extraction", "EXTRACTION", None, e.reason, e.priced_at))
         )
     elif e.decision == Decision.HELD_FOR_REVIEW and e.total_minor > e.cap_minor:
         rows.append(
             (
-                _REVIEW_ITEM,
+                REVIEW_ITEMS,
                 (e.dispute_id, f"dispute:round{e.round}", "DISPUTE", None, e.reason, e.priced_at),
             )
         )
@@ -159,10 +295,15 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
 def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
     return [
         (
-            "INSERT INTO payout_events (dispute_id, round, outcome, amount_minor,"
-            " stripe_refund_id, at)"
-            " VALUES (%s, %s, 'COMPLETED', %s, %s, %s) ON CONFLICT (dispute_id, round) DO NOTHING",
-            (e.dispute_id, e.round, e.amount_minor, e.stripe_refund_id, e.completed_at),
+            PAYOUTS_COMPLETED,
+            (
+                e.dispute_id,
+                e.round,
+                "COMPLETED",
+                e.amount_minor,
+                e.stripe_refund_id,
+                e.completed_at,
+            ),
         )
     ]
 
@@ -170,13 +311,11 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
 def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     return [
         (
-            "INSERT INTO payout_events (dispute_id, round, outcome, amount_minor, error_code,"
-            " reason, at) VALUES (%s, %s, 'FAILED', %s, %s, %s, %s)"
-            " ON CONFLICT (dispute_id, round) DO NOTHING",
-            (e.dispute_id, e.round, e.amount_minor, e.error_code, e.reason, e.failed_at),
+            PAYOUTS_FAILED,
+            (e.dispute_id, e.round, "FAILED", e.amount_minor, e.error_code, e.reason, e.failed_at),
         ),
         (
-            _REVIEW_ITEM,
+            REVIEW_ITEMS,
             (
                 e.dispute_id,
                 f"payout:round{e.round}",
