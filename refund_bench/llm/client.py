@@ -214,6 +214,10 @@ class LlmClient:
             max_retries=0,
             http_client=AioHttpClient(max_connections=max_connections),
         )
+        # The endpoint ``chat.completions.create`` posts to, resolved against the base URL once:
+        # the client sends an absolute URL as it is, instead of merging a relative path with
+        # its base URL (two URL parses, a tenth of the CPU of a call) on every request.
+        self._completions_url = str(self._openai.base_url.join("chat/completions"))
 
     @property
     def model(self) -> str:
@@ -292,7 +296,7 @@ class LlmClient:
                 # the client would build its full response model; together they cost half
                 # the CPU of a call and change nothing here.
                 raw = await self._openai.post(
-                    "/chat/completions", content=content, cast_to=bytes, options=options
+                    self._completions_url, content=content, cast_to=bytes, options=options
                 )
             except openai.APIError as exc:
                 mapped = _classify(exc)

@@ -471,7 +471,9 @@ class _FixedAnswer(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
-        self.server.requests.append((self.headers.get("Content-Type", ""), self.rfile.read(length)))
+        self.server.requests.append(
+            (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
+        )
         payload = self.server.body
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -487,7 +489,7 @@ class _FixedAnswerServer(ThreadingHTTPServer):
     def __init__(self, body: bytes) -> None:
         super().__init__(("127.0.0.1", 0), _FixedAnswer)
         self.body = body
-        self.requests: list[tuple[str, bytes]] = []  # (content type, body)
+        self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
 
 
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
@@ -528,7 +530,8 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     assert reason in caught.value.reason
     assert sleep.delays == []
     assert len(server.requests) == 1
-    content_type, sent = server.requests[0]
+    path, content_type, sent = server.requests[0]
+    assert path == "/v1/chat/completions", "the endpoint under the base URL, as the client's own"
     assert content_type == "application/json"
     request = json.loads(sent)
     assert request["seed"] == 1000
