@@ -13,6 +13,7 @@ stored answer.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 from urllib.parse import quote
@@ -109,9 +110,18 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+"""Characters percent-encoding leaves as they are: a part made of them only is its own encoding."""
+
+
 def _key(kind: str, *parts: str | int) -> str:
-    # Percent-encode every part so that a ':' inside an id cannot make two keys collide.
-    return ":".join([kind, *(quote(str(part), safe="") for part in parts)])
+    # Percent-encode every part so that a ':' inside an id cannot make two keys collide. Ids,
+    # hashes and seat numbers are usually unreserved characters only: those skip the encoder.
+    encoded = [kind]
+    for part in parts:
+        text = str(part)
+        encoded.append(text if _UNRESERVED.fullmatch(text) else quote(text, safe=""))
+    return ":".join(encoded)
 
 
 def judge_cache_key(

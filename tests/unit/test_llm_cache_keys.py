@@ -1,0 +1,29 @@
+"""LLM cache keys: every part percent-encoded, whichever path the encoding takes."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refund_bench.llm.cache import judge_cache_key
+
+_PARTS = st.text() | st.from_regex(r"[A-Za-z0-9_.~-]*", fullmatch=True)
+
+
+@given(dispute=_PARTS, grievance=_PARTS, seat=st.integers(0, 14), sha=_PARTS, version=_PARTS)
+def test_a_key_is_its_parts_percent_encoded(
+    dispute: str, grievance: str, seat: int, sha: str, version: str
+) -> None:
+    expected = ":".join(
+        ["judge", *(quote(str(part), safe="") for part in (dispute, grievance, seat, sha, version))]
+    )
+    assert judge_cache_key(dispute, grievance, seat, sha, version) == expected
+
+
+def test_a_colon_inside_an_id_cannot_collide_with_the_separator() -> None:
+    assert judge_cache_key("a:b", "c", 0, "h", "judge/v1") == "judge:a%3Ab:c:0:h:judge%2Fv1"
+    assert judge_cache_key("a:b", "c", 0, "h", "judge/v1") != judge_cache_key(
+        "a", "b:c", 0, "h", "judge/v1"
+    )
