@@ -38,18 +38,35 @@ class TickBatcher(Generic[Req, Res]):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Res] = loop.create_future()
         if self._pending and self._pending[0][1].get_loop() is not loop:
-            self._pending = []  # left by a loop that closed before its flush ran
+            self._abandon()
         if not self._pending:
-            loop.call_soon(self._flush)
+            # The batch's task takes its first step in the next iteration, when every caller of
+            # this one has submitted: the requests go out then, with no hop in between.
+            task = loop.create_task(self._flush())
+            self._tasks.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._tasks.discard)
         self._pending.append((request, future))
         return await future
 
-    def _flush(self) -> None:
+    def _abandon(self) -> None:
+        """Forget the requests, and the batch task, left by a loop that closed before the task
+        ran. The task never started: its coroutine is closed so that it is not reported as
+        never awaited when collected."""
+        self._pending = []
+        for task in [t for t in self._tasks if t.get_loop().is_closed()]:
+            self._tasks.discard(task)
+            task.get_coro().close()
+
+    async def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        for start in range(0, len(pending), self._max_batch):
-            task = asyncio.ensure_future(self._run(pending[start : start + self._max_batch]))
-            self._tasks.add(task)  # keep a reference until it is done
-            task.add_done_callback(self._tasks.discard)
+        if len(pending) <= self._max_batch:
+            await self._run(pending)  # the usual case, without a task per chunk
+            return
+        chunks = [
+            pending[start : start + self._max_batch]
+            for start in range(0, len(pending), self._max_batch)
+        ]
+        await asyncio.gather(*(self._run(chunk) for chunk in chunks))
 
     async def _run(self, chunk: list[tuple[Req, asyncio.Future[Res]]]) -> None:
         live = [(request, future) for request, future in chunk if not future.done()]

@@ -33,6 +33,21 @@ def test_submits_of_one_iteration_share_one_call() -> None:
     assert doubler.batches == [list(range(50))]
 
 
+def test_the_batch_goes_out_in_the_iteration_after_its_submits() -> None:
+    doubler = Doubler()
+
+    async def scenario() -> list[list[int]]:
+        batcher = TickBatcher(doubler)
+        caller = asyncio.ensure_future(batcher.submit(1))
+        await asyncio.sleep(0)  # the caller submits
+        await asyncio.sleep(0)  # the next iteration: the batch is sent
+        sent = list(doubler.batches)
+        assert await caller == 2
+        return sent
+
+    assert asyncio.run(scenario()) == [[1]]
+
+
 def test_batches_are_cut_at_max_batch() -> None:
     doubler = Doubler()
 
@@ -121,7 +136,7 @@ def test_a_new_event_loop_is_served_after_one_closed_with_requests_pending() -> 
     dead.run_until_complete(asyncio.sleep(0))
     abandoned = dead.create_task(batcher.submit(1))
     dead.call_soon(dead.stop)
-    dead.run_forever()  # the task submitted; the loop stops before the flush runs
+    dead.run_forever()  # the task submitted; the loop stops before its batch runs
     dead.close()
     assert not abandoned.done()
 
@@ -129,6 +144,6 @@ def test_a_new_event_loop_is_served_after_one_closed_with_requests_pending() -> 
         return await batcher.submit(5)
 
     assert asyncio.run(later()) == 10
-    del abandoned  # what a closed loop's pending task reports when it is collected
+    del abandoned  # what a closed loop's pending tasks report when they are collected
     gc.collect()
-    assert reported == ["Task was destroyed but it is pending!"]
+    assert reported == ["Task was destroyed but it is pending!"] * 2, "the caller's and the batch's"
