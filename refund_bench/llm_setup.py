@@ -92,9 +92,10 @@ class JudgePanelSettings(LlmStageSettings):
     judge_seed_base: int = 1000
     judge_prompt_version: str = "judge/v1"
     batch_max_records: int = 200
-    max_inflight: int = 128
-    """Grievances in flight: each seat's client then has one call per connection of its pool
-    (128); more would only queue in the pool, which costs CPU and gains nothing."""
+    max_inflight: int = 256
+    """Grievances in flight. A grievance holds its slot through its cache lookups and writes as
+    well as its calls, so 256 keep each seat's 128 pooled connections busy; 512 only queue in
+    the pool, which costs CPU (measured side by side: 128, 256, 512)."""
 
     @field_validator("judge_models")
     @classmethod
