@@ -264,11 +264,14 @@ class StageRunner:
             # Same partitioner as the Java clients, so upstream producers agree on partitions.
             "partitioner": "murmur2_random",
             "queue.buffering.max.messages": 1_000_000,
-            "on_delivery": self._on_delivery,
         }
         if self._eos:
+            # No delivery callback: a record that cannot be delivered fails the transaction's
+            # commit, which aborts the batch.
             conf["transactional.id"] = self.config.transactional_id
             conf["transaction.timeout.ms"] = self.config.transaction_timeout_ms
+        else:
+            conf["on_delivery"] = self._on_delivery
         conf.update(self.config.producer_overrides)
         return conf
 
