@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
+from refund_bench.coalesce import TickBatcher
 from refund_bench.domain import LineItem, OrderRecord
 
 _ORDER_SQL = """
@@ -24,7 +26,7 @@ SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_mi
            ) ORDER BY i.line_no)
            FROM order_line_items i WHERE i.order_id = o.order_id
        ), '[]') AS line_items
-FROM orders o WHERE o.order_id = %s
+FROM orders o WHERE o.order_id = ANY(%s)
 """
 
 
@@ -53,16 +55,36 @@ def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
     )
 
 
-async def load_order(conn: psycopg.AsyncConnection[Any], order_id: str) -> OrderRecord | None:
-    """The order's raw evidence, or ``None`` when the store has no such order.
+async def load_orders(
+    conn: psycopg.AsyncConnection[Any], order_ids: Sequence[str]
+) -> list[OrderRecord | None]:
+    """Each order's raw evidence, in the order asked for; ``None`` for an order the store does
+    not have.
 
-    One statement reads the order and its line items (in line order), so the two are
-    consistent with each other even outside a transaction.
+    One statement reads the orders and their line items (in line order), so each order is
+    consistent with its items even outside a transaction.
     """
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_ORDER_SQL, (order_id,))
-        row = await cur.fetchone()
-    return None if row is None else _record(row, row["line_items"])
+        await cur.execute(_ORDER_SQL, (list(set(order_ids)),))
+        found = {row["order_id"]: _record(row, row["line_items"]) for row in await cur.fetchall()}
+    return [found.get(order_id) for order_id in order_ids]
+
+
+class OrderReader:
+    """Reads orders for many concurrent handlers: the lookups made in one event-loop iteration
+    (a batch's handlers start together) are one statement."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+        self._lookups: TickBatcher[str, OrderRecord | None] = TickBatcher(self._load_many)
+
+    async def get(self, order_id: str) -> OrderRecord | None:
+        """The order's raw evidence, or ``None`` when the store has no such order."""
+        return await self._lookups.submit(order_id)
+
+    async def _load_many(self, order_ids: list[str]) -> list[OrderRecord | None]:
+        async with self._pool.connection() as conn:
+            return await load_orders(conn, order_ids)
 
 
 def order_exists(conn: psycopg.Connection[Any], order_id: str) -> bool:

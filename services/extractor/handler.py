@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.orders import load_order
+from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import freeze_for_dispute
 from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
@@ -45,6 +45,7 @@ class ExtractorHandler:
         on_call: Callable[[bool], None] | None = None,
     ) -> None:
         self._pool = pool
+        self._orders = OrderReader(pool)
         self._llm = llm
         self._cache = cache
         self._prompt = prompt
@@ -61,8 +62,7 @@ class ExtractorHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         complaint = ev.parse(ev.ComplaintReceived, message.value)
-        async with self._pool.connection() as conn:
-            order = await load_order(conn, complaint.order_id)
+        order = await self._orders.get(complaint.order_id)
         if order is None:
             raise InvalidInput(f"unknown order {complaint.order_id!r}")
         if order.customer_id != complaint.customer_id:

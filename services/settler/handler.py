@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.coalesce import TickBatcher
 from refund_bench.db.snapshots import AsyncSnapshotReader
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
@@ -44,14 +45,17 @@ SELECT text, amount_minor, currency, source, guard_failures, model, prompt_versi
 FROM replies WHERE dispute_id = %s AND round = %s
 """
 _INPUTS_SQL = """
-SELECT r.text, r.amount_minor, r.currency, r.source, r.guard_failures, r.model,
-       r.prompt_version, r.created_at, d.complaint_text
-FROM (SELECT %(dispute_id)s::text AS dispute_id) AS q
-LEFT JOIN replies r ON r.dispute_id = q.dispute_id AND r.round = %(round)s
+SELECT q.dispute_id, q.round, r.text, r.amount_minor, r.currency, r.source, r.guard_failures,
+       r.model, r.prompt_version, r.created_at, d.complaint_text
+FROM unnest(%s::text[], %s::integer[]) AS q (dispute_id, round)
+LEFT JOIN replies r ON r.dispute_id = q.dispute_id AND r.round = q.round
 LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
 """
-"""One round trip for what a round needs first: its stored reply, if there is one (its columns
-as ``_REPLY_SQL`` returns them, NULL otherwise), and the complaint as received."""
+"""What each (dispute, round) needs first, for many rounds in one round trip: its stored reply,
+if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), and the complaint text."""
+
+Inputs = tuple[ev.ReplyPublished | None, str]
+"""A round's stored reply (``None``: none yet) and the complaint text ("" if unknown here)."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
                      model, prompt_version)
@@ -93,6 +97,8 @@ class SettlerHandler:
         self._prompt = prompt
         self._on_call = on_call
         self._snapshots = AsyncSnapshotReader(pool)
+        self._inputs: TickBatcher[tuple[str, int], Inputs] = TickBatcher(self._read_inputs)
+        """The rounds whose handlers start in one event-loop iteration are read together."""
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -112,7 +118,7 @@ class SettlerHandler:
         resolved = [line for line in priced.lines if line.status != "HELD"]
         if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
             held = [WHOLE_CLAIM]
-        stored, complaint = await self._inputs(priced.dispute_id, priced.round)
+        stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
         if stored is None:
             text, source, failures = await self._write(
                 priced, complaint, approved, resolved, held_lines, held
@@ -184,17 +190,18 @@ class SettlerHandler:
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
         return template_reply(approved, priced.currency, done, held), "TEMPLATE", failures
 
-    async def _inputs(self, dispute_id: str, round_: int) -> tuple[ev.ReplyPublished | None, str]:
-        """The round's stored reply (``None``: none yet) and the complaint text ("" if the
-        dispute is unknown here)."""
+    async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:
+        """Each round's :data:`Inputs`, in the order asked for."""
         async with self._pool.connection() as conn:
-            cur = await conn.execute(_INPUTS_SQL, {"dispute_id": dispute_id, "round": round_})
-            row = await cur.fetchone()
-        if row is None:
-            raise RuntimeError("the settler's inputs query returned no row")
-        *reply, complaint = row
-        stored = None if reply[0] is None else _reply(dispute_id, round_, reply)
-        return stored, complaint or ""
+            cur = await conn.execute(
+                _INPUTS_SQL, ([dispute for dispute, _ in rounds], [round_ for _, round_ in rounds])
+            )
+            rows = await cur.fetchall()
+        found: dict[tuple[str, int], Inputs] = {}
+        for dispute_id, round_, *reply, complaint in rows:
+            stored = None if reply[0] is None else _reply(dispute_id, round_, reply)
+            found[(dispute_id, round_)] = (stored, complaint or "")
+        return [found[key] for key in rounds]
 
     async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
         async with self._pool.connection() as conn:

@@ -17,7 +17,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from refund_bench.db.migrate import migrate
-from refund_bench.db.orders import load_order, upsert_orders
+from refund_bench.db.orders import OrderReader, upsert_orders
 from refund_bench.db.snapshots import AsyncSnapshotReader, freeze_for_dispute
 from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS
@@ -166,12 +166,18 @@ def test_the_snapshot_reader_verifies_and_caches_by_hash(database: str) -> None:
 def test_an_order_loads_with_its_items_in_line_order(database: str) -> None:
     order = SAMPLE_ORDERS[0]
 
-    async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, Any]:
-        async with pool.connection() as conn:
-            return await load_order(conn, order.order_id), await load_order(conn, "no-such")
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        reader = OrderReader(pool)
+        # Lookups made together go out as one statement; each caller gets its own order.
+        return list(
+            await asyncio.gather(
+                reader.get(order.order_id), reader.get("no-such"), reader.get(order.order_id)
+            )
+        )
 
-    loaded, missing = _with_pool(database, work)
+    loaded, missing, again = _with_pool(database, work)
     assert missing is None
+    assert again == loaded
     assert loaded.line_items == order.line_items
     # Timestamps come back in UTC: the same instants, written with another offset.
     instants = ("placed_at", "delivered_at")
