@@ -78,7 +78,10 @@ class ExtractorHandler:
             snapshot_json=fresh.json,
             snapshot_sha256=fresh.sha256,
         )
-        snapshot = load_snapshot(snapshot_json, snapshot_sha)
+        # The dispute keeps the snapshot frozen first: ours, already parsed, unless a delivery
+        # before this one froze another (then it is read back and checked against its hash).
+        fresh_kept = snapshot_sha == fresh.sha256 and snapshot_json == fresh.json
+        snapshot = fresh.data if fresh_kept else load_snapshot(snapshot_json, snapshot_sha)
         items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
         grievances = await self._extract(complaint, snapshot_sha, items)
         if grievances is None:

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
-import httpx
 import pytest
-import uvicorn
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
@@ -40,7 +36,7 @@ from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
-from services.llm_standin.app import create_app
+from tests.standin import Standin
 
 T = TypeVar("T")
 
@@ -67,78 +63,6 @@ def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
         return await coro_fn()
 
     return asyncio.run(main())
-
-
-# --------------------------------------------------------------------------- servers
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    url = os.environ.get("REDIS_URL", "")
-    if not url:
-        message = "REDIS_URL is not set: run `make stack-up` and `source .stack/env.sh`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return url
-
-
-@dataclass
-class Standin:
-    base_url: str  # .../v1, for the openai client
-    admin: httpx.Client = field(repr=False)
-
-    def faults(self, **settings: Any) -> None:
-        self.admin.post("/admin/faults", json=settings).raise_for_status()
-
-    def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self.admin.get("/stats").raise_for_status().json()
-        return stats
-
-
-@pytest.fixture(scope="session")
-def standin_server() -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(seed=7),
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if httpx.get(f"{root}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("the stand-in did not start")
-        time.sleep(0.05)
-    yield root
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
-
-
-@pytest.fixture
-def standin(standin_server: str) -> Iterator[Standin]:
-    """The stand-in, reset, with no faults and a short hang for 'timeout' faults."""
-    with httpx.Client(base_url=standin_server, timeout=10) as admin:
-        handle = Standin(base_url=f"{standin_server}/v1", admin=admin)
-        handle.faults(
-            latency_ms=0, rate_429=0, rate_5xx=0, rate_timeout=0, rate_malformed=0,
-            timeout_seconds=3,
-        )  # fmt: skip
-        admin.post("/admin/reset").raise_for_status()
-        yield handle
 
 
 def endpoint(standin: Standin, *, temperature: float = 0.7, timeout: float = 5.0) -> LlmEndpoint:

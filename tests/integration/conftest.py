@@ -1,0 +1,78 @@
+"""Servers the integration tests share: the LLM stand-in on a loopback port, and Redis.
+
+The stand-in runs in the test process, in a background thread, as a real uvicorn server on a
+socket bound to 127.0.0.1 (port chosen by the OS); clients talk HTTP to it like to any
+endpoint. Redis comes from ``REDIS_URL`` (the stack's); without it the tests that need it are
+skipped, and fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from services.llm_standin.app import create_app
+from tests.standin import Standin
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        message = "REDIS_URL is not set: run `make stack-up` and `source .stack/env.sh`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture(scope="session")
+def standin_server() -> Iterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(seed=7),
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if httpx.get(f"{root}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("the stand-in did not start")
+        time.sleep(0.05)
+    yield root
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+@pytest.fixture
+def standin(standin_server: str) -> Iterator[Standin]:
+    """The stand-in, reset, with no faults and a short hang for 'timeout' faults."""
+    with httpx.Client(base_url=standin_server, timeout=10) as admin:
+        handle = Standin(base_url=f"{standin_server}/v1", admin=admin)
+        handle.faults(
+            latency_ms=0, rate_429=0, rate_5xx=0, rate_timeout=0, rate_malformed=0,
+            timeout_seconds=3,
+        )  # fmt: skip
+        admin.post("/admin/reset").raise_for_status()
+        yield handle

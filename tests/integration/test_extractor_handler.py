@@ -1,0 +1,130 @@
+"""The extractor's handler against real PostgreSQL, Redis and the LLM stand-in.
+
+What it emits is judged against the snapshot the dispute keeps: the one frozen first, even when
+the order's evidence changed before a redelivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.db.migrate import migrate
+from refund_bench.db.orders import OrderReader, upsert_orders
+from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
+from refund_bench.resources import pg_pool
+from refund_bench.runtime import Context, Message
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
+from services.extractor.evidence import FrozenSnapshot, freeze
+from services.extractor.handler import ExtractorHandler
+from tests.conftest import Stack
+from tests.standin import Standin
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def database(stack: Stack) -> str:
+    if not stack.database_url:
+        pytest.fail("DATABASE_URL is not set")
+    migrate(stack.database_url)
+    with psycopg.connect(stack.database_url) as conn:
+        upsert_orders(conn, [ARTICLE_ORDER])
+    return stack.database_url
+
+
+def _complaint(dispute_id: str) -> Message:
+    value = ev.ComplaintReceived(
+        dispute_id=dispute_id,
+        order_id=ARTICLE_ORDER.order_id,
+        customer_id=ARTICLE_ORDER.customer_id,
+        text=ARTICLE_COMPLAINT,
+        received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+    ).to_avro()
+    return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)
+
+
+def _extract(database: str, redis_url: str, standin: Standin, *disputes: str) -> list[list[Any]]:
+    """The grievance.extracted values the handler emits for each dispute, handled together."""
+
+    async def go() -> list[list[Any]]:
+        pool = pg_pool(database)
+        await pool.open()
+        redis = Redis.from_url(redis_url)
+        llm = LlmClient(
+            LlmEndpoint(
+                base_url=standin.base_url,
+                api_key=SecretStr("stand-in"),
+                model="standin-extractor",
+                temperature=0.0,
+                timeout_seconds=10,
+            )
+        )
+        cache = RedisResponseCache(redis, f"test-extractor-{uuid.uuid4().hex}:", 600)
+        handler = ExtractorHandler(pool, llm, cache, load_prompt(EXTRACTOR_PROMPT_VERSION))
+        try:
+            emitted = await asyncio.gather(
+                *(handler.handle(_complaint(d), Context(None)) for d in disputes)
+            )
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+            await pool.close()
+        return [
+            [e.value for e in emits if e.topic == t.GRIEVANCE_EXTRACTED.name] for emits in emitted
+        ]
+
+    return asyncio.run(go())
+
+
+def test_grievances_carry_the_snapshot_the_dispute_keeps(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    earlier = freeze(ARTICLE_ORDER.model_copy(update={"packaging_notes": "bag torn at pickup"}))
+    redelivered, fresh = f"d-{uuid.uuid4().hex[:12]}", f"d-{uuid.uuid4().hex[:12]}"
+
+    async def froze_earlier() -> FrozenSnapshot:
+        """The order's snapshot as stored now; a delivery before its evidence changed froze
+        ``redelivered`` with another."""
+        pool = pg_pool(database)
+        await pool.open()
+        try:
+            order = await OrderReader(pool).get(ARTICLE_ORDER.order_id)
+            assert order is not None
+            await freeze_for_dispute(
+                pool,
+                dispute_id=redelivered,
+                order_id=ARTICLE_ORDER.order_id,
+                customer_id=ARTICLE_ORDER.customer_id,
+                complaint_text=ARTICLE_COMPLAINT,
+                received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+                snapshot_json=earlier.json,
+                snapshot_sha256=earlier.sha256,
+            )
+            return freeze(order)
+        finally:
+            await pool.close()
+
+    current = asyncio.run(froze_earlier())
+    assert earlier.sha256 != current.sha256
+    kept, new = _extract(database, redis_url, standin, redelivered, fresh)
+
+    assert len(kept) == len(new) == 4, "the article's four grievances, both times"
+    assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in kept} == {
+        (earlier.sha256, earlier.json)
+    }
+    assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in new} == {
+        (current.sha256, current.json)
+    }
