@@ -39,14 +39,31 @@ class ResponseCache(Protocol):
         ...
 
 
+_PUT_SCRIPT = """
+-- KEYS: cache keys; ARGV: their values, then the TTL in seconds. Per key, SET NX EX; the answer
+-- per key is 1 when our value is now stored, else the value an earlier writer stored (read in the
+-- same script, so it cannot expire in between).
+local ttl = ARGV[#ARGV]
+local answers = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, ARGV[i], 'NX', 'EX', ttl) then
+    answers[i] = 1
+  else
+    answers[i] = redis.call('GET', key)
+  end
+end
+return answers
+"""
+
+
 class RedisResponseCache:
-    """:class:`ResponseCache` on Redis: ``SET key value NX EX ttl``, then ``GET`` if it lost.
+    """:class:`ResponseCache` on Redis: ``SET key value NX EX ttl``, else ``GET`` (one script).
 
     ``prefix`` namespaces the keys (e.g. ``"refund-bench:llm:"``). The TTL should outlive the
     longest possible redelivery (consumer lag plus retention of the input topic).
 
     Concurrent calls are coalesced (:class:`refund_bench.coalesce.TickBatcher`): the lookups of
-    one event-loop iteration are one ``MGET``, its writes one pipeline of ``SET NX``.
+    one event-loop iteration are one ``MGET``, its writes one script call.
     """
 
     def __init__(self, redis: Redis, prefix: str, ttl_seconds: int) -> None:
@@ -57,6 +74,7 @@ class RedisResponseCache:
         self._ttl = ttl_seconds
         self._gets: TickBatcher[str, str | None] = TickBatcher(self._get_many)
         self._puts: TickBatcher[tuple[str, str], str | None] = TickBatcher(self._put_many)
+        self._put_script = redis.register_script(_PUT_SCRIPT)
 
     @staticmethod
     def _text(value: bytes | str | None) -> str | None:
@@ -66,7 +84,8 @@ class RedisResponseCache:
         return await self._gets.submit(self._prefix + key)
 
     async def put_if_absent(self, key: str, value: str) -> str:
-        # Only repeats if the winner's entry expired between our SET and our GET.
+        # A stored value is read in the script that failed to set ours, so it cannot have
+        # expired in between; the loop only guards against a store that answers nothing.
         for _ in range(3):
             stored = await self._puts.submit((self._prefix + key, value))
             if stored is not None:
@@ -78,14 +97,15 @@ class RedisResponseCache:
         return [self._text(value) for value in values]
 
     async def _put_many(self, entries: list[tuple[str, str]]) -> list[str | None]:
-        """Per entry: its own value if its SET NX won, else the stored one (None: expired)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, value in entries:
-                pipe.set(key, value.encode("utf-8"), nx=True, ex=self._ttl)
-            won: list[bool | None] = await pipe.execute()
-        lost = [key for (key, _), ok in zip(entries, won, strict=True) if not ok]
-        stored = iter(await self._get_many(lost) if lost else [])
-        return [value if ok else next(stored) for (_, value), ok in zip(entries, won, strict=True)]
+        """Per entry: its own value if its SET NX won, else the stored one."""
+        answers: list[int | bytes | None] = await self._put_script(
+            keys=[key for key, _ in entries],
+            args=[*(value.encode("utf-8") for _, value in entries), self._ttl],
+        )
+        return [
+            value if isinstance(answer, int) else self._text(answer)
+            for (_, value), answer in zip(entries, answers, strict=True)
+        ]
 
 
 async def cached_call(
