@@ -1,13 +1,16 @@
-"""CPU per LLM call: the project's adapter against the plain ``openai`` call, side by side.
+"""CPU per LLM call: the project's adapter against the plain ``openai`` calls, side by side.
 
 A judge replica is limited by the CPU its client spends per call, not by the LLM's latency.
-This measures, in one process and one run, alternating A, B, A, B, A, B, the CPU time per
+This measures, in one process and one run, alternating A, B, C, A, B, C, the CPU time per
 judge-sized structured-output call against the LLM stand-in:
 
 - ``chat.completions.create`` on the client's default HTTP transport (what the openai
   documentation shows first);
-- :class:`refund_bench.llm.client.LlmClient`: the aiohttp transport and the client's generic
-  POST, with the body already encoded as JSON and the answer read from the raw body.
+- the client's generic POST, with the body already encoded as JSON and the answer read from the
+  raw body, on the aiohttp transport the openai package ships (what ``LlmClient`` did before
+  it had its own ``http_client``);
+- :class:`refund_bench.llm.client.LlmClient`: the same POST through
+  :class:`refund_bench.llm.http.AioHttpClient`, with the request parts that never change kept.
 
 CPU time is the process's own (``getrusage``), so the stand-in's work is not counted.
 """
@@ -20,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx2
 import openai
+import orjson
 import uvloop
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
@@ -28,7 +32,7 @@ from pydantic import SecretStr
 from bench import side_by_side
 from refund_bench.domain import Category
 from refund_bench.llm import roles
-from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.client import _OMIT, DISPUTE_HEADER, LlmClient, LlmEndpoint, _answer
 from refund_bench.llm.roles import LlmRequest
 from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
@@ -123,17 +127,61 @@ def _adapter(
     return client, call
 
 
+def _shipped_transport(
+    base_url: str, request: LlmRequest
+) -> tuple[openai.AsyncOpenAI, Callable[[int], Awaitable[str]]]:
+    limits = httpx2.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="bench",
+        max_retries=0,
+        http_client=openai.DefaultAioHttpClient(limits=limits),
+    )
+
+    async def call(seed: int) -> str:
+        body = {
+            "model": "standin-judge",
+            "messages": list(request.messages),
+            "temperature": 0.7,
+            "seed": seed,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "strict": True,
+                    "schema": dict(request.schema),
+                },
+            },
+        }
+        raw = await client.post(
+            "/chat/completions",
+            content=orjson.dumps(body),
+            cast_to=bytes,
+            options={"headers": {**_OMIT, DISPUTE_HEADER: "bench-dispute"}},
+        )
+        return _answer(raw)
+
+    return client, call
+
+
 async def _compare(base_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
     request = _judge_request()
     plain_client, plain = _plain_create(base_url, request)
+    shipped_client, shipped = _shipped_transport(base_url, request)
     adapter_client, adapter = _adapter(base_url, request)
-    results: dict[str, list[float]] = {"openai create, default transport": [], "LlmClient": []}
+    variants: dict[str, Callable[[int], Awaitable[str]]] = {
+        "openai create, default transport": plain,
+        "generic post, shipped aiohttp transport": shipped,
+        "LlmClient": adapter,
+    }
+    results: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for _ in range(rounds):
-            results["openai create, default transport"].append(await _measure(plain, calls))
-            results["LlmClient"].append(await _measure(adapter, calls))
+            for name, call in variants.items():
+                results[name].append(await _measure(call, calls))
     finally:
         await plain_client.close()
+        await shipped_client.close()
         await adapter_client.aclose()
     return results
 
@@ -147,7 +195,7 @@ def main(calls: int = 2000, rounds: int = 3) -> list[tuple[str, str]]:
         unit="call",
         label="LLM call CPU ms",
         ratio_label="LLM call CPU, openai create / LlmClient",
-        width=34,
+        width=40,
     )
 
 

@@ -14,8 +14,8 @@ goes, and measures until every dispute's payout has completed:
   says where the machine's two cores went.
 
 Both latencies run in one invocation, back to back, so they meet the same machine. Last, at
-300 ms, bursts alternate between one and two judge replicas (1, 2, 1, 2): if the judge were the
-bottleneck, the second replica would raise the rate.
+each latency, bursts alternate between one and two judge replicas (1, 2, 1, 2): where the judge
+is the bottleneck, the second replica raises the rate.
 """
 
 from __future__ import annotations
@@ -309,14 +309,15 @@ def main(
                 ),
             ]
         print("  judge replicas side by side (bursts of half the size):", flush=True)
-        scaling = judge_scaling(kafka, registry, standin, judge, 300, complaints // 2)
-        one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
-        two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
-        rows += [
-            ("complaints/s with 1 judge replica (LLM 300 ms)", f"{one:.1f}"),
-            ("complaints/s with 2 judge replicas (LLM 300 ms)", f"{two:.1f}"),
-            ("2 judge replicas / 1", f"{two / one:.2f}x"),
-        ]
+        for latency in latencies:
+            scaling = judge_scaling(kafka, registry, standin, judge, latency, complaints // 2)
+            one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
+            two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
+            rows += [
+                (f"complaints/s with 1 judge replica (LLM {latency} ms)", f"{one:.1f}"),
+                (f"complaints/s with 2 judge replicas (LLM {latency} ms)", f"{two:.1f}"),
+                (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
+            ]
     finally:
         httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
         launcher.stop()
