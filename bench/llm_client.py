@@ -67,16 +67,18 @@ async def _measure(call: Callable[[int], Awaitable[str]], calls: int) -> float:
     return 1000 * (side_by_side.cpu_seconds() - before) / calls
 
 
+def _openai(base_url: str, transport: type[httpx2.AsyncClient]) -> openai.AsyncOpenAI:
+    """A plain openai client on one of the package's own HTTP transports, CONNECTIONS pooled."""
+    limits = httpx2.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key="bench", max_retries=0, http_client=transport(limits=limits)
+    )
+
+
 def _plain_create(
     base_url: str, request: LlmRequest
 ) -> tuple[openai.AsyncOpenAI, Callable[[int], Awaitable[str]]]:
-    limits = httpx2.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key="bench",
-        max_retries=0,
-        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
-    )
+    client = _openai(base_url, openai.DefaultAsyncHttpxClient)
 
     system, user = request.messages[0]["content"], request.messages[-1]["content"]
     messages: list[ChatCompletionMessageParam] = [
@@ -130,13 +132,7 @@ def _adapter(
 def _shipped_transport(
     base_url: str, request: LlmRequest
 ) -> tuple[openai.AsyncOpenAI, Callable[[int], Awaitable[str]]]:
-    limits = httpx2.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
-    client = openai.AsyncOpenAI(
-        base_url=base_url,
-        api_key="bench",
-        max_retries=0,
-        http_client=openai.DefaultAioHttpClient(limits=limits),
-    )
+    client = _openai(base_url, openai.DefaultAioHttpClient)
 
     async def call(seed: int) -> str:
         body = {

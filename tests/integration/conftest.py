@@ -1,4 +1,5 @@
-"""Servers the integration tests share: the LLM stand-in on a loopback port, and Redis.
+"""Servers the integration tests share: the LLM stand-in on a loopback port, Redis, and the
+stack's PostgreSQL with the schema applied and the sample orders seeded.
 
 The stand-in runs in the test process, in a background thread, as a real uvicorn server on a
 socket bound to 127.0.0.1 (port chosen by the OS); clients talk HTTP to it like to any
@@ -15,11 +16,27 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 import uvicorn
 
+from refund_bench.db.migrate import migrate
+from refund_bench.db.orders import upsert_orders
+from refund_bench.samples import SAMPLE_ORDERS
 from services.llm_standin.app import create_app
+from tests.conftest import Stack
 from tests.standin import Standin
+
+
+@pytest.fixture(scope="session")
+def database(stack: Stack) -> str:
+    """The stack's database URL, its schema applied and the sample orders seeded."""
+    if not stack.database_url:
+        pytest.fail("DATABASE_URL is not set")
+    migrate(stack.database_url)
+    with psycopg.connect(stack.database_url) as conn:
+        upsert_orders(conn, SAMPLE_ORDERS)
+    return stack.database_url
 
 
 @pytest.fixture(scope="session")

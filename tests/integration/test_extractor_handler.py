@@ -11,15 +11,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.migrate import migrate
-from refund_bench.db.orders import OrderReader, upsert_orders
+from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import freeze_for_dispute
 from refund_bench.llm.cache import RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
@@ -29,20 +27,9 @@ from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.extractor.handler import ExtractorHandler
-from tests.conftest import Stack
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture(scope="module")
-def database(stack: Stack) -> str:
-    if not stack.database_url:
-        pytest.fail("DATABASE_URL is not set")
-    migrate(stack.database_url)
-    with psycopg.connect(stack.database_url) as conn:
-        upsert_orders(conn, [ARTICLE_ORDER])
-    return stack.database_url
 
 
 def _complaint(dispute_id: str) -> Message:

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from refund_bench import events as ev
-from refund_bench.db.migrate import migrate
 from refund_bench.resources import pg_pool
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message
@@ -22,14 +21,6 @@ from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture(scope="module")
-def database(stack: Stack) -> str:
-    if not stack.database_url:
-        pytest.fail("DATABASE_URL is not set")
-    migrate(stack.database_url)
-    return stack.database_url
 
 
 def _request(dispute_id: str, amount: int = 68900, reference: str = "pi_order1840") -> Message:

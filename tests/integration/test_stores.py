@@ -16,28 +16,16 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from refund_bench.db.migrate import migrate
-from refund_bench.db.orders import OrderReader, upsert_orders
+from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import AsyncSnapshotReader, freeze_for_dispute
 from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS
 from services.extractor.evidence import freeze
 from services.payout.ledger import PayoutLedger
-from tests.conftest import Stack
 
 pytestmark = pytest.mark.stack
 
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def database(stack: Stack) -> str:
-    if not stack.database_url:
-        pytest.fail("DATABASE_URL is not set")
-    migrate(stack.database_url)
-    with psycopg.connect(stack.database_url) as conn:
-        upsert_orders(conn, SAMPLE_ORDERS)
-    return stack.database_url
 
 
 def _with_pool(database: str, work: Callable[[AsyncConnectionPool[Any]], Awaitable[T]]) -> T:
