@@ -85,12 +85,11 @@ class RedisResponseCache:
 
     async def put_if_absent(self, key: str, value: str) -> str:
         # A stored value is read in the script that failed to set ours, so it cannot have
-        # expired in between; the loop only guards against a store that answers nothing.
-        for _ in range(3):
-            stored = await self._puts.submit((self._prefix + key, value))
-            if stored is not None:
-                return stored
-        raise RuntimeError(f"cache key {key!r} keeps expiring between SET NX and GET")
+        # expired in between: ``None`` here means a store that does not run the script as asked.
+        stored = await self._puts.submit((self._prefix + key, value))
+        if stored is None:
+            raise RuntimeError(f"cache key {key!r}: the store answered no value")
+        return stored
 
     async def _get_many(self, keys: list[str]) -> list[str | None]:
         values: list[bytes | str | None] = await self._redis.mget(keys)

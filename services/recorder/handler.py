@@ -35,8 +35,6 @@ class Recorder:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
         self._pending: list[Statement] = []
-        self._inserts: dict[Table, bytes] = {}
-        """Each table's insert, rendered for this connection once."""
 
     def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         self._pending.extend(rows_for(message.topic, message.value))
@@ -57,15 +55,9 @@ class Recorder:
         with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
             for table, table_rows in rows.items():
                 columns = [list(column) for column in zip(*table_rows, strict=True)]
-                cur.execute(self._insert(table), columns)
+                cur.execute(table.insert_sql, columns)
             for sql, params in updates:
                 cur.execute(sql, params)
-
-    def _insert(self, table: Table) -> bytes:
-        rendered = self._inserts.get(table)
-        if rendered is None:
-            rendered = self._inserts[table] = table.insert_sql.as_bytes(self._conn)
-        return rendered
 
     def spec(self) -> StageSpec:
         return StageSpec("recorder", INPUTS, (), self.handle, before_commit=self.flush)

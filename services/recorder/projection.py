@@ -32,9 +32,10 @@ class Table:
     key: tuple[str, ...]
 
     @cached_property
-    def insert_sql(self) -> sql.Composed:
-        """One INSERT for many rows: one array parameter per column, in column order."""
-        return sql.SQL(
+    def insert_sql(self) -> bytes:
+        """One INSERT for many rows: one array parameter per column, in column order. Rendered
+        once: the names are ASCII, so it reads the same on every connection."""
+        statement = sql.SQL(
             "INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays})"
             " ON CONFLICT ({key}) DO NOTHING"
         ).format(
@@ -46,6 +47,7 @@ class Table:
             ),
             key=sql.SQL(", ").join(sql.Identifier(name) for name in self.key),
         )
+        return statement.as_bytes(None)
 
 
 def _json(value: Any) -> str:
