@@ -31,7 +31,13 @@ from refund_bench.llm.cache import (
     judge_cache_key,
     sha256_hex,
 )
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected, LlmUnavailable
+from refund_bench.llm.client import (
+    DISPUTE_HEADER,
+    LlmClient,
+    LlmEndpoint,
+    LlmRejected,
+    LlmUnavailable,
+)
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
 from refund_bench.samples import ARTICLE_COMPLAINT
@@ -389,7 +395,8 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
 
 
 class _FixedAnswer(BaseHTTPRequestHandler):
-    """Answers every POST with 200 and the server's ``body``; records what it was sent."""
+    """Answers a POST with the server's next status (200 once they are used up) and its
+    ``body``; records what it was sent."""
 
     server: _FixedAnswerServer
 
@@ -398,8 +405,9 @@ class _FixedAnswer(BaseHTTPRequestHandler):
         self.server.requests.append(
             (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
         )
+        self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
         payload = self.server.body
-        self.send_response(200)
+        self.send_response(self.server.statuses.pop(0) if self.server.statuses else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -410,10 +418,12 @@ class _FixedAnswer(BaseHTTPRequestHandler):
 
 
 class _FixedAnswerServer(ThreadingHTTPServer):
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, statuses: list[int] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _FixedAnswer)
         self.body = body
+        self.statuses = list(statuses or [])
         self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
+        self.disputes: list[str] = []  # the dispute header of each request
 
 
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
@@ -460,6 +470,35 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     request = json.loads(sent)
     assert request["seed"] == 1000
     assert request["response_format"]["json_schema"]["strict"] is True
+
+
+def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
+    answer = _completion('{"ruling": "ESCALATE"}', "stop")
+    server = _FixedAnswerServer(answer, statuses=[503, 502])
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    sleep = RecordedSleep()
+    target = endpoint_at(server.server_address[1], timeout=5)
+
+    async def scenario() -> list[str]:
+        async with LlmClient(target, retry=RetryPolicy(attempts=3), sleep=sleep) as client:
+            first = await ask(client, judge_request(), 1000, "d-retried")
+            second = await ask(client, judge_request(), 1001, "d-next")
+            return [first, second]
+
+    try:
+        answers = run(scenario)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answers == ['{"ruling": "ESCALATE"}'] * 2
+    assert len(sleep.delays) == 2, "two server errors, two backoffs"
+    assert len(server.requests) == 4
+    first, second, third, fourth = server.requests
+    assert first == second == third, "every attempt of a call resends its request unchanged"
+    assert json.loads(third[2])["seed"] == 1000
+    assert json.loads(fourth[2])["seed"] == 1001, "the next call sends its own body"
+    assert server.disputes == ["d-retried"] * 3 + ["d-next"]
 
 
 def test_inflight_gauge_rises_and_returns_to_zero(standin: Standin) -> None:
