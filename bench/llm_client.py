@@ -9,8 +9,9 @@ judge-sized structured-output call against the LLM stand-in:
 - the client's generic POST, with the body already encoded as JSON and the answer read from the
   raw body, on the aiohttp transport the openai package ships (what ``LlmClient`` did before
   it had its own ``http_client``);
-- :class:`refund_bench.llm.client.LlmClient`: the same POST through
-  :class:`refund_bench.llm.http.AioHttpClient`, with the request parts that never change kept.
+- :class:`refund_bench.llm.client.LlmClient`: the same request through
+  :class:`refund_bench.llm.http.AioHttpClient`, by the client's generic ``request`` method with
+  prebuilt options, and with the request parts that never change kept.
 
 CPU time is the process's own (``getrusage``), so the stand-in's work is not counted.
 """
