@@ -13,9 +13,12 @@ goes, and measures until every dispute's payout has completed:
 - CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
   says where the machine's two cores went.
 
-Both latencies run in one invocation, back to back, so they meet the same machine. Last, at
-each latency, bursts alternate between one and two judge replicas (1, 2, 1, 2): where the judge
-is the bottleneck, the second replica raises the rate.
+Both latencies run in one invocation, back to back, so they meet the same machine. Then a
+steady input at the target rate (100/s, LLM at 0 ms, open-loop pacing for 30 s): a pipeline
+that sustains it completes at the offered rate with a bounded latency; one that does not falls
+behind, and its latency grows with the run. Last, at each latency, bursts alternate between one
+and two judge replicas (1, 2, 1, 2): where the judge is the bottleneck, the second replica
+raises the rate.
 """
 
 from __future__ import annotations
@@ -253,9 +256,12 @@ def main(
     latencies: tuple[int, ...] = (0, 300),
     paced_rate: float = 10.0,
     paced_seconds: float = 30.0,
+    sustained_rate: float = 100.0,
+    sustained_seconds: float = 30.0,
 ) -> list[tuple[str, str]]:
     """Per LLM latency: a burst of ``complaints`` (throughput), then a paced run at
-    ``paced_rate``/s for ``paced_seconds`` (latency below saturation)."""
+    ``paced_rate``/s for ``paced_seconds`` (latency below saturation). Then, with the LLM at
+    0 ms, ``sustained_rate``/s for ``sustained_seconds`` (can the pipeline keep up?)."""
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
     registry = os.environ.get("SCHEMA_REGISTRY_URL", "")
     standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
@@ -308,6 +314,32 @@ def main(
                     f"{burst.max_judge_inflight}",
                 ),
             ]
+        sustained = one_run(
+            kafka,
+            registry,
+            standin,
+            0,
+            int(sustained_rate * sustained_seconds),
+            judge,
+            rate_per_s=sustained_rate,
+        )
+        print(
+            f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
+            f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
+            f" p50 {sustained.p50_ms:.0f} ms, p99 {sustained.p99_ms:.0f} ms",
+            flush=True,
+        )
+        print(f"    {sustained.cpu_line()}", flush=True)
+        rows += [
+            (
+                f"pipeline complaints/s completed, offered {sustained_rate:g}/s (LLM 0 ms)",
+                f"{sustained.steady_rate:.1f}",
+            ),
+            (
+                f"pipeline p50 / p99 latency, offered {sustained_rate:g}/s (LLM 0 ms)",
+                f"{sustained.p50_ms:.0f} / {sustained.p99_ms:.0f} ms",
+            ),
+        ]
         print("  judge replicas side by side (bursts of half the size):", flush=True)
         for latency in latencies:
             scaling = judge_scaling(kafka, registry, standin, judge, latency, complaints // 2)
