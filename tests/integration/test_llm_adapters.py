@@ -9,12 +9,13 @@ tests are skipped, and fail under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
@@ -426,6 +427,19 @@ class _FixedAnswerServer(ThreadingHTTPServer):
         self.disputes: list[str] = []  # the dispute header of each request
 
 
+@contextlib.contextmanager
+def _serving(body: bytes, statuses: list[int] | None = None) -> Iterator[_FixedAnswerServer]:
+    """A :class:`_FixedAnswerServer` on a loopback port, serving until the block ends."""
+    server = _FixedAnswerServer(body, statuses)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
     message = {"role": "assistant", "content": content}
     choice = {"index": 0, "message": message, "finish_reason": finish_reason}
@@ -445,22 +459,14 @@ def _completion(content: str | None, finish_reason: str | None) -> bytes:
 def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     body: bytes, reason: str
 ) -> None:
-    server = _FixedAnswerServer(body)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     sleep = RecordedSleep()
-    target = endpoint_at(server.server_address[1], timeout=5)
 
-    async def scenario() -> str:
+    async def scenario(target: LlmEndpoint) -> str:
         async with LlmClient(target, sleep=sleep) as client:
             return await ask(client, judge_request(), 1000, "d-200")
 
-    try:
-        with pytest.raises(roles.MalformedAnswer) as caught:
-            run(scenario)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(body) as server, pytest.raises(roles.MalformedAnswer) as caught:
+        run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert reason in caught.value.reason
     assert sleep.delays == []
     assert len(server.requests) == 1
@@ -474,23 +480,16 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
 
 def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
     answer = _completion('{"ruling": "ESCALATE"}', "stop")
-    server = _FixedAnswerServer(answer, statuses=[503, 502])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     sleep = RecordedSleep()
-    target = endpoint_at(server.server_address[1], timeout=5)
 
-    async def scenario() -> list[str]:
+    async def scenario(target: LlmEndpoint) -> list[str]:
         async with LlmClient(target, retry=RetryPolicy(attempts=3), sleep=sleep) as client:
             first = await ask(client, judge_request(), 1000, "d-retried")
             second = await ask(client, judge_request(), 1001, "d-next")
             return [first, second]
 
-    try:
-        answers = run(scenario)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(answer, statuses=[503, 502]) as server:
+        answers = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert answers == ['{"ruling": "ESCALATE"}'] * 2
     assert len(sleep.delays) == 2, "two server errors, two backoffs"
     assert len(server.requests) == 4
