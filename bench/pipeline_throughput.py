@@ -206,6 +206,27 @@ def one_run(
     )
 
 
+def paced_run(
+    kafka: str,
+    registry: str,
+    standin: str,
+    latency_ms: int,
+    rate_per_s: float,
+    seconds: float,
+    judge_metrics: str,
+) -> Result:
+    """``rate_per_s`` complaints a second for ``seconds``, open loop (see :func:`one_run`)."""
+    return one_run(
+        kafka,
+        registry,
+        standin,
+        latency_ms,
+        int(rate_per_s * seconds),
+        judge_metrics,
+        rate_per_s=rate_per_s,
+    )
+
+
 def _wait_assigned(urls: list[str], partitions: int, timeout_s: float = 90.0) -> None:
     """Wait until the judge replicas behind ``urls`` share all partitions, each holding some."""
     deadline = time.monotonic() + timeout_s
@@ -276,15 +297,7 @@ def main(
         one_run(kafka, registry, standin, 0, 300, judge)
         for latency in latencies:
             burst = one_run(kafka, registry, standin, latency, complaints, judge)
-            paced = one_run(
-                kafka,
-                registry,
-                standin,
-                latency,
-                int(paced_rate * paced_seconds),
-                judge,
-                rate_per_s=paced_rate,
-            )
+            paced = paced_run(kafka, registry, standin, latency, paced_rate, paced_seconds, judge)
             print(
                 f"  LLM at {latency:3d} ms: burst of {burst.complaints} in {burst.seconds:6.1f}s"
                 f" = {burst.rate:6.1f}/s, steady {burst.steady_rate:.1f}/s"
@@ -314,15 +327,7 @@ def main(
                     f"{burst.max_judge_inflight}",
                 ),
             ]
-        sustained = one_run(
-            kafka,
-            registry,
-            standin,
-            0,
-            int(sustained_rate * sustained_seconds),
-            judge,
-            rate_per_s=sustained_rate,
-        )
+        sustained = paced_run(kafka, registry, standin, 0, sustained_rate, sustained_seconds, judge)
         print(
             f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
             f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
