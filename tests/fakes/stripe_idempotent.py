@@ -12,9 +12,11 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
+
+from tests.fakes.loopback import LoopbackServer
 
 
 @dataclass
@@ -99,20 +101,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class FakeStripeServer:
+class FakeStripeServer(LoopbackServer):
     """Serves a :class:`FakeStripe` on a free loopback port in a background thread."""
 
     def __init__(self, fake: FakeStripe) -> None:
-        handler = type("Handler", (_Handler,), {"fake": fake})
+        super().__init__(type("Handler", (_Handler,), {"fake": fake}))
         self.fake = fake
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeStripeServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.url = f"http://127.0.0.1:{self.server_port}"

@@ -1,22 +1,16 @@
-"""The LLM adapters against real servers: Redis (REDIS_URL) and the stand-in on a loopback port.
-
-The stand-in runs in this process, in a background thread, as a real uvicorn server on a socket
-bound to 127.0.0.1 (port chosen by the OS); the client talks HTTP to it like to any endpoint.
-Redis comes from ``REDIS_URL`` (the stack's, or a throwaway ``redis-server``); without it these
-tests are skipped, and fail under ``CI=true``.
+"""The LLM adapters against real servers: Redis (REDIS_URL), the stand-in on a loopback port
+(both from ``tests/integration/conftest.py``), and small fixed-answer HTTP servers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 
 import pytest
@@ -43,6 +37,7 @@ from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
+from tests.fakes.loopback import LoopbackServer
 from tests.standin import Standin
 
 T = TypeVar("T")
@@ -418,26 +413,13 @@ class _FixedAnswer(BaseHTTPRequestHandler):
         pass
 
 
-class _FixedAnswerServer(ThreadingHTTPServer):
+class _FixedAnswerServer(LoopbackServer):
     def __init__(self, body: bytes, statuses: list[int] | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _FixedAnswer)
+        super().__init__(_FixedAnswer)
         self.body = body
         self.statuses = list(statuses or [])
         self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
         self.disputes: list[str] = []  # the dispute header of each request
-
-
-@contextlib.contextmanager
-def _serving(body: bytes, statuses: list[int] | None = None) -> Iterator[_FixedAnswerServer]:
-    """A :class:`_FixedAnswerServer` on a loopback port, serving until the block ends."""
-    server = _FixedAnswerServer(body, statuses)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
@@ -465,7 +447,7 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
         async with LlmClient(target, sleep=sleep) as client:
             return await ask(client, judge_request(), 1000, "d-200")
 
-    with _serving(body) as server, pytest.raises(roles.MalformedAnswer) as caught:
+    with _FixedAnswerServer(body) as server, pytest.raises(roles.MalformedAnswer) as caught:
         run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert reason in caught.value.reason
     assert sleep.delays == []
@@ -488,7 +470,7 @@ def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
             second = await ask(client, judge_request(), 1001, "d-next")
             return [first, second]
 
-    with _serving(answer, statuses=[503, 502]) as server:
+    with _FixedAnswerServer(answer, statuses=[503, 502]) as server:
         answers = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert answers == ['{"ruling": "ESCALATE"}'] * 2
     assert len(sleep.delays) == 2, "two server errors, two backoffs"

@@ -1,0 +1,24 @@
+"""An ``http.server`` for tests, on a free loopback port, answering in a background thread."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """Serves ``handler`` on 127.0.0.1 (port chosen by the OS) while the ``with`` block runs,
+    then stops and closes its socket."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
