@@ -191,10 +191,13 @@ class SettlerHandler:
         return template_reply(approved, priced.currency, done, held), "TEMPLATE", failures
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:
-        """Each round's :data:`Inputs`, in the order asked for."""
+        """Each round's :data:`Inputs`, in the order asked for (a round asked for twice is read
+        once)."""
+        distinct = list(dict.fromkeys(rounds))
         async with self._pool.connection() as conn:
             cur = await conn.execute(
-                _INPUTS_SQL, ([dispute for dispute, _ in rounds], [round_ for _, round_ in rounds])
+                _INPUTS_SQL,
+                ([dispute for dispute, _ in distinct], [round_ for _, round_ in distinct]),
             )
             rows = await cur.fetchall()
         found: dict[tuple[str, int], Inputs] = {}
