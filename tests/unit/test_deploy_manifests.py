@@ -1,0 +1,197 @@
+"""The Kubernetes manifests against the code they deploy (no cluster needed).
+
+The settings classes ignore environment variables they do not have, so a misspelt key in a
+manifest would be dropped without a word and the code default (a loopback address) used in the
+pod. These tests read ``deploy/k8s`` and check that every key reaches a setting, that the values
+validate, that the probes hit the port the process serves, and that the Strimzi topics are the
+topics the flow creates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic_settings import BaseSettings
+
+from refund_bench.config import StackSettings, StageSettings
+from refund_bench.llm_setup import JudgePanelSettings
+from refund_bench.topics import all_topic_specs
+from services.api.settings import ApiSettings
+from services.extractor.__main__ import Settings as ExtractorSettings
+from services.payout.__main__ import Settings as PayoutSettings
+from services.pricing.__main__ import Settings as PricingSettings
+from services.recorder.__main__ import Settings as RecorderSettings
+from services.settler.__main__ import Settings as SettlerSettings
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+CONFIG_MAP = "refund-bench-config"
+SECRET = "refund-bench-secrets"
+
+SETTINGS_OF: dict[str, type[BaseSettings]] = {
+    "services.api": ApiSettings,
+    "services.extractor": ExtractorSettings,
+    "services.judge": JudgePanelSettings,
+    "services.tally": StageSettings,
+    "services.pricing": PricingSettings,
+    "services.settler": SettlerSettings,
+    "services.payout": PayoutSettings,
+    "services.recorder": RecorderSettings,
+    "refund_bench.provision": StackSettings,
+}
+"""The settings class each entry point reads (``python -m <module>``)."""
+
+# A stand-in for every Secret key: long enough for SESSION_SECRET's minimum.
+SECRET_PLACEHOLDER = "x" * 48
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _all_documents() -> list[dict[str, Any]]:
+    return [doc for path in sorted(K8S.glob("*.yaml")) for doc in _documents(path)]
+
+
+def _config_map() -> dict[str, str]:
+    (found,) = [
+        doc
+        for doc in _all_documents()
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == CONFIG_MAP
+    ]
+    data: dict[str, str] = found["data"]
+    return data
+
+
+def _workloads() -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(workload name, pod template, container) for every container of a Deployment or Job."""
+    for doc in _all_documents():
+        if doc["kind"] in ("Deployment", "Job"):
+            template = doc["spec"]["template"]
+            for container in template["spec"]["containers"]:
+                yield doc["metadata"]["name"], template, container
+
+
+def _containers() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(workload name, container) for every Deployment and Job."""
+    for name, _, container in _workloads():
+        yield name, container
+
+
+def _module(container: dict[str, Any]) -> str:
+    command = container["command"]
+    assert command[:2] == ["python", "-m"], f"{container['name']}: {command}"
+    module: str = command[2]
+    return module
+
+
+def _environment(container: dict[str, Any]) -> dict[str, str]:
+    """What the container's process finds in its environment (Secret values as placeholders)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        assert source["configMapRef"]["name"] == CONFIG_MAP
+        env.update(_config_map())
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        else:
+            ref = entry["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == SECRET, f"{entry['name']}: secret {ref['name']}"
+            env[entry["name"]] = SECRET_PLACEHOLDER
+    return env
+
+
+def _fields(settings: type[BaseSettings]) -> set[str]:
+    return {name.upper() for name in settings.model_fields}
+
+
+def _settings(container: dict[str, Any]) -> BaseSettings:
+    """The container's settings as its process reads them; raises on a value the code would
+    refuse."""
+    settings = SETTINGS_OF[_module(container)]
+    fields = _fields(settings)
+    env = _environment(container)
+    return settings.model_validate({k.lower(): v for k, v in env.items() if k in fields})
+
+
+def test_every_entry_point_has_its_settings_class() -> None:
+    assert {_module(container) for _, container in _containers()} == set(SETTINGS_OF)
+
+
+def test_every_config_map_key_is_a_setting_of_some_workload() -> None:
+    known = set().union(*(_fields(settings) for settings in SETTINGS_OF.values()))
+    assert set(_config_map()) - known == set()
+
+
+@pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
+def test_each_workloads_own_variables_are_its_settings_and_validate(workload: str) -> None:
+    for name, container in _containers():
+        if name != workload:
+            continue
+        settings = SETTINGS_OF[_module(container)]
+        own = {entry["name"] for entry in container.get("env", [])}
+        assert own - _fields(settings) == set(), f"{workload} sets variables it never reads"
+        _settings(container)
+
+
+@pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
+def test_probes_and_scrapes_reach_the_port_the_process_serves(workload: str) -> None:
+    for name, template, container in _workloads():
+        if name != workload or "ports" not in container:
+            continue
+        served = _settings(container)
+        if isinstance(served, ApiSettings):
+            port = served.api_port
+        else:
+            assert isinstance(served, StageSettings)
+            port = served.metrics_port
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            target = container[probe]["httpGet"]
+            assert ports[target["port"]] == port, f"{workload} {probe}"
+            assert target["path"] in ("/healthz", "/readyz")
+        annotations = template["metadata"].get("annotations", {})
+        if annotations.get("prometheus.io/scrape") == "true":
+            assert annotations["prometheus.io/port"] == str(port), workload
+
+
+def test_pods_run_unprivileged_and_read_only() -> None:
+    for workload, template, container in _workloads():
+        pod = template["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, workload
+        assert pod["automountServiceAccountToken"] is False, workload
+        security = container["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False, workload
+        assert security["readOnlyRootFilesystem"] is True, workload
+        assert security["capabilities"]["drop"] == ["ALL"], workload
+        assert set(container["resources"]) == {"requests", "limits"}, workload
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    (kustomization,) = _documents(K8S / "kustomization.yaml")
+    manifests = {path.name for path in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
+
+
+def test_autoscalers_target_existing_deployments() -> None:
+    documents = _all_documents()
+    deployments = {doc["metadata"]["name"] for doc in documents if doc["kind"] == "Deployment"}
+    for doc in documents:
+        if doc["kind"] == "HorizontalPodAutoscaler":
+            assert doc["spec"]["scaleTargetRef"]["name"] in deployments
+
+
+def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
+    topics = {
+        doc["spec"]["topicName"]: doc["spec"] for doc in _documents(K8S / "strimzi" / "topics.yaml")
+    }
+    specs = {spec.name: spec for spec in all_topic_specs()}
+    assert set(topics) == set(specs)
+    partitions = int(_config_map()["TOPIC_PARTITIONS"])
+    for name, spec in topics.items():
+        assert spec["partitions"] == partitions, name
+        compacted = spec["config"]["cleanup.policy"] == "compact"
+        assert compacted == specs[name].compacted, name
