@@ -13,7 +13,7 @@ goes, and measures until every dispute's payout has completed:
 - CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
   says where the machine's two cores went.
 
-A warm-up runs first, until the broker has compiled its hot paths: right after a broker start,
+A warm-up runs first, so that the broker has compiled its hot paths: right after a broker start,
 Kafka's CPU per complaint is about twice what it settles at, and it takes a few thousand
 complaints to settle (5.8, 5.0, 3.7 and 2.7 ms in four bursts of 1,200 after a fresh start,
 2.3-3.0 ms later). A production broker runs for days, so the bursts measure the settled one.
