@@ -3,22 +3,26 @@
 The settings classes ignore environment variables they do not have, so a misspelt key in a
 manifest would be dropped without a word and the code default (a loopback address) used in the
 pod. These tests read ``deploy/k8s`` and check that every key reaches a setting, that the values
-validate, that the probes hit the port the process serves, and that the Strimzi topics are the
-topics the flow creates.
+validate, that each secret and address an entry point reads is given (secrets from the Secret),
+that the probes hit the port the process serves, and that the Strimzi topics are the topics the
+flow creates.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings, StageSettings
-from refund_bench.llm_setup import JudgePanelSettings
+from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 from refund_bench.topics import all_topic_specs
 from services.api.settings import ApiSettings
 from services.extractor.__main__ import Settings as ExtractorSettings
@@ -27,7 +31,8 @@ from services.pricing.__main__ import Settings as PricingSettings
 from services.recorder.__main__ import Settings as RecorderSettings
 from services.settler.__main__ import Settings as SettlerSettings
 
-K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "deploy" / "k8s"
 CONFIG_MAP = "refund-bench-config"
 SECRET = "refund-bench-secrets"
 
@@ -117,6 +122,35 @@ def _settings(container: dict[str, Any]) -> BaseSettings:
     return settings.model_validate({k.lower(): v for k, v in env.items() if k in fields})
 
 
+def _read_by(module: str, settings: type[BaseSettings]) -> set[str]:
+    """The fields the entry point's code reads: ``settings.<field>`` in its package (or module),
+    in the stage runtime's start-up and the LLM set-up where they apply, and the fields a
+    settings method it calls reads (``self.<field>``)."""
+    base = REPO / module.replace(".", "/")
+    paths = sorted(base.glob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    if issubclass(settings, StageSettings):
+        paths.append(REPO / "refund_bench" / "service.py")
+    if issubclass(settings, LlmStageSettings):
+        paths.append(REPO / "refund_bench" / "llm_setup.py")
+    fields = set(settings.model_fields)
+    read: set[str] = set()
+    for name in re.findall(r"\bsettings\.(\w+)", "\n".join(p.read_text() for p in paths)):
+        member = getattr(settings, name, None)
+        if name in fields:
+            read.add(name)
+        elif callable(member):
+            read |= set(re.findall(r"\bself\.(\w+)", inspect.getsource(member))) & fields
+    return read
+
+
+def _needs_a_value(settings: type[BaseSettings], name: str) -> bool:
+    """A secret, or a setting whose default is an address on the developer's machine."""
+    default = settings.model_fields[name].default
+    if isinstance(default, SecretStr):
+        return True
+    return isinstance(default, str) and ("127.0.0.1" in default or "localhost" in default)
+
+
 def test_every_entry_point_has_its_settings_class() -> None:
     assert {_module(container) for _, container in _containers()} == set(SETTINGS_OF)
 
@@ -135,6 +169,28 @@ def test_each_workloads_own_variables_are_its_settings_and_validate(workload: st
         own = {entry["name"] for entry in container.get("env", [])}
         assert own - _fields(settings) == set(), f"{workload} sets variables it never reads"
         _settings(container)
+
+
+@pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
+def test_secrets_and_addresses_a_workload_reads_are_given_and_secrets_come_from_the_secret(
+    workload: str,
+) -> None:
+    for name, container in _containers():
+        if name != workload:
+            continue
+        module = _module(container)
+        settings = SETTINGS_OF[module]
+        read = _read_by(module, settings)
+        assert read, f"{workload}: found no settings read in the source of {module}"
+        given = set(_environment(container))
+        from_secret = {entry["name"] for entry in container.get("env", []) if "valueFrom" in entry}
+        for field in sorted(read):
+            key = field.upper()
+            if not _needs_a_value(settings, field):
+                continue
+            assert key in given, f"{workload} reads {key} but the manifest leaves the default"
+            if isinstance(settings.model_fields[field].default, SecretStr):
+                assert key in from_secret, f"{workload}: {key} must come from the Secret"
 
 
 @pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
