@@ -1,0 +1,70 @@
+"""docker-compose.yaml against the embedded defaults (no Docker needed).
+
+With Docker, ``docker compose up`` replaces ``make stack-up``, and the services and the demo then
+run with their embedded defaults. So every address a default points at must be one the compose
+file publishes, with the credentials it sets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings
+
+from refund_bench.config import StackSettings
+from refund_bench.llm_setup import LlmStageSettings
+from services.payout.__main__ import Settings as PayoutSettings
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yaml"
+
+
+def _default(settings: type[BaseSettings], field: str) -> str:
+    """The code default (not what this process's environment says)."""
+    default = settings.model_fields[field].default
+    return default.get_secret_value() if isinstance(default, SecretStr) else str(default)
+
+
+def _services() -> dict[str, Any]:
+    services: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]
+    return services
+
+
+def _published(service: str) -> dict[int, int]:
+    """Host port -> container port, for the ports published on 127.0.0.1."""
+    published: dict[int, int] = {}
+    for entry in _services()[service]["ports"]:
+        host_ip, host_port, container_port = entry.split(":")
+        assert host_ip == "127.0.0.1", f"{service} publishes beyond loopback: {entry}"
+        published[int(host_port)] = int(container_port)
+    return published
+
+
+def test_kafka_is_published_where_the_services_look_and_advertises_that_address() -> None:
+    host, port = _default(StackSettings, "kafka_bootstrap_servers").rsplit(":", 1)
+    assert int(port) in _published("kafka")
+    advertised = _services()["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert f"PLAINTEXT://{host}:{port}" in advertised.split(",")
+
+
+def test_postgres_has_the_default_address_user_password_and_database() -> None:
+    url = urlsplit(_default(StackSettings, "database_url"))
+    assert url.port is not None
+    assert _published("postgres")[url.port] == 5432
+    env = _services()["postgres"]["environment"]
+    assert env["POSTGRES_USER"] == url.username
+    assert env["POSTGRES_PASSWORD"] == url.password
+    assert env["POSTGRES_DB"] == url.path.lstrip("/")
+
+
+def test_redis_stripe_mock_and_the_stand_in_are_at_the_default_addresses() -> None:
+    redis = urlsplit(_default(StackSettings, "redis_url"))
+    assert redis.port is not None
+    assert _published("redis")[redis.port] == 6379
+    stripe = urlsplit(_default(PayoutSettings, "stripe_api_base"))
+    assert stripe.port in _published("stripe-mock")
+    standin = urlsplit(_default(LlmStageSettings, "llm_base_url"))
+    assert standin.port in _published("llm-standin")
