@@ -1,0 +1,142 @@
+"""deploy/prometheus/rules.yaml against the metrics the code exports (no Prometheus needed).
+
+An alert on a metric that does not exist, or on a label value the code never writes, never
+fires, and nothing says so. Every expression is parsed as PromQL; every series it selects must
+be one the stages or the API export, with labels they set and values they write; every alert
+names its section in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, Metric
+
+from refund_bench.launcher import SERVICES
+from refund_bench.runtime.metrics import (
+    CounterName,
+    GaugeName,
+    HistogramName,
+    PrometheusMetrics,
+)
+from refund_bench.topics import all_topic_specs
+from services.api.metrics import ApiMetrics
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
+OPERATIONS = REPO / "docs" / "operations.md"
+
+EXTERNAL = {"kafka_consumergroup_lag": {"consumergroup", "topic", "partition"}}
+"""Series from kafka_exporter that the rules may use, with their labels."""
+
+
+def _rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def _exported() -> dict[str, dict[str, set[str]]]:
+    """Series name -> label name -> the values seen, with one child of every metric touched."""
+    registry = CollectorRegistry()
+    stage = PrometheusMetrics("payout", registry)
+    for counter in typing.get_args(CounterName):
+        stage.incr(counter, topic="payout.requested", kind="x")
+    for histogram in typing.get_args(HistogramName):
+        stage.observe(histogram, 1.0)
+    for gauge in typing.get_args(GaugeName):
+        stage.set(gauge, 1.0)
+    api = ApiMetrics(registry)
+    for metric in vars(api).values():
+        if hasattr(metric, "_labelnames"):
+            labelled = metric.labels(*["x"] * len(metric._labelnames))
+            if hasattr(labelled, "inc"):
+                labelled.inc()
+            else:
+                labelled.observe(1.0)
+    series: dict[str, dict[str, set[str]]] = {}
+    family: Metric
+    for family in registry.collect():
+        for sample in family.samples:
+            labels = series.setdefault(sample.name, {})
+            for key, value in sample.labels.items():
+                labels.setdefault(key, set()).add(value)
+    return series
+
+
+def _selectors(expr: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """(series name, [(label, operator, value)]) for each vector selector in ``expr``."""
+    found: list[tuple[str, list[tuple[str, str, str]]]] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            matchers = [(m.name, str(m.op), m.value) for m in node.matchers.matchers]
+            assert node.name is not None, f"a selector names no series: {expr}"
+            found.append((node.name, matchers))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def _written_somewhere(value: str) -> bool:
+    """Whether ``value`` appears as a string literal in the product's code."""
+    literal = re.compile(rf"[\"']{re.escape(value)}[\"']")
+    sources = [*(REPO / "refund_bench").rglob("*.py"), *(REPO / "services").rglob("*.py")]
+    return any(literal.search(path.read_text()) for path in sources)
+
+
+def _anchors() -> set[str]:
+    headings = re.findall(r"^#+ (.+)$", OPERATIONS.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_rules_are_alerts_with_a_severity_a_summary_and_a_runbook_section() -> None:
+    anchors = _anchors()
+    names = [rule["alert"] for rule in _rules()]
+    assert len(names) == len(set(names))
+    for rule in _rules():
+        assert rule["labels"]["severity"] in ("page", "ticket"), rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+        page, _, anchor = rule["annotations"]["runbook"].partition("#")
+        assert page == "docs/operations.md", rule["alert"]
+        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in {page}"
+
+
+@pytest.mark.parametrize("alert", [rule["alert"] for rule in _rules()])
+def test_every_series_an_alert_selects_is_exported_with_those_labels(alert: str) -> None:
+    (rule,) = [rule for rule in _rules() if rule["alert"] == alert]
+    exported = _exported()
+    stages = set(SERVICES)
+    topics = {spec.name for spec in all_topic_specs()}
+    for name, matchers in _selectors(rule["expr"]):
+        if name in EXTERNAL:
+            for label, _op, value in matchers:
+                assert label in EXTERNAL[name], f"{alert}: {name} has no label {label}"
+                if label == "consumergroup":
+                    assert set(value.split("|")) <= stages, f"{alert}: {value}"
+            continue
+        assert name in exported, f"{alert}: {name} is not a series the code exports"
+        for label, op, value in matchers:
+            assert label in exported[name], f"{alert}: {name} has no label {label!r}"
+            if op != "MatchOp.Equal":
+                continue
+            if label == "stage":
+                assert value in stages, f"{alert}: no stage {value!r}"
+            elif label == "topic":
+                assert value in topics, f"{alert}: no topic {value!r}"
+            elif label == "le":
+                assert value in exported[name]["le"], f"{alert}: no bucket le={value!r}"
+            else:
+                assert _written_somewhere(value), f"{alert}: the code never writes {value!r}"
+
+
+def test_the_rules_parse_and_a_broken_one_would_not() -> None:
+    for rule in _rules():
+        promql_parser.parse(rule["expr"])
+    with pytest.raises(ValueError, match="parenthesis"):
+        promql_parser.parse("sum by (stage (rate(refund_bench_records_in_total[5m]))")
