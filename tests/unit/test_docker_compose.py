@@ -19,7 +19,8 @@ from refund_bench.config import StackSettings
 from refund_bench.llm_setup import LlmStageSettings
 from services.payout.__main__ import Settings as PayoutSettings
 
-COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yaml"
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yaml"
 
 
 def _default(settings: type[BaseSettings], field: str) -> str:
@@ -68,3 +69,19 @@ def test_redis_stripe_mock_and_the_stand_in_are_at_the_default_addresses() -> No
     assert stripe.port in _published("stripe-mock")
     standin = urlsplit(_default(LlmStageSettings, "llm_base_url"))
     assert standin.port in _published("llm-standin")
+
+
+def test_images_install_the_versions_ci_tested() -> None:
+    """Every ``pip install`` of an image is constrained by constraints.txt, copied in first."""
+    dockerfiles = {
+        "deploy/Dockerfile": (REPO / "deploy" / "Dockerfile").read_text(),
+        "llm-standin": _services()["llm-standin"]["build"]["dockerfile_inline"],
+    }
+    for name, text in dockerfiles.items():
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+        installs = [i for i, line in enumerate(lines) if "pip install" in line]
+        assert installs, name
+        for i in installs:
+            assert "-c constraints.txt" in lines[i], f"{name}: {lines[i].strip()}"
+            copied = [line for line in lines[:i] if line.strip().startswith("COPY")]
+            assert any("constraints.txt" in line for line in copied), name
