@@ -31,6 +31,10 @@ class LlmStageSettings(StageSettings):
     llm_burst: int = Field(default=500, ge=1)
     llm_rate_limit_name: str = "default"
     llm_cache_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    llm_max_connections: int = Field(default=128, ge=1)
+    """Pooled HTTP connections per client (per judge seat, per extractor or settler), all kept
+    alive. A call beyond them waits for one, so with a slow endpoint raise it together with
+    ``MAX_INFLIGHT``."""
     redis_max_connections: int = Field(default=64, ge=1)
 
 
@@ -75,7 +79,12 @@ def client(
         temperature=temperature,
         timeout_seconds=settings.llm_timeout_seconds,
     )
-    return LlmClient(endpoint, rate_limiter=rate_limiter(settings, redis), on_inflight=on_inflight)
+    return LlmClient(
+        endpoint,
+        rate_limiter=rate_limiter(settings, redis),
+        on_inflight=on_inflight,
+        max_connections=settings.llm_max_connections,
+    )
 
 
 def split_list(value: str) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ import pytest
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
+from refund_bench import llm_setup
 from refund_bench.domain import Category, LineItem, OrderRecord, Ruling
 from refund_bench.errors import TransientError
 from refund_bench.llm import roles
@@ -480,6 +482,65 @@ def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
     assert json.loads(third[2])["seed"] == 1000
     assert json.loads(fourth[2])["seed"] == 1001, "the next call sends its own body"
     assert server.disputes == ["d-retried"] * 3 + ["d-next"]
+
+
+class _HeldAnswer(BaseHTTPRequestHandler):
+    """Keeps connections alive (HTTP/1.1) and answers a POST only once ``server.together``
+    requests are inside at the same time; records the client port of each request."""
+
+    protocol_version = "HTTP/1.1"
+    server: _HeldAnswerServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.ports.append(self.client_address[1])
+        self.server.together.wait()  # raises BrokenBarrierError after its timeout
+        payload = _completion('{"ruling": "ESCALATE"}', "stop")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _HeldAnswerServer(LoopbackServer):
+    def __init__(self, together: int) -> None:
+        super().__init__(_HeldAnswer)
+        self.together = threading.Barrier(together, timeout=10)
+        self.ports: list[int] = []
+
+
+def test_llm_max_connections_caps_the_connections_a_client_opens(redis_url: str) -> None:
+    """12 concurrent calls through a client built from settings with LLM_MAX_CONNECTIONS=3:
+    three at a time reach the server (it answers only when three are inside), over exactly
+    three kept-alive connections. The default (128) would open twelve."""
+
+    async def scenario(port: int) -> list[str]:
+        settings = llm_setup.JudgePanelSettings.model_validate(
+            {
+                "llm_base_url": f"http://127.0.0.1:{port}/v1",
+                "llm_max_connections": 3,
+                "redis_url": redis_url,
+                "llm_rate_limit_name": f"test-{uuid.uuid4().hex}",
+            }
+        )
+        redis = Redis.from_url(redis_url)
+        try:
+            async with llm_setup.client(settings, model="m", temperature=0.7, redis=redis) as llm:
+                request = judge_request()
+                calls = (ask(llm, request, seed, f"d-pool-{seed}") for seed in range(12))
+                return list(await asyncio.gather(*calls))
+        finally:
+            await redis.aclose()
+
+    with _HeldAnswerServer(together=3) as server:
+        answers = run(lambda: scenario(server.server_address[1]))
+    assert answers == ['{"ruling": "ESCALATE"}'] * 12
+    assert len(server.ports) == 12
+    assert len(set(server.ports)) == 3
 
 
 def test_inflight_gauge_rises_and_returns_to_zero(standin: Standin) -> None:
