@@ -12,11 +12,10 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
 
-from tests.fakes.loopback import LoopbackServer
+from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 
 
 @dataclass
@@ -80,25 +79,17 @@ def _error(kind: str, message: str, code: str) -> dict[str, Any]:
     return {"error": {"type": kind, "message": message, "code": code}}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonAnswerHandler):
     fake: FakeStripe
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length).decode()
         if self.path != "/v1/refunds":
             status, payload = 404, _error("invalid_request_error", "unknown path", "not_found")
         else:
             status, payload = self.fake.handle(self.headers.get("Idempotency-Key"), body)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer_json(status, json.dumps(payload).encode())
 
 
 class FakeStripeServer(LoopbackServer):

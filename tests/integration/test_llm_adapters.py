@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 
 import pytest
@@ -39,7 +38,7 @@ from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
-from tests.fakes.loopback import LoopbackServer
+from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 from tests.standin import Standin
 
 T = TypeVar("T")
@@ -392,27 +391,21 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
     assert "not JSON" in caught.value.reason
 
 
-class _FixedAnswer(BaseHTTPRequestHandler):
+class _FixedAnswer(JsonAnswerHandler):
     """Answers a POST with the server's next status (200 once they are used up) and its
     ``body``; records what it was sent."""
 
     server: _FixedAnswerServer
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         length = int(self.headers.get("Content-Length", "0"))
         self.server.requests.append(
             (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
         )
         self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
-        payload = self.server.body
-        self.send_response(self.server.statuses.pop(0) if self.server.statuses else 200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer_json(
+            self.server.statuses.pop(0) if self.server.statuses else 200, self.server.body
+        )
 
 
 class _FixedAnswerServer(LoopbackServer):
@@ -484,26 +477,18 @@ def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
     assert server.disputes == ["d-retried"] * 3 + ["d-next"]
 
 
-class _HeldAnswer(BaseHTTPRequestHandler):
+class _HeldAnswer(JsonAnswerHandler):
     """Keeps connections alive (HTTP/1.1) and answers a POST only once ``server.together``
     requests are inside at the same time; records the client port of each request."""
 
     protocol_version = "HTTP/1.1"
     server: _HeldAnswerServer
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.server.ports.append(self.client_address[1])
         self.server.together.wait()  # raises BrokenBarrierError after its timeout
-        payload = _completion('{"ruling": "ESCALATE"}', "stop")
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer_json(200, _completion('{"ruling": "ESCALATE"}', "stop"))
 
 
 class _HeldAnswerServer(LoopbackServer):
