@@ -155,6 +155,16 @@ def test_every_entry_point_has_its_settings_class() -> None:
     assert {_module(container) for _, container in _containers()} == set(SETTINGS_OF)
 
 
+@pytest.mark.parametrize("module", sorted(SETTINGS_OF))
+def test_each_entry_point_reads_the_settings_class_the_tests_assume(module: str) -> None:
+    base = REPO / module.replace(".", "/")
+    main = base / "__main__.py" if base.is_dir() else base.with_suffix(".py")
+    settings = SETTINGS_OF[module]
+    assert f"{settings.__name__}()" in main.read_text(), f"{main} builds another settings class"
+    if settings.__name__ == "Settings":
+        assert settings.__module__ == f"{module}.__main__"
+
+
 def test_every_config_map_key_is_a_setting_of_some_workload() -> None:
     known = set().union(*(_fields(settings) for settings in SETTINGS_OF.values()))
     assert set(_config_map()) - known == set()
