@@ -10,6 +10,7 @@ flow creates.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Iterator
@@ -53,7 +54,10 @@ SETTINGS_OF: dict[str, type[BaseSettings]] = {
 SECRET_PLACEHOLDER = "x" * 48
 
 
+@functools.cache
 def _documents(path: Path) -> list[dict[str, Any]]:
+    """The YAML documents of ``path``, parsed once per test session (read them, do not change
+    them)."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
