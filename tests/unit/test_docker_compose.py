@@ -85,3 +85,11 @@ def test_images_install_the_versions_ci_tested() -> None:
             assert "-c constraints.txt" in lines[i], f"{name}: {lines[i].strip()}"
             copied = [line for line in lines[:i] if line.strip().startswith("COPY")]
             assert any("constraints.txt" in line for line in copied), name
+
+
+def test_redis_persists_by_append_only_file_without_a_snapshot_schedule() -> None:
+    """A snapshot forks and writes the whole dataset; the answer cache grows with every
+    complaint, so under load the snapshot schedule took a core (docs/operations.md#redis)."""
+    args = _services()["redis"]["command"]
+    options = dict(zip(args[1::2], args[2::2], strict=True))
+    assert options == {"--save": "", "--appendonly": "yes", "--appendfsync": "everysec"}
