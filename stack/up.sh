@@ -148,7 +148,7 @@ start_redis() {
   mkdir -p "$DATA_DIR/redis"
   local aof=yes
   # Redis starts empty when AOF is on but no AOF exists yet, even beside a dump.rdb. A data
-  # dir from before AOF is loaded from its snapshot, then switched on line (below).
+  # dir from before AOF is loaded from its snapshot, then switched over while running (below).
   if [[ -f "$DATA_DIR/redis/dump.rdb" && ! -d "$DATA_DIR/redis/appendonlydir" ]]; then
     aof=no; REDIS_TO_AOF=1
   fi
