@@ -72,17 +72,18 @@ class Result:
             for name, sec in self.cpu_seconds.items()
             if name not in (cpu.LOAD_GENERATOR, cpu.OTHER)
         }
-        parts = [f"{name} {self._ms(sec)}" for name, sec in stack.items()]
+        parts = [f"{name} {self.cpu_ms(name):.1f}" for name in stack]
         total = sum(stack.values())
         return (
-            f"CPU ms per complaint: {', '.join(parts)}; total {self._ms(total)}"
+            f"CPU ms per complaint: {', '.join(parts)}; total {1000 * total / self.complaints:.1f}"
             f" ({100 * total / self.wall_seconds:.0f}% of one core over the run); besides:"
-            f" the load generator {self._ms(self.cpu_seconds.get(cpu.LOAD_GENERATOR, 0.0))},"
-            f" other work on the machine {self._ms(self.cpu_seconds.get(cpu.OTHER, 0.0))}"
+            f" the load generator {self.cpu_ms(cpu.LOAD_GENERATOR):.1f},"
+            f" other work on the machine {self.cpu_ms(cpu.OTHER):.1f}"
         )
 
-    def _ms(self, seconds: float) -> str:
-        return f"{1000 * seconds / self.complaints:.1f}"
+    def cpu_ms(self, label: str) -> float:
+        """CPU milliseconds per complaint that ``label`` (see :mod:`bench.cpu`) used; 0 if none."""
+        return 1000 * self.cpu_seconds.get(label, 0.0) / self.complaints
 
     @property
     def rate(self) -> float:
@@ -259,10 +260,9 @@ def warm_up(
     one_run(kafka, registry, standin, 0, 300, judge_metrics)
     for number in range(1, bursts + 1):
         run = one_run(kafka, registry, standin, 0, complaints, judge_metrics)
-        kafka_ms = 1000 * run.cpu_seconds.get("kafka", 0.0) / run.complaints
         print(
             f"  warm-up burst {number} of {bursts}: {run.rate:.1f}/s,"
-            f" Kafka {kafka_ms:.1f} ms of CPU per complaint",
+            f" Kafka {run.cpu_ms('kafka'):.1f} ms of CPU per complaint",
             flush=True,
         )
 
