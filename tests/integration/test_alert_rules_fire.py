@@ -12,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from refund_bench.launcher import SERVICES
 from tests.conftest import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,35 +61,44 @@ def test_an_alert_that_fires_later_than_stated_fails_the_tests(tmp_path: Path) -
     assert "RefundBenchStageDown" in tested.stdout + tested.stderr
 
 
-@pytest.mark.parametrize("missing", ["judge", "recorder"])
+@pytest.mark.parametrize("missing", SERVICES)
 def test_a_stage_with_no_series_at_all_is_reported_down(tmp_path: Path, missing: str) -> None:
     """Every stage but ``missing`` reports; the rule names exactly the missing one."""
-    from refund_bench.launcher import SERVICES
-
-    series = "\n".join(
-        f"      - series: 'refund_bench_assigned_partitions{{stage=\"{stage}\"}}'\n"
-        "        values: '12x20'"
-        for stage in SERVICES
-        if stage != missing
-    )
-    (tmp_path / "rules.yaml").write_text((RULES_DIR / "rules.yaml").read_text())
-    (tmp_path / "down.test.yaml").write_text(
-        f"""rule_files: [rules.yaml]
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
-{series}
-    alert_rule_test:
-      - eval_time: 10m
-        alertname: RefundBenchStageDown
-        exp_alerts:
-          - exp_labels: {{severity: page, stage: {missing}}}
-            exp_annotations:
-              summary: "no instance of {missing} reports metrics: the stage is down, or not scraped"
-              runbook: docs/operations.md#refundbenchstagedown
-"""
-    )
+    down = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'refund_bench_assigned_partitions{{stage="{stage}"}}',
+                        "values": "12x20",
+                    }
+                    for stage in SERVICES
+                    if stage != missing
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "10m",
+                        "alertname": "RefundBenchStageDown",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "page", "stage": missing},
+                                "exp_annotations": {
+                                    "summary": f"no instance of {missing} reports metrics: "
+                                    "the stage is down, or not scraped",
+                                    "runbook": "docs/operations.md#refundbenchstagedown",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    shutil.copy(RULES_DIR / "rules.yaml", tmp_path / "rules.yaml")
+    (tmp_path / "down.test.yaml").write_text(yaml.safe_dump(down))
 
     tested = _run("test", "rules", "down.test.yaml", cwd=tmp_path)
 
