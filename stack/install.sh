@@ -97,24 +97,18 @@ install_promtool() {
     log "promtool: cached"
     return 0
   fi
-  command -v apt-get >/dev/null 2>&1 || { info "promtool: no apt-get, the alert-rule tests will be skipped"; return 0; }
+  command -v apt-get >/dev/null 2>&1 || { info "promtool: no apt-get; the alert-rule tests will skip"; return 0; }
   info "downloading Debian's prometheus package for its promtool into $CACHE_BIN"
   work="$(mktemp -d)"
-  if ! (cd "$work" && apt-get download prometheus) >"$plog" 2>&1; then
-    # A fresh machine may have no package lists yet.
-    if [[ "$(id -u)" -ne 0 ]] || ! apt-get update >>"$plog" 2>&1 \
-        || ! (cd "$work" && apt-get download prometheus) >>"$plog" 2>&1; then
-      rm -rf "$work"
-      info "promtool: download failed (see $plog), the alert-rule tests will be skipped"
-      return 0
-    fi
-  fi
-  mkdir -p "$CACHE_BIN"
-  if dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -O ./usr/bin/promtool >"$bin.part" 2>>"$plog"; then
-    chmod +x "$bin.part" && mv "$bin.part" "$bin"
+  : >"$plog"
+  fetch() { (cd "$work" && apt-get download prometheus) >>"$plog" 2>&1; }
+  # A fresh machine may have no package lists yet: as root, update them and try once more.
+  if { fetch || { [[ "$(id -u)" -eq 0 ]] && apt-get update >>"$plog" 2>&1 && fetch; }; } &&
+      dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -O ./usr/bin/promtool >"$work/promtool" 2>>"$plog"; then
+    mkdir -p "$CACHE_BIN"
+    chmod +x "$work/promtool" && mv "$work/promtool" "$bin"
   else
-    rm -f "$bin.part"
-    info "promtool: not found in the package (see $plog), the alert-rule tests will be skipped"
+    info "promtool: not installed (see $plog); the alert-rule tests will skip"
   fi
   rm -rf "$work"
 }
