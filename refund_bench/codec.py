@@ -11,7 +11,8 @@ Two wire formats sit behind one :class:`Codec` interface:
 
 Decoding always resolves the writer's schema against the reader's (the current contract), so
 old records stay readable after a compatible schema change. Anything undecodable raises
-:class:`~refund_bench.errors.InvalidInput`, which the runtime routes to the DLQ.
+:class:`~refund_bench.errors.InvalidInput`, which the runtime routes to the DLQ; a registry that
+cannot be reached raises :class:`~refund_bench.errors.TransientError` after retries instead.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any, Protocol
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from refund_bench.errors import InvalidInput
+from refund_bench.errors import InvalidInput, TransientError
+from refund_bench.retry import RetryPolicy
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "avro"
 
@@ -107,6 +109,8 @@ class RegistryFraming:
     """Confluent wire format with subject ``<topic>-value`` (TopicNameStrategy)."""
 
     client: RegistryClient
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """For looking up a writer schema: a registry outage is retried, then raised."""
     _ids: dict[tuple[str, str], int] = field(default_factory=dict)
     _schemas: dict[int, Schema] = field(default_factory=dict)
 
@@ -130,13 +134,25 @@ class RegistryFraming:
         (schema_id,) = struct.unpack(">I", data[1:5])
         schema = self._schemas.get(schema_id)
         if schema is None:
-            try:
-                registered = self.client.get_schema(schema_id)
-            except Exception as exc:
-                raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
+            registered = self.retry.run(lambda: self._fetch(schema_id))
             schema = json.loads(registered.schema_str)
             self._schemas[schema_id] = schema
         return schema, 5
+
+    def _fetch(self, schema_id: int) -> Any:
+        """The registered schema: :class:`InvalidInput` when the registry has no such id (a 404),
+        :class:`TransientError` when it cannot answer (connection, 5xx), so that a registry outage
+        is retried and then stops the stage instead of dead-lettering valid records."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            return self.client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
+            raise TransientError(f"schema registry: {exc}") from exc
+        except Exception as exc:
+            raise TransientError(f"schema registry unreachable: {exc!r}") from exc
 
 
 @dataclass
@@ -220,4 +236,5 @@ def framing_from_registry_url(url: str) -> Framing:
         return FingerprintFraming()
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    return RegistryFraming(SchemaRegistryClient({"url": url}))
+    # One retry loop, RegistryFraming's: the client's own retries are switched off.
+    return RegistryFraming(SchemaRegistryClient({"url": url, "max.retries": 0}))

@@ -33,3 +33,7 @@ class DlqLimitExceeded(RefundBenchError):  # noqa: N818
 
 class Fenced(RefundBenchError):  # noqa: N818
     """Another instance with the same transactional id took over; this one must stop."""
+
+
+class UndeclaredOutput(RefundBenchError):  # noqa: N818
+    """A stage emitted to a topic it did not declare: a bug in the stage; it must stop."""

@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, field_validator
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from refund_bench.config import StageSettings
-from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.runtime.metrics import Metrics
@@ -125,11 +125,11 @@ class JudgePanelSettings(LlmStageSettings):
         return self.judge_seed_base + seat
 
 
-def call_counter(metrics: Metrics) -> Callable[[bool], None]:
-    """The handlers' ``on_call``: counts ``llm_calls`` as made or served from the cache."""
+def call_counter(metrics: Metrics) -> OnCall:
+    """The handlers' ``on_call``: counts ``llm_calls`` by outcome (made, cached, refused)."""
 
-    def on_call(cached: bool) -> None:
-        metrics.incr("llm_calls", kind="cached" if cached else "made")
+    def on_call(outcome: CallOutcome) -> None:
+        metrics.incr("llm_calls", kind=outcome)
 
     return on_call
 

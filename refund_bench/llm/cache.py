@@ -15,12 +15,17 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Literal, Protocol
 from urllib.parse import quote
 
 from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
+
+CallOutcome = Literal["made", "cached", "refused"]
+"""What one model call of a handler came to: answered by the model, served from the cache, or
+refused by the endpoint for what the request carried (counted in ``llm_calls`` by ``kind``)."""
+OnCall = Callable[[CallOutcome], None]
 
 
 class ResponseCache(Protocol):

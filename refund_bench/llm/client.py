@@ -96,6 +96,11 @@ class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
         self.status = status
 
 
+REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})
+"""The statuses with which an endpoint refuses one request for what it carries (too long for
+the context window, blocked by a content policy, unprocessable), not for who sent it."""
+
+
 class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
     """The endpoint refused the request (a 4xx other than 408/429). Retrying cannot help."""
 
@@ -103,6 +108,13 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+    @property
+    def refused_input(self) -> bool:
+        """True when this one request was refused for its content (400, 413, 422): the stage
+        sends that input to a person. False for 401, 403, 404 and the like: the settings are
+        wrong for every request, and the stage stops so that its alerts fire."""
+        return self.status in REFUSED_INPUT_STATUSES
 
 
 class JsonCompleter(Protocol):

@@ -326,9 +326,25 @@ class CustomerReply(_Frozen):
     reply: str = Field(min_length=1)
 
 
+def loads_answer(raw: str) -> object:
+    """``json.loads(raw)``, refusing an answer whose strings cannot be sent on as UTF-8.
+
+    JSON may escape half of a surrogate pair on its own (``"\\ud83d"``, an emoji cut short);
+    ``json`` accepts it, and every event carrying the string would then fail to encode. Raises
+    ``ValueError`` for such an answer, as for text that is not JSON.
+    """
+    data = json.loads(raw)
+    if "\\ud" in raw or "\\uD" in raw:  # only an escape can produce a lone surrogate
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("the answer holds half of a surrogate pair") from exc
+    return data
+
+
 def _load(raw: str) -> object:
     try:
-        return json.loads(raw)
+        return loads_answer(raw)
     except ValueError as exc:
         raise MalformedAnswer(f"answer is not JSON: {exc}", raw) from exc
 

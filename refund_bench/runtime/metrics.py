@@ -55,7 +55,7 @@ _COUNTER_DOCS: dict[CounterName, str] = {
     "records_dlq": "Input records sent to the dead-letter topic",
     "transactions": "Transactions (or at-least-once batches) by result",
     "retries": "Retries of transient failures",
-    "llm_calls": "LLM calls by kind (made or served from cache)",
+    "llm_calls": "LLM calls by kind (made, served from cache, refused by the endpoint)",
     "state_expired": "State-store keys deleted because they outlived the store's retention",
 }
 _HISTOGRAM_DOCS: dict[HistogramName, tuple[str, tuple[float, ...]]] = {

@@ -38,7 +38,7 @@ import uvloop
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from refund_bench.codec import Codec, Framing
-from refund_bench.errors import Fenced, InvalidInput
+from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput
 from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep
 from refund_bench.runtime.dlq import DlqBudget, dead_letter
 from refund_bench.runtime.health import Heartbeat
@@ -509,13 +509,25 @@ class StageRunner:
             self.metrics.observe("handler_seconds", time.perf_counter() - started)
 
     def _finish(self, msg: Any, ctx: Context, result: Sequence[Emit] | InvalidInput) -> None:
-        """Produce a record's outputs and keep its state writes, or dead-letter it."""
+        """Produce a record's outputs and keep its state writes, or dead-letter it.
+
+        Every output is encoded before any is produced: a record with an output its topic's
+        contract cannot hold (a string that is not valid Unicode, say) is dead-lettered whole,
+        its state writes dropped, instead of failing the batch on every redelivery.
+        """
         if isinstance(result, InvalidInput):
             self._dead_letter(msg, result)
             return
+        try:
+            encoded = [(emit, self._encode(emit)) for emit in result]
+        except (ValueError, TypeError) as exc:
+            reason = f"an output of this record does not fit its topic's contract: {exc!r}"
+            self._dead_letter(msg, InvalidInput(reason))
+            return
         self.config.dlq_budget.record(False)
-        for emit in result:
-            self._produce(emit)
+        for emit, value in encoded:
+            self._produce_raw(emit.topic, emit.key.encode(), value, emit.headers, None)
+            self.metrics.incr("records_out", topic=emit.topic)
         if ctx.state is not None:
             ctx.state.merge_into_batch()
 
@@ -550,12 +562,12 @@ class StageRunner:
             tasks = [group.create_task(one(m)) for m in messages]
         return [t.result() for t in tasks]
 
-    def _produce(self, emit: Emit) -> None:
+    def _encode(self, emit: Emit) -> bytes:
+        """The output's value in its topic's contract. An undeclared output topic is a bug in
+        the stage: :class:`UndeclaredOutput`, which stops it."""
         if emit.topic not in self._outputs:
-            raise ValueError(f"stage {self.spec.name} does not declare output {emit.topic!r}")
-        value = self.codec.encode(emit.topic, emit.value)
-        self._produce_raw(emit.topic, emit.key.encode(), value, emit.headers, None)
-        self.metrics.incr("records_out", topic=emit.topic)
+            raise UndeclaredOutput(f"stage {self.spec.name} does not declare output {emit.topic!r}")
+        return self.codec.encode(emit.topic, emit.value)
 
     def _produce_raw(
         self,

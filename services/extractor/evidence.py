@@ -236,6 +236,58 @@ def _paths(value: object, prefix: str, out: set[str]) -> None:
                 _paths(child, f"{prefix}[{index}]", out)
 
 
+_SILENT_WHEN_FALSE = frozenset({"order.packaging_condition_recorded"})
+"""Flags whose ``false`` says that nothing was recorded, not that something was found."""
+_RECORDS_OF_ABSENCE = frozenset({"derived.absent_records"})
+"""Lists of what the order store has no record of: citing them cites silence."""
+
+
+def _silent(value: object) -> bool:
+    """True for a value that records nothing: null, an empty string or list, or an object all
+    of whose values record nothing."""
+    if value is None or value == "" or value == []:
+        return True
+    if isinstance(value, dict):
+        return all(_silent(child) for child in value.values())
+    return False
+
+
+def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:
+    """The citable fields (as :func:`evidence_fields` names them) that hold no record: null or
+    empty values, ``order.packaging_condition_recorded`` when false, and
+    ``derived.absent_records``. A REJECTED citing only these rests on missing evidence."""
+    fields: set[str] = set()
+    for section in _SECTIONS:
+        body = snapshot.get(section)
+        if not isinstance(body, dict):
+            continue
+        for key, value in body.items():
+            full = f"{section}.{key}"
+            if full in NOT_CITABLE:
+                continue
+            silent: set[str] = set()
+            if full in _RECORDS_OF_ABSENCE or (full in _SILENT_WHEN_FALSE and value is False):
+                _paths(value, full, silent)
+            else:
+                _silent_paths(value, full, silent)
+            fields |= silent
+            fields |= {path[len(section) + 1 :] for path in silent}
+    return frozenset(fields)
+
+
+def _silent_paths(value: object, prefix: str, out: set[str]) -> None:
+    if _silent(value):
+        _paths(value, prefix, out)
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            _silent_paths(child, f"{prefix}.{key}", out)
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            if isinstance(child, dict):
+                _silent_paths(child, f"{prefix}.{index}", out)
+                _silent_paths(child, f"{prefix}[{index}]", out)
+
+
 def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
     """Every field a judge may cite: dotted paths under ``order`` and ``derived``.
 

@@ -2,7 +2,8 @@
 
 For each complaint: load the order's evidence, freeze it (content hash, stored once per
 dispute), make ONE structured-output LLM call, and validate the answer in code. An invalid
-answer gets one repair call; if that fails too, the complaint goes to human review. A
+answer gets one repair call; if that fails too, or the endpoint refuses the complaint itself
+(HTTP 400, 413, 422: too long, against a content policy), the complaint goes to human review. A
 complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
 pay). Answers are cached per (dispute, complaint, snapshot, prompt), so a redelivered complaint
 costs no new call. Extraction never judges: truth is for the judges.
@@ -11,7 +12,7 @@ costs no new call. Extraction never judges: truth is for the judges.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -22,15 +23,28 @@ from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import freeze_for_dispute
 from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
-from refund_bench.llm.cache import ResponseCache, cached_call, extractor_cache_key, sha256_hex
-from refund_bench.llm.client import JsonCompleter
-from refund_bench.llm.roles import LlmRequest, MalformedAnswer, Prompt, build_extractor_request
+from refund_bench.llm.cache import (
+    OnCall,
+    ResponseCache,
+    cached_call,
+    extractor_cache_key,
+    sha256_hex,
+)
+from refund_bench.llm.client import JsonCompleter, LlmRejected
+from refund_bench.llm.roles import (
+    LlmRequest,
+    MalformedAnswer,
+    Prompt,
+    build_extractor_request,
+    loads_answer,
+)
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.extractor.evidence import freeze, load_snapshot
 from services.extractor.validation import ExtractedGrievance, ExtractionInvalid, validate_extraction
 from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
 
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
+REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
 
 
@@ -42,7 +56,7 @@ class ExtractorHandler:
         cache: ResponseCache,
         prompt: Prompt,
         cap_minor: int = DEFAULT_CAP_MINOR,
-        on_call: Callable[[bool], None] | None = None,
+        on_call: OnCall | None = None,
     ) -> None:
         self._pool = pool
         self._orders = OrderReader(pool)
@@ -83,11 +97,19 @@ class ExtractorHandler:
         fresh_kept = snapshot_sha == fresh.sha256 and snapshot_json == fresh.json
         snapshot = fresh.data if fresh_kept else load_snapshot(snapshot_json, snapshot_sha)
         items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
-        grievances = await self._extract(complaint, snapshot_sha, items)
+        try:
+            grievances = await self._extract(complaint, snapshot_sha, items)
+        except LlmRejected as exc:
+            if not exc.refused_input:
+                raise
+            if self._on_call is not None:
+                self._on_call("refused")
+            reason = f"{REFUSED_REASON} ({exc})"
+            return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if grievances is None:
-            return [self._unpriced(complaint, snapshot, snapshot_sha, Decision.HELD_FOR_REVIEW)]
+            return [self._unpriced(complaint, snapshot, snapshot_sha, REVIEW_REASON)]
         if not grievances:
-            return [self._unpriced(complaint, snapshot, snapshot_sha, Decision.NOTHING_TO_PAY)]
+            return [self._unpriced(complaint, snapshot, snapshot_sha, None)]
         extracted_at = ev.now()
         return [
             Emit(
@@ -144,7 +166,7 @@ class ExtractorHandler:
 
         raw, from_cache = await cached_call(self._cache, key, compute)
         if self._on_call is not None:
-            self._on_call(from_cache)
+            self._on_call("cached" if from_cache else "made")
         return raw
 
     def _unpriced(
@@ -152,11 +174,13 @@ class ExtractorHandler:
         complaint: ev.ComplaintReceived,
         snapshot: dict[str, Any],
         snapshot_sha: str,
-        decision: Decision,
+        review_reason: str | None,
     ) -> Emit:
-        """The outcome of a complaint with nothing to judge: a reply, maybe a review item."""
+        """The outcome of a complaint with nothing to judge: a reply, and a review item when
+        ``review_reason`` says why a person must read the complaint."""
         order = snapshot["order"]
-        reason = REVIEW_REASON if decision is Decision.HELD_FOR_REVIEW else NOTHING_REASON
+        decision = Decision.NOTHING_TO_PAY if review_reason is None else Decision.HELD_FOR_REVIEW
+        reason = review_reason or NOTHING_REASON
         priced = ev.RefundPriced(
             dispute_id=complaint.dispute_id,
             order_id=complaint.order_id,
@@ -181,7 +205,7 @@ class ExtractorHandler:
 def _json(raw: str) -> object:
     """The parsed answer; unparseable text becomes an invalid extraction (repairable)."""
     try:
-        return json.loads(raw)
+        return loads_answer(raw)
     except ValueError as exc:
         raise ExtractionInvalid([f"the answer is not JSON: {exc}"]) from exc
 

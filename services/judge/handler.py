@@ -5,13 +5,15 @@ answer), its own seed, temperature above zero, optionally its own model. All K c
 grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
 grievance, seat, snapshot hash, prompt version): a redelivered grievance reuses the rulings it
 already paid for. Rulings are normalised in code: an unreadable answer, or an UPHELD/REJECTED
-that cites no field of the evidence, counts as ESCALATE.
+that cites no field of the evidence, counts as ESCALATE; so does a seat whose request the
+endpoint refuses for its content (HTTP 400, 413, 422), uncached. A grievance of a category this
+code does not know goes to the dead-letter topic.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -19,8 +21,9 @@ from typing import Any
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.domain import Category, Ruling
-from refund_bench.llm.cache import ResponseCache, cached_call, judge_cache_key
-from refund_bench.llm.client import JsonCompleter
+from refund_bench.errors import InvalidInput
+from refund_bench.llm.cache import OnCall, ResponseCache, cached_call, judge_cache_key
+from refund_bench.llm.client import JsonCompleter, LlmRejected
 from refund_bench.llm.roles import (
     GrievanceForJudge,
     JudgeAnswer,
@@ -31,7 +34,7 @@ from refund_bench.llm.roles import (
     parse_judge_ruling,
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
-from services.extractor.evidence import evidence_fields, load_snapshot
+from services.extractor.evidence import evidence_fields, load_snapshot, silent_fields
 from services.judge.normalise import normalise
 
 DRAWS_PER_SEAT = 3
@@ -51,7 +54,7 @@ class JudgeHandler:
         seats: Sequence[Seat],
         cache: ResponseCache,
         prompt: Prompt,
-        on_call: Callable[[bool], None] | None = None,
+        on_call: OnCall | None = None,
     ) -> None:
         if not seats:
             raise ValueError("a bench needs at least one seat")
@@ -65,11 +68,15 @@ class JudgeHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         grievance = ev.parse(ev.GrievanceExtracted, message.value)
+        try:
+            category = Category(grievance.category)
+        except ValueError as exc:
+            raise InvalidInput(f"unknown grievance category {grievance.category!r}") from exc
         snapshot, allowed = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
         request = build_judge_request(
             GrievanceForJudge(
                 grievance_id=grievance.grievance_id,
-                category=Category(grievance.category),
+                category=category,
                 text=grievance.text,
                 item_name=grievance.item_name,
                 item_quantity=grievance.item_quantity,
@@ -87,7 +94,7 @@ class JudgeHandler:
         seat: Seat,
         grievance: ev.GrievanceExtracted,
         request: LlmRequest,
-        allowed: frozenset[str],
+        allowed: _Citable,
     ) -> ev.RulingCast:
         # The answer as parsed while drawing; a cached answer is parsed below instead.
         drawn: JudgeAnswer | None = None
@@ -121,10 +128,19 @@ class JudgeHandler:
             grievance.snapshot_sha256,
             self._prompt.version,
         )
-        raw, from_cache = await cached_call(self._cache, key, draw)
-        if self._on_call is not None:
-            self._on_call(from_cache)
-        fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
+        try:
+            raw, from_cache = await cached_call(self._cache, key, draw)
+        except LlmRejected as exc:
+            if not exc.refused_input:
+                raise
+            if self._on_call is not None:
+                self._on_call("refused")
+            # Nothing is cached: a redelivery asks again.
+            raw, fields = "", _refused_fields(exc)
+        else:
+            if self._on_call is not None:
+                self._on_call("cached" if from_cache else "made")
+            fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
             order_id=grievance.order_id,
@@ -144,18 +160,38 @@ class JudgeHandler:
         )
 
 
+@dataclass(frozen=True)
+class _Citable:
+    """A snapshot's citable fields, and those of them that hold no record."""
+
+    fields: frozenset[str]
+    silent: frozenset[str]
+
+
 @lru_cache(maxsize=1024)
-def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any], frozenset[str]]:
+def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any], _Citable]:
     """The verified snapshot and its citable fields; the N grievances of a dispute share one.
 
     Read-only: the dict is shared by every caller with the same snapshot.
     """
     snapshot = load_snapshot(snapshot_json, snapshot_sha256)
-    return snapshot, evidence_fields(snapshot)
+    return snapshot, _Citable(evidence_fields(snapshot), silent_fields(snapshot))
+
+
+def _refused_fields(exc: LlmRejected) -> dict[str, Any]:
+    """The ruling of a seat whose request the endpoint refused for its content: no answer is
+    no evidence either way, so ESCALATE."""
+    return {
+        "ruling": Ruling.ESCALATE.value,
+        "model_ruling": "REFUSED",
+        "confidence": 0.0,
+        "evidence_cited": [],
+        "reasoning": f"The model endpoint refused the request ({exc}); counted as ESCALATE.",
+    }
 
 
 def _ruling_fields(
-    raw: str, allowed: frozenset[str], parsed: JudgeAnswer | None = None
+    raw: str, allowed: _Citable, parsed: JudgeAnswer | None = None
 ) -> dict[str, Any]:
     """The ruling fields of ``raw`` (``parsed``: ``raw`` already parsed, if it was)."""
     try:
@@ -170,7 +206,9 @@ def _ruling_fields(
                 f"The model's answer could not be read ({exc.reason}); counted as ESCALATE."
             ),
         }
-    normalised = normalise(answer.ruling.value, answer.evidence_cited, allowed)
+    normalised = normalise(
+        answer.ruling.value, answer.evidence_cited, allowed.fields, allowed.silent
+    )
     reasoning = answer.reasoning
     if normalised.changed:
         reasoning = f"{reasoning} [counted as {normalised.ruling.value}: {normalised.reason}]"

@@ -2,7 +2,9 @@
 
 The model's word is taken only when it is one of the three rulings and, for UPHELD or REJECTED,
 when it cites at least one field that exists in the frozen snapshot. A decisive ruling grounded
-in nothing the judge was shown is treated as the evidence being silent: ESCALATE.
+in nothing the judge was shown is treated as the evidence being silent: ESCALATE. A REJECTED
+grounded only in fields that hold no record (a null delivery time, no packaging record) rests on
+missing evidence, which is never a rejection: ESCALATE too.
 """
 
 from __future__ import annotations
@@ -60,7 +62,10 @@ def _keys(allowed_fields: frozenset[str]) -> frozenset[str]:
 
 
 def normalise(
-    model_ruling: str, evidence_cited: Sequence[str], allowed_fields: frozenset[str]
+    model_ruling: str,
+    evidence_cited: Sequence[str],
+    allowed_fields: frozenset[str],
+    silent_fields: frozenset[str] = frozenset(),
 ) -> NormalisedRuling:
     """Normalise one answer; see :func:`normalise_ruling` for the rule.
 
@@ -86,15 +91,27 @@ def normalise(
             else f"{ruling} cites only fields not in the snapshot: {', '.join(unknown)}"
         )
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
+    silent = _keys(silent_fields)
+    if ruling is Ruling.REJECTED and all(_key(c) in silent for c in known):
+        reason = (
+            f"REJECTED cites only evidence the order store has no record of: {', '.join(known)}"
+            " (missing evidence is never a rejection)"
+        )
+        return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     return NormalisedRuling(ruling, model_ruling, known, unknown, "as ruled by the model")
 
 
 def normalise_ruling(
-    model_ruling: str, evidence_cited: Sequence[str], allowed_fields: frozenset[str]
+    model_ruling: str,
+    evidence_cited: Sequence[str],
+    allowed_fields: frozenset[str],
+    silent_fields: frozenset[str] = frozenset(),
 ) -> Ruling:
     """The ruling the tally counts.
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
-    ESCALATE; otherwise the model's ruling.
+    ESCALATE; REJECTED citing only fields in ``silent_fields`` (evidence with no record) ->
+    ESCALATE; otherwise the model's ruling. An UPHELD on silent evidence stands: it is one
+    seat's dissent, and the vote weighs it.
     """
-    return normalise(model_ruling, evidence_cited, allowed_fields).ruling
+    return normalise(model_ruling, evidence_cited, allowed_fields, silent_fields).ruling

@@ -27,7 +27,8 @@ from starlette.types import Receive, Scope, Send
 
 from services.llm_standin.rules import ROLE_BY_SCHEMA, RuleError, answer, schema_errors
 
-FaultKind = Literal["429", "5xx", "timeout", "malformed"]
+FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "401"]
+"""The random faults are the first four; ``400`` and ``401`` are only scripted (``next_faults``)."""
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DISPUTE_HEADER = b"x-refund-bench-dispute"
@@ -229,6 +230,11 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
         if fault == "timeout":
             await asyncio.sleep(state.faults.timeout_seconds)
             return _error(504, "stand-in: gateway timeout (injected)", "timeout")
+        if fault == "400":
+            message = "stand-in: the request is too long for the model's context (injected)"
+            return _error(400, message, "context_length_exceeded")
+        if fault == "401":
+            return _error(401, "stand-in: invalid API key (injected)", "invalid_api_key")
 
     content = orjson.dumps(result).decode()
     problems = schema_errors(result, schema)

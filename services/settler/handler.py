@@ -10,7 +10,7 @@ above zero become a payout request; the model's text never feeds an amount.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -22,7 +22,7 @@ from refund_bench.coalesce import TickBatcher
 from refund_bench.db.snapshots import AsyncSnapshotReader
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
-from refund_bench.llm.cache import ResponseCache, cached_call, settler_cache_key
+from refund_bench.llm.cache import OnCall, ResponseCache, cached_call, settler_cache_key
 from refund_bench.llm.client import JsonCompleter, LlmRejected
 from refund_bench.llm.roles import (
     HeldForReply,
@@ -89,7 +89,7 @@ class SettlerHandler:
         llm: JsonCompleter,
         cache: ResponseCache,
         prompt: Prompt,
-        on_call: Callable[[bool], None] | None = None,
+        on_call: OnCall | None = None,
     ) -> None:
         self._pool = pool
         self._llm = llm
@@ -178,13 +178,17 @@ class SettlerHandler:
         try:
             raw, from_cache = await cached_call(self._cache, key, compute)
             if self._on_call is not None:
-                self._on_call(from_cache)
+                self._on_call("cached" if from_cache else "made")
             text = parse_customer_reply(raw).reply
             failures = list(check_reply(text, approved, priced.currency, held))
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
-        except (TransientError, LlmRejected) as exc:
+        except TransientError as exc:
             failures = [f"model unavailable: {type(exc).__name__}"]
+        except LlmRejected as exc:
+            if exc.refused_input and self._on_call is not None:
+                self._on_call("refused")
+            failures = [f"model refused the request: HTTP {exc.status}"]
         if not failures:
             return text, "MODEL", []
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]

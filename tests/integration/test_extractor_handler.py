@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,11 +20,11 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import freeze_for_dispute
-from refund_bench.llm.cache import RedisResponseCache
-from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.resources import pg_pool
-from refund_bench.runtime import Context, Message
+from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.extractor.handler import ExtractorHandler
@@ -43,10 +44,16 @@ def _complaint(dispute_id: str) -> Message:
     return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)
 
 
-def _extract(database: str, redis_url: str, standin: Standin, *disputes: str) -> list[list[Any]]:
-    """The grievance.extracted values the handler emits for each dispute, handled together."""
+def _handle(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    *disputes: str,
+    on_call: OnCall | None = None,
+) -> list[Sequence[Emit]]:
+    """What the handler emits for each dispute, handled together."""
 
-    async def go() -> list[list[Any]]:
+    async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = Redis.from_url(redis_url)
@@ -60,20 +67,26 @@ def _extract(database: str, redis_url: str, standin: Standin, *disputes: str) ->
             )
         )
         cache = RedisResponseCache(redis, f"test-extractor-{uuid.uuid4().hex}:", 600)
-        handler = ExtractorHandler(pool, llm, cache, load_prompt(EXTRACTOR_PROMPT_VERSION))
+        prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
+        handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
-            emitted = await asyncio.gather(
+            return await asyncio.gather(
                 *(handler.handle(_complaint(d), Context(None)) for d in disputes)
             )
         finally:
             await llm.aclose()
             await redis.aclose()
             await pool.close()
-        return [
-            [e.value for e in emits if e.topic == t.GRIEVANCE_EXTRACTED.name] for emits in emitted
-        ]
 
     return asyncio.run(go())
+
+
+def _extract(database: str, redis_url: str, standin: Standin, *disputes: str) -> list[list[Any]]:
+    """The grievance.extracted values the handler emits for each dispute, handled together."""
+    return [
+        [e.value for e in emits if e.topic == t.GRIEVANCE_EXTRACTED.name]
+        for emits in _handle(database, redis_url, standin, *disputes)
+    ]
 
 
 def test_grievances_carry_the_snapshot_the_dispute_keeps(
@@ -115,3 +128,40 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in new} == {
         (current.sha256, current.json)
     }
+
+
+def test_a_complaint_the_endpoint_refuses_goes_to_review_and_is_not_cached(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """HTTP 400 for the complaint itself (too long for the model, say): the dispute is held for
+    review with the endpoint's reason, the stage goes on, and a redelivery asks again."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["400"])
+    outcomes: list[CallOutcome] = []
+
+    (emits,) = _handle(database, redis_url, standin, dispute, on_call=outcomes.append)
+
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    priced = emits[0].value
+    assert priced["decision"] == "HELD_FOR_REVIEW"
+    assert priced["lines"] == []
+    assert priced["reason"].startswith("EXTRACTION: the model endpoint refused the complaint")
+    assert "HTTP 400" in priced["reason"]
+    assert "context" in priced["reason"]
+    assert outcomes == ["refused"]
+
+    (again,) = _handle(database, redis_url, standin, dispute, on_call=outcomes.append)
+    assert len([e for e in again if e.topic == t.GRIEVANCE_EXTRACTED.name]) == 4
+    assert outcomes == ["refused", "made"]
+    assert standin.stats()["by_dispute"][dispute] == 2
+
+
+def test_an_endpoint_that_refuses_the_key_stops_the_stage(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """HTTP 401 is the settings, not the complaint: raised, so the stage stops and alerts."""
+    standin.faults(next_faults=["401"])
+    with pytest.raises(LlmRejected) as caught:
+        _handle(database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}")
+    assert caught.value.status == 401
+    assert not caught.value.refused_input

@@ -544,6 +544,57 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
 
 
+def test_a_record_whose_output_breaks_its_contract_is_dead_lettered_alone(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """An output that cannot be encoded (half of a surrogate pair in a string) dead-letters its
+    input, with none of its outputs written; the records around it commit as usual."""
+    source, sink = new_topic("unencodable-in", 1), new_topic("unencodable-out", 1)
+    dlq = f"{source}.dlq"
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    ids = ["good-1", "bad", "good-2"]
+    produce_values(
+        stack.kafka, source, [("k", {"id": i, "seq": n, "payload": ""}) for n, i in enumerate(ids)],
+        codec,
+    )  # fmt: skip
+    out = Topic(sink, "bench.record")
+
+    def handle(message: Message, _ctx: Context) -> Sequence[Emit]:
+        value = dict(message.value)
+        first = Emit(out.name, "k", {**value, "payload": "first"})
+        if value["id"] == "bad":
+            value["payload"] = "cut short \ud83d"
+        return [first, Emit(out.name, "k", value)]
+
+    group = f"unencodable-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec(group, (Topic(source, "bench.record"),), (out,), handle)
+    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
+    try:
+        outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=60, settle_s=0.0)
+        dlq_codec = Codec(framing, {dlq: "dead_letter"})
+        dead = read_committed(
+            stack.kafka,
+            dlq,
+            until=lambda rs: len(rs) >= 1,
+            timeout_s=60,
+            decode=lambda raw: dlq_codec.decode(dlq, raw),
+        )
+    finally:
+        assert stage.stop() is None
+    assert [(r.value["id"], r.value["payload"]) for r in outputs] == [
+        ("good-1", "first"),
+        ("good-1", ""),
+        ("good-2", "first"),
+        ("good-2", ""),
+    ]
+    assert [r.value["source_offset"] for r in dead] == [1]
+    assert "does not fit its topic's contract" in dead[0].value["reason"]
+    assert dead[0].value["error_type"] == "InvalidInput"
+
+
 def test_dlq_budget_stops_a_stage_fed_only_garbage(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:

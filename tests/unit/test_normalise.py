@@ -7,11 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refund_bench.domain import Ruling
-from services.extractor.evidence import build_snapshot, evidence_fields
+from services.extractor.evidence import build_snapshot, evidence_fields, silent_fields
 from services.judge.normalise import normalise, normalise_ruling
-from tests.unit.orders import ARTICLE_ORDER
+from tests.unit.orders import ARTICLE_ORDER, article_order
 
-FIELDS = evidence_fields(build_snapshot(ARTICLE_ORDER))
+SNAPSHOT = build_snapshot(ARTICLE_ORDER)
+FIELDS = evidence_fields(SNAPSHOT)
 
 
 @pytest.mark.parametrize("ruling", ["UPHELD", "REJECTED", "ESCALATE"])
@@ -78,3 +79,57 @@ def test_result_is_escalate_unless_a_known_ruling_cites_a_known_field(
 @given(st.sampled_from(["UPHELD", "REJECTED"]), st.lists(st.text(max_size=20), max_size=4))
 def test_nothing_is_grounded_in_an_empty_snapshot(word: str, cited: list[str]) -> None:
     assert normalise_ruling(word, cited, frozenset()) is Ruling.ESCALATE
+
+
+SILENT_ORDER = article_order(delivered_at=None, partner_conduct_reports=())
+SILENT_SNAPSHOT = build_snapshot(SILENT_ORDER)
+SILENT_FIELDS = evidence_fields(SILENT_SNAPSHOT)
+SILENT = silent_fields(SILENT_SNAPSHOT)
+
+
+@pytest.mark.parametrize(
+    "cited",
+    [
+        ["delivered_at"],
+        ["order.delivered_at", "derived.delay_minutes", "derived.sla_exceeded"],
+        ["derived.absent_records"],
+        ["order.packaging_condition_recorded", "packaging_notes"],
+        ["partner_conduct_reports"],
+        ["absent_records", "the customer's tone"],
+    ],
+)
+def test_a_rejection_resting_only_on_missing_records_escalates(cited: list[str]) -> None:
+    result = normalise("REJECTED", cited, SILENT_FIELDS, SILENT)
+    assert result.ruling is Ruling.ESCALATE
+    assert "missing evidence is never a rejection" in result.reason
+    assert result.changed
+
+
+def test_a_rejection_citing_one_recorded_fact_stands() -> None:
+    cited = ["delivered_at", "order.pickup_weight_actual_g"]
+    assert normalise_ruling("REJECTED", cited, SILENT_FIELDS, SILENT) is Ruling.REJECTED
+    # On time is a recorded fact: false is not silence for sla_exceeded.
+    assert normalise_ruling("REJECTED", ["sla_exceeded"], FIELDS, silent_fields(SNAPSHOT)) is (
+        Ruling.REJECTED
+    )
+
+
+def test_an_upheld_on_silent_evidence_stands_as_a_dissent() -> None:
+    """The article's credulous seat upholds the raita claim citing the packaging flag, which
+    is false (nothing recorded); the vote, not the normaliser, outweighs it."""
+    cited = ["order.packaging_condition_recorded"]
+    assert normalise_ruling("UPHELD", cited, FIELDS, silent_fields(SNAPSHOT)) is Ruling.UPHELD
+
+
+def test_silent_fields_are_exactly_the_empty_records() -> None:
+    silent = silent_fields(SNAPSHOT)
+    assert {"order.packaging_condition_recorded", "order.packaging_notes"} <= silent
+    assert "derived.absent_records" in silent
+    assert "packaging_notes" in silent
+    for recorded in ("order.delivered_at", "derived.sla_exceeded", "derived.overcharge_minor"):
+        assert recorded not in silent
+        assert recorded in FIELDS
+    assert silent <= FIELDS
+    assert {"order.delivered_at", "derived.delay_minutes", "order.partner_conduct_reports"} <= (
+        SILENT
+    )

@@ -1,0 +1,124 @@
+"""The judge's handler against real Redis and the LLM stand-in: inputs that must not stop it.
+
+A request the endpoint refuses for its content is one seat's ESCALATE, not a crash loop; a
+grievance of an unknown category is dead-lettered; wrong settings (a 401) still stop the stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.errors import InvalidInput
+from refund_bench.llm.cache import CallOutcome, RedisResponseCache
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
+from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
+from refund_bench.runtime import Context, Message
+from refund_bench.samples import ARTICLE_ORDER
+from services.extractor.evidence import freeze
+from services.judge.handler import JudgeHandler, Seat
+from tests.standin import Standin
+
+pytestmark = pytest.mark.stack
+
+
+def _grievance(dispute_id: str, category: str = "LATE_DELIVERY") -> Message:
+    snapshot = freeze(ARTICLE_ORDER)
+    value = ev.GrievanceExtracted(
+        dispute_id=dispute_id,
+        order_id=ARTICLE_ORDER.order_id,
+        grievance_id="g1",
+        grievance_total=1,
+        category=category,
+        text="The order arrived well after the promised time.",
+        span_start=0,
+        span_end=10,
+        snapshot_sha256=snapshot.sha256,
+        snapshot_json=snapshot.json,
+        extractor_model="standin-extractor",
+        extractor_prompt_version="extractor/v1",
+        extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+    ).to_avro()
+    return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
+
+
+def _deliver(
+    redis_url: str,
+    standin: Standin,
+    message: Message,
+    outcomes: list[CallOutcome],
+    deliveries: int = 1,
+) -> list[list[Mapping[str, Any]]]:
+    """The rulings of a three-seat bench for each delivery of ``message`` (one cache for all)."""
+
+    async def go() -> list[list[Mapping[str, Any]]]:
+        redis = Redis.from_url(redis_url)
+        llm = LlmClient(
+            LlmEndpoint(
+                base_url=standin.base_url,
+                api_key=SecretStr("stand-in"),
+                model="standin-judge",
+                temperature=0.7,
+                timeout_seconds=10,
+            )
+        )
+        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
+        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), outcomes.append)
+        try:
+            runs = []
+            for _ in range(deliveries):
+                emits = await handler.handle(message, Context(None))
+                runs.append([e.value for e in emits])
+            return runs
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_refused_request_is_that_seats_escalate_and_is_asked_again_next_time(
+    redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["400"])
+    outcomes: list[CallOutcome] = []
+
+    first, second = _deliver(redis_url, standin, _grievance(dispute), outcomes, deliveries=2)
+
+    (refused,) = [r for r in first if r["model_ruling"] == "REFUSED"]
+    assert refused["ruling"] == "ESCALATE"
+    assert refused["raw_response"] == ""
+    assert "HTTP 400" in refused["reasoning"]
+    assert sorted(r["ruling"] for r in first) == ["ESCALATE", "UPHELD", "UPHELD"]
+    # Not cached: the second delivery asks that seat again; the other two come from the cache.
+    assert [r["ruling"] for r in second] == ["UPHELD"] * 3
+    assert sorted(outcomes) == ["cached", "cached", "made", "made", "made", "refused"]
+    assert standin.stats()["by_dispute"][dispute] == 4
+
+
+def test_a_wrong_api_key_stops_the_judge(redis_url: str, standin: Standin) -> None:
+    """HTTP 401 is the settings, not the grievance: raised, so the stage stops and alerts."""
+    standin.faults(next_faults=["401"])
+    with pytest.raises(LlmRejected) as caught:
+        _deliver(redis_url, standin, _grievance(f"d-{uuid.uuid4().hex[:12]}"), [])
+    assert caught.value.status == 401
+
+
+def test_an_unknown_category_is_invalid_input_and_calls_no_model(
+    redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(InvalidInput, match="unknown grievance category 'SMELL'"):
+        _deliver(redis_url, standin, _grievance(dispute, category="SMELL"), [])
+    assert standin.stats()["by_dispute"].get(dispute, 0) == 0

@@ -1,0 +1,77 @@
+"""Looking up a writer schema: an id the registry does not have is bad input (the DLQ); a
+registry that cannot answer is an outage (retried, then raised), never a reason to dead-letter
+valid records."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from refund_bench.codec import RegistryFraming
+from refund_bench.errors import InvalidInput, TransientError
+from refund_bench.retry import RetryPolicy
+from tests.conftest import Stack
+
+pytestmark = pytest.mark.stack
+
+QUICK = RetryPolicy(attempts=3, base_seconds=0.01, max_seconds=0.01, jitter_seconds=0.0)
+
+
+def _framing(url: str) -> RegistryFraming:
+    return RegistryFraming(SchemaRegistryClient({"url": url, "max.retries": 0}), retry=QUICK)
+
+
+def _record(schema_id: int) -> bytes:
+    return b"\x00" + struct.pack(">I", schema_id) + b"\x02"
+
+
+class _Failing(BaseHTTPRequestHandler):
+    calls = 0
+
+    def do_GET(self) -> None:
+        type(self).calls += 1
+        body = b'{"error_code": 50001, "message": "registry backend unavailable"}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def failing_registry() -> Iterator[str]:
+    _Failing.calls = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_unknown_schema_id_is_invalid_input(stack: Stack) -> None:
+    with pytest.raises(InvalidInput, match="writer schema id 987654 not found"):
+        _framing(stack.registry_url).writer_schema(_record(987654))
+
+
+def test_a_registry_answering_5xx_is_retried_then_transient(failing_registry: str) -> None:
+    with pytest.raises(TransientError, match="schema registry"):
+        _framing(failing_registry).writer_schema(_record(1))
+    assert _Failing.calls == QUICK.attempts
+
+
+def test_a_registry_nobody_listens_on_is_transient() -> None:
+    with socket.socket() as probe:  # a loopback port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransientError, match="unreachable"):
+        _framing(f"http://127.0.0.1:{port}").writer_schema(_record(1))
