@@ -9,6 +9,7 @@ Spans are offsets in the complaint as a Python ``str`` (code points), ``span_end
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,11 +56,40 @@ def _norm_statement(text: str) -> str:
     return _norm(text).rstrip(".!?;:, ")
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _singular(word: str) -> str:
+    """A plural's usual singular ("biryanis", "sandwiches"); other words as they are."""
+    if len(word) > 4 and word.endswith("es") and word[:-2].endswith(("ch", "sh", "x", "ss", "z")):
+        return word[:-2]
+    if len(word) > 2 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+_FILLER = frozenset(
+    {"the", "a", "an", "my", "our", "your", "their", "of", "some", "both", "all", "whole", "one"}
+)
+"""Words a claim wraps around an item's name ("the fries", "both of my biryanis")."""
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_singular(word) for word in _WORD.findall(text.casefold()))
+
+
+def _claim_words(text: str) -> frozenset[str]:
+    return frozenset(word for word in _words(text) if word not in _FILLER and not word.isdigit())
+
+
 def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem | None, str]:
     """Resolve a claimed item name to one line item, or ``(None, problem)``.
 
-    Case-insensitive; an exact name wins; otherwise a unique containment either way
-    ("biryani" -> "Hyderabadi Biryani"), then the same with a plural "s" dropped ("biryanis").
+    Case-insensitive; an exact name wins. Otherwise whole words, plurals made singular: the
+    claim's words all in the item's name ("biryanis" -> "Hyderabadi Biryani"), or the name's
+    words all in the claim ("the Raita container" -> "Raita"), and only one item may match.
+    The claim's numbers and filler words ("the", "my", "both of") are left out. Parts of words
+    never match: "Steak" is not "Tea".
     """
     wanted = _norm(claimed)
     if not wanted:
@@ -67,20 +97,17 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     exact = [item for item in line_items if _norm(item.name) == wanted]
     if len(exact) == 1:
         return exact[0], ""
-    attempts = [wanted]
-    if wanted.endswith("s") and len(wanted) > 1:
-        attempts.append(wanted[:-1])
-    for attempt in attempts:
-        matches = [
-            item
-            for item in line_items
-            if attempt in _norm(item.name) or _norm(item.name) in attempt
-        ]
-        if len(matches) == 1:
-            return matches[0], ""
-        if len(matches) > 1:
-            names = ", ".join(repr(item.name) for item in matches)
-            return None, f"item_name {claimed!r} is ambiguous: it matches {names}"
+    words = _claim_words(claimed)
+    matches = [
+        item
+        for item in line_items
+        if words and (named := _words(item.name)) and (words <= named or named <= words)
+    ]
+    if len(matches) == 1:
+        return matches[0], ""
+    if len(matches) > 1:
+        listed = ", ".join(repr(item.name) for item in matches)
+        return None, f"item_name {claimed!r} is ambiguous: it matches {listed}"
     return None, f"item_name {claimed!r} is not on the order"
 
 

@@ -230,6 +230,8 @@ def test_too_many_grievances() -> None:
         ("biryanis", BIRYANI),
         ("the Hyderabadi Biryani box", BIRYANI),
         ("RAITA", RAITA),
+        ("the raita container", RAITA),
+        ("Raitas", RAITA),
     ],
 )
 def test_item_names_resolve_to_the_exact_line_item(claimed: str, expected: str) -> None:
@@ -250,6 +252,28 @@ def test_ambiguous_unknown_and_empty_item_names() -> None:
     assert resolve_item("raita", items)[0] == items[2]  # an exact name beats containment
     assert "not on the order" in resolve_item("naan", items)[1]
     assert "empty" in resolve_item("  ", items)[1]
+
+
+@pytest.mark.parametrize("claimed", ["Steak", "Instead", "Biryan", "ai", "the", "2"])
+def test_part_of_a_word_is_not_an_item(claimed: str) -> None:
+    """Only whole words match: an item that was never ordered must not become one that was."""
+    items = (
+        LineItem(name="Tea", quantity=1, unit_price_minor=1),
+        LineItem(name="Hyderabadi Biryani", quantity=1, unit_price_minor=1),
+    )
+    item, problem = resolve_item(claimed, items)
+    assert item is None
+    assert "not on the order" in problem
+
+
+def test_plurals_of_both_kinds_resolve() -> None:
+    items = (
+        LineItem(name="Paneer Sandwich", quantity=2, unit_price_minor=1),
+        LineItem(name="Masala Fries", quantity=1, unit_price_minor=1),
+    )
+    assert resolve_item("sandwiches", items)[0] == items[0]
+    assert resolve_item("the fries", items)[0] == items[1]
+    assert resolve_item("both of my 2 sandwiches", items)[0] == items[0]
 
 
 # --- properties ---------------------------------------------------------------------------
