@@ -62,7 +62,9 @@ class SessionSigner:
         """The session in ``token``, or ``None`` if it is forged, malformed or expired."""
         try:
             payload, stamp, mac = token.split(".")
-            if not hmac.compare_digest(mac, self._mac(f"{payload}.{stamp}")):
+            # As bytes: compare_digest refuses str with characters beyond ASCII (a cookie may
+            # carry any), and a refusal must mean "no session", not an error.
+            if not hmac.compare_digest(mac.encode(), self._mac(f"{payload}.{stamp}").encode()):
                 return None
             if not 0 <= now - int(stamp) <= self.max_age_s:
                 return None
