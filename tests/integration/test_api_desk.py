@@ -107,7 +107,7 @@ def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) ->
         with api.client() as forger:
             # A MAC with characters beyond ASCII (sent as Latin-1 bytes) is no session either.
             cookie = 'rb_review_session="e30.1.\u00e9\u00e9"'.encode("latin-1")
-            assert forger.get("/review", headers={"Cookie": cookie}).status_code == 303
+            assert forger.get("/review", headers={b"Cookie": cookie}).status_code == 303
         out = client.post("/review/logout", data={"csrf_token": token})
         assert out.status_code == 303
         assert out.headers["location"] == "/review/login"
