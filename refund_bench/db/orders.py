@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -31,7 +31,8 @@ FROM orders o WHERE o.order_id = ANY(%s)
 
 
 def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    """In UTC whatever the session's TimeZone: the text goes into the snapshot's hash."""
+    return None if value is None else value.astimezone(UTC).isoformat()
 
 
 def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
@@ -39,7 +40,7 @@ def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
         order_id=row["order_id"],
         customer_id=row["customer_id"],
         currency=row["currency"],
-        placed_at=row["placed_at"].isoformat(),
+        placed_at=row["placed_at"].astimezone(UTC).isoformat(),
         delivered_at=_iso(row["delivered_at"]),
         delivery_sla_minutes=row["delivery_sla_minutes"],
         line_items=tuple(LineItem(**item) for item in items),

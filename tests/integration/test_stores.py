@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from refund_bench.db.orders import OrderReader
+from refund_bench.db.orders import OrderReader, load_orders
 from refund_bench.db.snapshots import AsyncSnapshotReader, freeze_for_dispute
 from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS
@@ -174,6 +174,23 @@ def test_an_order_loads_with_its_items_in_line_order(database: str) -> None:
             getattr(order, name)
         )
     assert loaded.model_dump(exclude=set(instants)) == order.model_dump(exclude=set(instants))
+
+
+def test_an_orders_snapshot_hash_does_not_depend_on_the_sessions_time_zone(
+    database: str,
+) -> None:
+    """Two extractors whose connections use different TimeZone settings freeze the same
+    evidence to the same snapshot (its timestamps are written in UTC)."""
+
+    async def load(zone: str) -> Any:
+        async with await psycopg.AsyncConnection.connect(database) as conn:
+            await conn.execute("SELECT set_config('TimeZone', %s, false)", (zone,))
+            (order,) = await load_orders(conn, ["order-1840"])
+            return order
+
+    kolkata, utc = asyncio.run(load("Asia/Kolkata")), asyncio.run(load("UTC"))
+    assert kolkata.placed_at.endswith("+00:00")
+    assert freeze(kolkata).sha256 == freeze(utc).sha256
 
 
 def test_a_ledger_round_is_opened_once_and_keeps_its_first_outcome(database: str) -> None:
