@@ -107,8 +107,9 @@ def _check_unique_names(order: OrderRecord) -> None:
 def derive(order: OrderRecord) -> dict[str, Any]:
     """The ``derived`` block: facts computed from the order so judges need no arithmetic.
 
-    Delays are whole minutes, rounded down (seconds are dropped); ``sla_exceeded`` means the
-    delay in whole minutes is strictly greater than the SLA. Values are ``None`` where the
+    Delays are whole minutes, rounded up (a delivery 45 min 1 s after placing took 46 minutes),
+    so ``sla_exceeded``, "the delay in whole minutes is strictly greater than the SLA", is
+    exactly "delivered - placed exceeds the SLA", to the second. Values are ``None`` where the
     evidence they need is absent. Raises :class:`InvalidInput` for unparseable or offset-less
     timestamps, a delivery before placement, or duplicate line item names.
     """
@@ -125,7 +126,7 @@ def derive(order: OrderRecord) -> dict[str, Any]:
                 f"order {order.order_id}: delivered_at {order.delivered_at} is before "
                 f"placed_at {order.placed_at}"
             )
-        delay_minutes = (delivered - placed) // timedelta(minutes=1)
+        delay_minutes = -((placed - delivered) // timedelta(minutes=1))  # rounded up
         if order.delivery_sla_minutes is not None:
             minutes_over_sla = max(0, delay_minutes - order.delivery_sla_minutes)
             sla_exceeded = delay_minutes > order.delivery_sla_minutes

@@ -93,12 +93,23 @@ def test_delivery_within_sla_and_across_offsets() -> None:
     assert derived["sla_exceeded"] is False
 
 
-def test_delay_exactly_at_sla_is_not_exceeded_and_seconds_round_down() -> None:
-    at_sla = build_snapshot(article_order(delivered_at="2026-09-14T21:00:59+05:30"))["derived"]
-    assert at_sla["delay_minutes"] == 45
-    assert at_sla["sla_exceeded"] is False
-    over = build_snapshot(article_order(delivered_at="2026-09-14T21:01:00+05:30"))["derived"]
-    assert (over["delay_minutes"], over["minutes_over_sla"], over["sla_exceeded"]) == (46, 1, True)
+def test_delay_exactly_at_sla_is_not_exceeded_and_a_second_more_is() -> None:
+    """Placed 20:15:00, SLA 45 min: delivered - placed must exceed the SLA, to the second."""
+    at_sla = build_snapshot(article_order(delivered_at="2026-09-14T21:00:00+05:30"))["derived"]
+    assert (at_sla["delay_minutes"], at_sla["minutes_over_sla"], at_sla["sla_exceeded"]) == (
+        45,
+        0,
+        False,
+    )
+    for late in ("21:00:01", "21:00:59", "21:01:00"):
+        over = build_snapshot(article_order(delivered_at=f"2026-09-14T{late}+05:30"))["derived"]
+        assert (over["delay_minutes"], over["minutes_over_sla"], over["sla_exceeded"]) == (
+            46,
+            1,
+            True,
+        ), late
+    early = build_snapshot(article_order(delivered_at="2026-09-14T20:59:30+05:30"))["derived"]
+    assert (early["delay_minutes"], early["sla_exceeded"]) == (45, False)
 
 
 def test_packaging_recorded_and_conduct_reports_present_are_not_absent() -> None:
