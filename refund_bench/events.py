@@ -129,6 +129,7 @@ class ReviewDecided(Event):
     reviewer: str
     note: str = ""
     decided_at: datetime
+    item_key: str | None = None
 
 
 class PricedLineEvent(Event):

@@ -537,4 +537,5 @@ def decision_event_fields(record: DecisionRecord) -> Mapping[str, Any]:
         "reviewer": record.reviewer,
         "note": record.note,
         "decided_at": record.decided_at,
+        "item_key": record.item_key,
     }

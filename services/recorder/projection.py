@@ -331,14 +331,16 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
 
 
 def review_rows(e: ev.ReviewDecided) -> list[Statement]:
-    key = f"grievance:{e.grievance_id}" if e.kind == "GRIEVANCE" else None
+    """Close the item decided, and only that one: a decision on the dispute leaves its failed
+    payout open, and the other way round. A decision published before events named their item
+    closes the open items of its kind."""
+    key = e.item_key or (f"grievance:{e.grievance_id}" if e.kind == "GRIEVANCE" else None)
     if key is None:
         return [
             (
                 "UPDATE review_items SET status = 'DECIDED', decided_at = %s"
-                " WHERE dispute_id = %s AND kind IN ('DISPUTE', 'EXTRACTION', 'PAYOUT')"
-                " AND status = 'OPEN'",
-                (e.decided_at, e.dispute_id),
+                " WHERE dispute_id = %s AND kind = %s AND status = 'OPEN'",
+                (e.decided_at, e.dispute_id, e.kind),
             )
         ]
     return [

@@ -1,0 +1,122 @@
+"""The recorder's review queue against real PostgreSQL: a decision closes the item decided."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.runtime import Context, Message
+from services.recorder.handler import Recorder
+
+pytestmark = pytest.mark.stack
+
+AT = datetime(2026, 12, 3, 20, 0, tzinfo=UTC)
+
+
+def _message(topic: str, dispute_id: str, value: Any) -> Message:
+    return Message(topic, 0, 0, dispute_id, value, {}, 0)
+
+
+def _held_by_the_cap(dispute_id: str) -> Message:
+    priced = ev.RefundPriced(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        round=3,
+        pricing_version="v1",
+        currency="INR",
+        order_total_minor=500000,
+        lines=[
+            ev.PricedLineEvent(
+                grievance_id="g1",
+                category="MISSING_ITEM",
+                outcome="UPHELD",
+                status="PAY",
+                amount_minor=150000,
+                proposed_minor=150000,
+                rule="MISSING_ITEM: unit price x missing quantity",
+                item_name="Thali",
+                quantity=1,
+            )
+        ],
+        total_minor=150000,
+        payable_minor=0,
+        cap_minor=100000,
+        decision="HELD_FOR_REVIEW",
+        reason="total 150000 exceeds the auto-approve cap 100000",
+        snapshot_sha256="0" * 64,
+        priced_at=AT,
+    )
+    return _message(t.REFUND_PRICED.name, dispute_id, priced.to_avro())
+
+
+def _payout_failed(dispute_id: str) -> Message:
+    failed = ev.PayoutFailed(
+        dispute_id=dispute_id,
+        round=2,
+        amount_minor=68900,
+        currency="INR",
+        error_code="card_declined",
+        reason="the card was declined",
+        idempotency_key=f"refund-{dispute_id}-2",
+        failed_at=AT,
+    )
+    return _message(t.PAYOUT_FAILED.name, dispute_id, failed.to_avro())
+
+
+def _decided(dispute_id: str, kind: str, item_key: str | None) -> Message:
+    decided = ev.ReviewDecided(
+        dispute_id=dispute_id,
+        review_id=uuid.uuid4().hex,
+        kind=kind,
+        decision="APPROVE",
+        reviewer="alice",
+        decided_at=AT,
+        item_key=item_key,
+    )
+    return _message(t.REVIEW_DECIDED.name, dispute_id, decided.to_avro())
+
+
+def _queue(database: str, *messages: Message) -> dict[str, str]:
+    """Each review item of the messages' dispute and its status, after recording them in two
+    batches (the items, then the decision)."""
+    *items, decision = messages
+    with psycopg.connect(database) as conn:
+        recorder = Recorder(conn)
+        for batch in (items, [decision]):
+            for message in batch:
+                recorder.handle(message, Context(None))
+            recorder.flush()
+        rows = conn.execute(
+            "SELECT item_key, status FROM review_items WHERE dispute_id = %s",
+            (decision.key,),
+        ).fetchall()
+    return dict(rows)
+
+
+def test_approving_the_dispute_leaves_its_failed_payout_open(database: str) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    queue = _queue(
+        database,
+        _held_by_the_cap(dispute),
+        _payout_failed(dispute),
+        _decided(dispute, "DISPUTE", "dispute:round3"),
+    )
+    assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}
+
+
+def test_a_decision_without_its_item_closes_only_items_of_its_kind(database: str) -> None:
+    """Decisions published before ``review.decided`` named their item."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    queue = _queue(
+        database,
+        _held_by_the_cap(dispute),
+        _payout_failed(dispute),
+        _decided(dispute, "PAYOUT", None),
+    )
+    assert queue == {"dispute:round3": "OPEN", "payout:round2": "DECIDED"}
