@@ -18,13 +18,25 @@ _LETTER = r"[^\W\d_]"
 _NUMBER = r"[0-9](?:[0-9]|,(?=[0-9]))*(?:\.[0-9]+)?"
 _KNOWN_CODES = {"INR": "INR", "RS": "INR", "RS.": "INR", "USD": "USD", "EUR": "EUR", "GBP": "GBP"}
 _SYMBOLS = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP"}
-_SUFFIX_UNITS = {"RUPEE": "INR", "RUPEES": "INR", "DOLLAR": "USD", "DOLLARS": "USD"}
+_UNIT_WORDS = {"RUPEE": "INR", "RUPEES": "INR", "DOLLAR": "USD", "DOLLARS": "USD"}
+"""Currency names, written before a number ("Rupees 500") or after it ("500 rupees")."""
+_MINOR_UNITS = ("PAISE", "PAISA")
+_MULTIPLIERS = r"lakhs?|crores?|thousand|hundred"
+"""Words that scale the number before them ("1 lakh"): such an amount is never exact."""
 _BARE_WINDOW = 3
-"""A bare number counts as an amount when at most this many words separate it from "refund"."""
+"""A bare number counts as an amount when at most this many words separate it from a money
+word ("refund", "voucher", "worth", ...)."""
 
-_REFUND = re.compile(r"refund", re.IGNORECASE)
+_MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
+_MONEY = re.compile(_MONEY_WORDS, re.IGNORECASE)
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
-_REVIEW = re.compile(r"review", re.IGNORECASE)
+_REVIEW = re.compile(
+    r"\b(?:will|to|shall|going\s+to)\s+(?:be\s+)?review|\bunder\s+review\b"
+    r"|\bfor\s+(?:a\s+|human\s+|manual\s+|further\s+)?review\b|\bbeing\s+reviewed\b"
+    r"|\bsent\s+(?:\w+\s+){0,3}(?:to|for)\s+(?:a\s+)?review",
+    re.IGNORECASE,
+)
+"""A review still to come ("will review", "under review", "for review"), not one done."""
 _TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
 _PROMISES = tuple(
     re.compile(pattern, re.IGNORECASE)
@@ -36,10 +48,19 @@ _PROMISES = tuple(
         r"\bissued?\s+(?:a\s+|your\s+|the\s+)?refund",
         r"\bprocess(?:ed)?\s+(?:a\s+|your\s+|the\s+)?refund",
         r"\b(?:are|is)\s+refunding",
+        r"\brefund\s+will\b",
+        r"\b(?:receive|get|getting|receiving)\s+(?:\w+\s+){0,2}refund",
+        r"\brefund\s+(?:is\s+|has\s+been\s+)?(?:on\s+(?:its|the)\s+way|being\s+processed"
+        r"|processed|initiated|approved)",
+        r"\bmoney\s+back\b",
     )
 )
-# Stems a caller-supplied phrase may never carry into a template reply.
-_BANNED_STEMS = re.compile(r"refund|rupee|paise|sorry|apolog|credit|dollar", re.IGNORECASE)
+# What a caller-supplied phrase may never carry into a template reply: every stem the guard
+# reacts to, and the "/-" that marks rupees.
+_BANNED_STEMS = re.compile(
+    rf"{_MONEY_WORDS}|rupee|paise|paisa|dollar|lakh|crore|thousand|hundred|sorry|apolog|/-",
+    re.IGNORECASE,
+)
 
 
 def format_amount(minor: int, currency: str) -> str:
@@ -51,14 +72,15 @@ def format_amount(minor: int, currency: str) -> str:
 
 
 def _codes_pattern(currency: str) -> str:
-    """Known codes in any case; the reply's own currency code only as written (upper case), so
-    that an ordinary word can never be read as a currency."""
-    known = sorted(set(_KNOWN_CODES) - {"RS."}, key=len, reverse=True)
+    """Known codes and currency names in any case; the reply's own currency code only as written
+    (upper case), so that an ordinary word can never be read as a currency."""
+    known = sorted((set(_KNOWN_CODES) - {"RS."}) | set(_UNIT_WORDS), key=len, reverse=True)
     return "|".join([*(re.escape(code) for code in known), f"(?-i:{re.escape(currency)})"])
 
 
 def _tag(code: str) -> str:
-    return _KNOWN_CODES.get(code.upper(), code)
+    upper = code.upper()
+    return _KNOWN_CODES.get(upper) or _UNIT_WORDS.get(upper) or code
 
 
 def _prefix_re(currency: str) -> re.Pattern[str]:
@@ -71,10 +93,23 @@ def _prefix_re(currency: str) -> re.Pattern[str]:
 
 
 def _suffix_re(currency: str) -> re.Pattern[str]:
-    units = "|".join([*sorted(_SUFFIX_UNITS, key=len, reverse=True), "PAISE"])
+    units = "|".join(_MINOR_UNITS)
     return re.compile(
-        rf"(?P<num>{_NUMBER})\s*(?P<unit>{units}|{_codes_pattern(currency)})(?!{_LETTER})",
+        rf"(?P<num>{_NUMBER})\s*(?:(?P<unit>{units}|{_codes_pattern(currency)})(?!{_LETTER})"
+        rf"|(?P<dash>/-))",
         re.IGNORECASE,
+    )
+
+
+_SCALED = re.compile(rf"(?P<num>{_NUMBER})\s*(?:{_MULTIPLIERS})(?!{_LETTER})", re.IGNORECASE)
+
+
+def _currency_word_re(currency: str) -> re.Pattern[str]:
+    """Any currency code, name or symbol, with or without a number."""
+    symbols = "".join(re.escape(s) for s in _SYMBOLS)
+    units = "|".join([_codes_pattern(currency), *_MINOR_UNITS, r"RS\."])
+    return re.compile(
+        rf"(?<!{_LETTER})(?:{units})(?!{_LETTER})|[{symbols}]|(?<=[0-9])\s*/-", re.IGNORECASE
     )
 
 
@@ -101,29 +136,41 @@ class MoneyMention:
 def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     """Every money-looking mention in ``text``, in order of appearance.
 
-    Counts: a currency code or symbol (INR, Rs, Rs., ₹, $, USD, EUR, €, GBP, £, ``currency``)
-    before a number; a number before rupees, paise, dollars or a code; a bare number of two or
-    more digits within a few words of "refund".
+    Counts: a currency code, name or symbol (INR, Rs, Rs., rupees, ₹, $, USD, dollars, EUR, €,
+    GBP, £, ``currency``) before a number; a number before rupees, paise (paisa), dollars, a
+    code or "/-"; a number scaled by a word (lakh, crore, thousand, hundred), never exact; a
+    bare number of two or more digits within a few words of a money word ("refund", "voucher",
+    "worth", ...).
     """
-    found: list[tuple[int, MoneyMention]] = []
+    return tuple(mention for _, _, mention in _located_amounts(text, currency))
+
+
+def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMention]]:
+    """:func:`find_amounts` with where each mention starts and ends, in order of appearance."""
+    found: list[tuple[int, int, MoneyMention]] = []
     covered: list[tuple[int, int]] = []
     for match in _prefix_re(currency).finditer(text):
         code: str | None = match.group("code")
         tag = _SYMBOLS[match.group("sym")] if code is None else _tag(code)
         minor = _to_minor(match.group("num"), already_minor=False)
-        found.append((match.start(), MoneyMention(match.group(0), minor, tag)))
+        found.append((*match.span(), MoneyMention(match.group(0), minor, tag)))
         covered.append(match.span("num"))
     for match in _suffix_re(currency).finditer(text):
         if match.span("num") in covered:
             continue
-        unit = match.group("unit")
-        paise = unit.upper() == "PAISE"
-        tag = "INR" if paise else _SUFFIX_UNITS.get(unit.upper()) or _tag(unit)
+        unit = match.group("unit") or "INR"  # "/-" marks rupees
+        paise = unit.upper() in _MINOR_UNITS
+        tag = "INR" if paise else _tag(unit)
         minor = _to_minor(match.group("num"), already_minor=paise)
-        found.append((match.start(), MoneyMention(match.group(0), minor, tag)))
+        found.append((*match.span(), MoneyMention(match.group(0), minor, tag)))
+        covered.append(match.span("num"))
+    for match in _SCALED.finditer(text):
+        if match.span("num") in covered:
+            continue
+        found.append((*match.span(), MoneyMention(match.group(0), None, None)))
         covered.append(match.span("num"))
     tokens = list(_TOKEN.finditer(text))
-    near_refund = {i for i, token in enumerate(tokens) if _REFUND.search(token.group(0))}
+    near_refund = {i for i, token in enumerate(tokens) if _MONEY.search(token.group(0))}
     for i, token in enumerate(tokens):
         word = token.group(0)
         if not word[0].isdigit() or sum(c.isdigit() for c in word) < 2:
@@ -132,8 +179,8 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
             continue
         if any(abs(i - j) <= _BARE_WINDOW + 1 for j in near_refund):
             minor = _to_minor(word, already_minor=False)
-            found.append((token.start(), MoneyMention(word, minor, None)))
-    return tuple(mention for _, mention in sorted(found, key=lambda pair: pair[0]))
+            found.append((*token.span(), MoneyMention(word, minor, None)))
+    return sorted(found, key=lambda located: located[0])
 
 
 def check_reply(
@@ -144,7 +191,8 @@ def check_reply(
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money ("refunded", "will refund", "credited"...);
     - no other amount, and no amount in another currency, may appear;
-    - with held items, the reply must mention the review;
+    - no currency word or symbol outside such an amount ("six hundred rupees");
+    - with held items, the reply must say they go to review ("will review", "under review");
     - at most one apology ("sorry"/"apolog...").
     """
     failures: list[str] = []
@@ -159,11 +207,15 @@ def check_reply(
         promises = [m.group(0) for p in _PROMISES for m in p.finditer(text)]
         if promises:
             failures.append(f"promises money although nothing is approved: {promises[0]!r}")
-    for mention in find_amounts(text, currency):
+    located = _located_amounts(text, currency)
+    for _, _, mention in located:
         if mention.currency is not None and mention.currency != _tag(currency):
             failures.append(f"names an amount in another currency: {mention.text!r}")
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
+    for word in _currency_word_re(currency).finditer(text):
+        if not any(start <= word.start() < end for start, end, _ in located):
+            failures.append(f"names money without an amount it may state: {word.group(0)!r}")
     if held_items and not _REVIEW.search(text):
         failures.append("does not say that the held items go to review")
     apologies = len(_APOLOGY.findall(text))
@@ -177,8 +229,9 @@ def _currency_words(currency: str) -> re.Pattern[str]:
 
 
 def safe_phrase(phrase: str, currency: str) -> str:
-    """``phrase`` with everything the guard reacts to removed: currency symbols and codes,
-    "refund", "rupee", "paise", "credit", "dollar" and apology stems. Whitespace collapsed."""
+    """``phrase`` with everything the guard reacts to removed: currency symbols, codes and
+    names, money words ("refund", "credit", "voucher", ...), scaling words ("lakh"), "/-" and
+    apology stems. Whitespace collapsed."""
     codes = _currency_words(currency)
     cleaned = "".join(c for c in phrase if c not in _SYMBOLS)
     while True:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from services.llm_standin.rules import write_reply
 from services.settler.guard import (
     MoneyMention,
     check_reply,
@@ -84,6 +85,12 @@ def test_the_articles_breakdown_reply_fails_because_it_names_other_amounts() -> 
         "700 refund",
         "refunded up to 1,200.50",
         "INR 689.5",
+        "Rupees 500",
+        "a voucher worth 200/-",
+        "500 paisa",
+        "1 lakh",
+        "2 thousand as cashback",
+        "compensation of 150",
     ],
 )
 def test_any_other_amount_fails(other: str) -> None:
@@ -99,10 +106,30 @@ def test_other_spellings_of_the_approved_amount_are_not_other_amounts(same: str)
     assert check_reply(f"We have refunded INR 689 ({same}).", 68900, "INR", []) == ()
 
 
-@pytest.mark.parametrize("foreign", ["$689", "USD 689", "689 dollars", "€5", "GBP 1"])
+@pytest.mark.parametrize(
+    "foreign", ["$689", "USD 689", "689 dollars", "Dollars 689", "€5", "GBP 1"]
+)
 def test_amounts_in_another_currency_fail(foreign: str) -> None:
     failures = check_reply(f"We have refunded INR 689, that is {foreign}.", 68900, "INR", [])
     assert any("another currency" in f for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        "six hundred rupees",
+        "a few rupees more",
+        "some paise",
+        "in dollars",
+        "₹ as well",
+        "Rs. back",
+    ],
+)
+def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
+    """A currency name, code or symbol outside the approved amount: most likely an amount in
+    words, which the guard cannot read, so the reply is not sent."""
+    failures = check_reply(f"We have refunded INR 689 and {words}.", 68900, "INR", [])
+    assert any(f.startswith("names money without an amount") for f in failures), failures
 
 
 def test_numbers_far_from_refund_are_not_amounts() -> None:
@@ -121,6 +148,10 @@ def test_nothing_approved_means_no_promise_of_money() -> None:
         "A refund of your money is on its way.",
         "The amount will be credited to your account.",
         "We issued a refund.",
+        "Your full refund will be processed shortly.",
+        "You will receive a full refund.",
+        "Your refund has been initiated.",
+        "You will get your money back.",
     ):
         assert any("promises money" in f for f in check_reply(promise, 0, "INR", [])), promise
     assert any(
@@ -135,6 +166,24 @@ def test_held_items_need_a_mention_of_review() -> None:
         "does not say that the held items go to review",
     )
     assert check_reply(text, 68900, "INR", []) == ()
+    # A review already done is not one to come.
+    done = f"{text} We reviewed everything."
+    assert check_reply(done, 68900, "INR", ["Raita"]) == (
+        "does not say that the held items go to review",
+    )
+    for pending in ("A colleague will review the raita.", "The raita claim is under review."):
+        assert check_reply(f"{text} {pending}", 68900, "INR", ["Raita"]) == (), pending
+
+
+def test_the_stand_ins_own_replies_pass() -> None:
+    """The LLM stand-in's reply without mischief, paid or not, with items held or not."""
+    paid = [{"category": "MISSING_ITEM", "outcome": "PAY"}]
+    held = [{"category": "PACKAGING"}]
+    for amount, minor, resolved in (("INR 689", 68900, paid), ("INR 0", 0, [])):
+        for holding in ([], held):
+            reply = write_reply("The biryanis were missing.", amount, resolved, holding)["reply"]
+            names = ["the raita"] if holding else []
+            assert check_reply(reply, minor, "INR", names) == (), reply
 
 
 def test_at_most_one_apology() -> None:
@@ -192,6 +241,8 @@ currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
 @example(68900, "INR", ["INR 640 refund for 2 biryanis", "sorry"], ["Rs. 60 raita, apologies"])
 @example(0, "AND", ["12"], ["34", "56"])
 @example(0, "INR", ["refunded 500 rupees"], [])
+@example(68900, "INR", ["a voucher worth 200/-", "1 lakh"], ["500 paisa", "Rupees 5"])
+@example(0, "INR", ["six hundred rupees"], ["money back in dollars"])
 def test_template_reply_always_passes_the_guard(
     approved: int, currency: str, resolved: list[str], held: list[str]
 ) -> None:
