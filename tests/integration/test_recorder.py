@@ -117,6 +117,6 @@ def test_a_decision_without_its_item_closes_only_items_of_its_kind(database: str
         database,
         _held_by_the_cap(dispute),
         _payout_failed(dispute),
-        _decided(dispute, "PAYOUT", None),
+        _decided(dispute, "DISPUTE", None),
     )
-    assert queue == {"dispute:round3": "OPEN", "payout:round2": "DECIDED"}
+    assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}
