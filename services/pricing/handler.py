@@ -1,7 +1,9 @@
 """The pricing stage: verdict.decided + review.decided -> refund.priced, exactly once.
 
 Per dispute, the ``pricing.disputes`` store keeps the verdicts so far, the reviewers' decisions
-already applied, the last settlement round and what earlier rounds approved. When the N-th
+already applied, the last settlement round, each round's total and what earlier rounds approved.
+A reviewer's APPROVE covers the total of the round it was made on: a later round above both that
+total and the cap is held for review again. When the N-th
 verdict arrives, round 1 is priced; each new review decision re-prices the next round, which
 may pay only what earlier rounds have not approved. Both inputs are keyed by dispute_id and
 co-partitioned; the range assignor gives one instance the same partition of both.
@@ -9,6 +11,7 @@ co-partitioned; the range assignor gives one instance the same partition of both
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -75,7 +78,7 @@ class PricingHandler:
             if review.review_id in state["reviews"]:
                 return ()
             state["reviews"].append(review.review_id)
-            state["overrides"] = _apply(state["overrides"], review)
+            state["overrides"] = _apply(state["overrides"], review, _round_total(state, review))
             dispute_id = review.dispute_id
         outputs: list[Emit] = []
         retention: float | None = None
@@ -109,6 +112,7 @@ class PricingHandler:
             overrides=_overrides(state["overrides"]),
         )
         state["round"] += 1
+        state.setdefault("totals", {})[str(state["round"])] = priced.total_minor
         if priced.decision in _PAYING:
             state["approved_minor"] += priced.payable_minor
         event = to_event(
@@ -165,6 +169,7 @@ def _new_state(verdict: ev.VerdictDecided) -> dict[str, Any]:
         "overrides": {"grievances": {}, "dispute": None},
         "round": 0,
         "approved_minor": 0,
+        "totals": {},
     }
 
 
@@ -173,16 +178,32 @@ def _overrides(raw: Mapping[str, Any]) -> ReviewOverrides:
     return ReviewOverrides(
         grievances={gid: Ruling(r) for gid, r in raw["grievances"].items()},
         dispute=ReviewDecision(dispute) if dispute else None,
+        approved_total_minor=raw.get("approved_total_minor"),
     )
 
 
-def _apply(raw: Mapping[str, Any], review: ev.ReviewDecided) -> dict[str, Any]:
+_DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
+
+
+def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | None:
+    """The total of the round a dispute-level decision was made on: the round its review item
+    names, else (a decision published before events named their item) the last priced round.
+    ``None`` for a dispute priced before totals were kept."""
+    totals: Mapping[str, int] = state.get("totals", {})
+    named = _DISPUTE_ITEM.fullmatch(review.item_key or "")
+    return totals.get(named[1] if named else str(state["round"]))
+
+
+def _apply(
+    raw: Mapping[str, Any], review: ev.ReviewDecided, round_total: int | None
+) -> dict[str, Any]:
     try:
         decision = ReviewDecision(review.decision)
     except ValueError as exc:
         raise InvalidInput(f"unknown review decision {review.decision!r}") from exc
-    updated = _overrides(raw).with_review(decision, review.grievance_id)
+    updated = _overrides(raw).with_review(decision, review.grievance_id, round_total)
     return {
         "grievances": {gid: r.value for gid, r in updated.grievances.items()},
         "dispute": updated.dispute.value if updated.dispute else None,
+        "approved_total_minor": updated.approved_total_minor,
     }

@@ -63,6 +63,10 @@ class ReviewOverrides(_Frozen):
 
     grievances: Mapping[str, Ruling] = Field(default_factory=dict)
     dispute: ReviewDecision | None = None
+    approved_total_minor: MinorUnits | None = Field(default=None, ge=0)
+    """With APPROVE: the dispute total the reviewer approved. A later round whose total is above
+    both it and the cap goes back to review. ``None`` (an approval recorded before totals were):
+    the approval covers any total."""
 
     @field_validator("grievances")
     @classmethod
@@ -79,19 +83,40 @@ class ReviewOverrides(_Frozen):
             raise ValueError(f"a dispute review must be APPROVE or DECLINE, got {value}")
         return value
 
-    def with_review(self, decision: ReviewDecision, grievance_id: str | None) -> ReviewOverrides:
+    def with_review(
+        self,
+        decision: ReviewDecision,
+        grievance_id: str | None,
+        approved_total_minor: MinorUnits | None = None,
+    ) -> ReviewOverrides:
         """These overrides plus one ``review.decided``; a later review of the same target wins.
 
-        UPHOLD/REJECT need a ``grievance_id``; APPROVE/DECLINE apply to the dispute.
+        UPHOLD/REJECT need a ``grievance_id``; APPROVE/DECLINE apply to the dispute, APPROVE up
+        to ``approved_total_minor`` (the total of the round the reviewer approved).
         """
-        if decision in (ReviewDecision.APPROVE, ReviewDecision.DECLINE):
+        if decision is ReviewDecision.APPROVE:
+            return ReviewOverrides(
+                grievances=self.grievances,
+                dispute=decision,
+                approved_total_minor=approved_total_minor,
+            )
+        if decision is ReviewDecision.DECLINE:
             return ReviewOverrides(grievances=self.grievances, dispute=decision)
         if grievance_id is None:
             raise InvalidInput(f"review decision {decision} needs a grievance_id")
         ruling = Ruling.UPHELD if decision is ReviewDecision.UPHOLD else Ruling.REJECTED
         return ReviewOverrides(
-            grievances={**self.grievances, grievance_id: ruling}, dispute=self.dispute
+            grievances={**self.grievances, grievance_id: ruling},
+            dispute=self.dispute,
+            approved_total_minor=self.approved_total_minor,
         )
+
+    def approves(self, total_minor: MinorUnits, cap_minor: MinorUnits) -> bool:
+        """True when a reviewer's APPROVE covers a dispute total of ``total_minor``."""
+        if self.dispute is not ReviewDecision.APPROVE:
+            return False
+        bound = self.approved_total_minor
+        return bound is None or total_minor <= max(bound, cap_minor)
 
 
 class PricedLine(_Frozen):
@@ -321,7 +346,7 @@ def price_refund(
             bounds.consume(verdict, line.amount_minor)
             lines[verdict.grievance_id] = line
     priced = tuple(lines[v.grievance_id] for v in ordered)
-    return _decide(priced, order, cap_minor, already_approved_minor, overrides.dispute)
+    return _decide(priced, order, cap_minor, already_approved_minor, overrides)
 
 
 def _decide(
@@ -329,7 +354,7 @@ def _decide(
     order: OrderRecord,
     cap_minor: int,
     already: int,
-    dispute: ReviewDecision | None,
+    overrides: ReviewOverrides,
 ) -> PricedRefund:
     pay_sum = sum(line.amount_minor for line in lines if line.status is LineStatus.PAY)
     total = min(pay_sum, order.charged_total_minor)
@@ -341,14 +366,18 @@ def _decide(
     if held:
         notes.append(f"held for review: {', '.join(held)}")
 
+    dispute = overrides.dispute
     if dispute is ReviewDecision.DECLINE:
         decision, payable, why = Decision.DECLINED, 0, "a reviewer declined the dispute"
-    elif dispute is ReviewDecision.APPROVE:
+    elif overrides.approves(total, cap_minor):
         decision, payable = Decision.REVIEW_APPROVED, outstanding
         why = f"a reviewer approved total {total}; {already} approved before, {payable} payable"
     elif total > cap_minor:
         decision, payable = Decision.HELD_FOR_REVIEW, 0
-        why = f"total {total} exceeds the auto-approve cap {cap_minor}; nothing paid automatically"
+        why = f"total {total} exceeds the auto-approve cap {cap_minor}"
+        if dispute is ReviewDecision.APPROVE:
+            why += f" and the total {overrides.approved_total_minor} a reviewer approved"
+        why += "; nothing paid automatically"
     elif outstanding > 0:
         decision, payable = Decision.AUTO_APPROVED, outstanding
         why = (

@@ -256,6 +256,34 @@ def test_reviewer_approval_lifts_the_cap_but_not_the_order_total() -> None:
     assert priced.payable_minor == 134000
 
 
+def test_an_approval_covers_the_total_approved_not_a_larger_one() -> None:
+    """Approved at 128000 (over the cap); a later uphold raises the total to 134000: above the
+    cap and above what the reviewer approved, so the dispute is held again, nothing paid."""
+    lines = [
+        verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=4),
+        verdict("g2", Category.WRONG_ITEM, item=RAITA, outcome=E),
+    ]
+    approved = ReviewOverrides(dispute=ReviewDecision.APPROVE, approved_total_minor=128000)
+    first = price_refund(lines, SNAPSHOT, overrides=approved)
+    assert (first.decision, first.total_minor, first.payable_minor) == (
+        Decision.REVIEW_APPROVED,
+        128000,
+        128000,
+    )
+    upheld = approved.with_review(ReviewDecision.UPHOLD, "g2")
+    assert upheld.approved_total_minor == 128000
+    later = price_refund(lines, SNAPSHOT, already_approved_minor=128000, overrides=upheld)
+    assert (later.decision, later.total_minor, later.payable_minor) == (
+        Decision.HELD_FOR_REVIEW,
+        134000,
+        0,
+    )
+    assert "the total 128000 a reviewer approved" in later.reason
+    again = upheld.with_review(ReviewDecision.APPROVE, None, approved_total_minor=134000)
+    last = price_refund(lines, SNAPSHOT, already_approved_minor=128000, overrides=again)
+    assert (last.decision, last.payable_minor) == (Decision.REVIEW_APPROVED, 6000)
+
+
 def test_reviewer_decline_pays_nothing() -> None:
     overrides = ReviewOverrides(dispute=ReviewDecision.DECLINE)
     priced = price_refund(ARTICLE_VERDICTS, SNAPSHOT, overrides=overrides)
@@ -379,6 +407,11 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         st.dictionaries(st.sampled_from(ids), st.sampled_from([U, R])) if ids else st.just({})
     )
     dispute = draw(st.sampled_from([None, ReviewDecision.APPROVE, ReviewDecision.DECLINE]))
+    approved_total = (
+        draw(st.none() | st.integers(min_value=0, max_value=order.charged_total_minor))
+        if dispute is ReviewDecision.APPROVE
+        else None
+    )
     return {
         "order": order,
         "verdicts": verdicts,
@@ -386,7 +419,9 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "already_approved_minor": draw(
             st.integers(min_value=0, max_value=order.charged_total_minor)
         ),
-        "overrides": ReviewOverrides(grievances=grievance_overrides, dispute=dispute),
+        "overrides": ReviewOverrides(
+            grievances=grievance_overrides, dispute=dispute, approved_total_minor=approved_total
+        ),
     }
 
 
@@ -409,7 +444,11 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
     assert priced.payable_minor + priced.already_paid_minor <= order.charged_total_minor
     assert priced.payable_minor <= priced.total_minor
     if priced.payable_minor > 0:
-        assert priced.total_minor <= priced.cap_minor or overrides.dispute is ReviewDecision.APPROVE
+        approved = overrides.dispute is ReviewDecision.APPROVE and (
+            overrides.approved_total_minor is None
+            or priced.total_minor <= overrides.approved_total_minor
+        )
+        assert priced.total_minor <= priced.cap_minor or approved
         assert priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
     if overrides.dispute is ReviewDecision.DECLINE:
         assert priced.payable_minor == 0

@@ -92,3 +92,53 @@ def test_a_dispute_waiting_for_a_reviewer_keeps_the_long_retention_until_decided
     assert _headers(store, handler, _verdict("g4", "ESCALATE")) == {}, "the raita line is held"
     decided = _headers(store, handler, _review("UPHOLD"))
     assert decided == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
+
+
+def _priced(store: StateStore, handler: PricingHandler, message: Message) -> Mapping[str, Any]:
+    """The one ``refund.priced`` value ``message`` leads to (its state write applied)."""
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    (emit,) = handler.handle(message, Context(record))
+    record.merge_into_batch()
+    batch.apply()
+    return emit.value
+
+
+def _decided(review_id: str, kind: str, decision: str, item_key: str | None) -> Message:
+    value = ev.ReviewDecided(
+        dispute_id="d-1",
+        review_id=review_id,
+        kind=kind,
+        grievance_id="g3" if kind == "GRIEVANCE" else None,
+        decision=decision,
+        reviewer="alice",
+        decided_at=ev.now(),
+        item_key=item_key,
+    ).to_avro()
+    return Message(t.REVIEW_DECIDED.name, 0, 0, "d-1", value, {}, 0)
+
+
+def test_an_approval_covers_the_round_it_was_made_on_not_a_later_larger_total() -> None:
+    """Cap 50000: the article's 68900 is held and approved; upholding the raita raises the
+    total to 74900, which goes back to review instead of being paid on the old approval."""
+    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
+    store.open(0)
+    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    held = _priced(store, handler, _verdict("g3", "ESCALATE"))
+    assert (held["round"], held["decision"], held["total_minor"]) == (1, "HELD_FOR_REVIEW", 68900)
+
+    approved = _priced(store, handler, _decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"))
+    assert (approved["decision"], approved["payable_minor"]) == ("REVIEW_APPROVED", 68900)
+
+    larger = _priced(store, handler, _decided("r-2", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (larger["round"], larger["decision"], larger["total_minor"]) == (
+        3,
+        "HELD_FOR_REVIEW",
+        74900,
+    )
+    assert larger["payable_minor"] == 0
+
+    again = _priced(store, handler, _decided("r-3", "DISPUTE", "APPROVE", "dispute:round3"))
+    assert (again["decision"], again["payable_minor"]) == ("REVIEW_APPROVED", 6000)
