@@ -155,6 +155,10 @@ class StageRunner:
             raise ValueError("stateful stages take a synchronous handler (ordered per key)")
         if spec.store is not None and len(spec.inputs) > 1 and spec.assignment != "range":
             raise ValueError("a stateful stage with several inputs needs the range assignor")
+        if spec.store is not None and config.guarantee != "exactly-once":
+            # At least once, a changelog write could be delivered while the output it goes with
+            # is not: after a restart the state says "done" and the output never comes.
+            raise ValueError("a stateful stage runs exactly-once only (GUARANTEE=exactly-once)")
         self.spec = spec
         self.config = config
         self.metrics: Metrics = metrics or NullMetrics()

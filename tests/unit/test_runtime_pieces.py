@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import io
 import random
@@ -16,7 +17,10 @@ from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
+from refund_bench.runtime.selftest import counter_spec
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
+from refund_bench.topics import Topic
 
 
 def test_retry_waits_1_2_4_8_seconds_plus_jitter_then_gives_up() -> None:
@@ -328,3 +332,28 @@ def test_tune_gc_freezes_start_up_and_raises_only_the_young_threshold() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(
+    ("spec", "config", "problem"),
+    [
+        (
+            counter_spec("c", "in", "out"),
+            RuntimeConfig("localhost:9", "g", "t", guarantee="at-least-once"),
+            "exactly-once only",
+        ),
+        (
+            dataclasses.replace(
+                counter_spec("c", "in", "out"),
+                inputs=(Topic("a", "bench.record"), Topic("b", "bench.record")),
+            ),
+            RuntimeConfig("localhost:9", "g", "t"),
+            "range assignor",
+        ),
+    ],
+)
+def test_a_stateful_stage_refuses_what_would_lose_its_state(
+    spec: StageSpec, config: RuntimeConfig, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        StageRunner(spec, config, FingerprintFraming())
