@@ -2,15 +2,17 @@
 
 Per dispute, the ``pricing.disputes`` store keeps the verdicts so far, the reviewers' decisions
 already applied, the last settlement round, each round's total and what earlier rounds approved.
-A reviewer's APPROVE covers the total of the round it was made on: a later round above both that
-total and the cap is held for review again. When the N-th
-verdict arrives, round 1 is priced; each new review decision re-prices the next round, which
-may pay only what earlier rounds have not approved. Both inputs are keyed by dispute_id and
-co-partitioned; the range assignor gives one instance the same partition of both.
+When the N-th verdict arrives, round 1 is priced; each new review decision re-prices the next
+round, which may pay only what earlier rounds have not approved. A reviewer's APPROVE covers the
+total of the round it was made on: a later round above both that total and the cap is held for
+review again. A grievance's review may arrive before the dispute's verdicts (the two topics are
+read independently); it is kept and applied when round 1 is priced. Both inputs are keyed by
+dispute_id and co-partitioned; the range assignor gives one instance the same partition of both.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,11 +29,14 @@ from services.pricing.table import (
     price_refund,
 )
 
+log = logging.getLogger(__name__)
+
 STORE = "disputes"
 RETENTION_S = 90 * 24 * 3600.0
 """How long a dispute's state outlives its last write while a reviewer may still act on it: a
-review decision that comes later finds no dispute and goes to the dead-letter topic with that
-reason."""
+dispute-level review decision that comes later finds no dispute and goes to the dead-letter
+topic with that reason; a grievance-level one is kept as if it came before the verdicts (with a
+warning in the log) and expires unused."""
 SETTLED_RETENTION_S = 7 * 24 * 3600.0
 """How long a settled dispute's state (its last round held nothing for review) outlives its
 last write: long enough to ignore redelivered verdicts."""
@@ -60,7 +65,9 @@ class PricingHandler:
         store = ctx.store()
         if message.topic == t.VERDICT_DECIDED.name:
             verdict = ev.parse(ev.VerdictDecided, message.value)
-            state = store.get(verdict.dispute_id) or _new_state(verdict)
+            state = store.get(verdict.dispute_id) or _new_state()
+            if state["grievance_total"] is None:  # the dispute's first verdict
+                state.update(_dispute_facts(verdict))
             if verdict.grievance_id in state["verdicts"]:
                 return ()
             state["verdicts"][verdict.grievance_id] = {
@@ -73,8 +80,18 @@ class PricingHandler:
         else:
             review = ev.parse(ev.ReviewDecided, message.value)
             state = store.get(review.dispute_id)
-            if state is None:
+            if state is None and review.kind != "GRIEVANCE":
                 raise InvalidInput(f"review {review.review_id} for unknown dispute")
+            if state is None:
+                # A grievance's review item is projected from its verdict, which this stage may
+                # not have read yet (the two topics are consumed independently): keep the
+                # decision until the dispute's verdicts arrive.
+                log.warning(
+                    "review %s of dispute %s came before its verdicts: kept until they arrive",
+                    review.review_id,
+                    review.dispute_id,
+                )
+                state = _new_state()
             if review.review_id in state["reviews"]:
                 return ()
             state["reviews"].append(review.review_id)
@@ -159,17 +176,28 @@ def to_event(
     )
 
 
-def _new_state(verdict: ev.VerdictDecided) -> dict[str, Any]:
+def _new_state() -> dict[str, Any]:
+    """A dispute's state before anything is known of it (opened by its first verdict, or by a
+    grievance review that came first; see :func:`_dispute_facts`)."""
     return {
-        "order_id": verdict.order_id,
-        "grievance_total": verdict.grievance_total,
-        "snapshot_sha256": verdict.snapshot_sha256,
+        "order_id": None,
+        "grievance_total": None,
+        "snapshot_sha256": None,
         "verdicts": {},
         "reviews": [],
         "overrides": {"grievances": {}, "dispute": None},
         "round": 0,
         "approved_minor": 0,
         "totals": {},
+    }
+
+
+def _dispute_facts(verdict: ev.VerdictDecided) -> dict[str, Any]:
+    """What every verdict of a dispute carries alike, taken from its first."""
+    return {
+        "order_id": verdict.order_id,
+        "grievance_total": verdict.grievance_total,
+        "snapshot_sha256": verdict.snapshot_sha256,
     }
 
 

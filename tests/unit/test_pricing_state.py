@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.errors import InvalidInput
 from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import RETENTION_HEADER, BatchState, RecordState, StateStore
 from services.extractor.evidence import build_snapshot
@@ -142,3 +145,27 @@ def test_an_approval_covers_the_round_it_was_made_on_not_a_later_larger_total() 
 
     again = _priced(store, handler, _decided("r-3", "DISPUTE", "APPROVE", "dispute:round3"))
     assert (again["decision"], again["payable_minor"]) == ("REVIEW_APPROVED", 6000)
+
+
+def test_a_grievance_review_that_comes_before_the_verdicts_is_applied_in_round_one() -> None:
+    """The recorder projected the raita's verdict and a reviewer upheld it while pricing had
+    not yet read the verdicts: the decision waits in the state instead of the DLQ."""
+    store, handler = _handler()
+    early = BatchState(store)
+    record = RecordState(early, 0)
+    early_review = _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g3")
+    assert list(handler.handle(early_review, Context(record))) == []
+    record.merge_into_batch()
+    early.apply()
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    priced = _priced(store, handler, _verdict("g3", "ESCALATE"))
+    assert (priced["round"], priced["total_minor"], priced["payable_minor"]) == (1, 74900, 74900)
+    assert priced["held_grievances"] == []
+
+
+def test_a_dispute_review_for_an_unknown_dispute_is_invalid() -> None:
+    _store, handler = _handler()
+    record = RecordState(BatchState(_store), 0)
+    with pytest.raises(InvalidInput, match="for unknown dispute"):
+        handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"), Context(record))
