@@ -9,6 +9,11 @@ from typing import Any
 
 from refund_bench.errors import DlqLimitExceeded
 
+MAX_REASON_CHARS = 4000
+MAX_ORIGINAL_BYTES = 900_000
+"""Below the producer's default ``message.max.bytes`` (1,000,000) with room for the rest of the
+envelope and its headers."""
+
 
 def dead_letter(
     *,
@@ -21,7 +26,20 @@ def dead_letter(
     reason: str,
     error_type: str,
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The DLQ envelope value and its headers for one unprocessable record."""
+    """The DLQ envelope value and its headers for one unprocessable record.
+
+    The envelope must fit in one Kafka record even when the input nearly filled one: a reason
+    longer than :data:`MAX_REASON_CHARS` is cut, and an original value longer than
+    :data:`MAX_ORIGINAL_BYTES` is kept in part (the reason says so, and the header
+    ``dlq.original.bytes`` gives its full size). The whole record stays in its source topic
+    at ``offset`` until that topic's retention, for a replay from there.
+    """
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    size = len(value) if value is not None else 0
+    if value is not None and size > MAX_ORIGINAL_BYTES:
+        value = value[:MAX_ORIGINAL_BYTES]
+        reason += f" [original value cut to {MAX_ORIGINAL_BYTES} of {size} bytes]"
     envelope = {
         "stage": stage,
         "source_topic": topic,
@@ -40,6 +58,7 @@ def dead_letter(
         "dlq.source.topic": topic.encode(),
         "dlq.source.partition": str(partition).encode(),
         "dlq.source.offset": str(offset).encode(),
+        "dlq.original.bytes": str(size).encode(),
     }
     return envelope, headers
 

@@ -16,7 +16,12 @@ from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
-from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.dlq import (
+    MAX_ORIGINAL_BYTES,
+    MAX_REASON_CHARS,
+    DlqBudget,
+    dead_letter,
+)
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.runtime.selftest import counter_spec
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
@@ -357,3 +362,36 @@ def test_a_stateful_stage_refuses_what_would_lose_its_state(
 ) -> None:
     with pytest.raises(ValueError, match=problem):
         StageRunner(spec, config, FingerprintFraming())
+
+
+def test_a_dead_letter_fits_one_record_even_for_an_input_that_filled_one() -> None:
+    value = b"\x00" * 999_000
+    envelope, headers = dead_letter(
+        stage="judge",
+        topic="grievance.extracted",
+        partition=3,
+        offset=41,
+        key=b"d-1",
+        value=value,
+        reason="x" * 50_000,
+        error_type="InvalidInput",
+    )
+    assert envelope["original_value"] == value[:MAX_ORIGINAL_BYTES]
+    assert envelope["reason"].startswith("x" * (MAX_REASON_CHARS - 1) + "…")
+    assert envelope["reason"].endswith(
+        f"[original value cut to {MAX_ORIGINAL_BYTES} of 999000 bytes]"
+    )
+    assert headers["dlq.original.bytes"] == b"999000"
+    assert headers["dlq.reason"] == envelope["reason"].encode()
+    codec = Codec(FingerprintFraming(), {"grievance.extracted.dlq": "dead_letter"})
+    record = codec.encode("grievance.extracted.dlq", envelope)
+    assert len(record) + sum(len(k) + len(v) for k, v in headers.items()) < 1_000_000
+
+
+def test_a_small_dead_letter_is_kept_whole() -> None:
+    envelope, headers = dead_letter(
+        stage="s", topic="t", partition=0, offset=0, key=None, value=b"abc", reason="bad",
+        error_type="InvalidInput",
+    )  # fmt: skip
+    assert (envelope["original_value"], envelope["reason"]) == (b"abc", "bad")
+    assert headers["dlq.original.bytes"] == b"3"
