@@ -250,11 +250,18 @@ class StateStore:
             self._written.pop(partition, None)
 
     def restore(
-        self, consumer_conf: dict[str, Any], partitions: Iterable[int], timeout_s: float = 120.0
+        self,
+        consumer_conf: dict[str, Any],
+        partitions: Iterable[int],
+        stall_timeout_s: float = 120.0,
+        on_progress: Callable[[], None] | None = None,
     ) -> int:
         """Rebuild the committed view of ``partitions`` from the changelog; returns records read.
 
-        Reads read_committed until every partition reports end-of-partition.
+        Reads read_committed until every partition reports end-of-partition, however long that
+        takes while records keep coming; raises ``TimeoutError`` after ``stall_timeout_s``
+        without a record or an end-of-partition. ``on_progress`` is called after each fetch
+        (wire it to the liveness heartbeat: a long restore is not a wedged loop).
         """
         wanted = sorted(set(partitions))
         if not wanted:
@@ -274,11 +281,19 @@ class StateStore:
             restorer.assign([TopicPartition(self.changelog, p, OFFSET_BEGINNING) for p in wanted])
             remaining = set(wanted)
             read = 0
-            deadline = time.monotonic() + timeout_s
+            deadline = time.monotonic() + stall_timeout_s
             while remaining:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"restoring {self.changelog} {sorted(remaining)} timed out")
-                for msg in restorer.consume(num_messages=1000, timeout=0.5):
+                    raise TimeoutError(
+                        f"restoring {self.changelog} {sorted(remaining)}: nothing read for "
+                        f"{stall_timeout_s:.0f} s"
+                    )
+                fetched = restorer.consume(num_messages=1000, timeout=0.5)
+                if fetched:
+                    deadline = time.monotonic() + stall_timeout_s
+                if on_progress is not None:
+                    on_progress()
+                for msg in fetched:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:

@@ -437,6 +437,50 @@ def _expiring_counter(name: str, source: str, sink: str) -> StageSpec:
     return StageSpec(name, (Topic(source, "bench.record"),), (out,), handle, store="counts")
 
 
+def test_a_changelog_is_created_compacted_with_hourly_segments(
+    stack: Stack, new_topic: TopicFactory
+) -> None:
+    # The documented import; the package's stubs do not re-export it explicitly.
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    from refund_bench.topics import CHANGELOG_CONFIG
+
+    changelog = new_topic("changelog", 1, compacted=True)
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, changelog)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert {name: configs[name].value for name in CHANGELOG_CONFIG} == CHANGELOG_CONFIG
+
+
+def test_a_long_restore_keeps_the_stage_alive_and_a_stalled_one_fails(
+    stack: Stack, new_topic: TopicFactory
+) -> None:
+    """A restore that keeps reading beats the heartbeat and does not time out; one that reads
+    nothing (a changelog it cannot reach) fails after the stall timeout."""
+    from refund_bench.runtime.state import StateStore
+
+    changelog = new_topic("restore", 1, compacted=True)
+    producer = Producer({"bootstrap.servers": stack.kafka})
+    for i in range(3000):
+        producer.produce(changelog, key=f"k{i % 500}".encode(), value=b"{}")
+    producer.flush(30)
+    store = StateStore("s", changelog)
+    beats: list[float] = []
+    read = store.restore(
+        {"bootstrap.servers": stack.kafka},
+        [0],
+        stall_timeout_s=30,
+        on_progress=lambda: beats.append(1),
+    )
+    assert read == 3000
+    assert store.size() == 500
+    assert len(beats) >= 1
+
+    missing = StateStore("s", f"{changelog}-missing")
+    with pytest.raises(TimeoutError, match="nothing read for 2 s"):
+        missing.restore({"bootstrap.servers": stack.kafka}, [0], stall_timeout_s=2)
+
+
 def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:

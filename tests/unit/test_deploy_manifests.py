@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings, StageSettings
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
-from refund_bench.topics import all_topic_specs
+from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs
 from services.api.settings import ApiSettings
 from services.extractor.__main__ import Settings as ExtractorSettings
 from services.payout.__main__ import Settings as PayoutSettings
@@ -265,3 +265,5 @@ def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
         assert spec["partitions"] == partitions, name
         compacted = spec["config"]["cleanup.policy"] == "compact"
         assert compacted == specs[name].compacted, name
+        if compacted:
+            assert {k: spec["config"][k] for k in CHANGELOG_CONFIG} == CHANGELOG_CONFIG, name
