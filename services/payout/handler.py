@@ -3,7 +3,8 @@
 At most one refund per (dispute, round): the ledger row is written before the provider is
 called, a settled round never reaches the provider again, and every provider call for the round
 carries the same idempotency key, so a crash between the call and the ledger update replays the
-same refund instead of creating a second one.
+same refund instead of creating a second one. Only within Stripe's idempotency window, though: a
+round still PENDING after 23 hours is not called again but fails to review (``STALE_PENDING``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.payout.ledger import LedgerRow, PayoutLedger
 from services.payout.payments import PaymentRejected, Payments, idempotency_key
+
+IDEMPOTENCY_WINDOW_S = 23 * 3600.0
+"""Stripe keeps an idempotency key for at least 24 hours; an hour's margin."""
+STALE_PENDING_MESSAGE = (
+    "the round was opened more than 23 hours ago and never settled: Stripe may no longer know "
+    "its idempotency key, so calling again could refund twice. Look for a refund with this "
+    "dispute_id and round in its metadata before paying by hand."
+)
 
 
 class PayoutHandler:
@@ -53,7 +62,14 @@ class PayoutHandler:
                     f"round already recorded for {row.amount_minor} {row.currency}",
                 )
             ]
-        if row.status == "PENDING":
+        if row.status == "PENDING" and not row.opened and row.age_s > IDEMPOTENCY_WINDOW_S:
+            row = await self._ledger.settle(
+                request.dispute_id,
+                request.round,
+                error_code="STALE_PENDING",
+                error_message=STALE_PENDING_MESSAGE,
+            )
+        elif row.status == "PENDING":
             row = await self._pay(request, row)
         if row.status == "SUCCEEDED":
             return [_completed(row)]

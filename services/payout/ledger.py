@@ -31,6 +31,8 @@ class LedgerRow:
     opened: bool = field(default=False, compare=False)
     """True when this row was just inserted by :meth:`PayoutLedger.open_round`, with its first
     provider call already counted."""
+    age_s: float = field(default=0.0, compare=False)
+    """Seconds since the round was opened, by the database's clock (from ``open_round``)."""
 
 
 _OPEN_SQL = """
@@ -41,12 +43,13 @@ WITH opened AS (
             %(idempotency_key)s, 'PENDING', 1)
     ON CONFLICT (dispute_id, round) DO NOTHING
     RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status,
-              stripe_refund_id, error_code, error_message, true AS opened
+              stripe_refund_id, error_code, error_message, true AS opened, 0.0::float8 AS age_s
 )
 SELECT * FROM opened
 UNION ALL
 SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
-       error_code, error_message, false AS opened
+       error_code, error_message, false AS opened,
+       EXTRACT(EPOCH FROM now() - created_at)::float8 AS age_s
 FROM payout_ledger
 WHERE dispute_id = %(dispute_id)s AND round = %(round)s AND NOT EXISTS (SELECT 1 FROM opened)
 """

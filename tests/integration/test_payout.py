@@ -161,6 +161,28 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
     assert _attempts(database, dispute) == 1, "the replayed call on a PENDING round is counted"
 
 
+def test_a_round_pending_past_the_idempotency_window_goes_to_review_not_to_stripe(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Opened 25 hours ago and never settled (a long outage, say): Stripe may have forgotten
+    the key, so another call could refund twice. The round fails to review instead."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, attempts, created_at) VALUES"
+            " (%s, 1, 68900, 'INR', 'pi_order1840', %s, 'PENDING', 1,"
+            " now() - interval '25 hours')",
+            (dispute, idempotency_key(dispute, 1)),
+        )
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in outputs] == ["payout.failed"]
+    assert outputs[0].value["error_code"] == "STALE_PENDING"
+    assert "idempotency key" in outputs[0].value["reason"]
+    assert fake.fake.requests == 0
+    assert _attempts(database, dispute) == 1
+
+
 def test_declined_refund_fails_once_and_is_not_retried(
     database: str, fake: FakeStripeServer
 ) -> None:
