@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
+
+from refund_bench.llm.client import LlmClient, LlmEndpoint
 
 
 @dataclass
@@ -19,3 +22,14 @@ class Standin:
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = self.admin.get("/stats").raise_for_status().json()
         return stats
+
+    def client(self, model: str, temperature: float) -> LlmClient:
+        """A client of the stand-in for one role (close it with ``aclose``)."""
+        endpoint = LlmEndpoint(
+            base_url=self.base_url,
+            api_key=SecretStr("stand-in"),
+            model=model,
+            temperature=temperature,
+            timeout_seconds=10,
+        )
+        return LlmClient(endpoint)

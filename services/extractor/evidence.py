@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -225,68 +226,39 @@ NOT_CITABLE = frozenset(
 """Identifiers and explanations: in the snapshot, but citing them grounds no ruling."""
 
 
-def _paths(value: object, prefix: str, out: set[str]) -> None:
-    out.add(prefix)
+def _walk(value: object, path: str) -> Iterator[tuple[str, object]]:
+    """``(path, value)`` of ``value`` and of everything under it; elements of lists of objects
+    under both ``.0`` and ``[0]``."""
+    yield path, value
     if isinstance(value, dict):
         for key, child in value.items():
-            _paths(child, f"{prefix}.{key}", out)
+            yield from _walk(child, f"{path}.{key}")
     elif isinstance(value, list):
         for index, child in enumerate(value):
             if isinstance(child, dict):
-                _paths(child, f"{prefix}.{index}", out)
-                _paths(child, f"{prefix}[{index}]", out)
+                yield from _walk(child, f"{path}.{index}")
+                yield from _walk(child, f"{path}[{index}]")
 
 
-_SILENT_WHEN_FALSE = frozenset({"order.packaging_condition_recorded"})
-"""Flags whose ``false`` says that nothing was recorded, not that something was found."""
-_RECORDS_OF_ABSENCE = frozenset({"derived.absent_records"})
-"""Lists of what the order store has no record of: citing them cites silence."""
-
-
-def _silent(value: object) -> bool:
-    """True for a value that records nothing: null, an empty string or list, or an object all
-    of whose values record nothing."""
-    if value is None or value == "" or value == []:
-        return True
-    if isinstance(value, dict):
-        return all(_silent(child) for child in value.values())
-    return False
-
-
-def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:
-    """The citable fields (as :func:`evidence_fields` names them) that hold no record: null or
-    empty values, ``order.packaging_condition_recorded`` when false, and
-    ``derived.absent_records``. A REJECTED citing only these rests on missing evidence."""
-    fields: set[str] = set()
+def _citable(snapshot: dict[str, Any]) -> Iterator[tuple[str, str, object]]:
+    """``(section, full path, value)`` of every citable field of ``snapshot``."""
     for section in _SECTIONS:
         body = snapshot.get(section)
         if not isinstance(body, dict):
             continue
         for key, value in body.items():
-            full = f"{section}.{key}"
-            if full in NOT_CITABLE:
-                continue
-            silent: set[str] = set()
-            if full in _RECORDS_OF_ABSENCE or (full in _SILENT_WHEN_FALSE and value is False):
-                _paths(value, full, silent)
-            else:
-                _silent_paths(value, full, silent)
-            fields |= silent
-            fields |= {path[len(section) + 1 :] for path in silent}
-    return frozenset(fields)
+            if f"{section}.{key}" not in NOT_CITABLE:
+                for path, found in _walk(value, f"{section}.{key}"):
+                    yield section, path, found
 
 
-def _silent_paths(value: object, prefix: str, out: set[str]) -> None:
-    if _silent(value):
-        _paths(value, prefix, out)
-    elif isinstance(value, dict):
-        for key, child in value.items():
-            _silent_paths(child, f"{prefix}.{key}", out)
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            if isinstance(child, dict):
-                _silent_paths(child, f"{prefix}.{index}", out)
-                _silent_paths(child, f"{prefix}[{index}]", out)
+def _in_both_forms(fields: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """Each ``(section, full path)`` as the full path and without its section prefix."""
+    out: set[str] = set()
+    for section, path in fields:
+        out.add(path)
+        out.add(path[len(section) + 1 :])
+    return frozenset(out)
 
 
 def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
@@ -297,16 +269,33 @@ def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
     addressable as ``line_items.0.name`` and ``line_items[0].name``. The bare section names,
     ``snapshot_version`` and :data:`NOT_CITABLE` are not evidence and are not included.
     """
-    fields: set[str] = set()
-    for section in _SECTIONS:
-        body = snapshot.get(section)
-        if not isinstance(body, dict):
-            continue
-        for key, value in body.items():
-            if f"{section}.{key}" in NOT_CITABLE:
-                continue
-            full: set[str] = set()
-            _paths(value, f"{section}.{key}", full)
-            fields |= full
-            fields |= {path[len(section) + 1 :] for path in full}
-    return frozenset(fields)
+    return _in_both_forms((section, path) for section, path, _ in _citable(snapshot))
+
+
+_SILENT_WHEN_FALSE = frozenset({"order.packaging_condition_recorded"})
+"""Flags whose ``false`` says that nothing was recorded, not that something was found."""
+_RECORDS_OF_ABSENCE = frozenset({"derived.absent_records"})
+"""Lists of what the order store has no record of: citing them cites silence."""
+
+
+def _records_nothing(path: str, value: object) -> bool:
+    """True for a value that records nothing: null, an empty string or list, an object all of
+    whose values record nothing, a "not recorded" flag, or a list of absent records."""
+    if path in _RECORDS_OF_ABSENCE or (path in _SILENT_WHEN_FALSE and value is False):
+        return True
+    if value is None or value == "" or value == []:
+        return True
+    if isinstance(value, dict):
+        return all(_records_nothing(f"{path}.{k}", child) for k, child in value.items())
+    return False
+
+
+def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:
+    """The citable fields (as :func:`evidence_fields` names them) that hold no record: null or
+    empty values, ``order.packaging_condition_recorded`` when false, and
+    ``derived.absent_records``. A REJECTED citing only these rests on missing evidence."""
+    return _in_both_forms(
+        (section, path)
+        for section, path, value in _citable(snapshot)
+        if _records_nothing(path, value)
+    )

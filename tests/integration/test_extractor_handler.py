@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
@@ -21,7 +20,7 @@ from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import freeze_for_dispute
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
+from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
@@ -57,15 +56,7 @@ def _handle(
         pool = pg_pool(database)
         await pool.open()
         redis = Redis.from_url(redis_url)
-        llm = LlmClient(
-            LlmEndpoint(
-                base_url=standin.base_url,
-                api_key=SecretStr("stand-in"),
-                model="standin-extractor",
-                temperature=0.0,
-                timeout_seconds=10,
-            )
-        )
+        llm = standin.client("standin-extractor", temperature=0.0)
         cache = RedisResponseCache(redis, f"test-extractor-{uuid.uuid4().hex}:", 600)
         prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)

@@ -13,14 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
+from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
@@ -62,15 +61,7 @@ def _deliver(
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
-        llm = LlmClient(
-            LlmEndpoint(
-                base_url=standin.base_url,
-                api_key=SecretStr("stand-in"),
-                model="standin-judge",
-                temperature=0.7,
-                timeout_seconds=10,
-            )
-        )
+        llm = standin.client("standin-judge", temperature=0.7)
         cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
         seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
         handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), outcomes.append)

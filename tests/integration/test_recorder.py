@@ -99,24 +99,21 @@ def _queue(database: str, *messages: Message) -> dict[str, str]:
     return dict(rows)
 
 
-def test_approving_the_dispute_leaves_its_failed_payout_open(database: str) -> None:
+@pytest.mark.parametrize(
+    "item_key",
+    [
+        "dispute:round3",
+        None,  # a decision published before review.decided named its item
+    ],
+)
+def test_approving_the_dispute_leaves_its_failed_payout_open(
+    database: str, item_key: str | None
+) -> None:
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     queue = _queue(
         database,
         _held_by_the_cap(dispute),
         _payout_failed(dispute),
-        _decided(dispute, "DISPUTE", "dispute:round3"),
-    )
-    assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}
-
-
-def test_a_decision_without_its_item_closes_only_items_of_its_kind(database: str) -> None:
-    """Decisions published before ``review.decided`` named their item."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    queue = _queue(
-        database,
-        _held_by_the_cap(dispute),
-        _payout_failed(dispute),
-        _decided(dispute, "DISPUTE", None),
+        _decided(dispute, "DISPUTE", item_key),
     )
     assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}

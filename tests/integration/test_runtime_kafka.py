@@ -539,6 +539,18 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     assert tombstones == ["s0", "k0", "k1", "s0"], f"changelog tombstones {tombstones}"
 
 
+def _dead_letters(stack: Stack, framing: Framing, dlq: str, at_least: int) -> list[Read]:
+    """The committed, decoded envelopes of ``dlq`` once there are ``at_least``."""
+    dlq_codec = Codec(framing, {dlq: "dead_letter"})
+    return read_committed(
+        stack.kafka,
+        dlq,
+        until=lambda rs: len(rs) >= at_least,
+        timeout_s=60,
+        decode=lambda raw: dlq_codec.decode(dlq, raw),
+    )
+
+
 def test_poison_input_goes_to_dlq_and_processing_continues(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
@@ -564,14 +576,7 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     stage = StageThread(runner).start()
     try:
         outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
-        dlq_codec = Codec(framing, {dlq: "dead_letter"})
-        dead = read_committed(
-            stack.kafka,
-            dlq,
-            until=lambda rs: len(rs) >= 3,
-            timeout_s=60,
-            decode=lambda raw: dlq_codec.decode(dlq, raw),
-        )
+        dead = _dead_letters(stack, framing, dlq, at_least=3)
     finally:
         assert stage.stop() is None
     assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
@@ -618,14 +623,7 @@ def test_a_record_whose_output_breaks_its_contract_is_dead_lettered_alone(
     stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
     try:
         outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=60, settle_s=0.0)
-        dlq_codec = Codec(framing, {dlq: "dead_letter"})
-        dead = read_committed(
-            stack.kafka,
-            dlq,
-            until=lambda rs: len(rs) >= 1,
-            timeout_s=60,
-            decode=lambda raw: dlq_codec.decode(dlq, raw),
-        )
+        dead = _dead_letters(stack, framing, dlq, at_least=1)
     finally:
         assert stage.stop() is None
     assert [(r.value["id"], r.value["payload"]) for r in outputs] == [
