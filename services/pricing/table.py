@@ -95,10 +95,13 @@ class ReviewOverrides(_Frozen):
         to ``approved_total_minor`` (the total of the round the reviewer approved).
         """
         if decision is ReviewDecision.APPROVE:
+            bound = approved_total_minor
+            if self.dispute is ReviewDecision.APPROVE:
+                # Two approvals both hold: the larger total is approved (None: any total).
+                earlier = self.approved_total_minor
+                bound = None if earlier is None or bound is None else max(earlier, bound)
             return ReviewOverrides(
-                grievances=self.grievances,
-                dispute=decision,
-                approved_total_minor=approved_total_minor,
+                grievances=self.grievances, dispute=decision, approved_total_minor=bound
             )
         if decision is ReviewDecision.DECLINE:
             return ReviewOverrides(grievances=self.grievances, dispute=decision)

@@ -291,6 +291,26 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
                 (e.dispute_id, f"dispute:round{e.round}", "DISPUTE", None, e.reason, e.priced_at),
             )
         )
+    # A new round supersedes the dispute items of earlier rounds: a decision on one of them
+    # would apply to totals that no longer hold.
+    rows.append(
+        (
+            "UPDATE review_items SET status = 'DECIDED', decided_at = %s,"
+            " reason = reason || %s WHERE dispute_id = %s AND kind = 'DISPUTE'"
+            " AND status = 'OPEN' AND substring(item_key from '^dispute:round([0-9]+)$')::int < %s",
+            (e.priced_at, f" (superseded by round {e.round})", e.dispute_id, e.round),
+        )
+    )
+    if e.decision == Decision.DECLINED:
+        # Declined as a whole: what any one grievance comes to no longer matters.
+        rows.append(
+            (
+                "UPDATE review_items SET status = 'DECIDED', decided_at = %s,"
+                " reason = reason || ' (the dispute was declined)' WHERE dispute_id = %s"
+                " AND kind = 'GRIEVANCE' AND status = 'OPEN'",
+                (e.priced_at, e.dispute_id),
+            )
+        )
     return rows
 
 

@@ -1,4 +1,5 @@
-"""The recorder's review queue against real PostgreSQL: a decision closes the item decided."""
+"""The recorder's review queue against real PostgreSQL: a decision closes the item decided, a
+new round closes the dispute items of earlier rounds, a declined dispute its grievance items."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ def _message(topic: str, dispute_id: str, value: Any) -> Message:
     return Message(topic, 0, 0, dispute_id, value, {}, 0)
 
 
-def _held_by_the_cap(dispute_id: str) -> Message:
+def _priced(dispute_id: str, round_: int, decision: str = "HELD_FOR_REVIEW") -> Message:
     priced = ev.RefundPriced(
         dispute_id=dispute_id,
         order_id="order-1840",
-        round=3,
+        round=round_,
         pricing_version="v1",
         currency="INR",
         order_total_minor=500000,
@@ -47,12 +48,38 @@ def _held_by_the_cap(dispute_id: str) -> Message:
         total_minor=150000,
         payable_minor=0,
         cap_minor=100000,
-        decision="HELD_FOR_REVIEW",
+        decision=decision,
         reason="total 150000 exceeds the auto-approve cap 100000",
         snapshot_sha256="0" * 64,
         priced_at=AT,
     )
     return _message(t.REFUND_PRICED.name, dispute_id, priced.to_avro())
+
+
+def _held_by_the_cap(dispute_id: str) -> Message:
+    return _priced(dispute_id, 3)
+
+
+def _escalated(dispute_id: str, grievance_id: str) -> Message:
+    verdict = ev.VerdictDecided(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        grievance_id=grievance_id,
+        grievance_total=2,
+        category="PACKAGING",
+        item_name="Raita",
+        item_quantity=1,
+        snapshot_sha256="0" * 64,
+        outcome="ESCALATE",
+        votes_upheld=1,
+        votes_rejected=0,
+        votes_escalate=2,
+        split="2-1",
+        unanimous=False,
+        rulings=[],
+        decided_at=AT,
+    )
+    return _message(t.VERDICT_DECIDED.name, dispute_id, verdict.to_avro())
 
 
 def _payout_failed(dispute_id: str) -> Message:
@@ -82,19 +109,18 @@ def _decided(dispute_id: str, kind: str, item_key: str | None) -> Message:
     return _message(t.REVIEW_DECIDED.name, dispute_id, decided.to_avro())
 
 
-def _queue(database: str, *messages: Message) -> dict[str, str]:
-    """Each review item of the messages' dispute and its status, after recording them in two
-    batches (the items, then the decision)."""
-    *items, decision = messages
+def _queue(database: str, *batches: list[Message]) -> dict[str, str]:
+    """Each review item of the messages' dispute and its status, after recording the batches
+    one after another."""
     with psycopg.connect(database) as conn:
         recorder = Recorder(conn)
-        for batch in (items, [decision]):
+        for batch in batches:
             for message in batch:
                 recorder.handle(message, Context(None))
             recorder.flush()
         rows = conn.execute(
             "SELECT item_key, status FROM review_items WHERE dispute_id = %s",
-            (decision.key,),
+            (batches[0][0].key,),
         ).fetchall()
     return dict(rows)
 
@@ -112,8 +138,37 @@ def test_approving_the_dispute_leaves_its_failed_payout_open(
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     queue = _queue(
         database,
-        _held_by_the_cap(dispute),
-        _payout_failed(dispute),
-        _decided(dispute, "DISPUTE", item_key),
+        [_held_by_the_cap(dispute), _payout_failed(dispute)],
+        [_decided(dispute, "DISPUTE", item_key)],
     )
     assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}
+
+
+@pytest.mark.parametrize("batches", [[[1], [2]], [[1, 2]]], ids=["two batches", "one batch"])
+def test_a_new_round_supersedes_the_dispute_items_of_earlier_rounds(
+    database: str, batches: list[list[int]]
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    queue = _queue(database, *[[_priced(dispute, r) for r in batch] for batch in batches])
+    assert queue == {"dispute:round1": "DECIDED", "dispute:round2": "OPEN"}
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT reason FROM review_items WHERE dispute_id = %s AND item_key = %s",
+            (dispute, "dispute:round1"),
+        ).fetchone()
+    assert row is not None
+    assert row[0].endswith("(superseded by round 2)")
+    # Redelivered, the earlier round neither reopens its item nor closes the later one.
+    assert _queue(database, [_priced(dispute, 1)]) == queue
+
+
+def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout(
+    database: str,
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    queue = _queue(
+        database,
+        [_escalated(dispute, "g2"), _payout_failed(dispute)],
+        [_priced(dispute, 3, decision="DECLINED")],
+    )
+    assert queue == {"grievance:g2": "DECIDED", "payout:round2": "OPEN"}

@@ -284,6 +284,15 @@ def test_an_approval_covers_the_total_approved_not_a_larger_one() -> None:
     assert (last.decision, last.payable_minor) == (Decision.REVIEW_APPROVED, 6000)
 
 
+def test_two_approvals_cover_the_larger_total() -> None:
+    """A reviewer approving a superseded round's smaller total does not shrink the approval."""
+    approve = ReviewDecision.APPROVE
+    later = ReviewOverrides().with_review(approve, None, approved_total_minor=134000)
+    assert later.with_review(approve, None, 128000).approved_total_minor == 134000
+    assert later.with_review(approve, None, 150000).approved_total_minor == 150000
+    assert later.with_review(approve, None, None).approved_total_minor is None
+
+
 def test_reviewer_decline_pays_nothing() -> None:
     overrides = ReviewOverrides(dispute=ReviewDecision.DECLINE)
     priced = price_refund(ARTICLE_VERDICTS, SNAPSHOT, overrides=overrides)
