@@ -515,17 +515,18 @@ class StageRunner:
     def _finish(self, msg: Any, ctx: Context, result: Sequence[Emit] | InvalidInput) -> None:
         """Produce a record's outputs and keep its state writes, or dead-letter it.
 
-        Every output is encoded before any is produced: a record with an output its topic's
-        contract cannot hold (a string that is not valid Unicode, say) is dead-lettered whole,
-        its state writes dropped, instead of failing the batch on every redelivery.
+        Every output is encoded before any is produced: a record whose output carries text that
+        cannot be encoded (half of a surrogate pair, from input the stage passed on) is
+        dead-lettered whole, its state writes dropped, instead of failing the batch on every
+        redelivery. Any other encoding error is a bug in the stage and stops it.
         """
         if isinstance(result, InvalidInput):
             self._dead_letter(msg, result)
             return
         try:
             encoded = [(emit, self._encode(emit)) for emit in result]
-        except (ValueError, TypeError) as exc:
-            reason = f"an output of this record does not fit its topic's contract: {exc!r}"
+        except UnicodeEncodeError as exc:
+            reason = f"an output of this record holds text that cannot be encoded: {exc!r}"
             self._dead_letter(msg, InvalidInput(reason))
             return
         self.config.dlq_budget.record(False)

@@ -593,11 +593,11 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
 
 
-def test_a_record_whose_output_breaks_its_contract_is_dead_lettered_alone(
+def test_a_record_whose_output_cannot_be_encoded_is_dead_lettered_alone(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
-    """An output that cannot be encoded (half of a surrogate pair in a string) dead-letters its
-    input, with none of its outputs written; the records around it commit as usual."""
+    """An output whose text cannot be encoded (half of a surrogate pair) dead-letters its input,
+    with none of its outputs written; the records around it commit as usual."""
     source, sink = new_topic("unencodable-in", 1), new_topic("unencodable-out", 1)
     dlq = f"{source}.dlq"
     from refund_bench.topics import TopicSpec, ensure_topics
@@ -633,7 +633,7 @@ def test_a_record_whose_output_breaks_its_contract_is_dead_lettered_alone(
         ("good-2", ""),
     ]
     assert [r.value["source_offset"] for r in dead] == [1]
-    assert "does not fit its topic's contract" in dead[0].value["reason"]
+    assert "cannot be encoded" in dead[0].value["reason"]
     assert dead[0].value["error_type"] == "InvalidInput"
 
 
