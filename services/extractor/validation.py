@@ -60,8 +60,13 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def _singular(word: str) -> str:
-    """A plural's usual singular ("biryanis", "sandwiches"); other words as they are."""
-    if len(word) > 4 and word.endswith("es") and word[:-2].endswith(("ch", "sh", "x", "ss", "z")):
+    """A plural's usual singular ("biryanis", "sandwiches", "potatoes"); other words as they
+    are."""
+    if (
+        len(word) > 4
+        and word.endswith("es")
+        and word[:-2].endswith(("ch", "sh", "x", "ss", "z", "o"))
+    ):
         return word[:-2]
     if len(word) > 2 and word.endswith("s") and not word.endswith("ss"):
         return word[:-1]
@@ -89,7 +94,8 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     claim's words all in the item's name ("biryanis" -> "Hyderabadi Biryani"), or the name's
     words all in the claim ("the Raita container" -> "Raita"), and only one item may match.
     The claim's numbers and filler words ("the", "my", "both of") are left out. Parts of words
-    never match: "Steak" is not "Tea".
+    never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced Tea" still
+    resolves to an order's only "Tea": the judges and the item's price bound what follows.
     """
     wanted = _norm(claimed)
     if not wanted:

@@ -272,6 +272,8 @@ def test_plurals_of_both_kinds_resolve() -> None:
         LineItem(name="Masala Fries", quantity=1, unit_price_minor=1),
     )
     assert resolve_item("sandwiches", items)[0] == items[0]
+    potato = LineItem(name="Potato", quantity=1, unit_price_minor=1)
+    assert resolve_item("potatoes", (potato,))[0] == potato
     assert resolve_item("the fries", items)[0] == items[1]
     assert resolve_item("both of my 2 sandwiches", items)[0] == items[0]
 
