@@ -20,11 +20,11 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -110,7 +110,7 @@ class RegistryFraming:
 
     client: RegistryClient
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """For looking up a writer schema: a registry outage is retried, then raised."""
+    """For registering and looking up schemas: a registry outage is retried, then raised."""
     _ids: dict[tuple[str, str], int] = field(default_factory=dict)
     _schemas: dict[int, Schema] = field(default_factory=dict)
 
@@ -121,8 +121,9 @@ class RegistryFraming:
         key = (topic, text)
         schema_id = self._ids.get(key)
         if schema_id is None:
-            schema_id = self.client.register_schema(
-                f"{topic}-value", RegistrySchema(schema_str=text, schema_type="AVRO")
+            registered = RegistrySchema(schema_str=text, schema_type="AVRO")
+            schema_id = self.retry.run(
+                lambda: _asked(lambda: self.client.register_schema(f"{topic}-value", registered))
             )
             self._ids[key] = schema_id
             self._schemas[schema_id] = schema
@@ -134,15 +135,14 @@ class RegistryFraming:
         (schema_id,) = struct.unpack(">I", data[1:5])
         schema = self._schemas.get(schema_id)
         if schema is None:
-            registered = self.retry.run(lambda: self._fetch(schema_id))
+            registered = self.retry.run(lambda: _asked(lambda: self._fetch(schema_id)))
             schema = json.loads(registered.schema_str)
             self._schemas[schema_id] = schema
         return schema, 5
 
     def _fetch(self, schema_id: int) -> Any:
-        """The registered schema: :class:`InvalidInput` when the registry has no such id (a 404),
-        :class:`TransientError` when it cannot answer (connection, 5xx), so that a registry outage
-        is retried and then stops the stage instead of dead-lettering valid records."""
+        """The registered schema; :class:`InvalidInput` when the registry has no such id (a 404),
+        so that a record naming it is dead-lettered."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
@@ -150,9 +150,29 @@ class RegistryFraming:
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
-            raise TransientError(f"schema registry: {exc}") from exc
-        except Exception as exc:
-            raise TransientError(f"schema registry unreachable: {exc!r}") from exc
+            raise
+
+
+_T = TypeVar("_T")
+
+
+def _asked(call: Callable[[], _T]) -> _T:
+    """``call()``, one request to the registry: when the registry cannot answer (connection
+    refused, timeout, 5xx), :class:`TransientError`, so that the retry policy tries again and a
+    longer outage stops the stage instead of dead-lettering valid records or failing a start.
+    A 4xx answer (an incompatible schema, say) is raised as it is."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    try:
+        return call()
+    except (InvalidInput, TransientError):
+        raise
+    except SchemaRegistryError as exc:
+        if 400 <= exc.http_status_code < 500:
+            raise
+        raise TransientError(f"schema registry: {exc}") from exc
+    except Exception as exc:
+        raise TransientError(f"schema registry unreachable: {exc!r}") from exc
 
 
 @dataclass

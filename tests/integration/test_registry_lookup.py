@@ -1,6 +1,6 @@
 """Looking up a writer schema: an id the registry does not have is bad input (the DLQ); a
 registry that cannot answer is an outage (retried, then raised), never a reason to dead-letter
-valid records."""
+valid records. Registering a schema at start is retried the same way."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from refund_bench.codec import RegistryFraming
+from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.retry import RetryPolicy
 from tests.conftest import Stack
@@ -42,6 +42,8 @@ class _Failing(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815 - the http.server name
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet."""
@@ -75,3 +77,11 @@ def test_a_registry_nobody_listens_on_is_transient() -> None:
         port = probe.getsockname()[1]
     with pytest.raises(TransientError, match="unreachable"):
         _framing(f"http://127.0.0.1:{port}").writer_schema(_record(1))
+
+
+def test_registering_a_schema_through_an_outage_is_retried_then_transient(
+    failing_registry: str,
+) -> None:
+    with pytest.raises(TransientError, match="schema registry"):
+        _framing(failing_registry).header_for("t", load_schema("bench.record"))
+    assert _Failing.calls == QUICK.attempts
