@@ -65,6 +65,21 @@ RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_ve
 """
 
 
+def _waiting(
+    priced: ev.RefundPriced,
+) -> tuple[list[ev.PricedLineEvent], list[ev.PricedLineEvent]]:
+    """(lines that wait for a reviewer, lines decided) for the reply. Held by the cap, the lines
+    upheld so far wait too: nothing is paid until a reviewer approves the total. Declined, the
+    dispute is final: nothing waits, and its held lines are left out."""
+    waiting = ["HELD"]
+    if priced.decision == Decision.HELD_FOR_REVIEW.value and priced.total_minor > priced.cap_minor:
+        waiting.append("PAY")
+    if priced.decision == Decision.DECLINED.value:
+        return [], [line for line in priced.lines if line.status != "HELD"]
+    held = [line for line in priced.lines if line.status in waiting]
+    return held, [line for line in priced.lines if line.status not in waiting]
+
+
 def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
     """The event for a ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
     text, amount, currency, source, failures, model, version, created = row
@@ -113,11 +128,12 @@ class SettlerHandler:
         approved = priced.payable_minor if priced.decision in _PAYING else 0
         if approved < 0:
             raise InvalidInput(f"negative payable amount {approved}")
-        held_lines = [line for line in priced.lines if line.status == "HELD"]
+        held_lines, resolved = _waiting(priced)
         held = [describe(line) for line in held_lines]
-        resolved = [line for line in priced.lines if line.status != "HELD"]
         if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
             held = [WHOLE_CLAIM]
+        # Checked before a reply that says "refunded" is stored: without it nothing is paid.
+        reference = await self._payment_reference(priced.snapshot_sha256) if approved > 0 else ""
         stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
         if stored is None:
             text, source, failures = await self._write(
@@ -126,7 +142,6 @@ class SettlerHandler:
             stored = await self._store(priced, approved, text, source, failures)
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
         if approved > 0:
-            reference = await self._payment_reference(priced.snapshot_sha256)
             request = ev.PayoutRequested(
                 dispute_id=priced.dispute_id,
                 order_id=priced.order_id,
@@ -186,7 +201,9 @@ class SettlerHandler:
         except TransientError as exc:
             failures = [f"model unavailable: {type(exc).__name__}"]
         except LlmRejected as exc:
-            if exc.refused_input and self._on_call is not None:
+            if not exc.refused_input:
+                raise  # the settings are wrong for every reply: stop, so the alerts fire
+            if self._on_call is not None:
                 self._on_call("refused")
             failures = [f"model refused the request: HTTP {exc.status}"]
         if not failures:

@@ -1,0 +1,174 @@
+"""The settler's handler against real PostgreSQL, Redis and the LLM stand-in: what the reply
+says is waiting, when a payout is requested, and which model failures stop the stage."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from redis.asyncio import Redis
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.errors import InvalidInput
+from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.client import LlmRejected
+from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
+from refund_bench.resources import pg_pool
+from refund_bench.runtime import Context, Emit, Message
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
+from services.extractor.evidence import FrozenSnapshot, freeze
+from services.settler.handler import SettlerHandler
+from tests.standin import Standin
+
+pytestmark = pytest.mark.stack
+
+AT = datetime(2026, 12, 3, 21, 0, tzinfo=UTC)
+LINES = (
+    ("g1", "LATE_DELIVERY", "UPHELD", "PAY", 4900, None),
+    ("g2", "MISSING_ITEM", "UPHELD", "PAY", 64000, "Hyderabadi Biryani"),
+    ("g3", "PACKAGING", "ESCALATE", "HELD", 0, "Raita"),
+    ("g4", "PARTNER_CONDUCT", "UPHELD", "ZERO", 0, None),
+)
+"""The article's priced lines."""
+
+
+def _priced(dispute_id: str, decision: str, payable: int, cap: int = 100000) -> Message:
+    snapshot = freeze(ARTICLE_ORDER)
+    priced = ev.RefundPriced(
+        dispute_id=dispute_id,
+        order_id=ARTICLE_ORDER.order_id,
+        round=1,
+        pricing_version="v1",
+        currency="INR",
+        order_total_minor=ARTICLE_ORDER.charged_total_minor,
+        lines=[
+            ev.PricedLineEvent(
+                grievance_id=gid,
+                category=category,
+                outcome=outcome,
+                status=status,
+                amount_minor=amount,
+                proposed_minor=amount or 6000,
+                rule=f"{category}: as priced",
+                item_name=item,
+                quantity=1 if item else None,
+            )
+            for gid, category, outcome, status, amount, item in LINES
+        ],
+        total_minor=68900,
+        payable_minor=payable,
+        cap_minor=cap,
+        decision=decision,
+        held_grievances=["g3"],
+        snapshot_sha256=snapshot.sha256,
+        priced_at=AT,
+    )
+    return Message(t.REFUND_PRICED.name, 0, 0, dispute_id, priced.to_avro(), {}, 0)
+
+
+def _settle(
+    database: str, redis_url: str, standin: Standin, message: Message, snapshot: FrozenSnapshot
+) -> Sequence[Emit]:
+    """What the settler emits for ``message``, its dispute and snapshot stored first."""
+
+    async def go() -> Sequence[Emit]:
+        pool = pg_pool(database)
+        await pool.open()
+        redis = Redis.from_url(redis_url)
+        llm = standin.client("standin-settler", temperature=0.2)
+        cache = RedisResponseCache(redis, f"test-settler-{uuid.uuid4().hex}:", 600)
+        try:
+            await freeze_for_dispute(
+                pool,
+                dispute_id=message.key or "",
+                order_id=ARTICLE_ORDER.order_id,
+                customer_id=ARTICLE_ORDER.customer_id,
+                complaint_text=ARTICLE_COMPLAINT,
+                received_at=AT,
+                snapshot_json=snapshot.json,
+                snapshot_sha256=snapshot.sha256,
+            )
+            handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))
+            return await handler.handle(message, Context(None))
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def _reply(emits: Sequence[Emit]) -> str:
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    text: str = reply["text"]
+    return text
+
+
+def test_held_by_the_cap_the_reply_says_the_upheld_lines_wait_for_review_too(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "HELD_FOR_REVIEW", payable=0, cap=10000)
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+    reply = _reply(emits)
+    review = reply[reply.index("will review") :]
+    for waiting in ("late delivery", "missing", "packaging"):  # the stand-in names categories
+        assert waiting in review.lower(), reply
+    assert "INR 0" in reply
+    assert [e.topic for e in emits] == [t.REPLY_PUBLISHED.name]
+
+
+def test_a_declined_dispute_tells_of_no_review_to_come(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    emits = _settle(
+        database, redis_url, standin, _priced(dispute, "DECLINED", 0), freeze(ARTICLE_ORDER)
+    )
+    reply = _reply(emits)
+    assert "review" not in reply.lower(), reply
+    assert [e.topic for e in emits] == [t.REPLY_PUBLISHED.name]
+
+
+def test_no_reply_is_stored_for_a_payment_that_cannot_be_made(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """An order with no payment reference: the round goes to the DLQ before a reply that says
+    "refunded" is stored."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    snapshot = freeze(ARTICLE_ORDER.model_copy(update={"payment_reference": ""}))
+    message = _priced(dispute, "AUTO_APPROVED", 68900)
+    message = Message(
+        message.topic,
+        0,
+        0,
+        dispute,
+        {**message.value, "snapshot_sha256": snapshot.sha256},
+        {},
+        0,
+    )
+    with pytest.raises(InvalidInput, match="no payment reference"):
+        _settle(database, redis_url, standin, message, snapshot)
+    with psycopg.connect(database) as conn:
+        stored = conn.execute("SELECT count(*) FROM replies WHERE dispute_id = %s", (dispute,))
+        assert stored.fetchone() == (0,)
+
+
+def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standin: Standin) -> None:
+    standin.faults(next_faults=["401"])
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(LlmRejected) as caught:
+        _settle(
+            database,
+            redis_url,
+            standin,
+            _priced(dispute, "AUTO_APPROVED", 68900),
+            freeze(ARTICLE_ORDER),
+        )
+    assert caught.value.status == 401
