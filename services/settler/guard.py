@@ -33,10 +33,12 @@ _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
 _REVIEW = re.compile(
     r"\b(?:will|to|shall|going\s+to)\s+(?:be\s+)?review|\bunder\s+review\b"
     r"|\bfor\s+(?:a\s+|human\s+|manual\s+|further\s+)?review\b|\bbeing\s+reviewed\b"
-    r"|\bsent\s+(?:\w+\s+){0,3}(?:to|for)\s+(?:a\s+)?review",
+    r"|\bsent\s+(?:\w+\s+){0,3}(?:to|for)\s+(?:a\s+)?review|\b(?:pending|in)\s+review\b"
+    r"|\b(?:is|are|be)\s+reviewing\b",
     re.IGNORECASE,
 )
-"""A review still to come ("will review", "under review", "for review"), not one done."""
+"""A review still to come ("will review", "under review", "pending review", "is reviewing"),
+not one done ("we reviewed")."""
 _TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
 _PROMISES = tuple(
     re.compile(pattern, re.IGNORECASE)
@@ -214,7 +216,9 @@ def check_reply(
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
     for word in _currency_word_re(currency).finditer(text):
-        if not any(start <= word.start() < end for start, end, _ in located):
+        # "/-" marks the number before it ("INR 689/-"): it is covered when that number is.
+        at = word.start() - 1 if word.group(0).lstrip().startswith("/-") else word.start()
+        if not any(start <= at < end for start, end, _ in located):
             failures.append(f"names money without an amount it may state: {word.group(0)!r}")
     if held_items and not _REVIEW.search(text):
         failures.append("does not say that the held items go to review")

@@ -100,7 +100,8 @@ def test_any_other_amount_fails(other: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "same", ["₹689", "Rs. 689", "689 rupees", "68900 paise", "INR 689.00", "refund of 689"]
+    "same",
+    ["₹689", "Rs. 689", "689 rupees", "68900 paise", "INR 689.00", "refund of 689", "INR 689/-"],
 )
 def test_other_spellings_of_the_approved_amount_are_not_other_amounts(same: str) -> None:
     assert check_reply(f"We have refunded INR 689 ({same}).", 68900, "INR", []) == ()
@@ -171,7 +172,12 @@ def test_held_items_need_a_mention_of_review() -> None:
     assert check_reply(done, 68900, "INR", ["Raita"]) == (
         "does not say that the held items go to review",
     )
-    for pending in ("A colleague will review the raita.", "The raita claim is under review."):
+    for pending in (
+        "A colleague will review the raita.",
+        "The raita claim is under review.",
+        "The raita item is pending review.",
+        "Our team is reviewing the raita.",
+    ):
         assert check_reply(f"{text} {pending}", 68900, "INR", ["Raita"]) == (), pending
 
 
