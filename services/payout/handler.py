@@ -55,11 +55,17 @@ class PayoutHandler:
             idempotency_key=key,
         )
         if row.amount_minor != request.amount_minor or row.currency != request.currency:
+            recorded = (
+                f"{row.status}, refund {row.stripe_refund_id}"
+                if row.stripe_refund_id
+                else row.status
+            )
             return [
                 _failed(
                     row,
                     "LEDGER_CONFLICT",
-                    f"round already recorded for {row.amount_minor} {row.currency}",
+                    f"round already recorded for {row.amount_minor} {row.currency} ({recorded});"
+                    f" {request.amount_minor} {request.currency} requested, not paid",
                 )
             ]
         if row.status == "PENDING" and not row.opened and row.age_s > IDEMPOTENCY_WINDOW_S:

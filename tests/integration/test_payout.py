@@ -230,4 +230,9 @@ def test_a_different_amount_for_a_recorded_round_is_a_ledger_conflict(
     assert first[0].topic == "payout.completed"
     assert conflict[0].topic == "payout.failed"
     assert conflict[0].value["error_code"] == "LEDGER_CONFLICT"
+    refund = first[0].value["stripe_refund_id"]
+    assert conflict[0].value["reason"] == (
+        f"round already recorded for 68900 INR (SUCCEEDED, refund {refund});"
+        " 99999 INR requested, not paid"
+    )
     assert fake.fake.requests == 1
