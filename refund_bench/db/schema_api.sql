@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS desk_login_attempts (
     attempts          integer NOT NULL,
     window_started_at timestamptz NOT NULL
 );
+CREATE INDEX IF NOT EXISTS desk_login_attempts_window ON desk_login_attempts (window_started_at);
 
 -- Review-desk sessions ended by signing out. A session is a signed cookie, so signing out
 -- must also be remembered here: a copy of the cookie is refused until it would have expired.

@@ -37,6 +37,8 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 """What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
 but resolved outside the desk (a payment operator / a corrected complaint)."""
 MAX_NOTE_CHARS = 2000
+ITEM_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+"""A review item's key as the forms send it (grievance:g3, dispute:round2)."""
 KIND_LABELS = {
     "GRIEVANCE": "Escalated grievances",
     "DISPUTE": "Disputes held by the cap",
@@ -296,7 +298,7 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
             )
         note = note.strip()
         problem = None
-        if decision not in ReviewDecision.__members__:
+        if decision not in ReviewDecision.__members__ or not ITEM_KEY.fullmatch(item_key):
             problem = "Choose one of the decision buttons."
         elif not note:
             problem = "A note is required: say why, for the audit record."
@@ -343,7 +345,12 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
             return await render_case(request, dispute_id, 409, message)
         ctx.metrics.decisions.labels(stored.kind, "recorded").inc()
         log.info("review %s: %s %s by %s", stored.review_id, stored.kind, stored.decision, user)
-        if await outbox.publish(stored.review_id):
+        try:
+            published = await outbox.publish(stored.review_id)
+        except Exception:  # recorded all the same: the outbox publishes it on its next drain
+            log.exception("review %s recorded; publishing it failed", stored.review_id)
+            published = False
+        if published:
             flash(
                 request,
                 "ok",

@@ -14,8 +14,13 @@ from refund_bench import events as ev
 
 ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
 """Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces."""
-TEXT_PATTERN = r"^[^\x00]*[^\x00\s][^\x00]*$"
-"""Complaint text: not blank, and no NUL character (PostgreSQL text cannot hold one)."""
+_REFUSED = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+"""Control characters other than tab and line breaks (NUL: PostgreSQL text cannot hold one), and
+the bidirectional overrides that can make a reviewer read the text in another order."""
+_INVISIBLE = r"\s\u200b-\u200d\u2060\ufeff"
+TEXT_PATTERN = rf"^[^{_REFUSED}]*[^{_REFUSED}{_INVISIBLE}][^{_REFUSED}]*$"
+"""Complaint text: none of the refused characters, and something visible (zero-width characters
+alone are blank; inside text they stay, as in emoji sequences)."""
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 """Idempotency keys: 1-255 printable ASCII characters (a UUID is a good choice)."""
 
@@ -56,7 +61,9 @@ class ComplaintRequest(BaseModel):
 
 class ComplaintAccepted(BaseModel):
     """The dispute created for a complaint. ``replayed`` is true when an earlier request with
-    the same Idempotency-Key had already published it (nothing new was published)."""
+    the same Idempotency-Key created the dispute: a retry. The retry of a request that got 503
+    publishes the complaint itself (202, ``replayed`` true); once published, a retry publishes
+    nothing new (200)."""
 
     dispute_id: str
     status_url: str

@@ -311,7 +311,13 @@ class Store:
         A window opens at the first attempt after the previous one closed and lasts
         ``window_s``. Atomic: concurrent attempts on any replica each get their own count.
         """
+        window = timedelta(seconds=window_s)
         async with self._pool.connection() as conn:
+            # Windows that have closed count for nothing: drop them, so that guessing at many
+            # user names cannot grow the table without end.
+            await conn.execute(
+                "DELETE FROM desk_login_attempts WHERE window_started_at <= now() - %s", (window,)
+            )
             cur = await conn.execute(
                 "INSERT INTO desk_login_attempts AS a (username_sha256, attempts,"
                 " window_started_at) VALUES (%(user)s, 1, now())"
@@ -322,7 +328,7 @@ class Store:
                 "  THEN a.window_started_at ELSE now() END"
                 " RETURNING attempts,"
                 " EXTRACT(EPOCH FROM a.window_started_at + %(window)s - now())",
-                {"user": _login_key(username), "window": timedelta(seconds=window_s)},
+                {"user": _login_key(username), "window": window},
             )
             row = await cur.fetchone()
         assert row is not None

@@ -167,6 +167,26 @@ def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
             assert _attempt(client, user, "wrong").status_code == 401
 
 
+def test_closed_sign_in_windows_are_dropped(api: ApiServer) -> None:
+    """Guessing at many user names cannot grow the attempts table without end."""
+    stale = [f"gone-{uuid.uuid4().hex}" for _ in range(3)]
+    with psycopg.connect(api.database_url) as conn:
+        for user in stale:
+            conn.execute(
+                "INSERT INTO desk_login_attempts (username_sha256, attempts, window_started_at)"
+                " VALUES (%s, 1, now() - interval '1 day')",
+                (_login_key(user),),
+            )
+    with api.client() as client:
+        assert _attempt(client, f"new-{uuid.uuid4().hex}", "wrong").status_code == 401
+    with psycopg.connect(api.database_url) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM desk_login_attempts WHERE username_sha256 = ANY(%s)",
+            ([_login_key(user) for user in stale],),
+        ).fetchone()
+    assert left == (0,)
+
+
 def test_the_right_password_is_refused_too_while_a_user_is_throttled(
     api: ApiServer,
 ) -> None:
@@ -233,6 +253,9 @@ def test_decisions_need_the_csrf_token_a_note_and_a_fitting_choice(
         assert bogus.status_code == 422
         unknown = client.post(url, data={**base, "item_key": "grievance:g99"})
         assert unknown.status_code == 404
+        for malformed in ("grievance:g3\x00", "", "grievance: g3"):
+            answer = client.post(url, data={**base, "item_key": malformed})
+            assert answer.status_code == 422, malformed
     assert decisions(api, dispute) == []
 
 
