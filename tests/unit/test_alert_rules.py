@@ -25,8 +25,10 @@ from refund_bench.runtime.metrics import (
     HistogramName,
     PrometheusMetrics,
 )
-from refund_bench.topics import all_topic_specs
+from refund_bench.topics import DEFAULT_PARTITIONS, all_topic_specs
 from services.api.metrics import ApiMetrics
+from services.pricing.handler import PricingHandler
+from services.recorder.handler import INPUTS as RECORDER_INPUTS
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
@@ -152,3 +154,18 @@ def test_the_stage_down_rule_names_every_stage_once() -> None:
         if name == "refund_bench_assigned_partitions" and label == "stage"
     ]
     assert sorted(named) == sorted(SERVICES)
+
+
+def test_unowned_partition_thresholds_are_the_partitions_of_each_stages_inputs() -> None:
+    """The gauge counts the partitions of every input topic of a stage: a threshold of one
+    topic's partitions would never fire for a stage reading several."""
+    (rule,) = [rule for rule in _rules() if rule["alert"] == "RefundBenchPartitionsUnowned"]
+    thresholds = {
+        stage: int(limit) for stage, limit in re.findall(r'stage="(\w+)"\}\) < (\d+)', rule["expr"])
+    }
+    inputs = {
+        "pricing": len(PricingHandler(lambda _sha: {}, cap_minor=0).spec().inputs),
+        "recorder": len(RECORDER_INPUTS),
+    }
+    assert thresholds == {stage: DEFAULT_PARTITIONS * n for stage, n in inputs.items()}
+    assert f'stage!~"pricing|recorder"}}) < {DEFAULT_PARTITIONS}' in rule["expr"]
