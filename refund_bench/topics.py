@@ -82,6 +82,12 @@ twelve records per complaint), and by default waits until half the log is dirty;
 reads the live keys plus about the last two hours of writes, instead of up to a week's."""
 
 
+def min_insync_replicas(replication_factor: int) -> int:
+    """2 from 3 replicas up (producers use acks=all: a write then survives the loss of one
+    broker, and writes go on with one broker down); 1 below that."""
+    return 2 if replication_factor >= 3 else 1
+
+
 def changelog_topic(stage: str, store: str) -> str:
     """Name of the compacted changelog of ``store`` of ``stage``."""
     return f"{stage}.{store}.changelog"
@@ -115,7 +121,10 @@ def ensure_topics(
             spec.name,
             num_partitions=partitions,
             replication_factor=replication_factor,
-            config=CHANGELOG_CONFIG if spec.compacted else {},
+            config={
+                **(CHANGELOG_CONFIG if spec.compacted else {}),
+                "min.insync.replicas": str(min_insync_replicas(replication_factor)),
+            },
         )
         for spec in specs
     ]

@@ -450,6 +450,7 @@ def test_a_changelog_is_created_compacted_with_hourly_segments(
     resource = ConfigResource(ConfigResource.Type.TOPIC, changelog)
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
     assert {name: configs[name].value for name in CHANGELOG_CONFIG} == CHANGELOG_CONFIG
+    assert configs["min.insync.replicas"].value == "1", "one broker here: replication factor 1"
 
 
 def test_a_long_restore_keeps_the_stage_alive_and_a_stalled_one_fails(

@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings, StageSettings
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
-from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs
+from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
 from services.api.settings import ApiSettings
 from services.extractor.__main__ import Settings as ExtractorSettings
 from services.payout.__main__ import Settings as PayoutSettings
@@ -252,6 +252,19 @@ def test_autoscalers_target_existing_deployments() -> None:
     for doc in documents:
         if doc["kind"] == "HorizontalPodAutoscaler":
             assert doc["spec"]["scaleTargetRef"]["name"] in deployments
+            # A consumer beyond the partition count gets no partition and sits idle.
+            partitions = int(_config_map()["TOPIC_PARTITIONS"])
+            assert doc["spec"]["maxReplicas"] <= partitions, doc["metadata"]["name"]
+
+
+def test_min_insync_replicas_leaves_one_broker_to_lose() -> None:
+    assert [min_insync_replicas(n) for n in (1, 2, 3, 5)] == [1, 1, 2, 2]
+
+
+def test_stateful_stages_give_a_new_pod_time_to_restore_before_the_next_moves() -> None:
+    for doc in _all_documents():
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] in ("tally", "pricing"):
+            assert doc["spec"]["minReadySeconds"] >= 30, doc["metadata"]["name"]
 
 
 def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
