@@ -10,6 +10,7 @@ every currency is assumed to have two decimal places.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ def _tag(code: str) -> str:
     return _KNOWN_CODES.get(upper) or _UNIT_WORDS.get(upper) or code
 
 
+@functools.cache  # one pattern per currency, built once
 def _prefix_re(currency: str) -> re.Pattern[str]:
     symbols = "".join(re.escape(s) for s in _SYMBOLS)
     return re.compile(
@@ -94,6 +96,7 @@ def _prefix_re(currency: str) -> re.Pattern[str]:
     )
 
 
+@functools.cache  # one pattern per currency, built once
 def _suffix_re(currency: str) -> re.Pattern[str]:
     units = "|".join(_MINOR_UNITS)
     return re.compile(
@@ -106,6 +109,7 @@ def _suffix_re(currency: str) -> re.Pattern[str]:
 _SCALED = re.compile(rf"(?P<num>{_NUMBER})\s*(?:{_MULTIPLIERS})(?!{_LETTER})", re.IGNORECASE)
 
 
+@functools.cache  # one pattern per currency, built once
 def _currency_word_re(currency: str) -> re.Pattern[str]:
     """Any currency code, name or symbol, with or without a number."""
     symbols = "".join(re.escape(s) for s in _SYMBOLS)
@@ -228,6 +232,7 @@ def check_reply(
     return tuple(dict.fromkeys(failures))
 
 
+@functools.cache  # one pattern per currency, built once
 def _currency_words(currency: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!{_LETTER})(?:{_codes_pattern(currency)})(?!{_LETTER})", re.IGNORECASE)
 
