@@ -21,6 +21,7 @@ from urllib.parse import quote
 from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
+from refund_bench.llm.client import LlmRejected
 
 CallOutcome = Literal["made", "cached", "refused"]
 """What one model call of a handler came to: answered by the model, served from the cache, or
@@ -113,20 +114,34 @@ class RedisResponseCache:
 
 
 async def cached_call(
-    cache: ResponseCache, key: str, compute: Callable[[], Awaitable[str]]
+    cache: ResponseCache,
+    key: str,
+    compute: Callable[[], Awaitable[str]],
+    on_call: OnCall | None = None,
 ) -> tuple[str, bool]:
     """``(answer, from_cache)``: the cached answer, or ``compute()``'s, stored first-writer-wins.
 
     ``from_cache`` is True when the answer returned was stored by an earlier or a concurrent
     call (then a freshly computed answer, if any, was discarded). Raise inside ``compute``
-    (e.g. parse the answer there) to keep a bad answer out of the cache.
+    (e.g. parse the answer there) to keep a bad answer out of the cache. ``on_call`` is told
+    how the call ended: made, cached, or refused (an :class:`LlmRejected` for the input, which
+    is raised on as every other error is).
     """
     hit = await cache.get(key)
-    if hit is not None:
-        return hit, True
-    fresh = await compute()
-    stored = await cache.put_if_absent(key, fresh)
-    return stored, stored != fresh
+    if hit is None:
+        try:
+            fresh = await compute()
+        except LlmRejected as exc:
+            if exc.refused_input and on_call is not None:
+                on_call("refused")
+            raise
+        stored = await cache.put_if_absent(key, fresh)
+        hit, from_cache = stored, stored != fresh
+    else:
+        from_cache = True
+    if on_call is not None:
+        on_call("cached" if from_cache else "made")
+    return hit, from_cache
 
 
 def sha256_hex(text: str) -> str:

@@ -37,8 +37,8 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 """What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
 but resolved outside the desk (a payment operator / a corrected complaint)."""
 MAX_NOTE_CHARS = 2000
-ITEM_KEY = re.compile(r"[\x21-\x7e]{1,200}")
-"""A review item's key as the forms send it (grievance:g3, dispute:round2)."""
+ITEM_KEY = re.compile(m.ID_PATTERN)
+"""A review item's key (grievance:g3, dispute:round2) is an id like the others."""
 KIND_LABELS = {
     "GRIEVANCE": "Escalated grievances",
     "DISPUTE": "Disputes held by the cap",

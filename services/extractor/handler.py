@@ -102,8 +102,6 @@ class ExtractorHandler:
         except LlmRejected as exc:
             if not exc.refused_input:
                 raise
-            if self._on_call is not None:
-                self._on_call("refused")
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if grievances is None:
@@ -164,9 +162,7 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        raw, from_cache = await cached_call(self._cache, key, compute)
-        if self._on_call is not None:
-            self._on_call("cached" if from_cache else "made")
+        raw, _ = await cached_call(self._cache, key, compute, self._on_call)
         return raw
 
     def _unpriced(

@@ -129,17 +129,13 @@ class JudgeHandler:
             self._prompt.version,
         )
         try:
-            raw, from_cache = await cached_call(self._cache, key, draw)
+            raw, from_cache = await cached_call(self._cache, key, draw, self._on_call)
         except LlmRejected as exc:
             if not exc.refused_input:
                 raise
-            if self._on_call is not None:
-                self._on_call("refused")
             # Nothing is cached: a redelivery asks again.
             raw, fields = "", _refused_fields(exc)
         else:
-            if self._on_call is not None:
-                self._on_call("cached" if from_cache else "made")
             fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,

@@ -232,16 +232,11 @@ def check_reply(
     return tuple(dict.fromkeys(failures))
 
 
-@functools.cache  # one pattern per currency, built once
-def _currency_words(currency: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!{_LETTER})(?:{_codes_pattern(currency)})(?!{_LETTER})", re.IGNORECASE)
-
-
 def safe_phrase(phrase: str, currency: str) -> str:
     """``phrase`` with everything the guard reacts to removed: currency symbols, codes and
     names, money words ("refund", "credit", "voucher", ...), scaling words ("lakh"), "/-" and
     apology stems. Whitespace collapsed."""
-    codes = _currency_words(currency)
+    codes = _currency_word_re(currency)
     cleaned = "".join(c for c in phrase if c not in _SYMBOLS)
     while True:
         stripped = codes.sub(" ", _BANNED_STEMS.sub("", cleaned))

@@ -71,11 +71,12 @@ def _waiting(
     """(lines that wait for a reviewer, lines decided) for the reply. Held by the cap, the lines
     upheld so far wait too: nothing is paid until a reviewer approves the total. Declined, the
     dispute is final: nothing waits, and its held lines are left out."""
-    waiting = ["HELD"]
-    if priced.decision == Decision.HELD_FOR_REVIEW.value and priced.total_minor > priced.cap_minor:
-        waiting.append("PAY")
     if priced.decision == Decision.DECLINED.value:
         return [], [line for line in priced.lines if line.status != "HELD"]
+    cap_held = (
+        priced.decision == Decision.HELD_FOR_REVIEW.value and priced.total_minor > priced.cap_minor
+    )
+    waiting = ("HELD", "PAY") if cap_held else ("HELD",)
     held = [line for line in priced.lines if line.status in waiting]
     return held, [line for line in priced.lines if line.status not in waiting]
 
@@ -191,9 +192,7 @@ class SettlerHandler:
 
         failures: list[str]
         try:
-            raw, from_cache = await cached_call(self._cache, key, compute)
-            if self._on_call is not None:
-                self._on_call("cached" if from_cache else "made")
+            raw, _ = await cached_call(self._cache, key, compute, self._on_call)
             text = parse_customer_reply(raw).reply
             failures = list(check_reply(text, approved, priced.currency, held))
         except MalformedAnswer as exc:
@@ -203,8 +202,6 @@ class SettlerHandler:
         except LlmRejected as exc:
             if not exc.refused_input:
                 raise  # the settings are wrong for every reply: stop, so the alerts fire
-            if self._on_call is not None:
-                self._on_call("refused")
             failures = [f"model refused the request: HTTP {exc.status}"]
         if not failures:
             return text, "MODEL", []
