@@ -53,18 +53,26 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
         },
     )
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        settings.database_url.get_secret_value(),
-        min_size=1,
-        max_size=settings.db_pool_max,
-        open=False,
-        kwargs={"autocommit": True},
-        name="api",
-    )
+
+    def pool(name: str, max_size: int) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(
+            settings.database_url.get_secret_value(),
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True},
+            name=name,
+        )
+
     publisher = KafkaPublisher(
         settings.kafka_bootstrap_servers, codec, timeout_s=settings.publish_timeout_s
     )
-    return Deps(pool=pool, publisher=publisher, registry=registry or CollectorRegistry())
+    return Deps(
+        pool=pool("api", settings.db_pool_max),
+        publish_pool=pool("api-publish", settings.db_publish_pool_max),
+        publisher=publisher,
+        registry=registry or CollectorRegistry(),
+    )
 
 
 def openapi_document(settings: ApiSettings) -> dict[str, Any]:
@@ -77,8 +85,11 @@ def openapi_document(settings: ApiSettings) -> dict[str, Any]:
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
         },
     )
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool("", open=False)
-    deps = Deps(pool=pool, publisher=KafkaPublisher(settings.kafka_bootstrap_servers, codec))
+    deps = Deps(
+        pool=AsyncConnectionPool("", open=False),
+        publish_pool=AsyncConnectionPool("", open=False),
+        publisher=KafkaPublisher(settings.kafka_bootstrap_servers, codec),
+    )
     return create_app(settings, deps).openapi()
 
 
@@ -155,7 +166,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     if not len(reviewers):
         log.warning("REVIEWERS is empty: nobody can sign in to the review desk")
     metrics = ApiMetrics(deps.registry)
-    store = Store(deps.pool)
+    store = Store(deps.pool, deps.publish_pool, settings.publish_wait_s)
     ctx = AppContext(
         settings=settings,
         store=store,
@@ -172,6 +183,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await deps.pool.open(wait=True, timeout=30.0)
+        await deps.publish_pool.open(wait=True, timeout=30.0)
         deps.publisher.start()
         try:
             published = await outbox.drain()
@@ -187,6 +199,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await asyncio.to_thread(deps.publisher.close)
+            await deps.publish_pool.close()
             await deps.pool.close()
 
     app = FastAPI(

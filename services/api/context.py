@@ -28,10 +28,12 @@ def new_hex_id() -> str:
 class Deps:
     """The app's connections. ``create_app`` opens them at startup and closes them at shutdown.
 
-    ``pool`` must be created with ``open=False``: it is opened on the server's event loop.
+    ``pool`` (queries) and ``publish_pool`` (rows locked while their event is published) must be
+    created with ``open=False``: they are opened on the server's event loop.
     """
 
     pool: AsyncConnectionPool[Any]
+    publish_pool: AsyncConnectionPool[Any]
     publisher: Publisher
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     clock: Callable[[], datetime] = ev.now

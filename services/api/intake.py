@@ -27,7 +27,7 @@ from refund_bench import topics as t
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
 from services.api.publisher import PublishError
-from services.api.store import IntakeRecord
+from services.api.store import IntakeRecord, PublishersBusy
 
 log = logging.getLogger(__name__)
 
@@ -132,32 +132,11 @@ def intake_router(ctx: AppContext) -> APIRouter:
         ],
     ) -> m.ComplaintAccepted:
         """Validate, record the idempotency key, publish ``complaint.received`` (key =
-        dispute_id) and answer once Kafka has acknowledged it."""
-        if len(body.text) > max_chars:
-            ctx.metrics.complaints.labels("rejected").inc()
-            raise ApiProblem(
-                422,
-                f"text is {len(body.text)} characters long; at most {max_chars} are accepted",
-                errors=[{"loc": ["body", "text"], "msg": "too long", "type": "string_too_long"}],
-            )
-        customer = await ctx.store.order_customer(body.order_id)
-        if customer is None:
-            ctx.metrics.complaints.labels("rejected").inc()
-            raise ApiProblem(404, f"unknown order_id {body.order_id!r}: no such order")
-        if not hmac.compare_digest(customer.encode(), body.customer_id.encode()):
-            ctx.metrics.complaints.labels("rejected").inc()
-            raise ApiProblem(
-                422,
-                "customer_id does not match the order's customer",
-                errors=[
-                    {
-                        "loc": ["body", "customer_id"],
-                        "msg": "not the order's customer",
-                        "type": "value_error",
-                    }
-                ],
-            )
+        dispute_id) and answer once Kafka has acknowledged it. A retry of a recorded request
+        (same key, same body) is answered from its record, whatever its order looks like now."""
         digest = body_sha256(body)
+        if await ctx.store.intake_digest(idempotency_key) != digest:
+            await _validate(ctx, body, max_chars)
         fresh = IntakeRecord(
             idempotency_key=idempotency_key,
             body_sha256=digest,
@@ -169,44 +148,39 @@ def intake_router(ctx: AppContext) -> APIRouter:
             received_at=ctx.clock(),
         )
         await ctx.store.claim_intake(fresh)
-        async with ctx.store.lock_intake(idempotency_key) as locked:
-            row = locked.row
-            if row.body_sha256 != digest:
-                ctx.metrics.complaints.labels("conflict").inc()
-                raise ApiProblem(
-                    409,
-                    "this Idempotency-Key was already used with a different body;"
-                    " use a new key for a new complaint",
+        try:
+            async with ctx.store.lock_intake(idempotency_key) as locked:
+                row = locked.row
+                if row.body_sha256 != digest:
+                    ctx.metrics.complaints.labels("conflict").inc()
+                    raise ApiProblem(
+                        409,
+                        "this Idempotency-Key was already used with a different body;"
+                        " use a new key for a new complaint",
+                    )
+                status_url = f"/disputes/{row.dispute_id}"
+                if row.published:
+                    ctx.metrics.complaints.labels("replayed").inc()
+                    response.status_code = 200
+                    return m.ComplaintAccepted(
+                        dispute_id=row.dispute_id, status_url=status_url, replayed=True
+                    )
+                await ctx.publisher.publish(
+                    t.COMPLAINT_RECEIVED, row.dispute_id, _received(row).to_avro()
                 )
-            replayed = row.dispute_id != fresh.dispute_id
-            status_url = f"/disputes/{row.dispute_id}"
-            if row.published:
-                ctx.metrics.complaints.labels("replayed").inc()
-                response.status_code = 200
-                return m.ComplaintAccepted(
-                    dispute_id=row.dispute_id, status_url=status_url, replayed=True
-                )
-            event = ev.ComplaintReceived(
-                dispute_id=row.dispute_id,
-                order_id=row.order_id,
-                customer_id=row.customer_id,
-                text=row.complaint_text,
-                received_at=row.received_at,
-                channel=row.channel,
-            )
-            try:
-                await ctx.publisher.publish(t.COMPLAINT_RECEIVED, row.dispute_id, event.to_avro())
-            except PublishError as exc:
-                ctx.metrics.complaints.labels("unpublished").inc()
+                await locked.mark_published()
+        except (PublishError, PublishersBusy) as exc:
+            ctx.metrics.complaints.labels("unpublished").inc()
+            if isinstance(exc, PublishError):
                 ctx.metrics.publish_failures.labels(t.COMPLAINT_RECEIVED.name).inc()
-                log.warning("complaint %s not published: %s", row.dispute_id, exc)
-                raise ApiProblem(
-                    503,
-                    f"the complaint is recorded as dispute {row.dispute_id} but could not be"
-                    " published yet; retry with the same Idempotency-Key",
-                    headers={"Retry-After": "5"},
-                ) from exc
-            await locked.mark_published()
+            log.warning("complaint with key %s not published: %s", idempotency_key, exc)
+            raise ApiProblem(
+                503,
+                "the complaint is recorded but could not be published yet; retry with the same"
+                " Idempotency-Key",
+                headers={"Retry-After": "5"},
+            ) from exc
+        replayed = row.dispute_id != fresh.dispute_id
         ctx.metrics.published.labels(t.COMPLAINT_RECEIVED.name).inc()
         ctx.metrics.complaints.labels("replayed" if replayed else "accepted").inc()
         response.headers["Location"] = status_url
@@ -236,6 +210,46 @@ def intake_router(ctx: AppContext) -> APIRouter:
         return story
 
     return router
+
+
+async def _validate(ctx: AppContext, body: m.ComplaintRequest, max_chars: int) -> None:
+    """What a new complaint must pass beyond its model: its length, a known order, and the
+    order's customer (422 / 404 as :class:`ApiProblem`)."""
+    if len(body.text) > max_chars:
+        ctx.metrics.complaints.labels("rejected").inc()
+        raise ApiProblem(
+            422,
+            f"text is {len(body.text)} characters long; at most {max_chars} are accepted",
+            errors=[{"loc": ["body", "text"], "msg": "too long", "type": "string_too_long"}],
+        )
+    customer = await ctx.store.order_customer(body.order_id)
+    if customer is None:
+        ctx.metrics.complaints.labels("rejected").inc()
+        raise ApiProblem(404, f"unknown order_id {body.order_id!r}: no such order")
+    if not hmac.compare_digest(customer.encode(), body.customer_id.encode()):
+        ctx.metrics.complaints.labels("rejected").inc()
+        raise ApiProblem(
+            422,
+            "customer_id does not match the order's customer",
+            errors=[
+                {
+                    "loc": ["body", "customer_id"],
+                    "msg": "not the order's customer",
+                    "type": "value_error",
+                }
+            ],
+        )
+
+
+def _received(row: IntakeRecord) -> ev.ComplaintReceived:
+    return ev.ComplaintReceived(
+        dispute_id=row.dispute_id,
+        order_id=row.order_id,
+        customer_id=row.customer_id,
+        text=row.complaint_text,
+        received_at=row.received_at,
+        channel=row.channel,
+    )
 
 
 def ops_router(ctx: AppContext) -> APIRouter:

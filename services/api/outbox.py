@@ -1,10 +1,10 @@
 """Publishing recorded review decisions as ``review.decided`` (the decisions table is the outbox).
 
-A decision is published right after it is recorded; if Kafka does not acknowledge it, it stays
-``published = false`` and :meth:`DecisionOutbox.drain` publishes it at startup and then every
-``OUTBOX_INTERVAL_S``. Publishing holds the row lock, so a decision is not published twice by
-two workers; a crash after the acknowledgement and before the commit re-publishes the same
-``review_id``, which pricing applies at most once.
+A decision is published right after it is recorded; if Kafka does not acknowledge it (or every
+publishing connection is busy), it stays ``published = false`` and :meth:`DecisionOutbox.drain`
+publishes it at startup and then every ``OUTBOX_INTERVAL_S``. Publishing holds the row lock, so
+a decision is not published twice by two workers; a crash after the acknowledgement and before
+the commit re-publishes the same ``review_id``, which pricing applies at most once.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from services.api.metrics import ApiMetrics
 from services.api.publisher import Publisher, PublishError
-from services.api.store import DecisionRecord, Locked, Store, decision_event_fields
+from services.api.store import (
+    DecisionRecord,
+    Locked,
+    PublishersBusy,
+    Store,
+    decision_event_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ class DecisionOutbox:
             async with self._store.lock_decision(review_id) as locked:
                 if not locked.row.published:
                     await self._send(locked)
-        except PublishError as exc:
+        except (PublishError, PublishersBusy) as exc:
             log.warning("review decision %s not published yet: %s", review_id, exc)
             return False
         return True
@@ -61,8 +67,8 @@ class DecisionOutbox:
                         return count
                     await self._send(locked)
                     count += 1
-            except PublishError as exc:
-                log.warning("outbox: Kafka did not acknowledge, retrying later: %s", exc)
+            except (PublishError, PublishersBusy) as exc:
+                log.warning("outbox: not published, retrying later: %s", exc)
                 return count
 
     async def run(self, interval_s: float) -> None:

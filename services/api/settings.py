@@ -35,6 +35,13 @@ class ApiSettings(StackSettings):
     publish_timeout_s: float = Field(default=10.0, gt=0)
     outbox_interval_s: float = Field(default=5.0, gt=0)
     db_pool_max: int = Field(default=10, ge=1)
+    """PostgreSQL connections for the desk, the status API and the intake's own queries."""
+    db_publish_pool_max: int = Field(default=4, ge=1)
+    """PostgreSQL connections held while an event is published (each until Kafka answers):
+    a separate pool, so that waiting for Kafka never takes the connections of the rest."""
+    publish_wait_s: float = Field(default=2.0, gt=0)
+    """How long a publish waits for a publishing connection before it answers 503 (intake) or
+    leaves the decision to the outbox (desk)."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")

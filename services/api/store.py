@@ -6,6 +6,11 @@ publishing happens later under ``SELECT ... FOR UPDATE`` of that row, which is m
 commit leaves the row unpublished, so it is published again: consumers are idempotent on
 ``dispute_id`` (complaints) and ``review_id`` (decisions). The row lock keeps two concurrent
 publishers of one row from both publishing it.
+
+A publisher holds its connection until the broker answers (up to ``PUBLISH_TIMEOUT_S``), so
+those connections come from a pool of their own: with Kafka down, waiting publishers take at
+most that pool, and the desk and the status API keep theirs. A publisher that gets no connection
+within ``PUBLISH_WAIT_S`` raises :class:`PublishersBusy` (its row stays unpublished).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from services.api import models as m
 
@@ -90,6 +95,11 @@ class NotDecidable(Exception):  # noqa: N818
         self.reason = reason
 
 
+class PublishersBusy(Exception):  # noqa: N818 - reads as the condition
+    """Every publishing connection is held (publishers waiting for the broker): not published
+    now; the row stays unpublished for a retry or the outbox."""
+
+
 class Locked(Generic[T]):
     """A row held with ``FOR UPDATE`` until the surrounding context exits."""
 
@@ -126,10 +136,34 @@ def _login_key(username: str) -> str:
 
 
 class Store:
-    """Queries over one async connection pool (owned by the caller)."""
+    """Queries over two async connection pools (owned by the caller): ``pool`` for everything
+    but publishing, ``publish_pool`` for the rows locked while their event is published."""
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        publish_pool: AsyncConnectionPool[Any],
+        publish_wait_s: float,
+    ) -> None:
         self._pool = pool
+        self._publish_pool = publish_pool
+        self._publish_wait_s = publish_wait_s
+
+    @asynccontextmanager
+    async def _publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A publishing connection in a transaction; :class:`PublishersBusy` if none is free
+        within ``publish_wait_s``."""
+        try:
+            conn = await self._publish_pool.getconn(timeout=self._publish_wait_s)
+        except PoolTimeout as exc:
+            raise PublishersBusy(
+                f"no publishing connection free within {self._publish_wait_s:g}s"
+            ) from exc
+        try:
+            async with conn.transaction():
+                yield conn
+        finally:
+            await self._publish_pool.putconn(conn)
 
     async def ping(self) -> None:
         async with self._pool.connection() as conn:
@@ -145,6 +179,15 @@ class Store:
         return None if row is None else str(row[0])
 
     # -- intake ---------------------------------------------------------------------------
+
+    async def intake_digest(self, key: str) -> str | None:
+        """The body digest recorded for the idempotency key ``key``, or ``None``."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT body_sha256 FROM intake_requests WHERE idempotency_key = %s", (key,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
 
     async def claim_intake(self, record: IntakeRecord) -> None:
         """Insert ``record`` unless its idempotency key is taken (then the first one stays)."""
@@ -168,7 +211,7 @@ class Store:
     @asynccontextmanager
     async def lock_intake(self, key: str) -> AsyncIterator[Locked[IntakeRecord]]:
         """The intake row of ``key``, locked; raises ``KeyError`` if there is none."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._publishing() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(
                     f"SELECT {_INTAKE_COLS} FROM intake_requests"  # noqa: S608
@@ -276,7 +319,7 @@ class Store:
     @asynccontextmanager
     async def lock_decision(self, review_id: str) -> AsyncIterator[Locked[DecisionRecord]]:
         """The decision ``review_id``, locked; raises ``KeyError`` if there is none."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._publishing() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(
                     f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
@@ -291,7 +334,7 @@ class Store:
     @asynccontextmanager
     async def next_unpublished_decision(self) -> AsyncIterator[Locked[DecisionRecord] | None]:
         """The oldest unpublished decision no one else holds (``SKIP LOCKED``), or ``None``."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._publishing() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(
                     f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608

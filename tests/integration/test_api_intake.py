@@ -16,7 +16,8 @@ import pytest
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec
-from refund_bench.samples import ARTICLE_COMPLAINT
+from refund_bench.db.orders import upsert_orders
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.api.intake import body_sha256
 from services.api.models import ComplaintRequest
 from tests.conftest import Stack
@@ -288,6 +289,47 @@ def test_a_retry_publishes_what_a_crash_left_unpublished(
             "SELECT published FROM intake_requests WHERE idempotency_key = %s", (key,)
         ).fetchone()
     assert row == (True,)
+
+
+@pytest.mark.parametrize("change", ["customer-changed", "order-deleted"])
+def test_a_retry_gets_its_dispute_after_the_order_changed(
+    api: ApiServer, stack: Stack, codec: Codec, change: str
+) -> None:
+    """A retry of a recorded request is answered from its record: the order is looked up
+    for new requests only."""
+    order_id = f"order-retry-{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(api.database_url) as conn:
+        upsert_orders(conn, [ARTICLE_ORDER.model_copy(update={"order_id": order_id})])
+    key = str(uuid.uuid4())
+    payload = body(key, order_id=order_id)
+    with api.client() as client:
+        first = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
+        assert first.status_code == 202, first.text
+        with psycopg.connect(api.database_url) as conn:
+            if change == "customer-changed":
+                conn.execute(
+                    "UPDATE orders SET customer_id = 'cust-someone-else' WHERE order_id = %s",
+                    (order_id,),
+                )
+            else:
+                conn.execute("DELETE FROM order_line_items WHERE order_id = %s", (order_id,))
+                conn.execute("DELETE FROM orders WHERE order_id = %s", (order_id,))
+        start = end_offsets(stack.kafka, TOPIC)
+        retry = client.post(
+            "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": key})
+        )
+        new_key = client.post(
+            "/complaints",
+            json=payload,
+            headers=api.auth(**{"Idempotency-Key": str(uuid.uuid4())}),
+        )
+    assert retry.status_code == 200, retry.text
+    assert retry.json() == {**first.json(), "replayed": True}
+    # A new request is checked against the order as it is now.
+    assert new_key.status_code == (422 if change == "customer-changed" else 404), new_key.text
+    assert not [v for _, v in published(stack, codec, start) if v["order_id"] == order_id]
 
 
 def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:

@@ -1,0 +1,122 @@
+"""The API with Kafka unreachable: complaints are recorded and answered 503, and publishers
+waiting for the broker do not take the connections of the desk and the status API.
+
+PostgreSQL, the registry and the HTTP server are real; Kafka is a loopback port nobody listens
+on, so every publish waits out ``PUBLISH_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import httpx
+import psycopg
+import pytest
+
+from tests.conftest import Stack
+from tests.e2e.conftest_api import ApiServer, running_api
+
+pytestmark = pytest.mark.stack
+
+PUBLISH_TIMEOUT_S = 8.0
+PUBLISH_POOL = 2
+
+
+def unused_loopback_address() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack) -> Iterator[ApiServer]:
+    with running_api(
+        stack,
+        kafka_bootstrap_servers=unused_loopback_address(),
+        db_pool_max=2,
+        db_publish_pool_max=PUBLISH_POOL,
+        publish_wait_s=0.5,
+        publish_timeout_s=PUBLISH_TIMEOUT_S,
+        outbox_interval_s=600.0,
+    ) as server:
+        yield server
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def publishers_holding_rows(database_url: str) -> int:
+    """Sessions that hold an intake row locked and wait (for Kafka) inside the transaction."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state = 'idle in transaction'"
+            " AND query LIKE '%FROM intake_requests%FOR UPDATE%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def complaint(api: ApiServer, key: str) -> httpx.Response:
+    with api.client() as client:
+        return client.post(
+            "/complaints",
+            json={
+                "order_id": "order-1840",
+                "customer_id": "cust-77",
+                "text": f"Two of the four were missing. [{key}]",
+            },
+            headers=api.auth(**{"Idempotency-Key": key}),
+        )
+
+
+def test_waiting_publishers_leave_the_other_requests_their_connections(
+    api: ApiServer,
+) -> None:
+    keys = [str(uuid.uuid4()) for _ in range(PUBLISH_POOL + 1)]
+    with ThreadPoolExecutor(max_workers=PUBLISH_POOL) as pool:
+        waiting: list[Future[httpx.Response]] = [
+            pool.submit(complaint, api, key) for key in keys[:PUBLISH_POOL]
+        ]
+        wait_until(
+            lambda: publishers_holding_rows(api.database_url) == PUBLISH_POOL,
+            timeout_s=PUBLISH_TIMEOUT_S / 2,
+            what="both publishers to hold their rows",
+        )
+        # Every publishing connection now waits for Kafka. The main pool still serves:
+        with api.client() as client:
+            status = client.get(f"/disputes/d-{uuid.uuid4().hex}", headers=api.auth())
+            ready = client.get("/readyz")
+            login = client.get("/review/login")
+        # ... and a further complaint is told to retry instead of queueing behind them.
+        third = complaint(api, keys[-1])
+        assert not any(f.done() for f in waiting), "the publishers stopped waiting too soon"
+        answers = [f.result(timeout=PUBLISH_TIMEOUT_S + 10) for f in waiting]
+
+    assert status.status_code == 404, status.text
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["postgres"] == "ok"
+    assert ready.json()["checks"]["kafka"] != "ok"
+    assert login.status_code == 200
+    for answer in [third, *answers]:
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "5"
+        assert "retry with the same Idempotency-Key" in answer.json()["detail"]
+    with psycopg.connect(api.database_url) as conn:
+        rows = conn.execute(
+            "SELECT published FROM intake_requests WHERE idempotency_key = ANY(%s)", (keys,)
+        ).fetchall()
+    assert rows == [(False,)] * len(keys)  # recorded, for the retries to publish
+    with api.client() as client:
+        metrics = client.get("/metrics").text
+    assert 'api_complaints_total{outcome="unpublished"} 3.0' in metrics
+    assert 'api_publish_failures_total{topic="complaint.received"} 2.0' in metrics
