@@ -2,8 +2,8 @@
 
 A Kafka transaction cannot include an LLM call, so a stage that crashes after calling the model
 but before committing will call again on redelivery. The cache stores the first answer under a
-key of everything the answer depends on (dispute, grievance, seat, snapshot hash, prompt
-version), so the replay reuses it instead of drawing a new ruling and paying twice.
+key of everything the answer depends on (for a judge: dispute, grievance, seat, model, snapshot
+hash, prompt version), so the replay reuses it instead of drawing a new ruling and paying twice.
 
 ``put_if_absent`` is first-writer-wins: when two replicas race on one key (a rebalance can hand
 a batch to a second instance while the first is still working), both end up using the single
@@ -164,19 +164,31 @@ def _key(kind: str, *parts: str | int) -> str:
 
 
 def judge_cache_key(
-    dispute_id: str, grievance_id: str, seat: int, snapshot_sha256: str, prompt_version: str
+    dispute_id: str,
+    grievance_id: str,
+    seat: int,
+    model: str,
+    snapshot_sha256: str,
+    prompt_version: str,
 ) -> str:
-    """Key of one judge seat's ruling on one grievance against one snapshot and prompt."""
-    return _key("judge", dispute_id, grievance_id, seat, snapshot_sha256, prompt_version)
+    """Key of one judge seat's ruling on one grievance by one model against one snapshot and
+    prompt. The model is part of it because the ruling names its model: after a seat's model
+    changes, a redelivered grievance is judged by the new model, not labelled with it."""
+    return _key("judge", dispute_id, grievance_id, seat, model, snapshot_sha256, prompt_version)
 
 
 def extractor_cache_key(
     dispute_id: str, complaint_sha256: str, snapshot_sha256: str, prompt_version: str
 ) -> str:
-    """Key of the extraction of one complaint text against one snapshot and prompt."""
+    """Key of the extraction of one complaint text against one snapshot and prompt.
+
+    No model in it, unlike a judge's: a complaint delivered again must get the grievances
+    already published for it, whichever model is configured now."""
     return _key("extractor", dispute_id, complaint_sha256, snapshot_sha256, prompt_version)
 
 
 def settler_cache_key(dispute_id: str, round: int, inputs_sha256: str, prompt_version: str) -> str:
-    """Key of the reply of one settlement round (a review decision starts a new round)."""
+    """Key of the reply of one settlement round (a review decision starts a new round).
+
+    No model in it: a round delivered again gets the reply already written for it."""
     return _key("settler", dispute_id, round, inputs_sha256, prompt_version)

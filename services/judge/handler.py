@@ -3,10 +3,11 @@
 Each of the K seats is an independent call: fresh context (no history, no other seat's
 answer), its own seed, temperature above zero, optionally its own model. All K calls of all
 grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
-grievance, seat, snapshot hash, prompt version): a redelivered grievance reuses the rulings it
-already paid for. Rulings are normalised in code: an unreadable answer, or an UPHELD/REJECTED
-that cites no field of the evidence, counts as ESCALATE; so does a seat whose request the
-endpoint refuses for its content (HTTP 400, 413, 422), uncached. A grievance of a category this
+grievance, seat, model, snapshot hash, prompt version): a redelivered grievance reuses the
+rulings it already paid for, and a seat given another model draws anew. Rulings are normalised
+in code: an unreadable answer, or an UPHELD/REJECTED that cites no field of the evidence,
+counts as ESCALATE; so does a seat whose request the endpoint refuses for its content (HTTP
+400, 413, 422), uncached. A grievance of a category this
 code does not know goes to the dead-letter topic.
 """
 
@@ -125,6 +126,7 @@ class JudgeHandler:
             grievance.dispute_id,
             grievance.grievance_id,
             seat.index,
+            seat.llm.model,
             grievance.snapshot_sha256,
             self._prompt.version,
         )

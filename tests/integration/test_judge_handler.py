@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,23 +56,28 @@ def _deliver(
     message: Message,
     outcomes: list[CallOutcome],
     deliveries: int = 1,
+    models: Sequence[str] = (),
 ) -> list[list[Mapping[str, Any]]]:
-    """The rulings of a three-seat bench for each delivery of ``message`` (one cache for all)."""
+    """The rulings of a three-seat bench for each delivery of ``message`` (one cache for all);
+    ``models``: the seats' model in each delivery (default: ``standin-judge`` in all)."""
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
-        llm = standin.client("standin-judge", temperature=0.7)
         cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
-        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
-        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), outcomes.append)
+        prompt = load_prompt(JUDGE_PROMPT_VERSION)
         try:
             runs = []
-            for _ in range(deliveries):
-                emits = await handler.handle(message, Context(None))
+            for model in models or ["standin-judge"] * deliveries:
+                llm = standin.client(model, temperature=0.7)
+                seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+                handler = JudgeHandler(seats, cache, prompt, outcomes.append)
+                try:
+                    emits = await handler.handle(message, Context(None))
+                finally:
+                    await llm.aclose()
                 runs.append([e.value for e in emits])
             return runs
         finally:
-            await llm.aclose()
             await redis.aclose()
 
     return asyncio.run(go())
@@ -96,6 +101,29 @@ def test_a_refused_request_is_that_seats_escalate_and_is_asked_again_next_time(
     assert [r["ruling"] for r in second] == ["UPHELD"] * 3
     assert sorted(outcomes) == ["cached", "cached", "made", "made", "made", "refused"]
     assert standin.stats()["by_dispute"][dispute] == 4
+
+
+def test_a_seat_given_another_model_draws_anew_and_names_it(
+    redis_url: str, standin: Standin
+) -> None:
+    """The cache key holds the model: a redelivery after a model change is not the old model's
+    answer labelled with the new model's name."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    outcomes: list[CallOutcome] = []
+
+    first, replay, changed = _deliver(
+        redis_url,
+        standin,
+        _grievance(dispute),
+        outcomes,
+        models=["standin-judge", "standin-judge", "standin-judge-2"],
+    )
+
+    assert outcomes == ["made"] * 3 + ["cached"] * 3 + ["made"] * 3
+    assert standin.stats()["by_dispute"][dispute] == 6
+    assert [r["raw_response"] for r in replay] == [r["raw_response"] for r in first]
+    assert {r["model"] for r in first + replay} == {"standin-judge"}
+    assert {r["model"] for r in changed} == {"standin-judge-2"}
 
 
 def test_a_wrong_api_key_stops_the_judge(redis_url: str, standin: Standin) -> None:

@@ -12,18 +12,27 @@ from refund_bench.llm.cache import judge_cache_key
 _PARTS = st.text() | st.from_regex(r"[A-Za-z0-9_.~-]*", fullmatch=True)
 
 
-@given(dispute=_PARTS, grievance=_PARTS, seat=st.integers(0, 14), sha=_PARTS, version=_PARTS)
+@given(
+    dispute=_PARTS,
+    grievance=_PARTS,
+    seat=st.integers(0, 14),
+    model=_PARTS,
+    sha=_PARTS,
+    version=_PARTS,
+)
 def test_a_key_is_its_parts_percent_encoded(
-    dispute: str, grievance: str, seat: int, sha: str, version: str
+    dispute: str, grievance: str, seat: int, model: str, sha: str, version: str
 ) -> None:
-    expected = ":".join(
-        ["judge", *(quote(str(part), safe="") for part in (dispute, grievance, seat, sha, version))]
-    )
-    assert judge_cache_key(dispute, grievance, seat, sha, version) == expected
+    parts = (dispute, grievance, seat, model, sha, version)
+    expected = ":".join(["judge", *(quote(str(part), safe="") for part in parts)])
+    assert judge_cache_key(dispute, grievance, seat, model, sha, version) == expected
 
 
 def test_a_colon_inside_an_id_cannot_collide_with_the_separator() -> None:
-    assert judge_cache_key("a:b", "c", 0, "h", "judge/v1") == "judge:a%3Ab:c:0:h:judge%2Fv1"
-    assert judge_cache_key("a:b", "c", 0, "h", "judge/v1") != judge_cache_key(
-        "a", "b:c", 0, "h", "judge/v1"
+    assert (
+        judge_cache_key("a:b", "c", 0, "m/1", "h", "judge/v1")
+        == "judge:a%3Ab:c:0:m%2F1:h:judge%2Fv1"
+    )
+    assert judge_cache_key("a:b", "c", 0, "m", "h", "judge/v1") != judge_cache_key(
+        "a", "b:c", 0, "m", "h", "judge/v1"
     )
