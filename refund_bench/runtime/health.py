@@ -1,14 +1,16 @@
 """Liveness, readiness and ``/metrics`` over HTTP, served from a background thread.
 
 ``/healthz`` is 200 while the poll loop has polled within ``liveness_timeout_s`` (a wedged loop
-fails it and Kubernetes restarts the pod); ``/readyz`` is 200 once the stage is consuming.
+fails it and Kubernetes restarts the pod); ``/readyz`` is 200 once the stage is consuming, except
+while it restores state from a changelog (a rolling update waits for a restored replica).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -20,17 +22,32 @@ StartResponse = Callable[..., Any]
 
 @dataclass
 class Heartbeat:
-    """Updated by the poll loop; read by the liveness probe."""
+    """Updated by the poll loop; read by the probes."""
 
     liveness_timeout_s: float = 60.0
     ready: bool = False
+    """Set while the stage is subscribed."""
     _last_beat: float = field(default_factory=time.monotonic)
+    _restoring: bool = False
 
     def beat(self) -> None:
         self._last_beat = time.monotonic()
 
     def alive(self) -> bool:
         return time.monotonic() - self._last_beat < self.liveness_timeout_s
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        """Not ready inside: the stage is rebuilding state and processes nothing."""
+        self._restoring = True
+        try:
+            yield
+        finally:
+            self._restoring = False
+
+    def ready_now(self) -> bool:
+        """Subscribed, not restoring, and alive."""
+        return self.ready and not self._restoring and self.alive()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -62,7 +79,7 @@ class HealthServer:
         if path == "/healthz":
             ok = self._heartbeat.alive()
         elif path == "/readyz":
-            ok = self._heartbeat.ready and self._heartbeat.alive()
+            ok = self._heartbeat.ready_now()
         else:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found\n"]

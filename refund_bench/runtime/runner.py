@@ -303,7 +303,10 @@ class StageRunner:
         if self._store is not None:
             numbers = {tp.partition for tp in partitions} - set(self._store.owned())
             started = time.monotonic()
-            read = self._store.restore(self._base_conf(), numbers, on_progress=self.heartbeat.beat)
+            with self.heartbeat.restoring():
+                read = self._store.restore(
+                    self._base_conf(), numbers, on_progress=self.heartbeat.beat
+                )
             log.info(
                 "%s restored %d changelog records for partitions %s in %.2fs",
                 self.spec.name,

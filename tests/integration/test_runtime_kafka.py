@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import DlqLimitExceeded, Fenced
 from refund_bench.runtime.dlq import DlqBudget
+from refund_bench.runtime.health import Heartbeat
 from refund_bench.runtime.messages import Context, Emit, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.runtime.selftest import passthrough_spec
@@ -538,6 +539,53 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     )
     tombstones = [r.key or "" for r in log if r.value is None]
     assert tombstones == ["s0", "k0", "k1", "s0"], f"changelog tombstones {tombstones}"
+
+
+class _ReadinessLog(Heartbeat):
+    """A heartbeat that notes, at every beat, whether ``/readyz`` would answer 200."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def beat(self) -> None:
+        super().beat()
+        self.seen.append(self.ready_now())
+
+
+def test_a_stage_is_not_ready_while_it_restores_its_state(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """The restore beats the heartbeat (alive) while readiness is off; it is back on after."""
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    group = f"ready-{uuid.uuid4().hex[:8]}"
+    source, sink = new_topic("ready-in", 1), new_topic("ready-out", 1)
+    ensure_topics(stack.kafka, [TopicSpec(f"{group}.counts.changelog", compacted=True)], 1)
+    codec = bench_codec(framing, source, sink)
+    spec = _expiring_counter(group, source, sink)
+    config = _config(stack.kafka, group)
+
+    def run(keys: list[str], heartbeat: Heartbeat) -> None:
+        stage = StageThread(StageRunner(spec, config, framing, heartbeat=heartbeat)).start()
+        try:
+            before = len(read_sink(stack, codec, sink, at_least=0, timeout_s=5, settle_s=0.0))
+            values = [(k, {"id": f"{k}-{before}", "seq": 0, "payload": ""}) for k in keys]
+            produce_values(stack.kafka, source, values, codec)
+            read_sink(stack, codec, sink, at_least=before + len(keys), timeout_s=60, settle_s=0)
+        finally:
+            assert stage.stop() is None
+
+    run([f"k{i}" for i in range(300)], Heartbeat())  # 300 keys in the changelog
+    log = _ReadinessLog()
+    run(["k0"], log)
+
+    # Every beat comes after subscribing: the unready ones are the restore's.
+    unready = [i for i, ready in enumerate(log.seen) if not ready]
+    assert unready, f"ready throughout the restore: {log.seen}"
+    after = log.seen[unready[-1] + 1 :]
+    assert after, "no beat after the restore"
+    assert all(after), "not ready again after the restore"
 
 
 def _dead_letters(stack: Stack, framing: Framing, dlq: str, at_least: int) -> list[Read]:
