@@ -267,6 +267,23 @@ def test_stateful_stages_give_a_new_pod_time_to_restore_before_the_next_moves() 
             assert doc["spec"]["minReadySeconds"] >= 30, doc["metadata"]["name"]
 
 
+def test_every_deployment_spreads_its_own_pods_over_nodes_and_zones() -> None:
+    deployments = [doc for doc in _all_documents() if doc["kind"] == "Deployment"]
+    assert len(deployments) == 8
+    for doc in deployments:
+        name = doc["metadata"]["name"]
+        spread = doc["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert [c["topologyKey"] for c in spread] == [
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        ], name
+        for constraint in spread:
+            # Its own pods only (another stage's pods must not count), and never unschedulable.
+            assert constraint["labelSelector"] == doc["spec"]["selector"], name
+            assert constraint["whenUnsatisfiable"] == "ScheduleAnyway", name
+            assert constraint["maxSkew"] == 1, name
+
+
 def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
     topics = {
         doc["spec"]["topicName"]: doc["spec"] for doc in _documents(K8S / "strimzi" / "topics.yaml")
