@@ -1,8 +1,10 @@
 """End-to-end throughput and latency of the six stages, with the LLM stand-in at 0 and 300 ms.
 
 One replica per stage, on the local stack. Each run publishes N copies of the article's
-complaint (distinct disputes, so nothing is served from the cache) as fast as the producer
-goes, and measures until every dispute's payout has completed:
+complaint (distinct disputes, so nothing is served from the cache), each about its own copy of
+the article's order (an order's payment is refunded for one dispute only; the copies are
+seeded before the clock starts), as fast as the producer goes, and measures until every
+dispute's payout has completed:
 
 - complaints/s = N / (last payout.completed - first complaint published)
 - steady complaints/s: the middle 80% of the payouts (10th to 90th) over the time between
@@ -40,14 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bench import cpu
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
+from refund_bench.config import StackSettings
+from refund_bench.db.orders import upsert_orders
 from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
 from refund_bench.publish import ComplaintPublisher
-from refund_bench.samples import ARTICLE_COMPLAINT
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 
 SERVICE_ENV = {"LLM_CACHE_TTL_SECONDS": "3600"}
 """What the benchmark's services run with, besides the stack's settings.
@@ -148,6 +153,17 @@ class InflightSampler:
         return self.maximum
 
 
+def seed_orders(tag: str, n: int) -> list[str]:
+    """``n`` copies of the article's order, each with its own payment (an order's payment is
+    refunded for one dispute only), in the order store; their ids. Seeded before a run's clock
+    starts."""
+    database_url = os.environ.get("DATABASE_URL", StackSettings().database_url.get_secret_value())
+    orders = [own_copy(ARTICLE_ORDER, f"{tag}-{i}") for i in range(n)]
+    with psycopg.connect(database_url) as conn:
+        upsert_orders(conn, orders)
+    return [order.order_id for order in orders]
+
+
 def one_run(
     kafka: str,
     registry: str,
@@ -167,6 +183,7 @@ def one_run(
     )
     publisher = ComplaintPublisher(kafka, registry)
     tag = uuid.uuid4().hex[:8]
+    orders = seed_orders(tag, n)
     sent: dict[str, float] = {}
     sampler = InflightSampler(judge_metrics)
     cpu_before = cpu.snapshot()
@@ -177,7 +194,7 @@ def one_run(
             due = started + i / rate_per_s
             time.sleep(max(0.0, due - time.monotonic()))
         dispute_id = f"bench-{tag}-{i}"
-        publisher.publish(dispute_id, "order-1840", "cust-77", ARTICLE_COMPLAINT, channel="bench")
+        publisher.publish(dispute_id, orders[i], "cust-77", ARTICLE_COMPLAINT, channel="bench")
         if rate_per_s is not None:
             publisher.flush()
         sent[dispute_id] = time.time()

@@ -15,10 +15,11 @@ import psycopg
 import typer
 
 from refund_bench.config import StackSettings
+from refund_bench.db.orders import upsert_orders
 from refund_bench.disputes import load_story, render
 from refund_bench.launcher import REPO, Launcher
 from refund_bench.publish import ComplaintPublisher
-from refund_bench.samples import SAMPLE_COMPLAINTS
+from refund_bench.samples import SAMPLE_COMPLAINTS, SAMPLE_ORDERS, own_copy
 
 app = typer.Typer(add_completion=False)
 
@@ -39,12 +40,16 @@ def demo(
             settings.kafka_bootstrap_servers, settings.schema_registry_url
         )
         run = time.strftime("%Y%m%d-%H%M%S")
+        # Each run complains about its own copies of the sample orders: an order's payment is
+        # refunded for one dispute only, so a second run on the same orders would pay nothing.
+        orders = {o.order_id: own_copy(o, run) for o in SAMPLE_ORDERS}
+        with psycopg.connect(settings.database_url.get_secret_value()) as conn:
+            upsert_orders(conn, orders.values())
         disputes: list[tuple[str, str]] = []
         for sample in SAMPLE_COMPLAINTS:
             dispute_id = f"demo-{run}-{sample.label}"
-            publisher.publish(
-                dispute_id, sample.order_id, sample.customer_id, sample.text, channel="demo"
-            )
+            order_id = orders[sample.order_id].order_id
+            publisher.publish(dispute_id, order_id, sample.customer_id, sample.text, channel="demo")
             disputes.append((dispute_id, f"{sample.label} ({sample.shows})"))
         publisher.flush()
         typer.echo(f"published {len(disputes)} sample complaints; waiting for their outcomes\n")

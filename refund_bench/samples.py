@@ -124,6 +124,19 @@ SAMPLE_ORDERS: tuple[OrderRecord, ...] = (
 )
 
 
+def own_copy(order: OrderRecord, suffix: str) -> OrderRecord:
+    """``order`` as another order with its own payment: ``-suffix`` on its id, ``_suffix`` on
+    its payment reference. The payout pays one dispute per payment automatically, so a demo run
+    or a benchmark that complains about the samples again seeds copies and complains about
+    those (the evidence is the sample's, but for the two ids)."""
+    return order.model_copy(
+        update={
+            "order_id": f"{order.order_id}-{suffix}",
+            "payment_reference": f"{order.payment_reference}_{suffix}",
+        }
+    )
+
+
 @dataclass(frozen=True)
 class SampleComplaint:
     """A complaint of the demo, and what it shows."""

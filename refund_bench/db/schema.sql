@@ -149,6 +149,62 @@ CREATE TABLE IF NOT EXISTS payout_ledger (
     PRIMARY KEY (dispute_id, round)
 );
 
+CREATE INDEX IF NOT EXISTS payout_ledger_payment ON payout_ledger (payment_reference);
+
+-- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s its
+-- age); else a new row, opened = true. The new row is PENDING with its first provider call
+-- counted, unless another dispute of the same payment (the same order) already has a round that
+-- is not FAILED: then it is FAILED with ORDER_ALREADY_REFUNDED, naming that round, and nothing is
+-- paid automatically (a second complaint about one order is a payment operator's call). Rounds of
+-- one payment are opened one at a time (an advisory lock on the payment reference).
+CREATE OR REPLACE FUNCTION payout_open_round(
+    p_dispute_id text, p_round integer, p_amount_minor bigint, p_currency text,
+    p_payment_reference text, p_idempotency_key text
+) RETURNS TABLE (
+    dispute_id text, round integer, amount_minor bigint, currency text, idempotency_key text,
+    status text, stripe_refund_id text, error_code text, error_message text, opened boolean,
+    age_s double precision
+) LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    earlier record;
+    blocked boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('payout:' || p_payment_reference, 0));
+    RETURN QUERY
+        SELECT l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key, l.status,
+               l.stripe_refund_id, l.error_code, l.error_message, false,
+               EXTRACT(EPOCH FROM now() - l.created_at)::double precision
+        FROM payout_ledger l WHERE l.dispute_id = p_dispute_id AND l.round = p_round;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT l.dispute_id, l.round, l.status, l.stripe_refund_id INTO earlier
+    FROM payout_ledger l
+    WHERE l.payment_reference = p_payment_reference AND l.dispute_id <> p_dispute_id
+      AND l.status <> 'FAILED'
+    ORDER BY l.created_at LIMIT 1;
+    blocked := FOUND;
+    RETURN QUERY
+        INSERT INTO payout_ledger AS l (dispute_id, round, amount_minor, currency,
+                                        payment_reference, idempotency_key, status, attempts,
+                                        error_code, error_message)
+        VALUES (p_dispute_id, p_round, p_amount_minor, p_currency, p_payment_reference,
+                p_idempotency_key,
+                CASE WHEN NOT blocked THEN 'PENDING' ELSE 'FAILED' END,
+                CASE WHEN NOT blocked THEN 1 ELSE 0 END,
+                CASE WHEN NOT blocked THEN NULL ELSE 'ORDER_ALREADY_REFUNDED' END,
+                CASE WHEN NOT blocked THEN NULL ELSE format(
+                    'the order''s payment already has a refund of dispute %s (round %s, %s%s);'
+                    ' a second dispute of one order is not paid automatically: a payment'
+                    ' operator decides', earlier.dispute_id, earlier.round, earlier.status,
+                    COALESCE(', refund ' || earlier.stripe_refund_id, '')) END)
+        RETURNING l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key,
+                  l.status, l.stripe_refund_id, l.error_code, l.error_message, true,
+                  0.0::double precision;
+END
+$$;
+
 -- What needs a human: escalated grievances, disputes held by the cap, failed payouts,
 -- complaints whose extraction could not be validated.
 CREATE TABLE IF NOT EXISTS review_items (

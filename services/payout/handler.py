@@ -5,6 +5,9 @@ called, a settled round never reaches the provider again, and every provider cal
 carries the same idempotency key, so a crash between the call and the ledger update replays the
 same refund instead of creating a second one. Only within Stripe's idempotency window, though: a
 round still PENDING after 23 hours is not called again but fails to review (``STALE_PENDING``).
+
+At most one dispute per order is paid automatically: a round of another dispute of the same
+payment fails to review (``ORDER_ALREADY_REFUNDED``, recorded by the ledger) without a call.
 """
 
 from __future__ import annotations

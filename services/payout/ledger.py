@@ -4,6 +4,9 @@ The row is written (PENDING) before the provider is called; a round already SUCC
 FAILED is answered from the ledger without calling the provider again. ``attempts`` counts the
 provider calls begun for the round: the insert that opens the round counts the first, and each
 later call for a round found PENDING (a replay after a crash) is counted before it is made.
+
+One order, one automatic payout: a round of a second dispute of the same payment is recorded
+FAILED (``ORDER_ALREADY_REFUNDED``) and goes to review instead of to the provider.
 """
 
 from __future__ import annotations
@@ -36,22 +39,8 @@ class LedgerRow:
 
 
 _OPEN_SQL = """
-WITH opened AS (
-    INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency, payment_reference,
-                               idempotency_key, status, attempts)
-    VALUES (%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s, %(payment_reference)s,
-            %(idempotency_key)s, 'PENDING', 1)
-    ON CONFLICT (dispute_id, round) DO NOTHING
-    RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status,
-              stripe_refund_id, error_code, error_message, true AS opened, 0.0::float8 AS age_s
-)
-SELECT * FROM opened
-UNION ALL
-SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
-       error_code, error_message, false AS opened,
-       EXTRACT(EPOCH FROM now() - created_at)::float8 AS age_s
-FROM payout_ledger
-WHERE dispute_id = %(dispute_id)s AND round = %(round)s AND NOT EXISTS (SELECT 1 FROM opened)
+SELECT * FROM payout_open_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s,
+                                %(payment_reference)s, %(idempotency_key)s)
 """
 _GET_SQL = """
 SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
@@ -84,8 +73,11 @@ class PayoutLedger:
         """Insert the round as PENDING, its first provider call counted, unless it exists;
         return the row as stored (``opened`` tells which).
 
-        One statement: the insert returns the new row; for a round that already exists, the
-        row as it was when the statement started (read again if another writer raced us).
+        A new round of a dispute whose payment (order) already has a round of another dispute
+        that is not FAILED is inserted FAILED instead (``ORDER_ALREADY_REFUNDED``, naming that
+        round): a second dispute of one order is not paid automatically. One call of the
+        database function ``payout_open_round`` (refund_bench/db/schema.sql), which opens the
+        rounds of one payment one at a time.
         """
         params = {
             "dispute_id": dispute_id,
@@ -95,13 +87,12 @@ class PayoutLedger:
             "payment_reference": payment_reference,
             "idempotency_key": idempotency_key,
         }
-        async with self._pool.connection() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_OPEN_SQL, params)
-                row = await cur.fetchone()
-            return (
-                LedgerRow(**row) if row is not None else await self._get(conn, dispute_id, round_)
-            )
+        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_OPEN_SQL, params)
+            row = await cur.fetchone()
+        if row is None:
+            raise RuntimeError(f"payout_open_round returned no row for {dispute_id}/{round_}")
+        return LedgerRow(**row)
 
     async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:
         async with conn.cursor(row_factory=dict_row) as cur:

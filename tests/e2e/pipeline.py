@@ -17,10 +17,12 @@ import httpx
 import psycopg
 import pytest
 
+from refund_bench.db.orders import upsert_orders
 from refund_bench.disputes import Story, load_story
 from refund_bench.launcher import Launcher
 from refund_bench.provision import provision_stack
 from refund_bench.publish import ComplaintPublisher
+from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from tests.conftest import Stack
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -39,13 +41,37 @@ class Pipeline:
         return self.stack.database_url
 
     def submit(
-        self, order_id: str, customer_id: str, text: str, dispute_id: str | None = None
+        self,
+        order_id: str,
+        customer_id: str,
+        text: str,
+        dispute_id: str | None = None,
+        *,
+        own_order: bool = True,
     ) -> str:
-        """Publish complaint.received (as an upstream service does); returns the dispute id."""
+        """Publish complaint.received (as an upstream service does); returns the dispute id.
+
+        With ``own_order``, a sample order's id is replaced by a fresh copy of that order (see
+        :func:`own_copy`): one payment is refunded for one dispute only, and the tests share
+        the database. ``own_order=False`` complains about ``order_id`` itself.
+        """
         dispute_id = dispute_id or f"d-{uuid.uuid4().hex[:16]}"
+        if own_order:
+            order_id = self.own_order(order_id)
         self._publisher.publish(dispute_id, order_id, customer_id, text)
         self._publisher.flush()
         return dispute_id
+
+    def own_order(self, order_id: str) -> str:
+        """A fresh copy of the sample order ``order_id`` in the order store (its id), or
+        ``order_id`` itself if it is no sample order."""
+        sample = next((o for o in SAMPLE_ORDERS if o.order_id == order_id), None)
+        if sample is None:
+            return order_id
+        copy = own_copy(sample, uuid.uuid4().hex[:12])
+        with psycopg.connect(self.database_url) as conn:
+            upsert_orders(conn, [copy])
+        return copy.order_id
 
     def story(self, dispute_id: str) -> Story:
         with psycopg.connect(self.database_url) as conn:

@@ -66,6 +66,35 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert pipeline.llm_calls(dispute) == 14, "1 extraction + 4 x 3 judges + 1 reply"
 
 
+def test_a_second_complaint_about_a_paid_order_goes_to_a_human_not_to_stripe(
+    pipeline: Pipeline,
+) -> None:
+    sample = _sample("article")
+    order_id = pipeline.own_order(sample.order_id)
+    first = pipeline.submit(order_id, sample.customer_id, sample.text, own_order=False)
+    paid = pipeline.wait_final(first)
+    assert [(p["round"], p["amount_minor"], p["outcome"]) for p in paid.payouts] == [
+        (1, 68900, "COMPLETED")
+    ]
+
+    again = pipeline.submit(order_id, sample.customer_id, sample.text, own_order=False)
+    story = pipeline.wait_final(again)
+
+    assert story.latest_round is not None
+    assert story.latest_round["payable_minor"] == 68900  # priced on its own evidence, as before
+    assert [(p["round"], p["outcome"], p["error_code"]) for p in story.payouts] == [
+        (1, "FAILED", "ORDER_ALREADY_REFUNDED")
+    ]
+    assert story.paid_minor == 0
+    (item,) = [i for i in story.review_items if i["kind"] == "PAYOUT"]
+    assert item["status"] == "OPEN"
+    assert f"already has a refund of dispute {first} (round 1, SUCCEEDED" in item["reason"]
+    # No provider call was begun for it.
+    assert [(r["status"], r["attempts"], r["stripe_refund_id"]) for r in story.ledger] == [
+        ("FAILED", 0, None)
+    ]
+
+
 def test_a_refund_above_the_cap_is_held_for_a_human(pipeline: Pipeline) -> None:
     dispute = _submit(pipeline, "over-cap")
     story = pipeline.wait_final(dispute)

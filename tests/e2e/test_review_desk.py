@@ -69,7 +69,11 @@ def test_a_reviewer_upholds_the_raita_claim_and_the_second_payout_follows(
     SHOTS.mkdir(parents=True, exist_ok=True)
     accepted = httpx.post(
         f"{api_server.url}/complaints",
-        json={"order_id": "order-1840", "customer_id": "cust-77", "text": ARTICLE_COMPLAINT},
+        json={
+            "order_id": pipeline.own_order("order-1840"),
+            "customer_id": "cust-77",
+            "text": ARTICLE_COMPLAINT,
+        },
         headers=api_server.auth(**{"Idempotency-Key": str(uuid.uuid4())}),
         timeout=30,
     )

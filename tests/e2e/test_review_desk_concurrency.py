@@ -31,7 +31,11 @@ def test_two_reviewers_at_once_pay_the_difference_once(
 ) -> None:
     accepted = httpx.post(
         f"{api_server.url}/complaints",
-        json={"order_id": "order-1840", "customer_id": "cust-77", "text": ARTICLE_COMPLAINT},
+        json={
+            "order_id": pipeline.own_order("order-1840"),
+            "customer_id": "cust-77",
+            "text": ARTICLE_COMPLAINT,
+        },
         headers=api_server.auth(**{"Idempotency-Key": str(uuid.uuid4())}),
         timeout=30,
     )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -23,17 +25,52 @@ from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 pytestmark = pytest.mark.stack
 
 
-def _request(dispute_id: str, amount: int = 68900, reference: str = "pi_order1840") -> Message:
+def _request(
+    dispute_id: str, amount: int = 68900, reference: str | None = None, round_: int = 1
+) -> Message:
+    """A payout request; its payment is the dispute's own unless ``reference`` is given (one
+    payment's second dispute is not paid automatically)."""
     event = ev.PayoutRequested(
         dispute_id=dispute_id,
         order_id="order-1840",
-        round=1,
+        round=round_,
         amount_minor=amount,
         currency="INR",
-        payment_reference=reference,
+        payment_reference=reference or f"pi_{dispute_id}",
         requested_at=ev.now(),
     )
     return Message("payout.requested", 0, 0, dispute_id, event.to_avro(), {}, 0)
+
+
+def _seed_round(
+    database: str,
+    dispute: str,
+    *,
+    status: str,
+    amount: int = 68900,
+    payment: str | None = None,
+    attempts: int = 1,
+    error_code: str | None = None,
+    age: str = "0 seconds",
+) -> None:
+    """A ledger row as an earlier instance left it (round 1, the dispute's own payment unless
+    ``payment`` is given), opened ``age`` ago."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, attempts, error_code, created_at)"
+            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, now() - %s::interval)",
+            (
+                dispute,
+                amount,
+                payment or f"pi_{dispute}",
+                idempotency_key(dispute, 1),
+                status,
+                attempts,
+                error_code,
+                age,
+            ),
+        )
 
 
 def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
@@ -137,18 +174,12 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
 ) -> None:
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     key = idempotency_key(dispute, 1)
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-            " payment_reference, idempotency_key, status) VALUES (%s, 1, 68900, 'INR',"
-            " 'pi_order1840', %s, 'PENDING')",
-            (dispute, key),
-        )
+    _seed_round(database, dispute, status="PENDING", attempts=0)
     # The earlier instance reached Stripe, then died before recording the outcome.
     _refunds(
         fake.url,
         {
-            "payment_reference": "pi_order1840",
+            "payment_reference": f"pi_{dispute}",
             "amount_minor": 68900,
             "currency": "inr",
             "idempotency_key": key,
@@ -167,14 +198,7 @@ def test_a_round_pending_past_the_idempotency_window_goes_to_review_not_to_strip
     """Opened 25 hours ago and never settled (a long outage, say): Stripe may have forgotten
     the key, so another call could refund twice. The round fails to review instead."""
     dispute = f"d-{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-            " payment_reference, idempotency_key, status, attempts, created_at) VALUES"
-            " (%s, 1, 68900, 'INR', 'pi_order1840', %s, 'PENDING', 1,"
-            " now() - interval '25 hours')",
-            (dispute, idempotency_key(dispute, 1)),
-        )
+    _seed_round(database, dispute, status="PENDING", age="25 hours")
     [outputs] = _run(database, fake.url, _request(dispute))
     assert [o.topic for o in outputs] == ["payout.failed"]
     assert outputs[0].value["error_code"] == "STALE_PENDING"
@@ -236,3 +260,88 @@ def test_a_different_amount_for_a_recorded_round_is_a_ledger_conflict(
         " 99999 INR requested, not paid"
     )
     assert fake.fake.requests == 1
+
+
+def test_a_second_dispute_of_one_order_goes_to_review_not_to_stripe(
+    database: str, fake: FakeStripeServer
+) -> None:
+    first, second = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    paid, refused, refused_again, later_round = _run(
+        database,
+        fake.url,
+        _request(first, 4900, reference=payment),
+        _request(second, 64000, reference=payment),
+        _request(second, 64000, reference=payment),
+        _request(first, 64000, reference=payment, round_=2),
+    )
+    assert paid[0].topic == "payout.completed"
+    refund = paid[0].value["stripe_refund_id"]
+    for outputs in (refused, refused_again):
+        assert [o.topic for o in outputs] == ["payout.failed"]
+        assert outputs[0].value["error_code"] == "ORDER_ALREADY_REFUNDED"
+        assert outputs[0].value["reason"] == (
+            f"the order's payment already has a refund of dispute {first} (round 1, SUCCEEDED,"
+            f" refund {refund}); a second dispute of one order is not paid automatically: a"
+            " payment operator decides"
+        )
+    # A later round of the first dispute (a reviewer's approval) is still that dispute's.
+    assert later_round[0].topic == "payout.completed"
+    assert fake.fake.requests == 2
+    assert _attempts(database, second) == 0
+
+
+def test_a_failed_payout_of_an_order_does_not_hold_back_its_next_dispute(
+    database: str, fake: FakeStripeServer
+) -> None:
+    declined, next_one = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    _seed_round(
+        database,
+        declined,
+        status="FAILED",
+        amount=4900,
+        payment=payment,
+        error_code="card_declined",
+    )
+    [outputs] = _run(database, fake.url, _request(next_one, reference=payment))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+
+
+def test_a_dispute_opened_while_another_of_its_order_is_being_opened_waits_for_it(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Rounds of one payment are opened one at a time: a second dispute's round waits for the
+    first's to commit, then sees it, and is held."""
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    first, second = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database) as opening:  # the first dispute's round, not committed yet
+        opening.execute(
+            "SELECT * FROM payout_open_round(%s, 1, 4900, 'INR', %s, %s)",
+            (first, payment, idempotency_key(first, 1)),
+        )
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(_run, database, fake.url, _request(second, reference=payment))
+            _wait_until(lambda: _lock_waiters(database) > 0 or waiting.done(), timeout_s=20)
+            assert not waiting.done(), "the second dispute did not wait for the first"
+            opening.commit()
+            [outputs] = waiting.result(timeout=30)
+    assert [o.topic for o in outputs] == ["payout.failed"]
+    assert outputs[0].value["error_code"] == "ORDER_ALREADY_REFUNDED"
+    assert fake.fake.requests == 0
+
+
+def _lock_waiters(database: str) -> int:
+    with psycopg.connect(database, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"condition not met in {timeout_s}s"
+        time.sleep(0.02)
