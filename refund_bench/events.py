@@ -59,6 +59,7 @@ class GrievanceExtracted(Event):
     text: str
     span_start: int
     span_end: int
+    span_text: str | None = None
     item_name: str | None = None
     item_quantity: int | None = None
     snapshot_sha256: str

@@ -99,7 +99,7 @@ class JudgePanelSettings(LlmStageSettings):
     judge_base_urls: str = ""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
-    judge_prompt_version: str = "judge/v1"
+    judge_prompt_version: str = "judge/v2"
     batch_max_records: int = 200
     max_inflight: int = 256
     """Grievances in flight. A grievance holds its slot through its cache lookups and writes as

@@ -26,9 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import RefundBenchError
+from refund_bench.events import GrievanceExtracted
 
 EXTRACTOR_PROMPT_VERSION: Final = "extractor/v1"
-JUDGE_PROMPT_VERSION: Final = "judge/v1"
+JUDGE_PROMPT_VERSION: Final = "judge/v2"
 SETTLER_PROMPT_VERSION: Final = "settler/v1"
 
 EXTRACTION_SCHEMA_NAME: Final = "grievance_extraction"
@@ -231,8 +232,23 @@ class GrievanceForJudge(_Frozen):
     grievance_id: str
     category: Category
     text: str
+    span_text: str | None = None
+    """The complaint's own words the grievance was drawn from (``None`` for a grievance
+    extracted before events carried them); ``text`` is the extractor's restatement."""
     item_name: str | None = None
     item_quantity: int | None = None
+
+    @classmethod
+    def of(cls, grievance: GrievanceExtracted, category: Category) -> GrievanceForJudge:
+        """What a judge is shown of ``grievance`` (its category already checked)."""
+        return cls(
+            grievance_id=grievance.grievance_id,
+            category=category,
+            text=grievance.text,
+            span_text=grievance.span_text,
+            item_name=grievance.item_name,
+            item_quantity=grievance.item_quantity,
+        )
 
 
 def build_judge_request(
@@ -244,7 +260,10 @@ def build_judge_request(
     the temperature, which must be > 0 for judges), which the client sends.
     """
     _check_role(prompt, "judge")
-    payload = {"grievance": grievance.model_dump(mode="json"), "evidence": evidence}
+    shown = grievance.model_dump(
+        mode="json", exclude={"span_text"} if grievance.span_text is None else None
+    )
+    payload = {"grievance": shown, "evidence": evidence}
     return _request(prompt, payload, JUDGE_SCHEMA_NAME, JUDGE_SCHEMA)
 
 

@@ -122,6 +122,7 @@ class ExtractorHandler:
                     text=g.text,
                     span_start=g.span_start,
                     span_end=g.span_end,
+                    span_text=complaint.text[g.span_start : g.span_end],
                     item_name=g.item_name,
                     item_quantity=g.item_quantity,
                     snapshot_sha256=snapshot_sha,

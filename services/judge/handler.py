@@ -75,15 +75,7 @@ class JudgeHandler:
             raise InvalidInput(f"unknown grievance category {grievance.category!r}") from exc
         snapshot, allowed = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
         request = build_judge_request(
-            GrievanceForJudge(
-                grievance_id=grievance.grievance_id,
-                category=category,
-                text=grievance.text,
-                item_name=grievance.item_name,
-                item_quantity=grievance.item_quantity,
-            ),
-            snapshot,
-            prompt=self._prompt,
+            GrievanceForJudge.of(grievance, category), snapshot, prompt=self._prompt
         )
         rulings = await asyncio.gather(
             *(self._rule(seat, grievance, request, allowed) for seat in self._seats)

@@ -121,6 +121,16 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     }
 
 
+def test_each_grievance_carries_the_customers_words_at_its_span(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    [grievances] = _extract(database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}")
+    assert len(grievances) == 4
+    for g in grievances:
+        assert g["span_text"] == ARTICLE_COMPLAINT[g["span_start"] : g["span_end"]]
+        assert g["span_text"].strip(), "a span holds words"
+
+
 def test_a_complaint_the_endpoint_refuses_goes_to_review_and_is_not_cached(
     database: str, redis_url: str, standin: Standin
 ) -> None:

@@ -1,0 +1,73 @@
+"""What a judge is shown of a grievance: the restatement beside the customer's own words."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from refund_bench import events as ev
+from refund_bench.domain import Category
+from refund_bench.llm.roles import (
+    JUDGE_PROMPT_VERSION,
+    GrievanceForJudge,
+    build_judge_request,
+    load_prompt,
+)
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
+from services.extractor.evidence import freeze
+
+SPAN = "Two of the four were missing completely."
+
+
+def _extracted(span_text: str | None) -> ev.GrievanceExtracted:
+    snapshot = freeze(ARTICLE_ORDER)
+    start = ARTICLE_COMPLAINT.index(SPAN)
+    return ev.GrievanceExtracted(
+        dispute_id="d-1",
+        order_id=ARTICLE_ORDER.order_id,
+        grievance_id="g2",
+        grievance_total=4,
+        category="MISSING_ITEM",
+        text="2 of the 4 Chicken Biryani ordered were not delivered.",
+        span_start=start,
+        span_end=start + len(SPAN),
+        span_text=span_text,
+        item_name="Chicken Biryani",
+        item_quantity=2,
+        snapshot_sha256=snapshot.sha256,
+        snapshot_json=snapshot.json,
+        extractor_model="m",
+        extractor_prompt_version="extractor/v1",
+        extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+    )
+
+
+def _shown(grievance: ev.GrievanceExtracted) -> dict[str, Any]:
+    request = build_judge_request(
+        GrievanceForJudge.of(grievance, Category.MISSING_ITEM),
+        freeze(ARTICLE_ORDER).data,
+        prompt=load_prompt(JUDGE_PROMPT_VERSION),
+    )
+    shown: dict[str, Any] = json.loads(request.messages[-1]["content"])["grievance"]
+    return shown
+
+
+def test_a_judge_reads_the_customers_words_beside_the_restatement() -> None:
+    shown = _shown(_extracted(SPAN))
+    assert shown["span_text"] == SPAN, "the customer never named the dish; a judge can see that"
+    assert shown["text"] == "2 of the 4 Chicken Biryani ordered were not delivered."
+    assert (shown["item_name"], shown["item_quantity"]) == ("Chicken Biryani", 2)
+
+
+def test_a_grievance_extracted_before_the_words_travelled_is_shown_without_them() -> None:
+    shown = _shown(_extracted(None))
+    assert "span_text" not in shown
+    assert set(shown) == {"grievance_id", "category", "text", "item_name", "item_quantity"}
+
+
+def test_the_judges_prompt_tells_them_what_the_words_are_for() -> None:
+    prompt = load_prompt(JUDGE_PROMPT_VERSION)
+    assert JUDGE_PROMPT_VERSION == "judge/v2"
+    assert "`span_text`" in prompt.text
+    assert "goes beyond `span_text`" in prompt.text
