@@ -6,7 +6,9 @@ answer gets one repair call; if that fails too, or the endpoint refuses the comp
 (HTTP 400, 413, 422: too long, against a content policy), the complaint goes to human review. A
 complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
 pay). Answers are cached per (dispute, complaint, snapshot, prompt), so a redelivered complaint
-costs no new call. Extraction never judges: truth is for the judges.
+costs no new call and gets the outcome already published; a refusal is cached too, so a
+redelivery cannot turn a dispute held for review into a second round 1 that pays. Extraction
+never judges: truth is for the judges.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
+_REFUSAL_FIELD = "refused_by_endpoint"
+"""The one field of the record cached in place of an answer when the endpoint refused the
+request; the extraction schema's answers have ``grievances`` only, so no answer looks like it."""
+
+
+class ExtractionRefused(Exception):  # noqa: N818 - an outcome, not a fault
+    """The endpoint refused this complaint (now, or on an earlier delivery: recorded)."""
 
 
 class ExtractorHandler:
@@ -99,9 +108,7 @@ class ExtractorHandler:
         items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
         try:
             grievances = await self._extract(complaint, snapshot_sha, items)
-        except LlmRejected as exc:
-            if not exc.refused_input:
-                raise
+        except ExtractionRefused as exc:
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if grievances is None:
@@ -155,6 +162,10 @@ class ExtractorHandler:
                 return None
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
+        """The answer cached under ``key``, or the endpoint's (then cached). Raises
+        :class:`ExtractionRefused` when the endpoint refuses the request, now or before: the
+        refusal is cached in the answer's place (first writer wins, as for answers)."""
+
         async def compute() -> str:
             try:
                 return await self._llm.complete_json(
@@ -163,7 +174,15 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        raw, _ = await cached_call(self._cache, key, compute, self._on_call)
+        try:
+            raw, _ = await cached_call(self._cache, key, compute, self._on_call)
+        except LlmRejected as exc:
+            if not exc.refused_input:
+                raise
+            raw = await self._cache.put_if_absent(key, json.dumps({_REFUSAL_FIELD: str(exc)}))
+        refusal = _recorded_refusal(raw)
+        if refusal is not None:
+            raise ExtractionRefused(refusal)
         return raw
 
     def _unpriced(
@@ -197,6 +216,20 @@ class ExtractorHandler:
             priced_at=ev.now(),
         )
         return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
+
+
+def _recorded_refusal(raw: str) -> str | None:
+    """The endpoint's reason if ``raw`` is a cached refusal, else ``None``."""
+    if _REFUSAL_FIELD not in raw:
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(document, dict) and list(document) == [_REFUSAL_FIELD]:
+        reason = document[_REFUSAL_FIELD]
+        return reason if isinstance(reason, str) else None
+    return None
 
 
 def _json(raw: str) -> object:

@@ -49,15 +49,18 @@ def _handle(
     standin: Standin,
     *disputes: str,
     on_call: OnCall | None = None,
+    cache_prefix: str | None = None,
 ) -> list[Sequence[Emit]]:
-    """What the handler emits for each dispute, handled together."""
+    """What the handler emits for each dispute, handled together; answers are cached under
+    ``cache_prefix`` (a fresh one unless given: pass the same one to redeliver)."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = Redis.from_url(redis_url)
         llm = standin.client("standin-extractor", temperature=0.0)
-        cache = RedisResponseCache(redis, f"test-extractor-{uuid.uuid4().hex}:", 600)
+        prefix = cache_prefix or f"test-extractor-{uuid.uuid4().hex}:"
+        cache = RedisResponseCache(redis, prefix, 600)
         prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
@@ -131,16 +134,20 @@ def test_each_grievance_carries_the_customers_words_at_its_span(
         assert g["span_text"].strip(), "a span holds words"
 
 
-def test_a_complaint_the_endpoint_refuses_goes_to_review_and_is_not_cached(
+def test_a_complaint_the_endpoint_refuses_goes_to_review_and_stays_there(
     database: str, redis_url: str, standin: Standin
 ) -> None:
     """HTTP 400 for the complaint itself (too long for the model, say): the dispute is held for
-    review with the endpoint's reason, the stage goes on, and a redelivery asks again."""
+    review with the endpoint's reason and the stage goes on. A redelivery gets the same outcome
+    without asking again: grievances now would make a second round 1, one that could pay."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     standin.faults(next_faults=["400"])
     outcomes: list[CallOutcome] = []
 
-    (emits,) = _handle(database, redis_url, standin, dispute, on_call=outcomes.append)
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (emits,) = _handle(
+        database, redis_url, standin, dispute, on_call=outcomes.append, cache_prefix=cache
+    )
 
     assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
     priced = emits[0].value
@@ -151,9 +158,35 @@ def test_a_complaint_the_endpoint_refuses_goes_to_review_and_is_not_cached(
     assert "context" in priced["reason"]
     assert outcomes == ["refused"]
 
-    (again,) = _handle(database, redis_url, standin, dispute, on_call=outcomes.append)
-    assert len([e for e in again if e.topic == t.GRIEVANCE_EXTRACTED.name]) == 4
-    assert outcomes == ["refused", "made"]
+    (again,) = _handle(
+        database, redis_url, standin, dispute, on_call=outcomes.append, cache_prefix=cache
+    )
+    assert [e.topic for e in again] == [t.REFUND_PRICED.name]
+    replayed = again[0].value
+    assert (replayed["decision"], replayed["reason"]) == (priced["decision"], priced["reason"])
+    assert outcomes == ["refused", "cached"]
+    assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+
+
+def test_a_refused_repair_holds_the_complaint_on_every_delivery(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The first answer is malformed, the repair request is refused: held for review, and a
+    redelivery reuses both (no third call, no grievances)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["malformed", "400"])
+
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+
+    for outcome in (emits, again):
+        assert [e.topic for e in outcome] == [t.REFUND_PRICED.name]
+        assert (
+            outcome[0]
+            .value["reason"]
+            .startswith("EXTRACTION: the model endpoint refused the complaint")
+        )
     assert standin.stats()["by_dispute"][dispute] == 2
 
 
