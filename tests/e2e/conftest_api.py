@@ -428,8 +428,8 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
     conn.execute(
         "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
         " payment_reference, idempotency_key, status, stripe_refund_id, attempts)"
-        " VALUES (%s, %s, %s, 'INR', 'pi_order1840', %s, 'SUCCEEDED', %s, 1)",
-        (dispute_id, round_, payable, key, f"re_{uuid.uuid4().hex[:14]}"),
+        " VALUES (%s, %s, %s, 'INR', %s, %s, 'SUCCEEDED', %s, 1)",
+        (dispute_id, round_, payable, f"pi_{dispute_id}", key, f"re_{uuid.uuid4().hex[:14]}"),
     )
     conn.execute(
         "INSERT INTO payout_events (dispute_id, round, outcome, amount_minor, stripe_refund_id,"

@@ -205,7 +205,7 @@ def test_a_ledger_round_is_opened_once_and_keeps_its_first_outcome(database: str
                 round_=1,
                 amount_minor=amount,
                 currency="INR",
-                payment_reference="pi_order1840",
+                payment_reference=f"pi_{dispute}",  # the dispute's own payment
                 idempotency_key=key,
             )
 
