@@ -6,6 +6,12 @@ amount, no other amount, the review mentioned when something is held, at most on
 On any failure the deterministic template is used. The reply is stored once per (dispute,
 round) before it is published, so a replay publishes the same words. Only approved amounts
 above zero become a payout request; the model's text never feeds an amount.
+
+An order is refunded automatically for one dispute only (the payout's rule). When another
+dispute of the same payment already has a round that is pending or paid, the reply promises
+nothing: the lines it would pay wait for a person, like the lines held by the cap. The payout
+request is still made, so that the payout records the round as ``ORDER_ALREADY_REFUNDED`` and
+puts it in the review queue; the ledger, not this check, is what keeps the money from moving.
 """
 
 from __future__ import annotations
@@ -53,6 +59,16 @@ LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
 """
 """What each (dispute, round) needs first, for many rounds in one round trip: its stored reply,
 if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), and the complaint text."""
+_REFUNDED_BEFORE_SQL = """
+SELECT (SELECT l.dispute_id FROM payout_ledger l
+        WHERE l.payment_reference = q.reference AND l.dispute_id <> q.dispute_id
+          AND l.status <> 'FAILED'
+        LIMIT 1)
+FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (reference, dispute_id, n)
+ORDER BY q.n
+"""
+"""Per (payment reference, dispute): another dispute of that payment with a round that is not
+FAILED (the payout would hold this one), or NULL."""
 
 Inputs = tuple[ev.ReplyPublished | None, str]
 """A round's stored reply (``None``: none yet) and the complaint text ("" if unknown here)."""
@@ -115,6 +131,9 @@ class SettlerHandler:
         self._snapshots = AsyncSnapshotReader(pool)
         self._inputs: TickBatcher[tuple[str, int], Inputs] = TickBatcher(self._read_inputs)
         """The rounds whose handlers start in one event-loop iteration are read together."""
+        self._refunded_before: TickBatcher[tuple[str, str], str | None] = TickBatcher(
+            self._read_refunded_before
+        )
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -137,10 +156,17 @@ class SettlerHandler:
         reference = await self._payment_reference(priced.snapshot_sha256) if approved > 0 else ""
         stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
         if stored is None:
+            says = approved
+            if approved > 0 and await self._refunded_before.submit((reference, priced.dispute_id)):
+                # The payout will hold this round for a person: promise nothing, as under the cap.
+                says = 0
+                held_lines = [*held_lines, *(line for line in resolved if line.status == "PAY")]
+                resolved = [line for line in resolved if line.status != "PAY"]
+                held = [describe(line) for line in held_lines] or [WHOLE_CLAIM]
             text, source, failures = await self._write(
-                priced, complaint, approved, resolved, held_lines, held
+                priced, complaint, says, resolved, held_lines, held
             )
-            stored = await self._store(priced, approved, text, source, failures)
+            stored = await self._store(priced, says, text, source, failures)
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
         if approved > 0:
             request = ev.PayoutRequested(
@@ -223,6 +249,17 @@ class SettlerHandler:
             stored = None if reply[0] is None else _reply(dispute_id, round_, reply)
             found[(dispute_id, round_)] = (stored, complaint or "")
         return [found[key] for key in rounds]
+
+    async def _read_refunded_before(self, asked: list[tuple[str, str]]) -> list[str | None]:
+        """Per (payment reference, dispute), in the order asked for: the dispute of the same
+        payment whose round the payout would find pending or paid, or ``None``."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                _REFUNDED_BEFORE_SQL,
+                ([reference for reference, _ in asked], [dispute for _, dispute in asked]),
+            )
+            rows = await cur.fetchall()
+        return [None if row[0] is None else str(row[0]) for row in rows]
 
     async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
         async with self._pool.connection() as conn:

@@ -86,6 +86,9 @@ def test_a_second_complaint_about_a_paid_order_goes_to_a_human_not_to_stripe(
         (1, "FAILED", "ORDER_ALREADY_REFUNDED")
     ]
     assert story.paid_minor == 0
+    (reply,) = story.replies
+    assert reply["amount_minor"] == 0, "the reply promises nothing the payout will not pay"
+    assert "INR 689" not in reply["text"]
     (item,) = [i for i in story.review_items if i["kind"] == "PAYOUT"]
     assert item["status"] == "OPEN"
     assert f"already has a refund of dispute {first} (round 1, SUCCEEDED" in item["reason"]

@@ -38,8 +38,16 @@ LINES = (
 """The article's priced lines."""
 
 
-def _priced(dispute_id: str, decision: str, payable: int, cap: int = 100000) -> Message:
-    snapshot = freeze(ARTICLE_ORDER)
+def _priced(
+    dispute_id: str,
+    decision: str,
+    payable: int,
+    cap: int = 100000,
+    snapshot: FrozenSnapshot | None = None,
+) -> Message:
+    """The article's priced round for ``dispute_id``, against ``snapshot`` (default: the
+    article's order)."""
+    snapshot = snapshot or freeze(ARTICLE_ORDER)
     priced = ev.RefundPriced(
         dispute_id=dispute_id,
         order_id=ARTICLE_ORDER.order_id,
@@ -143,16 +151,7 @@ def test_no_reply_is_stored_for_a_payment_that_cannot_be_made(
     "refunded" is stored."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     snapshot = freeze(ARTICLE_ORDER.model_copy(update={"payment_reference": ""}))
-    message = _priced(dispute, "AUTO_APPROVED", 68900)
-    message = Message(
-        message.topic,
-        0,
-        0,
-        dispute,
-        {**message.value, "snapshot_sha256": snapshot.sha256},
-        {},
-        0,
-    )
+    message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
     with pytest.raises(InvalidInput, match="no payment reference"):
         _settle(database, redis_url, standin, message, snapshot)
     with psycopg.connect(database) as conn:
@@ -172,3 +171,56 @@ def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standi
             freeze(ARTICLE_ORDER),
         )
     assert caught.value.status == 401
+
+
+def test_a_second_dispute_of_a_refunded_order_is_promised_nothing(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Another dispute of the same payment was paid: the payout will hold this round for a
+    person, so the reply says what waits for review and names no refund; the request is still
+    made, for the payout to record and queue."""
+    dispute, earlier = f"d-{uuid.uuid4().hex[:12]}", f"d-{uuid.uuid4().hex[:12]}"
+    order = ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{dispute}"})
+    snapshot = freeze(order)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, stripe_refund_id, attempts)"
+            " VALUES (%s, 1, 68900, 'INR', %s, %s, 'SUCCEEDED', 're_earlier', 1)",
+            (earlier, order.payment_reference, f"{earlier}:round1"),
+        )
+    message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
+
+    emits = _settle(database, redis_url, standin, message, snapshot)
+
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert reply["amount_minor"] == 0
+    assert "INR 689" not in reply["text"]
+    assert "refunded" not in reply["text"].lower(), reply["text"]
+    review = reply["text"][reply["text"].index("will review") :].lower()
+    for waiting in ("late delivery", "missing", "packaging"):
+        assert waiting in review, reply["text"]
+    (request,) = [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
+    assert (request["amount_minor"], request["payment_reference"]) == (68900, f"pi_{dispute}")
+
+
+def test_a_dispute_whose_orders_earlier_payout_failed_is_promised_its_refund(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute, earlier = f"d-{uuid.uuid4().hex[:12]}", f"d-{uuid.uuid4().hex[:12]}"
+    order = ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{dispute}"})
+    snapshot = freeze(order)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, error_code, attempts)"
+            " VALUES (%s, 1, 68900, 'INR', %s, %s, 'FAILED', 'card_declined', 1)",
+            (earlier, order.payment_reference, f"{earlier}:round1"),
+        )
+    message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
+
+    emits = _settle(database, redis_url, standin, message, snapshot)
+
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert reply["amount_minor"] == 68900
+    assert "INR 689" in reply["text"]
