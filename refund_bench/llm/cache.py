@@ -13,6 +13,7 @@ stored answer.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
@@ -113,34 +114,75 @@ class RedisResponseCache:
         ]
 
 
+_REFUSAL_FIELD = "refused_by_endpoint"
+"""The one field of the record cached in an answer's place when the endpoint refused the
+request for its content. The roles' answers are JSON objects with other required fields, so no
+answer reads as one."""
+
+
+class RefusedBefore(Exception):  # noqa: N818 - an outcome, not a fault
+    """The endpoint refused this request for its content, now or on an earlier delivery (the
+    refusal is cached in the answer's place); ``str()`` is the endpoint's reason."""
+
+
+def _refusal(raw: str) -> str | None:
+    """The endpoint's reason if ``raw`` is a cached refusal, else ``None``."""
+    if _REFUSAL_FIELD not in raw:
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(document, dict) and list(document) == [_REFUSAL_FIELD]:
+        reason = document[_REFUSAL_FIELD]
+        return reason if isinstance(reason, str) else None
+    return None
+
+
 async def cached_call(
     cache: ResponseCache,
     key: str,
     compute: Callable[[], Awaitable[str]],
     on_call: OnCall | None = None,
+    *,
+    keep_refusals: bool = False,
 ) -> tuple[str, bool]:
     """``(answer, from_cache)``: the cached answer, or ``compute()``'s, stored first-writer-wins.
 
     ``from_cache`` is True when the answer returned was stored by an earlier or a concurrent
     call (then a freshly computed answer, if any, was discarded). Raise inside ``compute``
     (e.g. parse the answer there) to keep a bad answer out of the cache. ``on_call`` is told
-    how the call ended: made, cached, or refused (an :class:`LlmRejected` for the input, which
-    is raised on as every other error is).
+    how the call ended: made, cached, or refused (an :class:`LlmRejected` for the input).
+
+    A refusal for the input is raised on, like every other error, unless ``keep_refusals``:
+    then it is cached in the answer's place, so that every delivery of the request ends the
+    same way, and raised as :class:`RefusedBefore` (now and on every later call for ``key``).
     """
     hit = await cache.get(key)
     if hit is None:
         try:
             fresh = await compute()
         except LlmRejected as exc:
-            if exc.refused_input and on_call is not None:
+            if not exc.refused_input:
+                raise
+            if on_call is not None:
                 on_call("refused")
-            raise
+            if not keep_refusals:
+                raise
+            refusal = json.dumps({_REFUSAL_FIELD: str(exc)})
+            stored = await cache.put_if_absent(key, refusal)
+            if stored == refusal:
+                raise RefusedBefore(str(exc)) from exc
+            return stored, True  # a concurrent call's answer was stored first: use it
         stored = await cache.put_if_absent(key, fresh)
         hit, from_cache = stored, stored != fresh
     else:
         from_cache = True
     if on_call is not None:
         on_call("cached" if from_cache else "made")
+    reason = _refusal(hit) if keep_refusals and from_cache else None
+    if reason is not None:
+        raise RefusedBefore(reason)
     return hit, from_cache
 
 

@@ -27,12 +27,13 @@ from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
     OnCall,
+    RefusedBefore,
     ResponseCache,
     cached_call,
     extractor_cache_key,
     sha256_hex,
 )
-from refund_bench.llm.client import JsonCompleter, LlmRejected
+from refund_bench.llm.client import JsonCompleter
 from refund_bench.llm.roles import (
     LlmRequest,
     MalformedAnswer,
@@ -48,13 +49,6 @@ from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
-_REFUSAL_FIELD = "refused_by_endpoint"
-"""The one field of the record cached in place of an answer when the endpoint refused the
-request; the extraction schema's answers have ``grievances`` only, so no answer looks like it."""
-
-
-class ExtractionRefused(Exception):  # noqa: N818 - an outcome, not a fault
-    """The endpoint refused this complaint (now, or on an earlier delivery: recorded)."""
 
 
 class ExtractorHandler:
@@ -108,7 +102,7 @@ class ExtractorHandler:
         items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
         try:
             grievances = await self._extract(complaint, snapshot_sha, items)
-        except ExtractionRefused as exc:
+        except RefusedBefore as exc:
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if grievances is None:
@@ -163,8 +157,7 @@ class ExtractorHandler:
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
         """The answer cached under ``key``, or the endpoint's (then cached). Raises
-        :class:`ExtractionRefused` when the endpoint refuses the request, now or before: the
-        refusal is cached in the answer's place (first writer wins, as for answers)."""
+        :class:`RefusedBefore` when the endpoint refuses the request, now or before."""
 
         async def compute() -> str:
             try:
@@ -174,15 +167,7 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        try:
-            raw, _ = await cached_call(self._cache, key, compute, self._on_call)
-        except LlmRejected as exc:
-            if not exc.refused_input:
-                raise
-            raw = await self._cache.put_if_absent(key, json.dumps({_REFUSAL_FIELD: str(exc)}))
-        refusal = _recorded_refusal(raw)
-        if refusal is not None:
-            raise ExtractionRefused(refusal)
+        raw, _ = await cached_call(self._cache, key, compute, self._on_call, keep_refusals=True)
         return raw
 
     def _unpriced(
@@ -216,20 +201,6 @@ class ExtractorHandler:
             priced_at=ev.now(),
         )
         return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
-
-
-def _recorded_refusal(raw: str) -> str | None:
-    """The endpoint's reason if ``raw`` is a cached refusal, else ``None``."""
-    if _REFUSAL_FIELD not in raw:
-        return None
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        return None
-    if isinstance(document, dict) and list(document) == [_REFUSAL_FIELD]:
-        reason = document[_REFUSAL_FIELD]
-        return reason if isinstance(reason, str) else None
-    return None
 
 
 def _json(raw: str) -> object:

@@ -23,8 +23,14 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import InvalidInput
-from refund_bench.llm.cache import OnCall, ResponseCache, cached_call, judge_cache_key
-from refund_bench.llm.client import JsonCompleter, LlmRejected
+from refund_bench.llm.cache import (
+    OnCall,
+    RefusedBefore,
+    ResponseCache,
+    cached_call,
+    judge_cache_key,
+)
+from refund_bench.llm.client import JsonCompleter
 from refund_bench.llm.roles import (
     GrievanceForJudge,
     JudgeAnswer,
@@ -123,12 +129,12 @@ class JudgeHandler:
             self._prompt.version,
         )
         try:
-            raw, from_cache = await cached_call(self._cache, key, draw, self._on_call)
-        except LlmRejected as exc:
-            if not exc.refused_input:
-                raise
-            # Nothing is cached: a redelivery asks again.
-            raw, fields = "", _refused_fields(exc)
+            raw, from_cache = await cached_call(
+                self._cache, key, draw, self._on_call, keep_refusals=True
+            )
+        except RefusedBefore as exc:
+            # Cached in the answer's place: a redelivery casts the same ruling, with no call.
+            raw, fields = "", _refused_fields(str(exc))
         else:
             fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
@@ -168,15 +174,15 @@ def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any],
     return snapshot, _Citable(evidence_fields(snapshot), silent_fields(snapshot))
 
 
-def _refused_fields(exc: LlmRejected) -> dict[str, Any]:
-    """The ruling of a seat whose request the endpoint refused for its content: no answer is
-    no evidence either way, so ESCALATE."""
+def _refused_fields(reason: str) -> dict[str, Any]:
+    """The ruling of a seat whose request the endpoint refused for its content (``reason``:
+    the endpoint's answer): no answer is no evidence either way, so ESCALATE."""
     return {
         "ruling": Ruling.ESCALATE.value,
         "model_ruling": "REFUSED",
         "confidence": 0.0,
         "evidence_cited": [],
-        "reasoning": f"The model endpoint refused the request ({exc}); counted as ESCALATE.",
+        "reasoning": f"The model endpoint refused the request ({reason}); counted as ESCALATE.",
     }
 
 

@@ -23,6 +23,7 @@ from refund_bench.errors import TransientError
 from refund_bench.llm import roles
 from refund_bench.llm.cache import (
     RedisResponseCache,
+    RefusedBefore,
     cached_call,
     judge_cache_key,
     sha256_hex,
@@ -194,6 +195,53 @@ def test_cached_call_computes_once_and_racing_replicas_agree(redis_url: str) -> 
     assert sorted(from_cache for _, from_cache in racing) == [False, True]
     assert replay[1] is True
     assert sorted(computed) == ["ruling-a", "ruling-b"]  # the replay did not compute
+
+
+@pytest.mark.parametrize("first", ["refusal", "answer"])
+def test_a_refusal_and_an_answer_racing_for_one_key_end_the_same_for_both(
+    redis_url: str, first: str
+) -> None:
+    """One replica's request is refused while another's is answered (a rebalance handed the
+    batch over mid-call): whichever is stored first is what both callers end with."""
+    prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
+    key = judge_cache_key("dispute:1", "g1", 0, "m", sha256_hex("snapshot"), "judge/v2")
+
+    async def scenario() -> list[str]:
+        redis = Redis.from_url(redis_url)
+        cache = RedisResponseCache(redis, prefix=prefix, ttl_seconds=60)
+        both_missed, first_done = asyncio.Event(), asyncio.Event()
+        started: list[str] = []
+
+        async def compute(outcome: str) -> str:
+            started.append(outcome)
+            if len(started) == 2:
+                both_missed.set()
+            await (both_missed.wait() if outcome == first else first_done.wait())
+            if outcome == "refusal":
+                raise LlmRejected(400, "prompt too long for the context window")
+            return "ruling-b"
+
+        async def call(outcome: str) -> str:
+            try:
+                answer, _ = await cached_call(
+                    cache, key, lambda: compute(outcome), keep_refusals=True
+                )
+                return answer
+            except RefusedBefore as exc:
+                return f"refused: {exc}"
+            finally:
+                if outcome == first:
+                    first_done.set()
+
+        try:
+            return list(await asyncio.gather(call("refusal"), call("answer")))
+        finally:
+            await redis.delete(prefix + key)
+            await redis.aclose()
+
+    ended = run(scenario)
+    expected = "refused: HTTP 400" if first == "refusal" else "ruling-b"
+    assert [e[: len(expected)] for e in ended] == [expected, expected]
 
 
 # --------------------------------------------------------------------------- rate limiter
