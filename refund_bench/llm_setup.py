@@ -18,6 +18,7 @@ from refund_bench.config import StageSettings
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
 from refund_bench.runtime.metrics import Metrics
 
 
@@ -99,7 +100,7 @@ class JudgePanelSettings(LlmStageSettings):
     judge_base_urls: str = ""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
-    judge_prompt_version: str = "judge/v2"
+    judge_prompt_version: str = JUDGE_PROMPT_VERSION
     batch_max_records: int = 200
     max_inflight: int = 256
     """Grievances in flight. A grievance holds its slot through its cache lookups and writes as

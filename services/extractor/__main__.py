@@ -7,7 +7,7 @@ import dataclasses
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
-from refund_bench.llm.roles import load_prompt
+from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
@@ -20,7 +20,7 @@ class Settings(LlmStageSettings):
     extractor_model: str = "standin-extractor"
     extractor_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     extractor_base_url: str = ""
-    extractor_prompt_version: str = "extractor/v1"
+    extractor_prompt_version: str = EXTRACTOR_PROMPT_VERSION
     auto_approve_cap_minor: int = Field(default=DEFAULT_CAP_MINOR, ge=0)
 
 

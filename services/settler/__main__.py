@@ -7,7 +7,7 @@ import dataclasses
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 
-from refund_bench.llm.roles import load_prompt
+from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
@@ -19,7 +19,7 @@ class Settings(LlmStageSettings):
     settler_model: str = "standin-settler"
     settler_temperature: float = Field(default=0.2, ge=0.0, le=1.0)
     settler_base_url: str = ""
-    settler_prompt_version: str = "settler/v1"
+    settler_prompt_version: str = SETTLER_PROMPT_VERSION
 
 
 def main() -> None:

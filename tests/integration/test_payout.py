@@ -21,6 +21,7 @@ from services.payout.ledger import PayoutLedger
 from services.payout.payments import PaymentRejected, StripePayments, idempotency_key
 from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
+from tests.ledger_rows import seed_round
 
 pytestmark = pytest.mark.stack
 
@@ -40,37 +41,6 @@ def _request(
         requested_at=ev.now(),
     )
     return Message("payout.requested", 0, 0, dispute_id, event.to_avro(), {}, 0)
-
-
-def _seed_round(
-    database: str,
-    dispute: str,
-    *,
-    status: str,
-    amount: int = 68900,
-    payment: str | None = None,
-    attempts: int = 1,
-    error_code: str | None = None,
-    age: str = "0 seconds",
-) -> None:
-    """A ledger row as an earlier instance left it (round 1, the dispute's own payment unless
-    ``payment`` is given), opened ``age`` ago."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-            " payment_reference, idempotency_key, status, attempts, error_code, created_at)"
-            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, now() - %s::interval)",
-            (
-                dispute,
-                amount,
-                payment or f"pi_{dispute}",
-                idempotency_key(dispute, 1),
-                status,
-                attempts,
-                error_code,
-                age,
-            ),
-        )
 
 
 def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
@@ -174,7 +144,7 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
 ) -> None:
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     key = idempotency_key(dispute, 1)
-    _seed_round(database, dispute, status="PENDING", attempts=0)
+    seed_round(database, dispute, status="PENDING", attempts=0)
     # The earlier instance reached Stripe, then died before recording the outcome.
     _refunds(
         fake.url,
@@ -198,7 +168,7 @@ def test_a_round_pending_past_the_idempotency_window_goes_to_review_not_to_strip
     """Opened 25 hours ago and never settled (a long outage, say): Stripe may have forgotten
     the key, so another call could refund twice. The round fails to review instead."""
     dispute = f"d-{uuid.uuid4().hex[:10]}"
-    _seed_round(database, dispute, status="PENDING", age="25 hours")
+    seed_round(database, dispute, status="PENDING", age="25 hours")
     [outputs] = _run(database, fake.url, _request(dispute))
     assert [o.topic for o in outputs] == ["payout.failed"]
     assert outputs[0].value["error_code"] == "STALE_PENDING"
@@ -296,7 +266,7 @@ def test_a_failed_payout_of_an_order_does_not_hold_back_its_next_dispute(
 ) -> None:
     declined, next_one = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
     payment = f"pi_{uuid.uuid4().hex[:12]}"
-    _seed_round(
+    seed_round(
         database,
         declined,
         status="FAILED",

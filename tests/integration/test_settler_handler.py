@@ -24,6 +24,7 @@ from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.settler.handler import SettlerHandler
+from tests.ledger_rows import seed_round
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -173,22 +174,31 @@ def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standi
     assert caught.value.status == 401
 
 
+def _after_an_earlier_round(
+    database: str, status: str, *, refund_id: str | None = None, error_code: str | None = None
+) -> tuple[str, FrozenSnapshot]:
+    """A new dispute and its snapshot: the article's order with a payment of its own, which an
+    earlier dispute's round 1 (``status``, with its refund id or error code) already used."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    order = ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{dispute}"})
+    seed_round(
+        database,
+        f"d-{uuid.uuid4().hex[:12]}",
+        status=status,
+        payment=order.payment_reference,
+        refund_id=refund_id,
+        error_code=error_code,
+    )
+    return dispute, freeze(order)
+
+
 def test_a_second_dispute_of_a_refunded_order_is_promised_nothing(
     database: str, redis_url: str, standin: Standin
 ) -> None:
     """Another dispute of the same payment was paid: the payout will hold this round for a
     person, so the reply says what waits for review and names no refund; the request is still
     made, for the payout to record and queue."""
-    dispute, earlier = f"d-{uuid.uuid4().hex[:12]}", f"d-{uuid.uuid4().hex[:12]}"
-    order = ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{dispute}"})
-    snapshot = freeze(order)
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-            " payment_reference, idempotency_key, status, stripe_refund_id, attempts)"
-            " VALUES (%s, 1, 68900, 'INR', %s, %s, 'SUCCEEDED', 're_earlier', 1)",
-            (earlier, order.payment_reference, f"{earlier}:round1"),
-        )
+    dispute, snapshot = _after_an_earlier_round(database, "SUCCEEDED", refund_id="re_earlier")
     message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
 
     emits = _settle(database, redis_url, standin, message, snapshot)
@@ -207,16 +217,7 @@ def test_a_second_dispute_of_a_refunded_order_is_promised_nothing(
 def test_a_dispute_whose_orders_earlier_payout_failed_is_promised_its_refund(
     database: str, redis_url: str, standin: Standin
 ) -> None:
-    dispute, earlier = f"d-{uuid.uuid4().hex[:12]}", f"d-{uuid.uuid4().hex[:12]}"
-    order = ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{dispute}"})
-    snapshot = freeze(order)
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
-            " payment_reference, idempotency_key, status, error_code, attempts)"
-            " VALUES (%s, 1, 68900, 'INR', %s, %s, 'FAILED', 'card_declined', 1)",
-            (earlier, order.payment_reference, f"{earlier}:round1"),
-        )
+    dispute, snapshot = _after_an_earlier_round(database, "FAILED", error_code="card_declined")
     message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
 
     emits = _settle(database, redis_url, standin, message, snapshot)

@@ -1,0 +1,41 @@
+"""Payout ledger rows as an earlier instance (or an earlier dispute) left them, for tests."""
+
+from __future__ import annotations
+
+import psycopg
+
+from services.payout.payments import idempotency_key
+
+
+def seed_round(
+    database: str,
+    dispute: str,
+    *,
+    status: str,
+    amount: int = 68900,
+    payment: str | None = None,
+    attempts: int = 1,
+    error_code: str | None = None,
+    refund_id: str | None = None,
+    age: str = "0 seconds",
+) -> None:
+    """Round 1 of ``dispute`` in the ledger, against the dispute's own payment unless
+    ``payment`` is given, opened ``age`` ago."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, attempts, error_code,"
+            " stripe_refund_id, created_at)"
+            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, %s, now() - %s::interval)",
+            (
+                dispute,
+                amount,
+                payment or f"pi_{dispute}",
+                idempotency_key(dispute, 1),
+                status,
+                attempts,
+                error_code,
+                refund_id,
+                age,
+            ),
+        )
