@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from services.payout.payments import idempotency_key
+from refund_bench.db.payout_rounds import idempotency_key
 
 
 def seed_round(

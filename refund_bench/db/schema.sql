@@ -152,14 +152,19 @@ CREATE TABLE IF NOT EXISTS payout_ledger (
 CREATE INDEX IF NOT EXISTS payout_ledger_payment ON payout_ledger (payment_reference);
 
 -- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s its
--- age); else a new row, opened = true. The new row is PENDING with its first provider call
--- counted, unless another dispute of the same payment (the same order) already has a round that
--- is not FAILED: then it is FAILED with ORDER_ALREADY_REFUNDED, naming that round, and nothing is
--- paid automatically (a second complaint about one order is a payment operator's call). Rounds of
--- one payment are opened one at a time (an advisory lock on the payment reference).
-CREATE OR REPLACE FUNCTION payout_open_round(
+-- age); else a new row, opened = true. The new row is PENDING, unless another dispute of the same
+-- payment (the same order) already has a round that is not FAILED: then it is FAILED with
+-- ORDER_ALREADY_REFUNDED, naming that round, and nothing is paid automatically (a second
+-- complaint about one order is a payment operator's call). Rounds of one payment are opened one
+-- at a time (an advisory lock on the payment reference).
+--
+-- p_provider_call: the caller is about to call the provider, so the call is counted (attempts).
+-- The settler opens (reserves) a round without a call before its reply promises the money, so
+-- that the reply and the payout decide alike; the payout's first call then finds the reserved
+-- row PENDING with no attempt and takes it as opened (opened = true, its call counted).
+CREATE OR REPLACE FUNCTION payout_claim_round(
     p_dispute_id text, p_round integer, p_amount_minor bigint, p_currency text,
-    p_payment_reference text, p_idempotency_key text
+    p_payment_reference text, p_idempotency_key text, p_provider_call boolean
 ) RETURNS TABLE (
     dispute_id text, round integer, amount_minor bigint, currency text, idempotency_key text,
     status text, stripe_refund_id text, error_code text, error_message text, opened boolean,
@@ -171,6 +176,19 @@ DECLARE
     blocked boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('payout:' || p_payment_reference, 0));
+    IF p_provider_call THEN
+        -- A round reserved by the settler: its first provider call is this one.
+        RETURN QUERY
+            UPDATE payout_ledger AS l SET attempts = 1, updated_at = now()
+            WHERE l.dispute_id = p_dispute_id AND l.round = p_round AND l.status = 'PENDING'
+              AND l.attempts = 0
+            RETURNING l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key,
+                      l.status, l.stripe_refund_id, l.error_code, l.error_message, true,
+                      0.0::double precision;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
     RETURN QUERY
         SELECT l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key, l.status,
                l.stripe_refund_id, l.error_code, l.error_message, false,
@@ -192,7 +210,7 @@ BEGIN
         VALUES (p_dispute_id, p_round, p_amount_minor, p_currency, p_payment_reference,
                 p_idempotency_key,
                 CASE WHEN NOT blocked THEN 'PENDING' ELSE 'FAILED' END,
-                CASE WHEN NOT blocked THEN 1 ELSE 0 END,
+                CASE WHEN p_provider_call AND NOT blocked THEN 1 ELSE 0 END,
                 CASE WHEN NOT blocked THEN NULL ELSE 'ORDER_ALREADY_REFUNDED' END,
                 CASE WHEN NOT blocked THEN NULL ELSE format(
                     'the order''s payment already has a refund of dispute %s (round %s, %s%s);'
@@ -203,6 +221,20 @@ BEGIN
                   l.status, l.stripe_refund_id, l.error_code, l.error_message, true,
                   0.0::double precision;
 END
+$$;
+
+-- The payout's call, before it calls the provider (kept under its first name, which payouts of
+-- earlier releases call during a rolling upgrade).
+CREATE OR REPLACE FUNCTION payout_open_round(
+    p_dispute_id text, p_round integer, p_amount_minor bigint, p_currency text,
+    p_payment_reference text, p_idempotency_key text
+) RETURNS TABLE (
+    dispute_id text, round integer, amount_minor bigint, currency text, idempotency_key text,
+    status text, stripe_refund_id text, error_code text, error_message text, opened boolean,
+    age_s double precision
+) LANGUAGE sql AS $$
+    SELECT * FROM payout_claim_round(p_dispute_id, p_round, p_amount_minor, p_currency,
+                                     p_payment_reference, p_idempotency_key, true)
 $$;
 
 -- What needs a human: escalated grievances, disputes held by the cap, failed payouts,

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.db.payout_rounds import idempotency_key
 from refund_bench.errors import InvalidInput
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.payout.ledger import LedgerRow, PayoutLedger
-from services.payout.payments import PaymentRejected, Payments, idempotency_key
+from services.payout.payments import PaymentRejected, Payments
 
 IDEMPOTENCY_WINDOW_S = 23 * 3600.0
 """Stripe keeps an idempotency key for at least 24 hours; an hour's margin."""

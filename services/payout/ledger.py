@@ -6,7 +6,9 @@ provider calls begun for the round: the insert that opens the round counts the f
 later call for a round found PENDING (a replay after a crash) is counted before it is made.
 
 One order, one automatic payout: a round of a second dispute of the same payment is recorded
-FAILED (``ORDER_ALREADY_REFUNDED``) and goes to review instead of to the provider.
+FAILED (``ORDER_ALREADY_REFUNDED``) and goes to review instead of to the provider. The settler
+usually opens the row first, with no provider call (see :mod:`refund_bench.db.payout_rounds`),
+before its reply promises the money; the payout's first call then takes that row as opened.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ class LedgerRow:
     error_code: str | None
     error_message: str | None
     opened: bool = field(default=False, compare=False)
-    """True when this row was just inserted by :meth:`PayoutLedger.open_round`, with its first
-    provider call already counted."""
+    """True when :meth:`PayoutLedger.open_round` just opened the row for its first provider call
+    (inserted it, or found it reserved by the settler with no call yet), that call counted."""
     age_s: float = field(default=0.0, compare=False)
     """Seconds since the round was opened, by the database's clock (from ``open_round``)."""
 
@@ -70,8 +72,9 @@ class PayoutLedger:
         payment_reference: str,
         idempotency_key: str,
     ) -> LedgerRow:
-        """Insert the round as PENDING, its first provider call counted, unless it exists;
-        return the row as stored (``opened`` tells which).
+        """Insert the round as PENDING, its first provider call counted, unless it exists (a
+        row the settler reserved with no call yet gets its first call counted); return the row
+        as stored (``opened`` tells whether this call is the round's first).
 
         A new round of a dispute whose payment (order) already has a round of another dispute
         that is not FAILED is inserted FAILED instead (``ORDER_ALREADY_REFUNDED``, naming that

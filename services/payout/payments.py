@@ -23,11 +23,6 @@ class PaymentRejected(RefundBenchError):  # noqa: N818
         self.message = message
 
 
-def idempotency_key(dispute_id: str, settlement_round: int) -> str:
-    """The one key used for every attempt to pay this dispute's round."""
-    return f"refund-bench:{dispute_id}:round-{settlement_round}"
-
-
 class Payments(Protocol):
     async def refund(
         self,

@@ -7,11 +7,14 @@ On any failure the deterministic template is used. The reply is stored once per 
 round) before it is published, so a replay publishes the same words. Only approved amounts
 above zero become a payout request; the model's text never feeds an amount.
 
-An order is refunded automatically for one dispute only (the payout's rule). When another
-dispute of the same payment already has a round that is pending or paid, the reply promises
+An order is refunded automatically for one dispute only (the payout's rule). Before a reply
+that promises money is stored, the settler reserves the round in the payout ledger
+(:mod:`refund_bench.db.payout_rounds`), the same row the payout opens later. When the ledger
+holds the round because another dispute of the same payment came first, the reply promises
 nothing: the lines it would pay wait for a person, like the lines held by the cap. The payout
-request is still made, so that the payout records the round as ``ORDER_ALREADY_REFUNDED`` and
-puts it in the review queue; the ledger, not this check, is what keeps the money from moving.
+request is still made, so that the payout reports the round (``ORDER_ALREADY_REFUNDED``) and
+puts it in the review queue. So the reply and the payment decide alike, however close together
+two disputes of one order come.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.coalesce import TickBatcher
+from refund_bench.db.payout_rounds import Reservation, RoundToReserve, reserve_rounds
 from refund_bench.db.snapshots import AsyncSnapshotReader
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
@@ -59,17 +63,6 @@ LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
 """
 """What each (dispute, round) needs first, for many rounds in one round trip: its stored reply,
 if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), and the complaint text."""
-_REFUNDED_BEFORE_SQL = """
-SELECT (SELECT l.dispute_id FROM payout_ledger l
-        WHERE l.payment_reference = q.reference AND l.dispute_id <> q.dispute_id
-          AND l.status <> 'FAILED'
-        LIMIT 1)
-FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS q (reference, dispute_id, n)
-ORDER BY q.n
-"""
-"""Per (payment reference, dispute): another dispute of that payment with a round that is not
-FAILED (the payout would hold this one), or NULL."""
-
 Inputs = tuple[ev.ReplyPublished | None, str]
 """A round's stored reply (``None``: none yet) and the complaint text ("" if unknown here)."""
 _STORE_REPLY_SQL = """
@@ -131,8 +124,8 @@ class SettlerHandler:
         self._snapshots = AsyncSnapshotReader(pool)
         self._inputs: TickBatcher[tuple[str, int], Inputs] = TickBatcher(self._read_inputs)
         """The rounds whose handlers start in one event-loop iteration are read together."""
-        self._refunded_before: TickBatcher[tuple[str, str], str | None] = TickBatcher(
-            self._read_refunded_before
+        self._reservations: TickBatcher[RoundToReserve, Reservation] = TickBatcher(
+            lambda rounds: reserve_rounds(pool, rounds)
         )
 
     def spec(self) -> StageSpec:
@@ -157,8 +150,8 @@ class SettlerHandler:
         stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
         if stored is None:
             says = approved
-            if approved > 0 and await self._refunded_before.submit((reference, priced.dispute_id)):
-                # The payout will hold this round for a person: promise nothing, as under the cap.
+            if approved > 0 and not await self._reserve(priced, approved, reference):
+                # The ledger holds this round for a person: promise nothing, as under the cap.
                 says = 0
                 held_lines = [*held_lines, *(line for line in resolved if line.status == "PAY")]
                 resolved = [line for line in resolved if line.status != "PAY"]
@@ -250,16 +243,18 @@ class SettlerHandler:
             found[(dispute_id, round_)] = (stored, complaint or "")
         return [found[key] for key in rounds]
 
-    async def _read_refunded_before(self, asked: list[tuple[str, str]]) -> list[str | None]:
-        """Per (payment reference, dispute), in the order asked for: the dispute of the same
-        payment whose round the payout would find pending or paid, or ``None``."""
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                _REFUNDED_BEFORE_SQL,
-                ([reference for reference, _ in asked], [dispute for _, dispute in asked]),
+    async def _reserve(self, priced: ev.RefundPriced, approved: int, reference: str) -> bool:
+        """Reserve the round in the payout ledger; True if the payout will pay ``approved``."""
+        reservation = await self._reservations.submit(
+            RoundToReserve(
+                dispute_id=priced.dispute_id,
+                round=priced.round,
+                amount_minor=approved,
+                currency=priced.currency,
+                payment_reference=reference,
             )
-            rows = await cur.fetchall()
-        return [None if row[0] is None else str(row[0]) for row in rows]
+        )
+        return reservation.promises(approved, priced.currency)
 
     async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
         async with self._pool.connection() as conn:

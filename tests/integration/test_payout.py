@@ -13,12 +13,18 @@ import psycopg
 import pytest
 
 from refund_bench import events as ev
+from refund_bench.db.payout_rounds import (
+    Reservation,
+    RoundToReserve,
+    idempotency_key,
+    reserve_rounds,
+)
 from refund_bench.resources import pg_pool
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message
 from services.payout.handler import PayoutHandler
 from services.payout.ledger import PayoutLedger
-from services.payout.payments import PaymentRejected, StripePayments, idempotency_key
+from services.payout.payments import PaymentRejected, StripePayments
 from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import seed_round
@@ -144,8 +150,9 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
 ) -> None:
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     key = idempotency_key(dispute, 1)
-    seed_round(database, dispute, status="PENDING", attempts=0)
-    # The earlier instance reached Stripe, then died before recording the outcome.
+    seed_round(database, dispute, status="PENDING", attempts=1)
+    # The earlier instance opened the round (its call counted), reached Stripe, then died
+    # before recording the outcome.
     _refunds(
         fake.url,
         {
@@ -159,7 +166,7 @@ def test_crash_between_stripe_and_ledger_replays_the_same_refund(
     [outputs] = _run(database, fake.url, _request(dispute))
     assert len(fake.fake.refunds) == 1
     assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
-    assert _attempts(database, dispute) == 1, "the replayed call on a PENDING round is counted"
+    assert _attempts(database, dispute) == 2, "the replayed call on a PENDING round is counted"
 
 
 def test_a_round_pending_past_the_idempotency_window_goes_to_review_not_to_stripe(
@@ -299,6 +306,72 @@ def test_a_dispute_opened_while_another_of_its_order_is_being_opened_waits_for_i
     assert [o.topic for o in outputs] == ["payout.failed"]
     assert outputs[0].value["error_code"] == "ORDER_ALREADY_REFUNDED"
     assert fake.fake.requests == 0
+
+
+def _reserve(database: str, *rounds: tuple[str, str]) -> list[Reservation]:
+    """The settler's reservations of round 1 (68900 INR) of each (dispute, payment), made in
+    one statement."""
+
+    async def go() -> list[Reservation]:
+        pool = pg_pool(database)
+        await pool.open()
+        try:
+            return await reserve_rounds(
+                pool,
+                [RoundToReserve(d, 1, 68900, "INR", payment) for d, payment in rounds],
+            )
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def test_a_round_the_settler_reserved_is_paid_with_its_one_call_counted(
+    database: str, fake: FakeStripeServer
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    [reserved] = _reserve(database, (dispute, f"pi_{dispute}"))
+    assert reserved == Reservation("PENDING", 68900, "INR", None)
+    assert reserved.promises(68900, "INR")
+    assert not reserved.promises(64000, "INR")
+    assert _attempts(database, dispute) == 0, "reserved: no call begun"
+
+    paid, again = _run(database, fake.url, _request(dispute), _request(dispute))
+
+    assert [o.topic for o in paid] == ["payout.completed"]
+    assert again[0].value["stripe_refund_id"] == paid[0].value["stripe_refund_id"]
+    assert fake.fake.requests == 1
+    assert _attempts(database, dispute) == 1
+    [found] = _reserve(database, (dispute, f"pi_{dispute}"))
+    assert found.status == "SUCCEEDED", "a reservation replayed later finds the paid round"
+
+
+def test_of_two_disputes_of_one_order_reserved_together_only_the_reserved_one_is_paid(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Whichever order the payout gets their requests in, the dispute the ledger reserved is
+    paid and the other is held, with no call."""
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    disputes = [f"d-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    reservations = _reserve(database, *((d, payment) for d in disputes))
+    statuses = sorted(r.status for r in reservations)
+    assert statuses == ["FAILED", "PENDING"]
+    held = next(d for d, r in zip(disputes, reservations, strict=True) if r.status == "FAILED")
+    reserved = next(d for d in disputes if d != held)
+    assert reservations[disputes.index(held)].error_code == "ORDER_ALREADY_REFUNDED"
+
+    held_out, paid = _run(
+        database,
+        fake.url,
+        _request(held, reference=payment),
+        _request(reserved, reference=payment),
+    )
+
+    assert [o.topic for o in held_out] == ["payout.failed"]
+    assert held_out[0].value["error_code"] == "ORDER_ALREADY_REFUNDED"
+    assert [o.topic for o in paid] == ["payout.completed"]
+    assert fake.fake.requests == 1
+    assert (_attempts(database, held), _attempts(database, reserved)) == (0, 1)
 
 
 def _lock_waiters(database: str) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,26 +86,40 @@ def _settle(
     database: str, redis_url: str, standin: Standin, message: Message, snapshot: FrozenSnapshot
 ) -> Sequence[Emit]:
     """What the settler emits for ``message``, its dispute and snapshot stored first."""
+    [emits] = _settle_together(database, redis_url, standin, [message], snapshot)
+    return emits
 
-    async def go() -> Sequence[Emit]:
+
+def _settle_together(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    messages: Sequence[Message],
+    snapshot: FrozenSnapshot,
+) -> list[Sequence[Emit]]:
+    """What one settler emits for each of ``messages``, handled concurrently (as the records
+    of one batch are), their disputes and the snapshot stored first."""
+
+    async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = Redis.from_url(redis_url)
         llm = standin.client("standin-settler", temperature=0.2)
         cache = RedisResponseCache(redis, f"test-settler-{uuid.uuid4().hex}:", 600)
         try:
-            await freeze_for_dispute(
-                pool,
-                dispute_id=message.key or "",
-                order_id=ARTICLE_ORDER.order_id,
-                customer_id=ARTICLE_ORDER.customer_id,
-                complaint_text=ARTICLE_COMPLAINT,
-                received_at=AT,
-                snapshot_json=snapshot.json,
-                snapshot_sha256=snapshot.sha256,
-            )
+            for message in messages:
+                await freeze_for_dispute(
+                    pool,
+                    dispute_id=message.key or "",
+                    order_id=ARTICLE_ORDER.order_id,
+                    customer_id=ARTICLE_ORDER.customer_id,
+                    complaint_text=ARTICLE_COMPLAINT,
+                    received_at=AT,
+                    snapshot_json=snapshot.json,
+                    snapshot_sha256=snapshot.sha256,
+                )
             handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))
-            return await handler.handle(message, Context(None))
+            return list(await asyncio.gather(*(handler.handle(m, Context(None)) for m in messages)))
         finally:
             await llm.aclose()
             await redis.aclose()
@@ -225,3 +240,75 @@ def test_a_dispute_whose_orders_earlier_payout_failed_is_promised_its_refund(
     (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
     assert reply["amount_minor"] == 68900
     assert "INR 689" in reply["text"]
+
+
+def _ledger(database: str, dispute_id: str) -> tuple[str, int, str | None] | None:
+    """(status, attempts, error code) of the dispute's round 1 in the payout ledger."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT status, attempts, error_code FROM payout_ledger"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute_id,),
+        ).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def test_two_disputes_of_one_order_settled_together_promise_one_refund_the_one_paid(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Neither dispute's round is in the ledger yet, and both are settled at once: one reply
+    promises the refund, the other nothing. Paid in the opposite order, the payout pays the
+    promised one and holds the other, because the reply was written after the settler reserved
+    the round."""
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    snapshot = freeze(ARTICLE_ORDER.model_copy(update={"payment_reference": payment}))
+    disputes = [f"d-{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    messages = [_priced(d, "AUTO_APPROVED", 68900, snapshot=snapshot) for d in disputes]
+
+    settled = _settle_together(database, redis_url, standin, messages, snapshot)
+
+    replies = {d: _reply_event(emits) for d, emits in zip(disputes, settled, strict=True)}
+    promised = [d for d in disputes if replies[d]["amount_minor"] == 68900]
+    assert len(promised) == 1, replies
+    [other] = [d for d in disputes if d not in promised]
+    assert replies[other]["amount_minor"] == 0
+    assert "refunded" not in replies[other]["text"].lower(), replies[other]["text"]
+    assert _ledger(database, promised[0]) == ("PENDING", 0, None), "reserved, no call begun"
+    assert _ledger(database, other) == ("FAILED", 0, "ORDER_ALREADY_REFUNDED")
+    requests = {
+        d: [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
+        for d, emits in zip(disputes, settled, strict=True)
+    }
+    assert all(len(found) == 1 for found in requests.values()), "both go to the payout"
+
+
+def test_a_replayed_round_is_promised_what_its_reservation_holds(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The round was reserved before an earlier instance stopped without storing its reply;
+    meanwhile another dispute of the order was paid. The replay keeps the reservation's word."""
+    dispute, snapshot = _after_an_earlier_round(database, "FAILED", error_code="card_declined")
+    seed_round(database, dispute, status="PENDING", attempts=0, payment=f"pi_{dispute}")
+    seed_round(
+        database,
+        f"d-{uuid.uuid4().hex[:12]}",
+        status="SUCCEEDED",
+        payment=f"pi_{dispute}",
+        refund_id="re_later",
+    )
+
+    emits = _settle(
+        database,
+        redis_url,
+        standin,
+        _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot),
+        snapshot,
+    )
+
+    assert _reply_event(emits)["amount_minor"] == 68900
+    assert _ledger(database, dispute) == ("PENDING", 0, None)
+
+
+def _reply_event(emits: Sequence[Emit]) -> dict[str, Any]:
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    return dict(reply)

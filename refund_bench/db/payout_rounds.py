@@ -1,0 +1,95 @@
+"""Payout rounds as the settler and the payout share them: the idempotency key of a round, and
+the reservation the settler makes before its reply promises money.
+
+The ledger (``payout_ledger``, one row per dispute and settlement round) decides which dispute
+of an order is paid automatically: the first whose round is opened while no other dispute of
+the same payment has one that is not FAILED. The settler reserves the round (the database
+function ``payout_claim_round`` without a provider call) before it writes the reply, and the
+reply promises the money only if the reservation is PENDING. The payout then finds the same
+row, so the reply and the payment cannot disagree, however close together two disputes of one
+order come.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+
+def idempotency_key(dispute_id: str, settlement_round: int) -> str:
+    """The one key used for every attempt to pay this dispute's round."""
+    return f"refund-bench:{dispute_id}:round-{settlement_round}"
+
+
+@dataclass(frozen=True)
+class RoundToReserve:
+    dispute_id: str
+    round: int
+    amount_minor: int
+    currency: str
+    payment_reference: str
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The round's ledger row as stored after the reservation (new or found)."""
+
+    status: str
+    amount_minor: int
+    currency: str
+    error_code: str | None
+
+    def promises(self, amount_minor: int, currency: str) -> bool:
+        """True when the payout will pay (or has paid) exactly this amount for the round: the
+        reply may say so. False for a round held (``ORDER_ALREADY_REFUNDED``), failed, or
+        recorded for another amount (the payout reports a ``LEDGER_CONFLICT``)."""
+        return (
+            self.status in ("PENDING", "SUCCEEDED")
+            and self.amount_minor == amount_minor
+            and self.currency == currency
+        )
+
+
+_RESERVE_SQL = """
+SELECT r.dispute_id, r.round, r.status, r.amount_minor, r.currency, r.error_code
+FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::text[], %s::text[], %s::text[])
+     WITH ORDINALITY AS q (dispute_id, round, amount_minor, currency, reference, key, n)
+CROSS JOIN LATERAL payout_claim_round(q.dispute_id, q.round, q.amount_minor, q.currency,
+                                      q.reference, q.key, false) AS r
+ORDER BY q.n
+"""
+"""One statement (one transaction) for many rounds, taken in the order given."""
+
+
+async def reserve_rounds(
+    pool: AsyncConnectionPool[Any], rounds: list[RoundToReserve]
+) -> list[Reservation]:
+    """Reserve each round (see the module); one :class:`Reservation` per round, in order.
+
+    The rounds are reserved in the order of their payment references, so that two statements
+    that lock several payments (two settler replicas) always lock them in the same order and
+    cannot deadlock. A round asked for twice is reserved once.
+    """
+    distinct = sorted(
+        dict.fromkeys(rounds), key=lambda r: (r.payment_reference, r.dispute_id, r.round)
+    )
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            _RESERVE_SQL,
+            (
+                [r.dispute_id for r in distinct],
+                [r.round for r in distinct],
+                [r.amount_minor for r in distinct],
+                [r.currency for r in distinct],
+                [r.payment_reference for r in distinct],
+                [idempotency_key(r.dispute_id, r.round) for r in distinct],
+            ),
+        )
+        rows = await cur.fetchall()
+    found = {
+        (dispute_id, round_): Reservation(status, amount, currency, error_code)
+        for dispute_id, round_, status, amount, currency, error_code in rows
+    }
+    return [found[(r.dispute_id, r.round)] for r in rounds]
