@@ -98,6 +98,34 @@ def test_a_second_complaint_about_a_paid_order_goes_to_a_human_not_to_stripe(
     ]
 
 
+def test_two_complaints_about_one_order_at_once_promise_and_pay_one_refund(
+    pipeline: Pipeline,
+) -> None:
+    """Published together, neither dispute is in the ledger when the other is settled. One
+    reply promises the refund and that dispute is paid; the other promises nothing and goes
+    to a payment operator, with no call to Stripe."""
+    sample = _sample("article")
+    order_id = pipeline.own_order(sample.order_id)
+    disputes = [
+        pipeline.submit(order_id, sample.customer_id, sample.text, own_order=False)
+        for _ in range(2)
+    ]
+    stories = {dispute: pipeline.wait_final(dispute) for dispute in disputes}
+
+    promised = [d for d in disputes if stories[d].replies[0]["amount_minor"] == 68900]
+    assert len(promised) == 1, {d: s.replies for d, s in stories.items()}
+    [held] = [d for d in disputes if d not in promised]
+    assert stories[promised[0]].paid_minor == 68900
+    assert stories[held].replies[0]["amount_minor"] == 0
+    assert "INR 689" not in stories[held].replies[0]["text"]
+    assert stories[held].paid_minor == 0
+    assert [(p["outcome"], p["error_code"]) for p in stories[held].payouts] == [
+        ("FAILED", "ORDER_ALREADY_REFUNDED")
+    ]
+    assert [(r["status"], r["attempts"]) for r in stories[held].ledger] == [("FAILED", 0)]
+    assert [(r["status"], r["attempts"]) for r in stories[promised[0]].ledger] == [("SUCCEEDED", 1)]
+
+
 def test_a_refund_above_the_cap_is_held_for_a_human(pipeline: Pipeline) -> None:
     dispute = _submit(pipeline, "over-cap")
     story = pipeline.wait_final(dispute)
