@@ -161,6 +161,8 @@ class RefundPriced(Event):
     held_grievances: list[str] = []
     reason: str = ""
     snapshot_sha256: str
+    payment_reference: str | None = None
+    """From the evidence snapshot; ``None`` in events written before the field existed."""
     priced_at: datetime
 
 

@@ -121,9 +121,10 @@ class PricingHandler:
             )
             for gid, v in state["verdicts"].items()
         ]
+        snapshot = self._snapshots(state["snapshot_sha256"])
         priced = price_refund(
             verdicts,
-            self._snapshots(state["snapshot_sha256"]),
+            snapshot,
             cap_minor=self._cap_minor,
             already_approved_minor=state["approved_minor"],
             overrides=_overrides(state["overrides"]),
@@ -133,16 +134,26 @@ class PricingHandler:
         if priced.decision in _PAYING:
             state["approved_minor"] += priced.payable_minor
         event = to_event(
-            priced, dispute_id, state["order_id"], state["round"], state["snapshot_sha256"]
+            priced,
+            dispute_id,
+            state["order_id"],
+            state["round"],
+            state["snapshot_sha256"],
+            snapshot["order"].get("payment_reference") or None,
         )
         held = bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
         return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro()), held
 
 
 def to_event(
-    priced: PricedRefund, dispute_id: str, order_id: str, round_: int, snapshot_sha256: str
+    priced: PricedRefund,
+    dispute_id: str,
+    order_id: str,
+    round_: int,
+    snapshot_sha256: str,
+    payment_reference: str | None,
 ) -> ev.RefundPriced:
-    """The ``refund.priced`` event of one priced round."""
+    """The ``refund.priced`` event of one priced round, against the order's payment."""
     return ev.RefundPriced(
         dispute_id=dispute_id,
         order_id=order_id,
@@ -172,6 +183,7 @@ def to_event(
         held_grievances=list(priced.held_grievances),
         reason=priced.reason,
         snapshot_sha256=snapshot_sha256,
+        payment_reference=payment_reference,
         priced_at=ev.now(),
     )
 

@@ -146,7 +146,7 @@ class SettlerHandler:
         if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
             held = [WHOLE_CLAIM]
         # Checked before a reply that says "refunded" is stored: without it nothing is paid.
-        reference = await self._payment_reference(priced.snapshot_sha256) if approved > 0 else ""
+        reference = await self._payment_reference(priced) if approved > 0 else ""
         stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
         if stored is None:
             says = approved
@@ -289,8 +289,12 @@ class SettlerHandler:
             raise RuntimeError(f"reply {priced.dispute_id}/{priced.round} was not stored")
         return stored
 
-    async def _payment_reference(self, snapshot_sha256: str) -> str:
-        snapshot = await self._snapshots.get(snapshot_sha256)
+    async def _payment_reference(self, priced: ev.RefundPriced) -> str:
+        """The payment to refund: carried by the event, or (in an event priced before it was)
+        read from the evidence snapshot."""
+        if priced.payment_reference:
+            return priced.payment_reference
+        snapshot = await self._snapshots.get(priced.snapshot_sha256)
         reference = snapshot["order"].get("payment_reference", "")
         if not reference:
             raise InvalidInput("the order has no payment reference to refund against")

@@ -46,9 +46,11 @@ def _priced(
     payable: int,
     cap: int = 100000,
     snapshot: FrozenSnapshot | None = None,
+    payment_reference: str | None = None,
 ) -> Message:
     """The article's priced round for ``dispute_id``, against ``snapshot`` (default: the
-    article's order)."""
+    article's order); with no ``payment_reference``, as pricing wrote it before the event
+    carried one."""
     snapshot = snapshot or freeze(ARTICLE_ORDER)
     priced = ev.RefundPriced(
         dispute_id=dispute_id,
@@ -77,6 +79,7 @@ def _priced(
         decision=decision,
         held_grievances=["g3"],
         snapshot_sha256=snapshot.sha256,
+        payment_reference=payment_reference,
         priced_at=AT,
     )
     return Message(t.REFUND_PRICED.name, 0, 0, dispute_id, priced.to_avro(), {}, 0)
@@ -312,3 +315,20 @@ def test_a_replayed_round_is_promised_what_its_reservation_holds(
 def _reply_event(emits: Sequence[Emit]) -> dict[str, Any]:
     (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
     return dict(reply)
+
+
+def test_the_payment_reference_the_event_carries_is_the_one_paid(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Pricing puts the snapshot's payment reference in the event; the settler takes it from
+    there instead of reading the snapshot again (an older event falls back to the snapshot,
+    as every other test here shows)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    carried = f"pi_{dispute}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=carried)
+
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+
+    (request,) = [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
+    assert request["payment_reference"] == carried != ARTICLE_ORDER.payment_reference
+    assert _reply_event(emits)["amount_minor"] == 68900

@@ -134,6 +134,7 @@ def test_an_approval_covers_the_round_it_was_made_on_not_a_later_larger_total() 
 
     approved = _priced(store, handler, _decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"))
     assert (approved["decision"], approved["payable_minor"]) == ("REVIEW_APPROVED", 68900)
+    assert approved["payment_reference"] == ARTICLE_ORDER.payment_reference, "from the snapshot"
 
     larger = _priced(store, handler, _decided("r-2", "GRIEVANCE", "UPHOLD", "grievance:g3"))
     assert (larger["round"], larger["decision"], larger["total_minor"]) == (
