@@ -346,6 +346,20 @@ def test_a_round_the_settler_reserved_is_paid_with_its_one_call_counted(
     assert found.status == "SUCCEEDED", "a reservation replayed later finds the paid round"
 
 
+def test_a_request_for_another_amount_than_the_reservation_is_a_conflict_with_no_call(
+    database: str, fake: FakeStripeServer
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    _reserve(database, (dispute, f"pi_{dispute}"))
+
+    [outputs] = _run(database, fake.url, _request(dispute, 99999))
+
+    assert [o.topic for o in outputs] == ["payout.failed"]
+    assert outputs[0].value["error_code"] == "LEDGER_CONFLICT"
+    assert fake.fake.requests == 0
+    assert _attempts(database, dispute) == 0, "no call was begun, none is counted"
+
+
 def test_of_two_disputes_of_one_order_reserved_together_only_the_reserved_one_is_paid(
     database: str, fake: FakeStripeServer
 ) -> None:
