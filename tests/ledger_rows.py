@@ -39,3 +39,15 @@ def seed_round(
                 age,
             ),
         )
+
+
+def read_round(database: str, dispute: str) -> tuple[str, int, str | None] | None:
+    """(status, attempts, error code) of round 1 of ``dispute`` in the ledger; ``None`` if it
+    has no row."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT status, attempts, error_code FROM payout_ledger"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchone()
+    return None if row is None else (row[0], row[1], row[2])

@@ -226,8 +226,8 @@ BEGIN
 END
 $$;
 
--- The payout's call, before it calls the provider (kept under its first name, which payouts of
--- earlier releases call during a rolling upgrade).
+-- payout_claim_round with a provider call, under the name payouts of earlier releases call
+-- (kept for a rolling upgrade; the payout now calls payout_claim_round itself).
 CREATE OR REPLACE FUNCTION payout_open_round(
     p_dispute_id text, p_round integer, p_amount_minor bigint, p_currency text,
     p_payment_reference text, p_idempotency_key text

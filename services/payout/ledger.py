@@ -41,8 +41,8 @@ class LedgerRow:
 
 
 _OPEN_SQL = """
-SELECT * FROM payout_open_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s,
-                                %(payment_reference)s, %(idempotency_key)s)
+SELECT * FROM payout_claim_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s,
+                                 %(payment_reference)s, %(idempotency_key)s, true)
 """
 _GET_SQL = """
 SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
@@ -79,8 +79,8 @@ class PayoutLedger:
         A new round of a dispute whose payment (order) already has a round of another dispute
         that is not FAILED is inserted FAILED instead (``ORDER_ALREADY_REFUNDED``, naming that
         round): a second dispute of one order is not paid automatically. One call of the
-        database function ``payout_open_round`` (refund_bench/db/schema.sql), which opens the
-        rounds of one payment one at a time.
+        database function ``payout_claim_round`` with a provider call
+        (refund_bench/db/schema.sql), which opens the rounds of one payment one at a time.
         """
         params = {
             "dispute_id": dispute_id,
@@ -94,7 +94,7 @@ class PayoutLedger:
             await cur.execute(_OPEN_SQL, params)
             row = await cur.fetchone()
         if row is None:
-            raise RuntimeError(f"payout_open_round returned no row for {dispute_id}/{round_}")
+            raise RuntimeError(f"payout_claim_round returned no row for {dispute_id}/{round_}")
         return LedgerRow(**row)
 
     async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:

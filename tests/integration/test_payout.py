@@ -27,7 +27,7 @@ from services.payout.ledger import PayoutLedger
 from services.payout.payments import PaymentRejected, StripePayments
 from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
-from tests.ledger_rows import seed_round
+from tests.ledger_rows import read_round, seed_round
 
 pytestmark = pytest.mark.stack
 
@@ -89,13 +89,9 @@ def _refunds(api_base: str, *requests: dict[str, Any]) -> list[str | PaymentReje
 
 def _attempts(database: str, dispute_id: str) -> int:
     """The ledger's count of provider calls begun for the dispute's round 1."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT attempts FROM payout_ledger WHERE dispute_id = %s AND round = 1",
-            (dispute_id,),
-        ).fetchone()
+    row = read_round(database, dispute_id)
     assert row is not None
-    return int(row[0])
+    return row[1]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.settler.handler import SettlerHandler
-from tests.ledger_rows import seed_round
+from tests.ledger_rows import read_round, seed_round
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -245,17 +245,6 @@ def test_a_dispute_whose_orders_earlier_payout_failed_is_promised_its_refund(
     assert "INR 689" in reply["text"]
 
 
-def _ledger(database: str, dispute_id: str) -> tuple[str, int, str | None] | None:
-    """(status, attempts, error code) of the dispute's round 1 in the payout ledger."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT status, attempts, error_code FROM payout_ledger"
-            " WHERE dispute_id = %s AND round = 1",
-            (dispute_id,),
-        ).fetchone()
-    return None if row is None else (row[0], row[1], row[2])
-
-
 def test_two_disputes_of_one_order_settled_together_promise_one_refund_the_one_paid(
     database: str, redis_url: str, standin: Standin
 ) -> None:
@@ -276,8 +265,8 @@ def test_two_disputes_of_one_order_settled_together_promise_one_refund_the_one_p
     [other] = [d for d in disputes if d not in promised]
     assert replies[other]["amount_minor"] == 0
     assert "refunded" not in replies[other]["text"].lower(), replies[other]["text"]
-    assert _ledger(database, promised[0]) == ("PENDING", 0, None), "reserved, no call begun"
-    assert _ledger(database, other) == ("FAILED", 0, "ORDER_ALREADY_REFUNDED")
+    assert read_round(database, promised[0]) == ("PENDING", 0, None), "reserved, no call begun"
+    assert read_round(database, other) == ("FAILED", 0, "ORDER_ALREADY_REFUNDED")
     requests = {
         d: [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
         for d, emits in zip(disputes, settled, strict=True)
@@ -309,7 +298,7 @@ def test_a_replayed_round_is_promised_what_its_reservation_holds(
     )
 
     assert _reply_event(emits)["amount_minor"] == 68900
-    assert _ledger(database, dispute) == ("PENDING", 0, None)
+    assert read_round(database, dispute) == ("PENDING", 0, None)
 
 
 def _reply_event(emits: Sequence[Emit]) -> dict[str, Any]:
