@@ -81,9 +81,10 @@ class StageSpec:
     shutdown: Callable[[], Awaitable[None]] | None = None
     """Async stages: run on the stage's event loop when the stage stops."""
     before_commit: Callable[[], None] | None = None
-    """Called once per batch after its outputs are produced and before its offsets commit:
-    a stage that buffers external writes (e.g. a database projection) makes them durable here.
-    If it raises, the batch is aborted and redelivered."""
+    """Called once per batch (in its transaction) after its handlers ran and before its outputs
+    go to the producer and its offsets commit: a stage that buffers external writes (e.g. a
+    database projection) makes them durable here. If it raises, the batch is aborted and
+    redelivered."""
 
     @property
     def is_async(self) -> bool:
@@ -121,6 +122,18 @@ class RuntimeConfig:
     dlq_budget: DlqBudget = field(default_factory=DlqBudget)
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
     producer_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """One record a batch will produce: an output, a dead letter or a changelog write."""
+
+    topic: str
+    key: bytes
+    value: bytes | None
+    headers: Any
+    partition: int | None
+    """``None``: the producer's partitioner picks it from the key."""
 
 
 @dataclass
@@ -399,6 +412,7 @@ class StageRunner:
         records = self._decode_all(msgs)
         batch_state = BatchState(self._store) if self._store is not None else None
         offsets: dict[tuple[str, int], int] = {}
+        outgoing: list[_Outgoing] = []
         with self._transaction():
             for msg, item in records:
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
@@ -409,6 +423,7 @@ class StageRunner:
                     msg,
                     ctx,
                     item if isinstance(item, InvalidInput) else self._handle_sync(item, ctx),
+                    outgoing,
                 )
             if self.spec.before_commit is not None:
                 self.spec.before_commit()
@@ -418,7 +433,8 @@ class StageRunner:
                     self.metrics.incr("state_expired", expired)
                 changelog = cast(str, self.spec.changelog)
                 for partition, key, value, headers in batch_state.changelog_records():
-                    self._produce_raw(changelog, key.encode(), value, headers, partition)
+                    outgoing.append(_Outgoing(changelog, key.encode(), value, headers, partition))
+            self._produce_all(outgoing)
             self._commit(offsets)
         if batch_state is not None:
             batch_state.apply()
@@ -477,6 +493,7 @@ class StageRunner:
         worker thread so that the next batches' handlers keep running meanwhile.
         """
         offsets: dict[tuple[str, int], int] = {}
+        outgoing: list[_Outgoing] = []
         released = 0
         with self._transaction():
             for batch in ready:
@@ -488,7 +505,7 @@ class StageRunner:
                         released += 1  # revoked since it was polled: its new owner redoes it
                         continue
                     offsets[key] = msg.offset() + 1
-                    self._finish(msg, Context(None), result)
+                    self._finish(msg, Context(None), result, outgoing)
             if released:
                 self.records_released += released
                 log.info(
@@ -498,6 +515,7 @@ class StageRunner:
                 )
             if self.spec.before_commit is not None:
                 self.spec.before_commit()
+            self._produce_all(outgoing)
             await asyncio.get_running_loop().run_in_executor(None, self._commit, offsets)
         now = time.perf_counter()
         for batch in ready:
@@ -515,8 +533,15 @@ class StageRunner:
         finally:
             self.metrics.observe("handler_seconds", time.perf_counter() - started)
 
-    def _finish(self, msg: Any, ctx: Context, result: Sequence[Emit] | InvalidInput) -> None:
-        """Produce a record's outputs and keep its state writes, or dead-letter it.
+    def _finish(
+        self,
+        msg: Any,
+        ctx: Context,
+        result: Sequence[Emit] | InvalidInput,
+        outgoing: list[_Outgoing],
+    ) -> None:
+        """Add a record's encoded outputs to ``outgoing`` and keep its state writes, or add its
+        dead letter instead.
 
         Every output is encoded before any is produced: a record whose output carries text that
         cannot be encoded (half of a surrogate pair, from input the stage passed on) is
@@ -524,17 +549,17 @@ class StageRunner:
         redelivery. Any other encoding error is a bug in the stage and stops it.
         """
         if isinstance(result, InvalidInput):
-            self._dead_letter(msg, result)
+            outgoing.append(self._dead_letter(msg, result))
             return
         try:
             encoded = [(emit, self._encode(emit)) for emit in result]
         except UnicodeEncodeError as exc:
             reason = f"an output of this record holds text that cannot be encoded: {exc!r}"
-            self._dead_letter(msg, InvalidInput(reason))
+            outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
             return
         self.config.dlq_budget.record(False)
         for emit, value in encoded:
-            self._produce_raw(emit.topic, emit.key.encode(), value, emit.headers, None)
+            outgoing.append(_Outgoing(emit.topic, emit.key.encode(), value, emit.headers, None))
             self.metrics.incr("records_out", topic=emit.topic)
         if ctx.state is not None:
             ctx.state.merge_into_batch()
@@ -577,28 +602,33 @@ class StageRunner:
             raise UndeclaredOutput(f"stage {self.spec.name} does not declare output {emit.topic!r}")
         return self.codec.encode(emit.topic, emit.value)
 
-    def _produce_raw(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        headers: Any,
-        partition: int | None,
-    ) -> None:
-        producer = cast(Producer, self._producer)
-        kwargs: dict[str, Any] = {"key": key, "value": value}
-        if headers:
-            kwargs["headers"] = list(dict(headers).items())
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                producer.poll(0.05)
+    def _produce_all(self, outgoing: list[_Outgoing]) -> None:
+        """Hand a transaction's records to the producer in one tight loop.
 
-    def _dead_letter(self, msg: Any, exc: InvalidInput) -> None:
+        They are encoded before (in :meth:`_finish`), not in between: records that reach the
+        producer within a moment leave in one produce request per partition (the producer
+        sends one partition per request), and their partitions are registered with the
+        transaction coordinator together (one AddPartitionsToTxn in flight at a time). Produced
+        as each was encoded, a batch's records trickled in and went out in more, smaller
+        requests: 0.89 produce requests per complaint in a burst against 0.51 now, 5.2 against
+        4.4 at a steady 100 complaints/s (docs/benchmarks.md).
+        """
+        producer = cast(Producer, self._producer)
+        for record in outgoing:
+            kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+            if record.headers:
+                kwargs["headers"] = list(dict(record.headers).items())
+            if record.partition is not None:
+                kwargs["partition"] = record.partition
+            while True:
+                try:
+                    producer.produce(record.topic, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+
+    def _dead_letter(self, msg: Any, exc: InvalidInput) -> _Outgoing:
+        """The dead letter for ``msg`` (to be produced in its batch's transaction)."""
         dlq = f"{msg.topic()}.dlq"
         envelope, headers = dead_letter(
             stage=self.spec.name,
@@ -619,9 +649,9 @@ class StageRunner:
             dlq,
             exc.reason,
         )
-        self._produce_raw(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
         self.config.dlq_budget.record(True)
+        return _Outgoing(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         producer = cast(Producer, self._producer)
