@@ -649,9 +649,10 @@ class StageRunner:
             dlq,
             exc.reason,
         )
+        record = _Outgoing(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
         self.config.dlq_budget.record(True)
-        return _Outgoing(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
+        return record
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         producer = cast(Producer, self._producer)

@@ -66,17 +66,21 @@ def _all_documents() -> list[dict[str, Any]]:
 
 
 def _env_file(path: Path) -> dict[str, str]:
-    """A kustomize ``envs`` file as the generated ConfigMap holds it: ``KEY=value`` lines, ``#``
-    comment lines and blank lines skipped, the value verbatim after the first ``=``."""
+    """A kustomize ``envs`` file as the generated ConfigMap holds it: ``KEY=value`` lines (leading
+    blanks dropped, the value verbatim after the first ``=``), ``#`` comment lines and blank
+    lines skipped. A line without ``=`` (kustomize would copy that variable from the
+    environment of whoever renders) and trailing blanks (kept in the value) are refused."""
     data: dict[str, str] = {}
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.strip()
+        line = raw.lstrip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        assert sep, f"{path.name}:{number}: not KEY=value: {raw!r}"
-        assert re.fullmatch(r"[A-Z][A-Z0-9_]*", key), f"{path.name}:{number}: key {key!r}"
-        assert key not in data, f"{path.name}:{number}: {key} given twice"
+        where = f"{path.name}:{number}"
+        assert sep, f"{where}: not KEY=value: {raw!r}"
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]*", key), f"{where}: key {key!r}"
+        assert value == value.rstrip(), f"{where}: trailing blanks would stay in {key}'s value"
+        assert key not in data, f"{where}: {key} given twice"
         data[key] = value
     return data
 
