@@ -30,7 +30,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -131,7 +131,7 @@ class _Outgoing:
     topic: str
     key: bytes
     value: bytes | None
-    headers: Any
+    headers: Mapping[str, bytes]
     partition: int | None
     """``None``: the producer's partitioner picks it from the key."""
 
@@ -617,7 +617,7 @@ class StageRunner:
         for record in outgoing:
             kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
             if record.headers:
-                kwargs["headers"] = list(dict(record.headers).items())
+                kwargs["headers"] = list(record.headers.items())
             if record.partition is not None:
                 kwargs["partition"] = record.partition
             while True:
