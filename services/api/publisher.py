@@ -71,7 +71,12 @@ class KafkaPublisher:
         self._thread = threading.Thread(target=self._serve, name="api-producer", daemon=True)
 
     def start(self) -> None:
-        """Create the producer (nothing connects before this) and serve delivery reports."""
+        """Create the producer (nothing connects before this) and serve delivery reports.
+
+        A closed publisher does not start again.
+        """
+        if self._stop.is_set():
+            raise RuntimeError("KafkaPublisher was closed")
         if self._producer is None:
             self._producer = Producer(self._config)
             self._thread.start()
@@ -79,7 +84,7 @@ class KafkaPublisher:
     @property
     def _started(self) -> Producer:
         if self._producer is None:
-            raise RuntimeError("KafkaPublisher.start() was not called")
+            raise RuntimeError("KafkaPublisher is not started, or was closed")
         return self._producer
 
     def _serve(self) -> None:
@@ -117,8 +122,13 @@ class KafkaPublisher:
         await asyncio.to_thread(self._started.list_topics, timeout=timeout_s)
 
     def close(self) -> None:
-        if self._producer is None:
+        """Flush, stop serving delivery reports and close the client, releasing its threads
+        and broker connections now rather than when the object is collected. Idempotent."""
+        producer, self._producer = self._producer, None
+        if producer is None:
             return
-        self._producer.flush(self._timeout_s)
+        producer.flush(self._timeout_s)
         self._stop.set()
         self._thread.join(5.0)
+        # The flush waited out message.timeout.ms, so nothing is queued and this returns at once.
+        producer.close()

@@ -7,6 +7,7 @@ on, so every publish waits out ``PUBLISH_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -17,6 +18,9 @@ import httpx
 import psycopg
 import pytest
 
+from refund_bench import topics as t
+from refund_bench.codec import Codec, FingerprintFraming
+from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack
 from tests.e2e.conftest_api import ApiServer, running_api
 
@@ -120,3 +124,25 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
         metrics = client.get("/metrics").text
     assert 'api_complaints_total{outcome="unpublished"} 3.0' in metrics
     assert 'api_publish_failures_total{topic="complaint.received"} 2.0' in metrics
+
+
+def native_threads() -> int:
+    """The process's threads as the kernel counts them: librdkafka's own included."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_closed_publisher_lets_go_of_the_broker() -> None:
+    """Shutdown closes the client: its threads end (and with them its reconnection attempts)
+    at once, not whenever the publisher object is collected."""
+    codec = Codec(FingerprintFraming(), {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema})
+    publisher = KafkaPublisher(unused_loopback_address(), codec, timeout_s=1.0)
+    before = native_threads()
+    publisher.start()
+    running = native_threads()
+    publisher.close()
+    publisher.close()  # idempotent
+
+    assert running > before, "librdkafka's threads and the delivery-report thread"
+    assert native_threads() <= before
+    with pytest.raises(RuntimeError, match="closed"):
+        publisher.start()
