@@ -5,10 +5,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import httpx
 import psycopg
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
@@ -101,28 +109,75 @@ def _wait_drained(kafka: str, timeout_s: float = 180) -> None:
         time.sleep(1.0)
 
 
-def _reset_groups(kafka: str, timeout_s: float = 60) -> None:
-    """Delete the stages' consumer groups so they start again from the first offset.
+def _end_offsets(kafka: str) -> dict[tuple[str, int], int]:
+    """The end offset of every partition of every topic: where this test's records begin."""
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "replay-test-offsets"})
+    try:
+        return {
+            (name, p): consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
+            for name, meta in consumer.list_topics(timeout=10).topics.items()
+            if not name.startswith("__")
+            for p in meta.partitions
+        }
+    finally:
+        consumer.close()
 
-    A killed static member stays in its group until its session times out: retry until the
-    groups are empty and deleted.
+
+def _rewind_groups(kafka: str, starts: dict[tuple[str, int], int], timeout_s: float = 60) -> None:
+    """Move every stage's committed offsets back to ``starts``, so the stages receive again
+    every record this test produced (and nothing older: a long-lived local stack holds the
+    history of many runs, which a restart from the first offset would replay).
+
+    Offsets can only be changed in a group without members, and a killed static member stays
+    in its group until its session times out: retry until each group takes the change.
     """
     admin = AdminClient({"bootstrap.servers": kafka})
     pending = list(SERVICES)
     deadline = time.monotonic() + timeout_s
     while pending:
         failed = []
-        for group, future in admin.delete_consumer_groups(pending, request_timeout=30).items():
+        for group in pending:
             try:
-                future.result(30)
-            except Exception as exc:
-                if "GROUP_ID_NOT_FOUND" not in str(exc):
+                [listing] = admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)], request_timeout=30
+                ).values()
+                committed = listing.result(30).topic_partitions or []
+                rewound = [
+                    TopicPartition(
+                        tp.topic,
+                        tp.partition,
+                        min(tp.offset, starts.get((tp.topic, tp.partition), 0)),
+                    )
+                    for tp in committed
+                    if tp.offset >= 0
+                ]
+                assert rewound, f"{group} has no committed offsets to rewind"
+                [change] = admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, rewound)], request_timeout=30
+                ).values()
+                # A group with members refuses each partition's change (UNKNOWN_MEMBER_ID): the
+                # errors come per partition, not as an exception.
+                if any(tp.error is not None for tp in change.result(30).topic_partitions or []):
                     failed.append(group)
+            except KafkaException:
+                failed.append(group)
         pending = failed
         if pending and time.monotonic() > deadline:
-            raise TimeoutError(f"could not reset consumer groups {pending}")
+            raise TimeoutError(f"could not rewind consumer groups {pending}")
         if pending:
             time.sleep(1.0)
+
+
+def _counter(metrics_port: int, name: str, **labels: str) -> float:
+    """The sum of counter ``name``'s samples that carry ``labels``, as a stage exposes it."""
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == f"{name}_total"
+        and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def _ledger_attempts(database_url: str) -> tuple[int, int]:
@@ -135,6 +190,7 @@ def _ledger_attempts(database_url: str) -> tuple[int, int]:
 
 
 def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline: Pipeline) -> None:
+    starts = _end_offsets(pipeline.stack.kafka)
     disputes = [pipeline.submit(s.order_id, s.customer_id, s.text) for s in SAMPLE_COMPLAINTS]
     for dispute in disputes:
         pipeline.wait_final(dispute)
@@ -144,11 +200,21 @@ def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline:
     replies_before = {d: pipeline.story(d).replies for d in disputes}
 
     pipeline.launcher.stop(kill=True)
-    _reset_groups(pipeline.stack.kafka)
+    _rewind_groups(pipeline.stack.kafka, starts)
     pipeline.launcher.start()
     pipeline.launcher.wait_ready()
     _wait_drained(pipeline.stack.kafka, timeout_s=300)
 
+    # The replay happened: the restarted stages received this test's records again, and the
+    # extractor and the judge answered them from the cache.
+    ports = {name: launched.metrics_port for name, launched in pipeline.launcher.running.items()}
+    stories = [pipeline.story(d) for d in disputes]
+    rulings = sum(len(story.rulings) for story in stories)
+    assert _counter(ports["extractor"], "refund_bench_records_in") >= len(disputes)
+    assert _counter(ports["extractor"], "refund_bench_llm_calls", kind="cached") >= len(disputes)
+    assert _counter(ports["judge"], "refund_bench_llm_calls", kind="cached") >= rulings > 0
+    for name in SERVICES:
+        assert _counter(ports[name], "refund_bench_records_in") > 0, f"{name} received nothing"
     assert pipeline.llm_stats()["total_calls"] == calls_before, "replay made new LLM calls"
     assert _ledger_attempts(pipeline.database_url) == ledger_before, "replay reached Stripe"
     for dispute in disputes:
