@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import pipeline_throughput as pt
-from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
+from refund_bench.launcher import REPO
 
 KAFKA_LOG = REPO / ".stack" / "logs" / "kafka.log"
 KAFKA_LIBS = REPO / ".stack" / "cache" / "kafka-libs"
@@ -100,14 +100,13 @@ def measured(kafka: str, label: str, run: Callable[[], pt.Result]) -> None:
 
 
 def main() -> None:
-    kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    registry = os.environ.get("SCHEMA_REGISTRY_URL", "")
-    standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
-    judge = f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics"
-    launcher = Launcher(log_dir=REPO / ".stack" / "logs" / "bench", env=pt.SERVICE_ENV)
-    launcher.start()
-    try:
-        launcher.wait_ready()
+    with pt.running_pipeline() as stack:
+        kafka, registry, standin, judge = (
+            stack.kafka,
+            stack.registry,
+            stack.standin,
+            stack.judge_metrics,
+        )
         pt.one_run(kafka, registry, standin, 0, 300, judge)  # connections, schema ids
         measured(
             kafka, "burst of 1000", lambda: pt.one_run(kafka, registry, standin, 0, 1000, judge)
@@ -118,8 +117,6 @@ def main() -> None:
                 return pt.paced_run(kafka, registry, standin, 0, rate, 10, judge)
 
             measured(kafka, f"steady {rate:g}/s for 10 s", steady)
-    finally:
-        launcher.stop()
 
 
 if __name__ == "__main__":

@@ -33,11 +33,13 @@ raises the rate.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +104,35 @@ class Result:
     @property
     def rate(self) -> float:
         return self.complaints / self.seconds
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a benchmark reaches the local stack, and the judge's metrics."""
+
+    kafka: str
+    registry: str
+    standin: str
+    """The LLM stand-in's base URL, without ``/v1``."""
+    judge_metrics: str
+
+
+@contextlib.contextmanager
+def running_pipeline() -> Iterator[Endpoints]:
+    """The six stages and the recorder, one replica each, with :data:`SERVICE_ENV`, ready;
+    stopped on exit. The stack's addresses come from the environment (``. .stack/env.sh``)."""
+    launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"), env=SERVICE_ENV)
+    launcher.start()
+    try:
+        launcher.wait_ready()
+        yield Endpoints(
+            kafka=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+            registry=os.environ.get("SCHEMA_REGISTRY_URL", ""),
+            standin=os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1"),
+            judge_metrics=f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics",
+        )
+    finally:
+        launcher.stop()
 
 
 def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
@@ -353,88 +384,93 @@ def main(
     (throughput: the median burst), then a paced run at ``paced_rate``/s for ``paced_seconds``
     (latency below saturation). Then, with the LLM at 0 ms, ``sustained_rate``/s for
     ``sustained_seconds`` (can the pipeline keep up?)."""
-    kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
-    registry = os.environ.get("SCHEMA_REGISTRY_URL", "")
-    standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
-    launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"), env=SERVICE_ENV)
-    launcher.start()
-    judge = f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics"
     rows: list[tuple[str, str]] = []
-    try:
-        launcher.wait_ready()
-        warm_up(kafka, registry, standin, judge, complaints, warm_up_bursts)
-        for latency in latencies:
-            runs = [
-                one_run(kafka, registry, standin, latency, complaints, judge) for _ in range(bursts)
-            ]
-            burst = median_run(runs)
-            paced = paced_run(kafka, registry, standin, latency, paced_rate, paced_seconds, judge)
+    with running_pipeline() as stack:
+        kafka, registry, standin, judge = (
+            stack.kafka,
+            stack.registry,
+            stack.standin,
+            stack.judge_metrics,
+        )
+        try:
+            warm_up(kafka, registry, standin, judge, complaints, warm_up_bursts)
+            for latency in latencies:
+                runs = [
+                    one_run(kafka, registry, standin, latency, complaints, judge)
+                    for _ in range(bursts)
+                ]
+                burst = median_run(runs)
+                paced = paced_run(
+                    kafka, registry, standin, latency, paced_rate, paced_seconds, judge
+                )
+                print(
+                    f"  LLM at {latency:3d} ms: bursts of {complaints}:"
+                    f" {', '.join(f'{run.rate:.1f}' for run in runs)}/s,"
+                    f" middle 80% {', '.join(f'{run.steady_rate:.1f}' for run in runs)}/s;"
+                    f" the median burst: {burst.rate:.1f}/s in {burst.seconds:.1f}s"
+                    f" (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
+                    f" paced at {paced_rate:g}/s:"
+                    f" p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
+                    f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
+                    f" up to {burst.max_judge_inflight} judge calls in flight",
+                    flush=True,
+                )
+                print(f"    median burst {burst.cpu_line()}", flush=True)
+                steady = statistics.median(run.steady_rate for run in runs)
+                rows += [
+                    (
+                        f"pipeline complaints/s, median of {bursts} bursts (LLM {latency} ms)",
+                        f"{burst.rate:.1f}",
+                    ),
+                    (
+                        f"pipeline complaints/s, burst, middle 80% (LLM {latency} ms)",
+                        f"{steady:.1f}",
+                    ),
+                    (
+                        f"pipeline p50 / p99 latency at {paced_rate:g}/s (LLM {latency} ms)",
+                        f"{paced.p50_ms:.0f} / {paced.p99_ms:.0f} ms",
+                    ),
+                    (
+                        f"LLM calls per complaint (LLM {latency} ms)",
+                        f"{burst.llm_calls_per_complaint:.1f}",
+                    ),
+                    (
+                        f"judge LLM calls in flight, max (LLM {latency} ms)",
+                        f"{burst.max_judge_inflight}",
+                    ),
+                ]
+            sustained = paced_run(
+                kafka, registry, standin, 0, sustained_rate, sustained_seconds, judge
+            )
             print(
-                f"  LLM at {latency:3d} ms: bursts of {complaints}:"
-                f" {', '.join(f'{run.rate:.1f}' for run in runs)}/s,"
-                f" middle 80% {', '.join(f'{run.steady_rate:.1f}' for run in runs)}/s;"
-                f" the median burst: {burst.rate:.1f}/s in {burst.seconds:.1f}s"
-                f" (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
-                f" paced at {paced_rate:g}/s: p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
-                f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
-                f" up to {burst.max_judge_inflight} judge calls in flight",
+                f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
+                f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
+                f" p50 {sustained.p50_ms:.0f} ms, p99 {sustained.p99_ms:.0f} ms",
                 flush=True,
             )
-            print(f"    median burst {burst.cpu_line()}", flush=True)
-            steady = statistics.median(run.steady_rate for run in runs)
+            print(f"    {sustained.cpu_line()}", flush=True)
             rows += [
                 (
-                    f"pipeline complaints/s, median of {bursts} bursts (LLM {latency} ms)",
-                    f"{burst.rate:.1f}",
+                    f"pipeline complaints/s completed, offered {sustained_rate:g}/s (LLM 0 ms)",
+                    f"{sustained.steady_rate:.1f}",
                 ),
                 (
-                    f"pipeline complaints/s, burst, middle 80% (LLM {latency} ms)",
-                    f"{steady:.1f}",
-                ),
-                (
-                    f"pipeline p50 / p99 latency at {paced_rate:g}/s (LLM {latency} ms)",
-                    f"{paced.p50_ms:.0f} / {paced.p99_ms:.0f} ms",
-                ),
-                (
-                    f"LLM calls per complaint (LLM {latency} ms)",
-                    f"{burst.llm_calls_per_complaint:.1f}",
-                ),
-                (
-                    f"judge LLM calls in flight, max (LLM {latency} ms)",
-                    f"{burst.max_judge_inflight}",
+                    f"pipeline p50 / p99 latency, offered {sustained_rate:g}/s (LLM 0 ms)",
+                    f"{sustained.p50_ms:.0f} / {sustained.p99_ms:.0f} ms",
                 ),
             ]
-        sustained = paced_run(kafka, registry, standin, 0, sustained_rate, sustained_seconds, judge)
-        print(
-            f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
-            f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
-            f" p50 {sustained.p50_ms:.0f} ms, p99 {sustained.p99_ms:.0f} ms",
-            flush=True,
-        )
-        print(f"    {sustained.cpu_line()}", flush=True)
-        rows += [
-            (
-                f"pipeline complaints/s completed, offered {sustained_rate:g}/s (LLM 0 ms)",
-                f"{sustained.steady_rate:.1f}",
-            ),
-            (
-                f"pipeline p50 / p99 latency, offered {sustained_rate:g}/s (LLM 0 ms)",
-                f"{sustained.p50_ms:.0f} / {sustained.p99_ms:.0f} ms",
-            ),
-        ]
-        print("  judge replicas side by side (bursts of half the size):", flush=True)
-        for latency in latencies:
-            scaling = judge_scaling(kafka, registry, standin, judge, latency, complaints // 2)
-            one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
-            two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
-            rows += [
-                (f"complaints/s with 1 judge replica (LLM {latency} ms)", f"{one:.1f}"),
-                (f"complaints/s with 2 judge replicas (LLM {latency} ms)", f"{two:.1f}"),
-                (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
-            ]
-    finally:
-        httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
-        launcher.stop()
+            print("  judge replicas side by side (bursts of half the size):", flush=True)
+            for latency in latencies:
+                scaling = judge_scaling(kafka, registry, standin, judge, latency, complaints // 2)
+                one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
+                two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
+                rows += [
+                    (f"complaints/s with 1 judge replica (LLM {latency} ms)", f"{one:.1f}"),
+                    (f"complaints/s with 2 judge replicas (LLM {latency} ms)", f"{two:.1f}"),
+                    (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
+                ]
+        finally:
+            httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
     return rows
 
 
