@@ -101,22 +101,14 @@ def measured(kafka: str, label: str, run: Callable[[], pt.Result]) -> None:
 
 def main() -> None:
     with pt.running_pipeline() as stack:
-        kafka, registry, standin, judge = (
-            stack.kafka,
-            stack.registry,
-            stack.standin,
-            stack.judge_metrics,
-        )
-        pt.one_run(kafka, registry, standin, 0, 300, judge)  # connections, schema ids
-        measured(
-            kafka, "burst of 1000", lambda: pt.one_run(kafka, registry, standin, 0, 1000, judge)
-        )
+        stack.burst(0, 300)  # connections, schema ids
+        measured(stack.kafka, "burst of 1000", lambda: stack.burst(0, 1000))
         for rate in (100.0, 30.0):
 
             def steady(rate: float = rate) -> pt.Result:
-                return pt.paced_run(kafka, registry, standin, 0, rate, 10, judge)
+                return stack.paced(0, rate, 10)
 
-            measured(kafka, f"steady {rate:g}/s for 10 s", steady)
+            measured(stack.kafka, f"steady {rate:g}/s for 10 s", steady)
 
 
 if __name__ == "__main__":

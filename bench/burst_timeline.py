@@ -95,17 +95,13 @@ def quantiles(values: Sequence[float], origin: float) -> list[float]:
 
 def main(bursts: int = 3, complaints: int = 1200) -> None:
     with pt.running_pipeline() as stack:
-        kafka, registry, standin, judge = (
-            stack.kafka,
-            stack.registry,
-            stack.standin,
-            stack.judge_metrics,
+        pt.warm_up(
+            stack.kafka, stack.registry, stack.standin, stack.judge_metrics, complaints, bursts=1
         )
-        pt.warm_up(kafka, registry, standin, judge, complaints, bursts=1)
         for _ in range(bursts):
-            start = end_offsets(kafka)
-            run = pt.one_run(kafka, registry, standin, 0, complaints, judge)
-            found = timestamps(kafka, start, end_offsets(kafka))
+            start = end_offsets(stack.kafka)
+            run = stack.burst(0, complaints)
+            found = timestamps(stack.kafka, start, end_offsets(stack.kafka))
             origin = min(found[t.COMPLAINT_RECEIVED.name])
             print(
                 f"burst of {complaints} at 0 ms: {run.rate:.1f}/s, middle 80%"

@@ -116,6 +116,22 @@ class Endpoints:
     """The LLM stand-in's base URL, without ``/v1``."""
     judge_metrics: str
 
+    def burst(self, latency_ms: int, n: int) -> Result:
+        """:func:`one_run`: a burst of ``n`` complaints with the LLM at ``latency_ms``."""
+        return one_run(self.kafka, self.registry, self.standin, latency_ms, n, self.judge_metrics)
+
+    def paced(self, latency_ms: int, rate_per_s: float, seconds: float) -> Result:
+        """:func:`paced_run`: ``rate_per_s`` complaints a second for ``seconds``."""
+        return paced_run(
+            self.kafka,
+            self.registry,
+            self.standin,
+            latency_ms,
+            rate_per_s,
+            seconds,
+            self.judge_metrics,
+        )
+
 
 @contextlib.contextmanager
 def running_pipeline() -> Iterator[Endpoints]:
