@@ -68,7 +68,7 @@ class KafkaPublisher:
         }
         self._producer: Producer | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="api-producer", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Create the producer (nothing connects before this) and serve delivery reports.
@@ -79,6 +79,9 @@ class KafkaPublisher:
             raise RuntimeError("KafkaPublisher was closed")
         if self._producer is None:
             self._producer = Producer(self._config)
+            self._thread = threading.Thread(
+                target=self._serve, args=(self._producer,), name="api-producer", daemon=True
+            )
             self._thread.start()
 
     @property
@@ -87,8 +90,7 @@ class KafkaPublisher:
             raise RuntimeError("KafkaPublisher is not started, or was closed")
         return self._producer
 
-    def _serve(self) -> None:
-        producer = self._started
+    def _serve(self, producer: Producer) -> None:
         while not self._stop.is_set():
             producer.poll(0.1)
 
@@ -129,6 +131,7 @@ class KafkaPublisher:
             return
         producer.flush(self._timeout_s)
         self._stop.set()
-        self._thread.join(5.0)
+        if self._thread is not None:
+            self._thread.join(5.0)
         # The flush waited out message.timeout.ms, so nothing is queued and this returns at once.
         producer.close()
