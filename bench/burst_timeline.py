@@ -36,17 +36,8 @@ Offsets = dict[tuple[str, int], int]
 
 def end_offsets(kafka: str) -> Offsets:
     """The end offset of every partition of :data:`TOPICS`."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        return {
-            (topic.name, p): consumer.get_watermark_offsets(
-                TopicPartition(topic.name, p), timeout=10
-            )[1]
-            for topic in TOPICS
-            for p in consumer.list_topics(topic.name, timeout=10).topics[topic.name].partitions
-        }
-    finally:
-        consumer.close()
+    ends = pt.end_offsets(kafka, *(topic.name for topic in TOPICS))
+    return {(tp.topic, tp.partition): tp.offset for tp in ends}
 
 
 def timestamps(kafka: str, start: Offsets, stop: Offsets) -> dict[str, list[float]]:

@@ -151,14 +151,15 @@ def running_pipeline() -> Iterator[Endpoints]:
         launcher.stop()
 
 
-def _end_offsets(kafka: str, topic: str) -> list[TopicPartition]:
+def end_offsets(kafka: str, *topics: str) -> list[TopicPartition]:
+    """The end offset of every partition of ``topics``, now."""
     consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"bench-{uuid.uuid4().hex}"})
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends = []
-        for p in partitions:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends.append(TopicPartition(topic, p, high))
+        for topic in topics:
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                ends.append(TopicPartition(topic, p, high))
         return ends
     finally:
         consumer.close()
@@ -223,7 +224,7 @@ def one_run(
     """One measurement: a burst of ``n`` complaints, or ``n`` paced at ``rate_per_s``."""
     httpx.post(f"{standin}/admin/faults", json={"latency_ms": latency_ms}, timeout=5)
     calls_before = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"]
-    start_at = _end_offsets(kafka, t.PAYOUT_COMPLETED.name)
+    start_at = end_offsets(kafka, t.PAYOUT_COMPLETED.name)
     codec = Codec(
         framing_from_registry_url(registry),
         {t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema},

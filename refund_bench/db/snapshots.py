@@ -7,6 +7,7 @@ one by hash and cache it forever; the first snapshot frozen for a dispute is the
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -84,6 +85,12 @@ JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256 WHERE d.dispute_id = %
 
 
 _SNAPSHOT_SQL = "SELECT snapshot FROM evidence_snapshots WHERE sha256 = %s"
+
+
+def payment_reference(snapshot: Mapping[str, Any]) -> str | None:
+    """The order's payment to refund against, as the snapshot froze it; ``None`` if none."""
+    reference = snapshot["order"].get("payment_reference")
+    return str(reference) if reference else None
 
 
 def _verified(row: Any, sha256: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.db.snapshots import payment_reference
 from refund_bench.domain import Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
@@ -139,7 +140,7 @@ class PricingHandler:
             state["order_id"],
             state["round"],
             state["snapshot_sha256"],
-            snapshot["order"].get("payment_reference") or None,
+            payment_reference(snapshot),
         )
         held = bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
         return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro()), held

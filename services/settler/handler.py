@@ -29,7 +29,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.coalesce import TickBatcher
 from refund_bench.db.payout_rounds import Reservation, RoundToReserve, reserve_rounds
-from refund_bench.db.snapshots import AsyncSnapshotReader
+from refund_bench.db.snapshots import AsyncSnapshotReader, payment_reference
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import OnCall, ResponseCache, cached_call, settler_cache_key
@@ -294,8 +294,7 @@ class SettlerHandler:
         read from the evidence snapshot."""
         if priced.payment_reference:
             return priced.payment_reference
-        snapshot = await self._snapshots.get(priced.snapshot_sha256)
-        reference = snapshot["order"].get("payment_reference", "")
-        if not reference:
+        reference = payment_reference(await self._snapshots.get(priced.snapshot_sha256))
+        if reference is None:
             raise InvalidInput("the order has no payment reference to refund against")
-        return str(reference)
+        return reference

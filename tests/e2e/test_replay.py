@@ -22,6 +22,7 @@ from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.launcher import SERVICES
 from refund_bench.samples import SAMPLE_COMPLAINTS
+from tests.e2e.conftest_api import end_offsets
 from tests.e2e.pipeline import Pipeline
 from tests.kafka_helpers import read_to_end
 
@@ -109,18 +110,13 @@ def _wait_drained(kafka: str, timeout_s: float = 180) -> None:
         time.sleep(1.0)
 
 
-def _end_offsets(kafka: str) -> dict[tuple[str, int], int]:
-    """The end offset of every partition of every topic: where this test's records begin."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "replay-test-offsets"})
-    try:
-        return {
-            (name, p): consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
-            for name, meta in consumer.list_topics(timeout=10).topics.items()
-            if not name.startswith("__")
-            for p in meta.partitions
-        }
-    finally:
-        consumer.close()
+def _input_ends(kafka: str) -> dict[tuple[str, int], int]:
+    """The end offset of every partition the stages read: where this test's records begin."""
+    return {
+        (topic.name, p): offset
+        for topic in t.STAGE_INPUTS
+        for p, offset in end_offsets(kafka, topic.name).items()
+    }
 
 
 def _rewind_groups(kafka: str, starts: dict[tuple[str, int], int], timeout_s: float = 60) -> None:
@@ -146,7 +142,7 @@ def _rewind_groups(kafka: str, starts: dict[tuple[str, int], int], timeout_s: fl
                     TopicPartition(
                         tp.topic,
                         tp.partition,
-                        min(tp.offset, starts.get((tp.topic, tp.partition), 0)),
+                        min(tp.offset, starts[(tp.topic, tp.partition)]),
                     )
                     for tp in committed
                     if tp.offset >= 0
@@ -190,7 +186,7 @@ def _ledger_attempts(database_url: str) -> tuple[int, int]:
 
 
 def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline: Pipeline) -> None:
-    starts = _end_offsets(pipeline.stack.kafka)
+    starts = _input_ends(pipeline.stack.kafka)
     disputes = [pipeline.submit(s.order_id, s.customer_id, s.text) for s in SAMPLE_COMPLAINTS]
     for dispute in disputes:
         pipeline.wait_final(dispute)
