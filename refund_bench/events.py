@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from refund_bench.errors import InvalidInput
 
@@ -32,7 +32,14 @@ def parse(model: type[E], value: Mapping[str, Any]) -> E:
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        raise InvalidInput(f"{model.__name__} failed validation: {exc.errors()[0]}") from exc
+        # The field and the rule, never the value: the reason is logged and kept with the dead
+        # letter, and a value may be a customer's words.
+        first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or "the event"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise InvalidInput(
+            f"{model.__name__} failed validation: {field}: {first['msg']}{more}"
+        ) from exc
 
 
 def now() -> datetime:
@@ -42,12 +49,24 @@ def now() -> datetime:
 
 
 class ComplaintReceived(Event):
+    """What an upstream service publishes. Its text fields go to PostgreSQL as they are, so one
+    that holds a NUL character (which PostgreSQL text cannot store) is invalid here, where it
+    goes to the dead-letter topic alone, not in the database call it shares with other
+    complaints."""
+
     dispute_id: str
     order_id: str
     customer_id: str
     text: str
     received_at: datetime
     channel: str = "api"
+
+    @field_validator("dispute_id", "order_id", "customer_id", "text", "channel")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("holds a NUL character, which PostgreSQL text cannot store")
+        return value
 
 
 class GrievanceExtracted(Event):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -210,13 +212,11 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
     assert paid >= 6, f"only {paid} of {len(stories)} disputes paid under faults"
 
 
-def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
-    pipeline: Pipeline,
-) -> None:
+def _dead_letter(pipeline: Pipeline, dispute: str) -> Any:
+    """The dead letter the extractor wrote for ``dispute`` (waits for it)."""
     from refund_bench.codec import Codec, framing_from_registry_url
     from tests.kafka_helpers import read_committed
 
-    dispute = pipeline.submit("order-does-not-exist", "cust-1", "Two samosas were missing.")
     dlq = "complaint.received.dlq"
     codec = Codec(framing_from_registry_url(pipeline.stack.registry_url), {dlq: "dead_letter"})
 
@@ -228,7 +228,53 @@ def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
 
     records = read_committed(pipeline.stack.kafka, dlq, until=mine, timeout_s=60, decode=decode)
     [dead] = [r for r in records if r.key == dispute]
+    return dead
+
+
+def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
+    pipeline: Pipeline,
+) -> None:
+    dispute = pipeline.submit("order-does-not-exist", "cust-1", "Two samosas were missing.")
+    dead = _dead_letter(pipeline, dispute)
     assert dead.value["reason"] == "unknown order 'order-does-not-exist'"
     assert dead.headers["dlq.reason"] == b"unknown order 'order-does-not-exist'"
     assert dead.headers["dlq.stage"] == b"extractor"
     assert pipeline.story(dispute).dispute is None
+
+
+def test_a_complaint_postgresql_cannot_store_goes_to_the_dlq_alone(pipeline: Pipeline) -> None:
+    """A NUL character in a complaint fails its own validation, not the database calls the
+    extractor makes for a whole batch: the complaint published right after it is paid.
+
+    Published the way an upstream service that does not validate would (this project's own
+    publisher refuses such a complaint before it reaches Kafka)."""
+    from refund_bench import topics as t
+    from refund_bench.codec import Codec, framing_from_registry_url
+    from tests.kafka_helpers import produce_values
+
+    sample = _sample("article")
+    poisoned = f"d-{uuid.uuid4().hex[:16]}"
+    codec = Codec(
+        framing_from_registry_url(pipeline.stack.registry_url),
+        {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
+    )
+    complaint = {
+        "dispute_id": poisoned,
+        "order_id": pipeline.own_order(sample.order_id),
+        "customer_id": sample.customer_id,
+        "text": "The raita leaked\x00 all over the bag.",
+        "received_at": datetime.now(UTC),
+        "channel": "app",
+    }
+    produce_values(pipeline.stack.kafka, t.COMPLAINT_RECEIVED.name, [(poisoned, complaint)], codec)
+    dispute = _submit(pipeline, "article")
+
+    dead = _dead_letter(pipeline, poisoned)
+    assert dead.value["reason"] == (
+        "ComplaintReceived failed validation: text: "
+        "Value error, holds a NUL character, which PostgreSQL text cannot store"
+    )
+    assert dead.headers["dlq.stage"] == b"extractor"
+    story = pipeline.wait_for_payout(dispute, 1)
+    assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 68900)]
+    assert pipeline.story(poisoned).dispute is None

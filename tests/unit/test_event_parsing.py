@@ -1,0 +1,53 @@
+"""Parsing a decoded value into its event: what an invalid one's reason says, and what not."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from refund_bench import events as ev
+from refund_bench.errors import InvalidInput
+
+SECRET_WORDS = "my flat is 4B, call 98450 12345"
+
+
+def _complaint(**fields: Any) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "dispute_id": "d-1",
+        "order_id": "order-1840",
+        "customer_id": "cust-77",
+        "text": f"The biryani was cold. {SECRET_WORDS}",
+        "received_at": datetime(2026, 12, 4, 19, 0, tzinfo=UTC),
+        "channel": "app",
+    }
+    return {**value, **fields}
+
+
+def test_a_valid_complaint_parses() -> None:
+    complaint = ev.parse(ev.ComplaintReceived, _complaint())
+    assert (complaint.dispute_id, complaint.channel) == ("d-1", "app")
+
+
+@pytest.mark.parametrize("field", ["dispute_id", "order_id", "customer_id", "text", "channel"])
+def test_a_nul_character_in_a_complaint_is_invalid_input_naming_the_field(field: str) -> None:
+    value = _complaint()
+    value[field] = f"{value[field]}\x00{SECRET_WORDS}"
+    with pytest.raises(InvalidInput) as caught:
+        ev.parse(ev.ComplaintReceived, value)
+    assert str(caught.value) == (
+        f"ComplaintReceived failed validation: {field}: "
+        "Value error, holds a NUL character, which PostgreSQL text cannot store"
+    )
+
+
+def test_the_reason_names_the_fields_and_never_carries_their_values() -> None:
+    value = _complaint(received_at=SECRET_WORDS)
+    del value["order_id"]
+    with pytest.raises(InvalidInput) as caught:
+        ev.parse(ev.ComplaintReceived, value)
+    reason = str(caught.value)
+    assert reason.startswith("ComplaintReceived failed validation: order_id: Field required")
+    assert reason.endswith("(and 1 more)")
+    assert SECRET_WORDS not in reason
