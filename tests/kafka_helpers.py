@@ -168,7 +168,7 @@ def _to_read(msg: Any, decode: Callable[[bytes | None], Any] | None) -> Read:
     key = msg.key()
     raw = msg.value()
     return Read(
-        key=key.decode() if key is not None else None,
+        key=key.decode(errors="replace") if key is not None else None,
         value=decode(raw) if decode else raw,
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,

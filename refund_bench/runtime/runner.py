@@ -385,11 +385,11 @@ class StageRunner:
                 raise KafkaException(err)
             self.metrics.incr("records_in", topic=msg.topic())
             try:
+                key = _text_key(msg.key())
                 value = self.codec.decode(msg.topic(), msg.value())
             except InvalidInput as exc:
                 records.append((msg, exc))
                 continue
-            key = msg.key()
             records.append(
                 (
                     msg,
@@ -397,7 +397,7 @@ class StageRunner:
                         topic=msg.topic(),
                         partition=msg.partition(),
                         offset=msg.offset(),
-                        key=key.decode() if key is not None else None,
+                        key=key,
                         value=value,
                         headers=_headers(msg),
                         timestamp_ms=msg.timestamp()[1],
@@ -698,6 +698,17 @@ class StageRunner:
             producer.abort_transaction(self.config.commit_timeout_s)
         except KafkaException as exc:
             log.warning("abort_transaction failed: %s", exc)
+
+
+def _text_key(key: bytes | None) -> str | None:
+    """A record's key as text; a key that is not UTF-8 makes the record :class:`InvalidInput`
+    (keys are dispute ids, and every output is keyed by one)."""
+    if key is None:
+        return None
+    try:
+        return key.decode()
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"record key is not UTF-8: {exc.reason} at byte {exc.start}") from exc
 
 
 def _headers(msg: Any) -> dict[str, bytes]:

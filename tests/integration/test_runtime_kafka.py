@@ -616,6 +616,8 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     # Right header, but a body that does not fit the contract (a string where a long belongs).
     produce_raw(stack.kafka, source, [(b"k", header + b"\x04ab\x06abc")])
     produce_raw(stack.kafka, source, [(b"k", None)])
+    # A fine value under a key that is not UTF-8 (keys are dispute ids).
+    produce_raw(stack.kafka, source, [(b"\xff\xfek", good)])
     produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 2, "payload": ""})], codec)
 
     group = f"poison-{uuid.uuid4().hex[:8]}"
@@ -625,11 +627,11 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     stage = StageThread(runner).start()
     try:
         outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
-        dead = _dead_letters(stack, framing, dlq, at_least=3)
+        dead = _dead_letters(stack, framing, dlq, at_least=4)
     finally:
         assert stage.stop() is None
     assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
-    assert [r.value["source_offset"] for r in dead] == [1, 2, 3]
+    assert [r.value["source_offset"] for r in dead] == [1, 2, 3, 4]
     for record in dead:
         reason = record.headers["dlq.reason"].decode()
         assert reason == record.value["reason"]
@@ -639,6 +641,7 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert "magic" in dead[0].value["reason"]
     assert "cannot decode" in dead[1].value["reason"] or "trailing" in dead[1].value["reason"]
     assert dead[2].value["reason"] == "record has no value"
+    assert dead[3].value["reason"] == "record key is not UTF-8: invalid start byte at byte 0"
     assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
 
 
