@@ -7,7 +7,8 @@ one by hash and cache it forever; the first snapshot frozen for a dispute is the
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -15,72 +16,126 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from refund_bench.coalesce import TickBatcher
 from refund_bench.errors import InvalidInput
 from services.extractor.evidence import load_snapshot
 
 
-async def freeze_for_dispute(
-    pool: AsyncConnectionPool[Any],
-    *,
-    dispute_id: str,
-    order_id: str,
-    customer_id: str,
-    complaint_text: str,
-    received_at: datetime,
-    snapshot_json: str,
-    snapshot_sha256: str,
-) -> tuple[str, str]:
-    """Store the snapshot and the dispute once; return the dispute's frozen (json, sha256).
+@dataclass(frozen=True)
+class DisputeToFreeze:
+    """A dispute to store with the snapshot frozen for it (``snapshot_sha256`` of its JSON)."""
 
-    A redelivered complaint gets the snapshot frozen the first time, even if the order's
-    evidence changed since.
+    dispute_id: str
+    order_id: str
+    customer_id: str
+    complaint_text: str
+    received_at: datetime
+    snapshot_json: str
+    snapshot_sha256: str
+
+
+async def freeze_disputes(
+    pool: AsyncConnectionPool[Any], disputes: Sequence[DisputeToFreeze]
+) -> list[tuple[str, str]]:
+    """Store each snapshot and dispute once, in one statement (one transaction); return each
+    dispute's frozen (json, sha256), in the order given.
+
+    A dispute stored before, by an earlier delivery, keeps the snapshot frozen then, even if
+    the order's evidence changed since. A dispute given twice is stored as given first.
     """
-    params = {
-        "sha256": snapshot_sha256,
-        "snapshot": snapshot_json,
-        "dispute_id": dispute_id,
-        "order_id": order_id,
-        "customer_id": customer_id,
-        "complaint_text": complaint_text,
-        "received_at": received_at,
-    }
+    columns = {name: [getattr(d, name) for d in disputes] for name in _FREEZE_COLUMNS}
     async with pool.connection() as conn:
-        cur = await conn.execute(_FREEZE_SQL, params)
-        row = await cur.fetchone()
-        if row is None:
-            # Another instance stored this dispute while the statement ran (a rebalance), so
-            # the statement's snapshot of the tables could not see it; now it can.
-            cur = await conn.execute(_FROZEN_SQL, params)
-            row = await cur.fetchone()
-    if row is None:
-        raise RuntimeError(f"dispute {dispute_id} was not stored")
-    return str(row[0]), str(row[1])
+        cur = await conn.execute(_FREEZE_SQL, columns)
+        frozen = {dispute_id: (json, sha) for dispute_id, json, sha in await cur.fetchall()}
+        missing = [d.dispute_id for d in disputes if d.dispute_id not in frozen]
+        if missing:
+            # Another instance stored these disputes while the statement ran (a rebalance), so
+            # the statement's snapshot of the tables could not see them; now it can.
+            cur = await conn.execute(_FROZEN_SQL, (missing,))
+            frozen.update(
+                {dispute_id: (json, sha) for dispute_id, json, sha in await cur.fetchall()}
+            )
+    lost = [d.dispute_id for d in disputes if d.dispute_id not in frozen]
+    if lost:
+        raise RuntimeError(f"disputes {lost} were not stored")
+    return [frozen[d.dispute_id] for d in disputes]
 
 
-# One statement, one round trip: store the snapshot and the dispute if new, and answer with the
-# snapshot the dispute keeps -- ours when this statement stored the dispute, else the one frozen
-# the first time (read from the tables as they were when the statement started).
+async def freeze_dispute(
+    pool: AsyncConnectionPool[Any], dispute: DisputeToFreeze
+) -> tuple[str, str]:
+    """:func:`freeze_disputes` for one dispute."""
+    [frozen] = await freeze_disputes(pool, [dispute])
+    return frozen
+
+
+class DisputeFreezer:
+    """Freezes disputes for many concurrent handlers: the disputes of one event-loop iteration
+    (a batch's handlers reach this step together) are one statement, one commit."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+        self._freezes: TickBatcher[DisputeToFreeze, tuple[str, str]] = TickBatcher(
+            self._freeze_many
+        )
+
+    async def freeze(self, dispute: DisputeToFreeze) -> tuple[str, str]:
+        """The dispute's frozen (json, sha256); see :func:`freeze_disputes`."""
+        return await self._freezes.submit(dispute)
+
+    async def _freeze_many(self, disputes: list[DisputeToFreeze]) -> list[tuple[str, str]]:
+        return await freeze_disputes(self._pool, disputes)
+
+
+_FREEZE_COLUMNS = (
+    "snapshot_sha256",
+    "snapshot_json",
+    "dispute_id",
+    "order_id",
+    "customer_id",
+    "complaint_text",
+    "received_at",
+)
+
+# One statement, one round trip, for many disputes: store the snapshots and the disputes that
+# are new, and answer with the snapshot each dispute keeps -- ours when this statement stored
+# the dispute, else the one frozen the first time (read from the tables as they were when the
+# statement started). Rows are inserted in key order, so that two statements that store some
+# of the same keys (two replicas, in a rebalance) wait for each other in the same order and
+# cannot deadlock.
 _FREEZE_SQL = """
-WITH stored_snapshot AS (
-    INSERT INTO evidence_snapshots (sha256, snapshot) VALUES (%(sha256)s, %(snapshot)s)
+WITH given AS (
+    SELECT * FROM unnest(%(snapshot_sha256)s::text[], %(snapshot_json)s::text[],
+                         %(dispute_id)s::text[], %(order_id)s::text[], %(customer_id)s::text[],
+                         %(complaint_text)s::text[], %(received_at)s::timestamptz[])
+        WITH ORDINALITY AS g(sha256, snapshot, dispute_id, order_id, customer_id,
+                             complaint_text, received_at, n)
+), snapshots AS (
+    SELECT DISTINCT ON (sha256) sha256, snapshot FROM given ORDER BY sha256
+), stored_snapshot AS (
+    INSERT INTO evidence_snapshots (sha256, snapshot)
+    SELECT sha256, snapshot FROM snapshots ORDER BY sha256
     ON CONFLICT (sha256) DO NOTHING
 ), stored_dispute AS (
     INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text, received_at,
                           snapshot_sha256)
-    VALUES (%(dispute_id)s, %(order_id)s, %(customer_id)s, %(complaint_text)s,
-            %(received_at)s, %(sha256)s)
+    SELECT DISTINCT ON (dispute_id) dispute_id, order_id, customer_id, complaint_text,
+           received_at, sha256
+    FROM given ORDER BY dispute_id, n
     ON CONFLICT (dispute_id) DO NOTHING
-    RETURNING snapshot_sha256
+    RETURNING dispute_id, snapshot_sha256
 )
-SELECT %(snapshot)s::text, snapshot_sha256 FROM stored_dispute
+SELECT d.dispute_id, s.snapshot, d.snapshot_sha256
+FROM stored_dispute d JOIN snapshots s ON s.sha256 = d.snapshot_sha256
 UNION ALL
-SELECT s.snapshot::text, s.sha256 FROM disputes d
+SELECT d.dispute_id, s.snapshot::text, s.sha256 FROM disputes d
 JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256
-WHERE d.dispute_id = %(dispute_id)s AND NOT EXISTS (SELECT 1 FROM stored_dispute)
+WHERE d.dispute_id = ANY(%(dispute_id)s::text[])
+  AND d.dispute_id NOT IN (SELECT dispute_id FROM stored_dispute)
 """
 _FROZEN_SQL = """
-SELECT s.snapshot::text, s.sha256 FROM disputes d
-JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256 WHERE d.dispute_id = %(dispute_id)s
+SELECT d.dispute_id, s.snapshot::text, s.sha256 FROM disputes d
+JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256 WHERE d.dispute_id = ANY(%s::text[])
 """
 
 

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
-from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze
 from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
@@ -61,8 +61,8 @@ class ExtractorHandler:
         cap_minor: int = DEFAULT_CAP_MINOR,
         on_call: OnCall | None = None,
     ) -> None:
-        self._pool = pool
         self._orders = OrderReader(pool)
+        self._disputes = DisputeFreezer(pool)
         self._llm = llm
         self._cache = cache
         self._prompt = prompt
@@ -85,15 +85,16 @@ class ExtractorHandler:
         if order.customer_id != complaint.customer_id:
             raise InvalidInput(f"order {complaint.order_id!r} belongs to another customer")
         fresh = freeze(order)
-        snapshot_json, snapshot_sha = await freeze_for_dispute(
-            self._pool,
-            dispute_id=complaint.dispute_id,
-            order_id=complaint.order_id,
-            customer_id=complaint.customer_id,
-            complaint_text=complaint.text,
-            received_at=complaint.received_at,
-            snapshot_json=fresh.json,
-            snapshot_sha256=fresh.sha256,
+        snapshot_json, snapshot_sha = await self._disputes.freeze(
+            DisputeToFreeze(
+                dispute_id=complaint.dispute_id,
+                order_id=complaint.order_id,
+                customer_id=complaint.customer_id,
+                complaint_text=complaint.text,
+                received_at=complaint.received_at,
+                snapshot_json=fresh.json,
+                snapshot_sha256=fresh.sha256,
+            )
         )
         # The dispute keeps the snapshot frozen first: ours, already parsed, unless a delivery
         # before this one froze another (then it is read back and checked against its hash).

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
-from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
@@ -97,15 +97,17 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
         try:
             order = await OrderReader(pool).get(ARTICLE_ORDER.order_id)
             assert order is not None
-            await freeze_for_dispute(
+            await freeze_dispute(
                 pool,
-                dispute_id=redelivered,
-                order_id=ARTICLE_ORDER.order_id,
-                customer_id=ARTICLE_ORDER.customer_id,
-                complaint_text=ARTICLE_COMPLAINT,
-                received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
-                snapshot_json=earlier.json,
-                snapshot_sha256=earlier.sha256,
+                DisputeToFreeze(
+                    dispute_id=redelivered,
+                    order_id=ARTICLE_ORDER.order_id,
+                    customer_id=ARTICLE_ORDER.customer_id,
+                    complaint_text=ARTICLE_COMPLAINT,
+                    received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+                    snapshot_json=earlier.json,
+                    snapshot_sha256=earlier.sha256,
+                ),
             )
             return freeze(order)
         finally:

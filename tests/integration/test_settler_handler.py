@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.snapshots import freeze_for_dispute
+from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import RedisResponseCache
 from refund_bench.llm.client import LlmRejected
@@ -111,15 +111,17 @@ def _settle_together(
         cache = RedisResponseCache(redis, f"test-settler-{uuid.uuid4().hex}:", 600)
         try:
             for message in messages:
-                await freeze_for_dispute(
+                await freeze_dispute(
                     pool,
-                    dispute_id=message.key or "",
-                    order_id=ARTICLE_ORDER.order_id,
-                    customer_id=ARTICLE_ORDER.customer_id,
-                    complaint_text=ARTICLE_COMPLAINT,
-                    received_at=AT,
-                    snapshot_json=snapshot.json,
-                    snapshot_sha256=snapshot.sha256,
+                    DisputeToFreeze(
+                        dispute_id=message.key or "",
+                        order_id=ARTICLE_ORDER.order_id,
+                        customer_id=ARTICLE_ORDER.customer_id,
+                        complaint_text=ARTICLE_COMPLAINT,
+                        received_at=AT,
+                        snapshot_json=snapshot.json,
+                        snapshot_sha256=snapshot.sha256,
+                    ),
                 )
             handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))
             return list(await asyncio.gather(*(handler.handle(m, Context(None)) for m in messages)))

@@ -17,7 +17,12 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from refund_bench.db.orders import OrderReader, load_orders
-from refund_bench.db.snapshots import AsyncSnapshotReader, freeze_for_dispute
+from refund_bench.db.snapshots import (
+    AsyncSnapshotReader,
+    DisputeToFreeze,
+    freeze_dispute,
+    freeze_disputes,
+)
 from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS
 from services.extractor.evidence import freeze
@@ -40,16 +45,16 @@ def _with_pool(database: str, work: Callable[[AsyncConnectionPool[Any]], Awaitab
     return asyncio.run(go())
 
 
-def _freeze_args(dispute_id: str, snapshot_json: str, sha256: str) -> dict[str, Any]:
-    return {
-        "dispute_id": dispute_id,
-        "order_id": "order-1840",
-        "customer_id": "cust-77",
-        "complaint_text": "the raita leaked",
-        "received_at": datetime(2026, 12, 2, 19, 0, tzinfo=UTC),
-        "snapshot_json": snapshot_json,
-        "snapshot_sha256": sha256,
-    }
+def _to_freeze(dispute_id: str, snapshot_json: str, sha256: str) -> DisputeToFreeze:
+    return DisputeToFreeze(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        customer_id="cust-77",
+        complaint_text="the raita leaked",
+        received_at=datetime(2026, 12, 2, 19, 0, tzinfo=UTC),
+        snapshot_json=snapshot_json,
+        snapshot_sha256=sha256,
+    )
 
 
 def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
@@ -60,11 +65,11 @@ def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
 
     async def work(pool: AsyncConnectionPool[Any]) -> list[tuple[str, str]]:
         return [
-            await freeze_for_dispute(pool, **_freeze_args(dispute, first.json, first.sha256)),
+            await freeze_dispute(pool, _to_freeze(dispute, first.json, first.sha256)),
             # A redelivery after the order's evidence changed: the first snapshot still wins.
-            await freeze_for_dispute(pool, **_freeze_args(dispute, changed.json, changed.sha256)),
+            await freeze_dispute(pool, _to_freeze(dispute, changed.json, changed.sha256)),
             # Another dispute on the same evidence shares the stored snapshot.
-            await freeze_for_dispute(pool, **_freeze_args(other, first.json, first.sha256)),
+            await freeze_dispute(pool, _to_freeze(other, first.json, first.sha256)),
         ]
 
     results = _with_pool(database, work)
@@ -78,6 +83,37 @@ def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
         ).fetchone()
     assert kept == (first.sha256,)
     assert copies == (1,)
+
+
+def test_one_statement_freezes_a_batch_as_one_at_a_time_would(database: str) -> None:
+    """New and stored disputes, one given twice with other evidence, and two disputes on the
+    same evidence, in one call: each answer is what freezing them in turn would give."""
+    first, changed = freeze(SAMPLE_ORDERS[0]), freeze(SAMPLE_ORDERS[1])
+    stored, twice, shared = (f"d-store-{uuid.uuid4().hex[:8]}" for _ in range(3))
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[tuple[str, str]]:
+        await freeze_dispute(pool, _to_freeze(stored, first.json, first.sha256))
+        return await freeze_disputes(
+            pool,
+            [
+                _to_freeze(stored, changed.json, changed.sha256),
+                _to_freeze(twice, changed.json, changed.sha256),
+                _to_freeze(shared, first.json, first.sha256),
+                _to_freeze(twice, first.json, first.sha256),
+            ],
+        )
+
+    results = _with_pool(database, work)
+    ours, theirs = (first.json, first.sha256), (changed.json, changed.sha256)
+    assert results == [ours, theirs, ours, theirs]
+    with psycopg.connect(database) as conn:
+        kept = conn.execute(
+            "SELECT dispute_id, snapshot_sha256 FROM disputes WHERE dispute_id = ANY(%s)",
+            ([stored, twice, shared],),
+        ).fetchall()
+    assert sorted(kept) == sorted(
+        [(stored, first.sha256), (twice, changed.sha256), (shared, first.sha256)]
+    )
 
 
 def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: str) -> None:
@@ -96,21 +132,21 @@ def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: 
                 " ON CONFLICT DO NOTHING",
                 (theirs.sha256, theirs.json),
             )
-            args = _freeze_args(dispute, theirs.json, theirs.sha256)
+            args = _to_freeze(dispute, theirs.json, theirs.sha256)
             await other.execute(
                 "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
                 " received_at, snapshot_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
                 (
                     dispute,
-                    args["order_id"],
-                    args["customer_id"],
-                    args["complaint_text"],
-                    args["received_at"],
+                    args.order_id,
+                    args.customer_id,
+                    args.complaint_text,
+                    args.received_at,
                     theirs.sha256,
                 ),
             )
             ours_task = asyncio.create_task(
-                freeze_for_dispute(pool, **_freeze_args(dispute, ours.json, ours.sha256))
+                freeze_dispute(pool, _to_freeze(dispute, ours.json, ours.sha256))
             )
             await _until_a_backend_waits_on_a_lock(database)
             await other.commit()
@@ -139,7 +175,7 @@ def test_the_snapshot_reader_verifies_and_caches_by_hash(database: str) -> None:
     dispute = f"d-store-{uuid.uuid4().hex[:8]}"
 
     async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, Any]:
-        await freeze_for_dispute(pool, **_freeze_args(dispute, snapshot.json, snapshot.sha256))
+        await freeze_dispute(pool, _to_freeze(dispute, snapshot.json, snapshot.sha256))
         reader = AsyncSnapshotReader(pool, cache_size=1)
         first = await reader.get(snapshot.sha256)
         # A cache hit needs no connection: with the pool closed, only the cache can answer.
