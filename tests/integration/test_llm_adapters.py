@@ -445,6 +445,7 @@ class _FixedAnswer(JsonAnswerHandler):
             (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
         )
         self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
+        self.server.credentials.append(self.headers.get("Authorization", ""))
         self.answer_json(
             self.server.statuses.pop(0) if self.server.statuses else 200, self.server.body
         )
@@ -457,6 +458,7 @@ class _FixedAnswerServer(LoopbackServer):
         self.statuses = list(statuses or [])
         self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
         self.disputes: list[str] = []  # the dispute header of each request
+        self.credentials: list[str] = []  # the Authorization header of each request
 
 
 def _completion(content: str | None, finish_reason: str | None) -> bytes:
@@ -517,6 +519,7 @@ def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
     assert json.loads(third[2])["seed"] == 1000
     assert json.loads(fourth[2])["seed"] == 1001, "the next call sends its own body"
     assert server.disputes == ["d-retried"] * 3 + ["d-next"]
+    assert server.credentials == ["Bearer k"] * 4, "the key goes with every request"
 
 
 class _HeldAnswer(JsonAnswerHandler):
