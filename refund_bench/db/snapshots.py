@@ -101,8 +101,8 @@ _FREEZE_COLUMNS = (
 # are new, and answer with the snapshot each dispute keeps -- ours when this statement stored
 # the dispute, else the one frozen the first time (read from the tables as they were when the
 # statement started). Rows are inserted in key order, so that two statements that store some
-# of the same keys (two replicas, in a rebalance) wait for each other in the same order and
-# cannot deadlock.
+# of the same keys (two replicas, in a rebalance) take them in the same order: one waits for
+# the other instead of each holding a key the other needs.
 _FREEZE_SQL = """
 WITH given AS (
     SELECT * FROM unnest(%(snapshot_sha256)s::text[], %(snapshot_json)s::text[],
