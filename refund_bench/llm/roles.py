@@ -346,11 +346,13 @@ class CustomerReply(_Frozen):
 
 
 def loads_answer(raw: str) -> object:
-    """``json.loads(raw)``, refusing an answer whose strings cannot be sent on as UTF-8.
+    """``json.loads(raw)``, refusing an answer whose strings cannot be sent on and stored.
 
     JSON may escape half of a surrogate pair on its own (``"\\ud83d"``, an emoji cut short);
-    ``json`` accepts it, and every event carrying the string would then fail to encode. Raises
-    ``ValueError`` for such an answer, as for text that is not JSON.
+    ``json`` accepts it, and every event carrying the string would then fail to encode. It may
+    also escape a NUL character (``"\\u0000"``), which PostgreSQL text cannot store: the
+    audit record of every event carrying it would fail. Raises ``ValueError`` for such an
+    answer, as for text that is not JSON.
     """
     data = json.loads(raw)
     if "\\ud" in raw or "\\uD" in raw:  # only an escape can produce a lone surrogate
@@ -358,7 +360,19 @@ def loads_answer(raw: str) -> object:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ValueError("the answer holds half of a surrogate pair") from exc
+    if "\\u0000" in raw and _holds_nul(data):  # JSON strings hold a NUL only escaped
+        raise ValueError("the answer holds a NUL character")
     return data
+
+
+def _holds_nul(data: object) -> bool:
+    if isinstance(data, str):
+        return "\x00" in data
+    if isinstance(data, dict):
+        return any(_holds_nul(key) or _holds_nul(value) for key, value in data.items())
+    if isinstance(data, list):
+        return any(_holds_nul(item) for item in data)
+    return False
 
 
 def _load(raw: str) -> object:

@@ -28,10 +28,34 @@ def test_half_a_surrogate_pair_is_a_malformed_answer(half: str) -> None:
         loads_answer(raw % half)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {**RULING, "reasoning": "late\x00"},
+        {**RULING, "evidence_cited": ["delivered_at", "\x00"]},
+        {**RULING, "reasoning": "ok", "note\x00": 1},
+    ],
+)
+def test_a_nul_character_anywhere_in_an_answer_is_a_malformed_answer(answer: object) -> None:
+    raw = json.dumps(answer)
+    assert "\\u0000" in raw
+    with pytest.raises(MalformedAnswer, match="NUL character"):
+        parse_judge_ruling(raw)
+
+
+def test_an_escaped_backslash_before_u0000_is_no_nul() -> None:
+    raw = json.dumps({**RULING, "reasoning": "path C:\\u0000"})
+    assert "\\u0000" in raw
+    assert parse_judge_ruling(raw).reasoning == "path C:\\u0000"
+
+
 @given(st.text(st.characters(blacklist_categories=())))
 @example("\ud83d\ude00 joined")
+@example("cold\x00 and late")
 @example("\ud83d cut short")
-def test_any_text_is_read_back_whole_unless_it_holds_half_a_surrogate_pair(text: str) -> None:
+def test_any_text_is_read_back_whole_unless_it_holds_half_a_surrogate_pair_or_a_nul(
+    text: str,
+) -> None:
     """Escaped as JSON sends it (``ensure_ascii``), valid text reads back as it was and encodes;
     text with an unpaired surrogate is refused. (Unescaped, such text is not UTF-8 and cannot
     come off the wire at all.)"""
@@ -39,6 +63,10 @@ def test_any_text_is_read_back_whole_unless_it_holds_half_a_surrogate_pair(text:
     decoded = json.loads(raw)["reasoning"]  # a high and a low surrogate in a row join up
     if any(0xD800 <= ord(c) <= 0xDFFF for c in decoded):
         with pytest.raises(ValueError, match="half of a surrogate pair"):
+            loads_answer(raw)
+        return
+    if "\x00" in decoded:
+        with pytest.raises(ValueError, match="NUL"):
             loads_answer(raw)
         return
     assert loads_answer(raw) == {"reasoning": decoded}
