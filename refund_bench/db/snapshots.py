@@ -34,27 +34,46 @@ class DisputeToFreeze:
     snapshot_sha256: str
 
 
+@dataclass(frozen=True)
+class FrozenDispute:
+    """A dispute as stored: the snapshot it keeps, and the complaint it was stored for."""
+
+    snapshot_json: str
+    snapshot_sha256: str
+    order_id: str
+    customer_id: str
+    complaint_text: str
+
+    def holds(self, dispute: DisputeToFreeze) -> bool:
+        """True when ``dispute`` is the complaint stored (a redelivery), not another one that
+        reuses its id."""
+        return (self.order_id, self.customer_id, self.complaint_text) == (
+            dispute.order_id,
+            dispute.customer_id,
+            dispute.complaint_text,
+        )
+
+
 async def freeze_disputes(
     pool: AsyncConnectionPool[Any], disputes: Sequence[DisputeToFreeze]
-) -> list[tuple[str, str]]:
+) -> list[FrozenDispute]:
     """Store each snapshot and dispute once, in one statement (one transaction); return each
-    dispute's frozen (json, sha256), in the order given.
+    dispute as stored, in the order given.
 
     A dispute stored before, by an earlier delivery, keeps the snapshot frozen then, even if
-    the order's evidence changed since. A dispute given twice is stored as given first.
+    the order's evidence changed since. A dispute given twice is stored as given first. The
+    caller compares what it gave with what is stored (:meth:`FrozenDispute.holds`).
     """
     columns = {name: [getattr(d, name) for d in disputes] for name in _FREEZE_COLUMNS}
     async with pool.connection() as conn:
         cur = await conn.execute(_FREEZE_SQL, columns)
-        frozen = {dispute_id: (json, sha) for dispute_id, json, sha in await cur.fetchall()}
+        frozen = {row[0]: FrozenDispute(*row[1:]) for row in await cur.fetchall()}
         missing = [d.dispute_id for d in disputes if d.dispute_id not in frozen]
         if missing:
             # Another instance stored these disputes while the statement ran (a rebalance), so
             # the statement's snapshot of the tables could not see them; now it can.
             cur = await conn.execute(_FROZEN_SQL, (missing,))
-            frozen.update(
-                {dispute_id: (json, sha) for dispute_id, json, sha in await cur.fetchall()}
-            )
+            frozen.update({row[0]: FrozenDispute(*row[1:]) for row in await cur.fetchall()})
     lost = [d.dispute_id for d in disputes if d.dispute_id not in frozen]
     if lost:
         raise RuntimeError(f"disputes {lost} were not stored")
@@ -63,7 +82,7 @@ async def freeze_disputes(
 
 async def freeze_dispute(
     pool: AsyncConnectionPool[Any], dispute: DisputeToFreeze
-) -> tuple[str, str]:
+) -> FrozenDispute:
     """:func:`freeze_disputes` for one dispute."""
     [frozen] = await freeze_disputes(pool, [dispute])
     return frozen
@@ -75,15 +94,15 @@ class DisputeFreezer:
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
-        self._freezes: TickBatcher[DisputeToFreeze, tuple[str, str]] = TickBatcher(
+        self._freezes: TickBatcher[DisputeToFreeze, FrozenDispute] = TickBatcher(
             self._freeze_many
         )
 
-    async def freeze(self, dispute: DisputeToFreeze) -> tuple[str, str]:
-        """The dispute's frozen (json, sha256); see :func:`freeze_disputes`."""
+    async def freeze(self, dispute: DisputeToFreeze) -> FrozenDispute:
+        """The dispute as stored; see :func:`freeze_disputes`."""
         return await self._freezes.submit(dispute)
 
-    async def _freeze_many(self, disputes: list[DisputeToFreeze]) -> list[tuple[str, str]]:
+    async def _freeze_many(self, disputes: list[DisputeToFreeze]) -> list[FrozenDispute]:
         return await freeze_disputes(self._pool, disputes)
 
 
@@ -123,18 +142,20 @@ WITH given AS (
            received_at, sha256
     FROM given ORDER BY dispute_id, n
     ON CONFLICT (dispute_id) DO NOTHING
-    RETURNING dispute_id, snapshot_sha256
+    RETURNING dispute_id, snapshot_sha256, order_id, customer_id, complaint_text
 )
-SELECT d.dispute_id, s.snapshot, d.snapshot_sha256
+SELECT d.dispute_id, s.snapshot, d.snapshot_sha256, d.order_id, d.customer_id, d.complaint_text
 FROM stored_dispute d JOIN snapshots s ON s.sha256 = d.snapshot_sha256
 UNION ALL
-SELECT d.dispute_id, s.snapshot::text, s.sha256 FROM disputes d
+SELECT d.dispute_id, s.snapshot::text, s.sha256, d.order_id, d.customer_id, d.complaint_text
+FROM disputes d
 JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256
 WHERE d.dispute_id = ANY(%(dispute_id)s::text[])
   AND d.dispute_id NOT IN (SELECT dispute_id FROM stored_dispute)
 """
 _FROZEN_SQL = """
-SELECT d.dispute_id, s.snapshot::text, s.sha256 FROM disputes d
+SELECT d.dispute_id, s.snapshot::text, s.sha256, d.order_id, d.customer_id, d.complaint_text
+FROM disputes d
 JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256 WHERE d.dispute_id = ANY(%s::text[])
 """
 

@@ -85,17 +85,24 @@ class ExtractorHandler:
         if order.customer_id != complaint.customer_id:
             raise InvalidInput(f"order {complaint.order_id!r} belongs to another customer")
         fresh = freeze(order)
-        snapshot_json, snapshot_sha = await self._disputes.freeze(
-            DisputeToFreeze(
-                dispute_id=complaint.dispute_id,
-                order_id=complaint.order_id,
-                customer_id=complaint.customer_id,
-                complaint_text=complaint.text,
-                received_at=complaint.received_at,
-                snapshot_json=fresh.json,
-                snapshot_sha256=fresh.sha256,
-            )
+        dispute = DisputeToFreeze(
+            dispute_id=complaint.dispute_id,
+            order_id=complaint.order_id,
+            customer_id=complaint.customer_id,
+            complaint_text=complaint.text,
+            received_at=complaint.received_at,
+            snapshot_json=fresh.json,
+            snapshot_sha256=fresh.sha256,
         )
+        stored = await self._disputes.freeze(dispute)
+        if not stored.holds(dispute):
+            # Judged against the first complaint's evidence, it could be paid to that order's
+            # payment, or its reply and its payout could disagree: a person must look.
+            raise InvalidInput(
+                f"dispute {complaint.dispute_id!r} already holds another complaint"
+                f" (order {stored.order_id!r}); a new complaint needs a new dispute id"
+            )
+        snapshot_json, snapshot_sha = stored.snapshot_json, stored.snapshot_sha256
         # The dispute keeps the snapshot frozen first: ours, already parsed, unless a delivery
         # before this one froze another (then it is read back and checked against its hash).
         fresh_kept = snapshot_sha == fresh.sha256 and snapshot_json == fresh.json

@@ -19,6 +19,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
+from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
@@ -32,12 +33,12 @@ from tests.standin import Standin
 pytestmark = pytest.mark.stack
 
 
-def _complaint(dispute_id: str) -> Message:
+def _complaint(dispute_id: str, text: str = ARTICLE_COMPLAINT) -> Message:
     value = ev.ComplaintReceived(
         dispute_id=dispute_id,
         order_id=ARTICLE_ORDER.order_id,
         customer_id=ARTICLE_ORDER.customer_id,
-        text=ARTICLE_COMPLAINT,
+        text=text,
         received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
     ).to_avro()
     return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)
@@ -50,9 +51,11 @@ def _handle(
     *disputes: str,
     on_call: OnCall | None = None,
     cache_prefix: str | None = None,
+    text: str = ARTICLE_COMPLAINT,
 ) -> list[Sequence[Emit]]:
-    """What the handler emits for each dispute, handled together; answers are cached under
-    ``cache_prefix`` (a fresh one unless given: pass the same one to redeliver)."""
+    """What the handler emits for each dispute's complaint (``text``), handled together; answers
+    are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
+    redeliver)."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
@@ -65,7 +68,7 @@ def _handle(
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
             return await asyncio.gather(
-                *(handler.handle(_complaint(d), Context(None)) for d in disputes)
+                *(handler.handle(_complaint(d, text), Context(None)) for d in disputes)
             )
         finally:
             await llm.aclose()
@@ -124,6 +127,24 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in new} == {
         (current.sha256, current.json)
     }
+
+
+def test_a_second_complaint_under_a_dispute_id_in_use_is_invalid_input(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A redelivery of the complaint is answered again; another complaint that reuses its
+    dispute id is refused (dead-lettered), not judged against the first one's evidence."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    assert len(first) == len(again) == 4
+    with pytest.raises(InvalidInput) as caught:
+        _handle(database, redis_url, standin, dispute, text="The naan was burnt.")
+    assert str(caught.value) == (
+        f"dispute {dispute!r} already holds another complaint"
+        f" (order {ARTICLE_ORDER.order_id!r}); a new complaint needs a new dispute id"
+    )
 
 
 def test_each_grievance_carries_the_customers_words_at_its_span(

@@ -7,6 +7,7 @@ dispute keeps, the order as one consistent read, the ledger round and its first 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from refund_bench.db.orders import OrderReader, load_orders
 from refund_bench.db.snapshots import (
     AsyncSnapshotReader,
     DisputeToFreeze,
+    FrozenDispute,
     freeze_dispute,
     freeze_disputes,
 )
@@ -63,7 +65,7 @@ def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
     dispute = f"d-store-{uuid.uuid4().hex[:8]}"
     other = f"d-store-{uuid.uuid4().hex[:8]}"
 
-    async def work(pool: AsyncConnectionPool[Any]) -> list[tuple[str, str]]:
+    async def work(pool: AsyncConnectionPool[Any]) -> list[FrozenDispute]:
         return [
             await freeze_dispute(pool, _to_freeze(dispute, first.json, first.sha256)),
             # A redelivery after the order's evidence changed: the first snapshot still wins.
@@ -72,7 +74,7 @@ def test_a_dispute_keeps_the_snapshot_frozen_first(database: str) -> None:
             await freeze_dispute(pool, _to_freeze(other, first.json, first.sha256)),
         ]
 
-    results = _with_pool(database, work)
+    results = [(r.snapshot_json, r.snapshot_sha256) for r in _with_pool(database, work)]
     assert results == [(first.json, first.sha256)] * 3
     with psycopg.connect(database) as conn:
         kept = conn.execute(
@@ -91,7 +93,7 @@ def test_one_statement_freezes_a_batch_as_one_at_a_time_would(database: str) -> 
     first, changed = freeze(SAMPLE_ORDERS[0]), freeze(SAMPLE_ORDERS[1])
     stored, twice, shared = (f"d-store-{uuid.uuid4().hex[:8]}" for _ in range(3))
 
-    async def work(pool: AsyncConnectionPool[Any]) -> list[tuple[str, str]]:
+    async def work(pool: AsyncConnectionPool[Any]) -> list[FrozenDispute]:
         await freeze_dispute(pool, _to_freeze(stored, first.json, first.sha256))
         return await freeze_disputes(
             pool,
@@ -103,7 +105,7 @@ def test_one_statement_freezes_a_batch_as_one_at_a_time_would(database: str) -> 
             ],
         )
 
-    results = _with_pool(database, work)
+    results = [(r.snapshot_json, r.snapshot_sha256) for r in _with_pool(database, work)]
     ours, theirs = (first.json, first.sha256), (changed.json, changed.sha256)
     assert results == [ours, theirs, ours, theirs]
     with psycopg.connect(database) as conn:
@@ -116,6 +118,24 @@ def test_one_statement_freezes_a_batch_as_one_at_a_time_would(database: str) -> 
     )
 
 
+def test_what_is_stored_tells_a_redelivery_from_another_complaint_under_the_same_id(
+    database: str,
+) -> None:
+    snapshot = freeze(SAMPLE_ORDERS[0])
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+    given = _to_freeze(dispute, snapshot.json, snapshot.sha256)
+    other_words = dataclasses.replace(given, complaint_text="the naan was burnt")
+    other_order = dataclasses.replace(given, order_id="order-2210")
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[FrozenDispute]:
+        return await freeze_disputes(pool, [given, other_words, given, other_order])
+
+    asked = [given, other_words, given, other_order]
+    stored = _with_pool(database, work)
+    assert [s.holds(g) for s, g in zip(stored, asked, strict=True)] == [True, False, True, False]
+    assert {(s.order_id, s.complaint_text) for s in stored} == {("order-1840", "the raita leaked")}
+
+
 def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: str) -> None:
     """The race of a rebalance: another instance's uncommitted insert of the same dispute.
 
@@ -125,7 +145,7 @@ def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: 
     theirs, ours = freeze(SAMPLE_ORDERS[0]), freeze(SAMPLE_ORDERS[1])
     dispute = f"d-store-{uuid.uuid4().hex[:8]}"
 
-    async def work(pool: AsyncConnectionPool[Any]) -> tuple[str, str]:
+    async def work(pool: AsyncConnectionPool[Any]) -> FrozenDispute:
         async with await psycopg.AsyncConnection.connect(database) as other:
             await other.execute(
                 "INSERT INTO evidence_snapshots (sha256, snapshot) VALUES (%s, %s)"
@@ -152,7 +172,8 @@ def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: 
             await other.commit()
         return await ours_task
 
-    assert _with_pool(database, work) == (theirs.json, theirs.sha256)
+    stored = _with_pool(database, work)
+    assert (stored.snapshot_json, stored.snapshot_sha256) == (theirs.json, theirs.sha256)
 
 
 async def _until_a_backend_waits_on_a_lock(database: str, timeout_s: float = 10.0) -> None:
