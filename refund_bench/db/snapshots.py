@@ -80,9 +80,7 @@ async def freeze_disputes(
     return [frozen[d.dispute_id] for d in disputes]
 
 
-async def freeze_dispute(
-    pool: AsyncConnectionPool[Any], dispute: DisputeToFreeze
-) -> FrozenDispute:
+async def freeze_dispute(pool: AsyncConnectionPool[Any], dispute: DisputeToFreeze) -> FrozenDispute:
     """:func:`freeze_disputes` for one dispute."""
     [frozen] = await freeze_disputes(pool, [dispute])
     return frozen
@@ -94,9 +92,7 @@ class DisputeFreezer:
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
-        self._freezes: TickBatcher[DisputeToFreeze, FrozenDispute] = TickBatcher(
-            self._freeze_many
-        )
+        self._freezes: TickBatcher[DisputeToFreeze, FrozenDispute] = TickBatcher(self._freeze_many)
 
     async def freeze(self, dispute: DisputeToFreeze) -> FrozenDispute:
         """The dispute as stored; see :func:`freeze_disputes`."""

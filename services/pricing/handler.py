@@ -95,8 +95,9 @@ class PricingHandler:
                 state = _new_state()
             if review.review_id in state["reviews"]:
                 return ()
+            round_total = _round_total(state, review)
             state["reviews"].append(review.review_id)
-            state["overrides"] = _apply(state["overrides"], review, _round_total(state, review))
+            state["overrides"] = _apply(state["overrides"], review, round_total)
             dispute_id = review.dispute_id
         outputs: list[Emit] = []
         retention: float | None = None
@@ -227,12 +228,25 @@ _DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
 
 
 def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | None:
-    """The total of the round a dispute-level decision was made on: the round its review item
-    names, else (a decision published before events named their item) the last priced round.
-    ``None`` for a dispute priced before totals were kept."""
-    totals: Mapping[str, int] = state.get("totals", {})
+    """The total of the round an approval was made on: the round its review item names, else
+    (a decision published before events named their item) the last priced round. ``None`` for
+    a round priced before totals were kept (the approval then covers any total), and for a
+    decision that is no approval.
+
+    An approval of a round that was not priced is :class:`InvalidInput`: no reviewer saw a
+    total, so there is no total it could cover (taken as any total, it would pay past the cap).
+    """
+    if review.decision != ReviewDecision.APPROVE.value:
+        return None
     named = _DISPUTE_ITEM.fullmatch(review.item_key or "")
-    return totals.get(named[1] if named else str(state["round"]))
+    approved_round = int(named[1]) if named else state["round"]
+    if not 1 <= approved_round <= state["round"]:
+        raise InvalidInput(
+            f"review {review.review_id} approves round {approved_round} of dispute"
+            f" {review.dispute_id}, which has {state['round']} priced round(s)"
+        )
+    totals: Mapping[str, int] = state.get("totals", {})
+    return totals.get(str(approved_round))
 
 
 def _apply(

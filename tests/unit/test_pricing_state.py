@@ -170,3 +170,43 @@ def test_a_dispute_review_for_an_unknown_dispute_is_invalid() -> None:
     record = RecordState(BatchState(_store), 0)
     with pytest.raises(InvalidInput, match="for unknown dispute"):
         handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"), Context(record))
+
+
+@pytest.mark.parametrize(
+    ("kind", "item_key", "reason"),
+    [
+        ("GRIEVANCE", "grievance:g3", "approves round 0 of dispute d-1, which has 0 priced"),
+        ("DISPUTE", "dispute:round1", "approves round 1 of dispute d-1, which has 0 priced"),
+    ],
+)
+def test_an_approval_before_any_round_was_priced_is_invalid_and_changes_nothing(
+    kind: str, item_key: str, reason: str
+) -> None:
+    """Taken as an approval of any total, it would pay round one past the cap."""
+    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
+    store.open(0)
+    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    _headers(store, handler, _verdict("g1", "ESCALATE"))  # the dispute is known, not priced
+    record = RecordState(BatchState(store), 0)
+    with pytest.raises(InvalidInput, match=reason):
+        handler.handle(_decided("r-1", kind, "APPROVE", item_key), Context(record))
+    for gid in ("g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    held = _priced(store, handler, _verdict("g3", "ESCALATE"))
+    assert (held["decision"], held["total_minor"], held["payable_minor"]) == (
+        "HELD_FOR_REVIEW",
+        68900,
+        0,
+    )
+
+
+def test_an_approval_of_a_round_not_yet_priced_is_invalid() -> None:
+    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
+    store.open(0)
+    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    _priced(store, handler, _verdict("g3", "ESCALATE"))
+    record = RecordState(BatchState(store), 0)
+    with pytest.raises(InvalidInput, match="approves round 2 of dispute d-1, which has 1"):
+        handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round2"), Context(record))
