@@ -48,6 +48,13 @@ def now() -> datetime:
     return instant.replace(microsecond=instant.microsecond // 1000 * 1000)
 
 
+def _without_nul(value: str | None) -> str | None:
+    """A text field of an event other services publish: PostgreSQL text cannot store NUL."""
+    if value is not None and "\x00" in value:
+        raise ValueError("holds a NUL character, which PostgreSQL text cannot store")
+    return value
+
+
 class ComplaintReceived(Event):
     """What an upstream service publishes. Its text fields go to PostgreSQL as they are, so one
     that holds a NUL character (which PostgreSQL text cannot store) is invalid here, where it
@@ -61,12 +68,9 @@ class ComplaintReceived(Event):
     received_at: datetime
     channel: str = "api"
 
-    @field_validator("dispute_id", "order_id", "customer_id", "text", "channel")
-    @classmethod
-    def _storable(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("holds a NUL character, which PostgreSQL text cannot store")
-        return value
+    _storable = field_validator("dispute_id", "order_id", "customer_id", "text", "channel")(
+        _without_nul
+    )
 
 
 class GrievanceExtracted(Event):
@@ -141,6 +145,9 @@ class VerdictDecided(Event):
 
 
 class ReviewDecided(Event):
+    """What the review desk publishes. Its text fields go to PostgreSQL (the recorder), so one
+    that holds a NUL character is invalid here, as in :class:`ComplaintReceived`."""
+
     dispute_id: str
     review_id: str
     kind: str
@@ -150,6 +157,17 @@ class ReviewDecided(Event):
     note: str = ""
     decided_at: datetime
     item_key: str | None = None
+
+    _storable = field_validator(
+        "dispute_id",
+        "review_id",
+        "kind",
+        "grievance_id",
+        "decision",
+        "reviewer",
+        "note",
+        "item_key",
+    )(_without_nul)
 
 
 class PricedLineEvent(Event):

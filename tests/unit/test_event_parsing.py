@@ -51,3 +51,35 @@ def test_the_reason_names_the_fields_and_never_carries_their_values() -> None:
     assert reason.startswith("ComplaintReceived failed validation: order_id: Field required")
     assert reason.endswith("(and 1 more)")
     assert SECRET_WORDS not in reason
+
+
+def _review(**fields: Any) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "dispute_id": "d-1",
+        "review_id": "r-1",
+        "kind": "GRIEVANCE",
+        "grievance_id": "g3",
+        "decision": "UPHOLD",
+        "reviewer": "alice",
+        "note": "photo shows the leak",
+        "decided_at": datetime(2026, 12, 4, 20, 0, tzinfo=UTC),
+        "item_key": "grievance:g3",
+    }
+    return {**value, **fields}
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["dispute_id", "review_id", "kind", "grievance_id", "decision", "reviewer", "note", "item_key"],
+)
+def test_a_nul_character_in_a_review_decision_is_invalid_input_for_every_reader(
+    field: str,
+) -> None:
+    """Pricing and the recorder both read review.decided through ev.parse: the recorder's
+    insert of such a text would otherwise fail its whole batch, on every redelivery."""
+    from services.recorder.projection import rows_for
+
+    assert rows_for("review.decided", _review()), "a valid decision is projected"
+    value = _review(**{field: f"g3\x00{SECRET_WORDS}"})
+    with pytest.raises(InvalidInput, match=f"ReviewDecided failed validation: {field}: .*NUL"):
+        rows_for("review.decided", value)
