@@ -136,7 +136,13 @@ class RegistryFraming:
         schema = self._schemas.get(schema_id)
         if schema is None:
             registered = self.retry.run(lambda: _asked(lambda: self._fetch(schema_id)))
-            schema = json.loads(registered.schema_str)
+            kind = registered.schema_type or "AVRO"
+            if kind != "AVRO":
+                raise InvalidInput(f"writer schema id {schema_id} is a {kind} schema, not Avro")
+            try:
+                schema = json.loads(registered.schema_str)
+            except ValueError as exc:
+                raise InvalidInput(f"writer schema id {schema_id} is not JSON: {exc}") from exc
             self._schemas[schema_id] = schema
         return schema, 5
 
@@ -232,10 +238,16 @@ class Codec:
         pair = self._readers.get(reader_key)
         if pair is None:
             same = writer == codec.schema
-            pair = (
-                codec.parsed if same else fastavro.parse_schema(writer),
-                None if same else codec.parsed,
-            )
+            try:
+                pair = (
+                    codec.parsed if same else fastavro.parse_schema(writer),
+                    None if same else codec.parsed,
+                )
+            except Exception as exc:  # fastavro raises several types for a schema it cannot use
+                raise InvalidInput(
+                    f"the writer schema named by header {data[:start].hex()} cannot be read"
+                    f" as Avro: {exc!r}"
+                ) from exc
             self._readers[reader_key] = pair
         try:
             buf = io.BytesIO(data)

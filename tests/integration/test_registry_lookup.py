@@ -7,11 +7,12 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 
 from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
@@ -63,6 +64,35 @@ def failing_registry() -> Iterator[str]:
 def test_an_unknown_schema_id_is_invalid_input(stack: Stack) -> None:
     with pytest.raises(InvalidInput, match="writer schema id 987654 not found"):
         _framing(stack.registry_url).writer_schema(_record(987654))
+
+
+def test_a_writer_schema_that_is_no_avro_schema_is_invalid_input(stack: Stack) -> None:
+    """A record framed with the id of a JSON Schema, or of an Avro schema that names a type
+    from another subject (a schema reference, which the codec does not resolve), is bad input
+    like an unknown id: dead-lettered, not a stop of the stage."""
+    from refund_bench.codec import Codec
+    from refund_bench.topics import COMPLAINT_RECEIVED
+
+    client = SchemaRegistryClient({"url": stack.registry_url})
+    subject = f"not-avro-{uuid.uuid4().hex[:8]}-value"
+    json_schema = Schema('{"type": "object", "properties": {"a": {"type": "string"}}}', "JSON")
+    json_id = client.register_schema(subject, json_schema)
+    codec = Codec(_framing(stack.registry_url), {"complaint.received": COMPLAINT_RECEIVED.schema})
+    with pytest.raises(InvalidInput, match=f"writer schema id {json_id} is a JSON schema"):
+        codec.decode("complaint.received", _record(json_id))
+
+    base = Schema('{"type": "record", "name": "B", "fields": [{"name": "a", "type": "string"}]}')
+    client.register_schema(f"{subject}-base", base)
+    version = client.get_latest_version(f"{subject}-base").version
+    referring = Schema(
+        '{"type": "record", "name": "R", "fields": [{"name": "b", "type": "B"}]}',
+        "AVRO",
+        [SchemaReference("B", f"{subject}-base", version)],
+    )
+    referring_id = client.register_schema(f"{subject}-referring", referring)
+    header = _record(referring_id)[:5].hex()
+    with pytest.raises(InvalidInput, match=f"named by header {header} cannot be read as Avro"):
+        codec.decode("complaint.received", _record(referring_id))
 
 
 def test_a_registry_answering_5xx_is_retried_then_transient(failing_registry: str) -> None:
