@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from refund_bench.errors import InvalidInput
 from refund_bench.runtime.state import RecordState
 
 Guarantee = Literal["exactly-once", "at-least-once"]
@@ -22,6 +23,18 @@ class Message:
     value: dict[str, Any]
     headers: Mapping[str, bytes]
     timestamp_ms: int
+
+    def require_key(self, dispute_id: str) -> None:
+        """Raise :class:`InvalidInput` unless the record is keyed by ``dispute_id``.
+
+        A stateful stage keeps a dispute's state in the partition its key maps to; a record
+        keyed otherwise would be counted in another partition's state, apart from the rest of
+        its dispute, and never complete it."""
+        if self.key != dispute_id:
+            raise InvalidInput(
+                f"record key {self.key!r} is not its dispute id {dispute_id!r}: a dispute's"
+                " records must be keyed by its id"
+            )
 
 
 @dataclass(frozen=True)

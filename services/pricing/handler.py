@@ -66,6 +66,7 @@ class PricingHandler:
         store = ctx.store()
         if message.topic == t.VERDICT_DECIDED.name:
             verdict = ev.parse(ev.VerdictDecided, message.value)
+            message.require_key(verdict.dispute_id)
             state = store.get(verdict.dispute_id) or _new_state()
             if state["grievance_total"] is None:  # the dispute's first verdict
                 state.update(_dispute_facts(verdict))
@@ -80,6 +81,7 @@ class PricingHandler:
             dispute_id = verdict.dispute_id
         else:
             review = ev.parse(ev.ReviewDecided, message.value)
+            message.require_key(review.dispute_id)
             state = store.get(review.dispute_id)
             if state is None and review.kind != "GRIEVANCE":
                 raise InvalidInput(f"review {review.review_id} for unknown dispute")

@@ -43,6 +43,7 @@ def bench_key(dispute_id: str, grievance_id: str) -> str:
 
 def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     cast_ = ev.parse(ev.RulingCast, message.value)
+    message.require_key(cast_.dispute_id)
     store = ctx.store()
     key = bench_key(cast_.dispute_id, cast_.grievance_id)
     stored: dict[str, Any] | None = store.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -210,3 +211,14 @@ def test_an_approval_of_a_round_not_yet_priced_is_invalid() -> None:
     record = RecordState(BatchState(store), 0)
     with pytest.raises(InvalidInput, match="approves round 2 of dispute d-1, which has 1"):
         handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round2"), Context(record))
+
+
+@pytest.mark.parametrize("kind", ["verdict", "review"])
+def test_a_record_keyed_by_another_id_is_invalid_and_changes_no_state(kind: str) -> None:
+    store, handler = _handler()
+    message = _verdict("g1", "UPHELD") if kind == "verdict" else _review("UPHOLD")
+    stray = dataclasses.replace(message, key=None)
+    record = RecordState(BatchState(store), 0)
+    with pytest.raises(InvalidInput, match="record key None is not its dispute id 'd-1'"):
+        handler.handle(stray, Context(record))
+    assert store.values(0) == {}

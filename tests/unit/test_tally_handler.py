@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.errors import InvalidInput
 from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
 from services.tally.handler import DECIDED, bench_key, handle
@@ -93,3 +97,16 @@ _SUMMARY_FIELDS = {
     "model",
     "prompt_version",
 }
+
+
+def test_a_ruling_keyed_by_another_id_is_invalid_and_counts_for_nothing() -> None:
+    """A dispute's bench lives in the partition of its key; counted elsewhere, the ruling would
+    sit apart from its dispute's other seats."""
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    stray = dataclasses.replace(_ruling(0), key="d-2")
+    with pytest.raises(InvalidInput, match="record key 'd-2' is not its dispute id 'd-1'"):
+        _run(store, stray)
+    assert store.values(0) == {}
+    assert _run(store, _ruling(0)) == [], "the same seat, keyed right, is the first counted"
+    assert len(store.values(0)[bench_key("d-1", "g2")]["bench"]["rulings"]) == 1
