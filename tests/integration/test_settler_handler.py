@@ -4,6 +4,7 @@ says is waiting, when a payout is requested, and which model failures stop the s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -178,6 +179,24 @@ def test_no_reply_is_stored_for_a_payment_that_cannot_be_made(
     with psycopg.connect(database) as conn:
         stored = conn.execute("SELECT count(*) FROM replies WHERE dispute_id = %s", (dispute,))
         assert stored.fetchone() == (0,)
+
+
+def test_a_line_of_a_category_this_version_does_not_know_is_invalid_and_stores_nothing(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900)
+    lines = [{**line, "category": "DELIVERY_VIBES"} for line in message.value["lines"][:1]]
+    unknown = dataclasses.replace(message, value={**message.value, "lines": lines})
+    with pytest.raises(InvalidInput, match="'DELIVERY_VIBES' is not a valid Category"):
+        _settle(database, redis_url, standin, unknown, freeze(ARTICLE_ORDER))
+    with psycopg.connect(database) as conn:
+        stored = conn.execute(
+            "SELECT (SELECT count(*) FROM replies WHERE dispute_id = %(d)s),"
+            " (SELECT count(*) FROM payout_ledger WHERE dispute_id = %(d)s)",
+            {"d": dispute},
+        )
+        assert stored.fetchone() == (0, 0), "no reply stored, no round reserved"
 
 
 def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standin: Standin) -> None:

@@ -222,3 +222,22 @@ def test_a_record_keyed_by_another_id_is_invalid_and_changes_no_state(kind: str)
     with pytest.raises(InvalidInput, match="record key None is not its dispute id 'd-1'"):
         handler.handle(stray, Context(record))
     assert store.values(0) == {}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("category", "DELIVERY_VIBES", "'DELIVERY_VIBES' is not a valid Category"),
+        ("outcome", "MAYBE", "'MAYBE' is not a valid Ruling"),
+    ],
+)
+def test_a_verdict_in_terms_this_version_does_not_know_is_invalid_and_not_kept(
+    field: str, value: str, reason: str
+) -> None:
+    store, handler = _handler()
+    message = _verdict("g1", "UPHELD")
+    unknown = dataclasses.replace(message, value={**message.value, field: value})
+    record = RecordState(BatchState(store), 0)
+    with pytest.raises(InvalidInput, match=f"verdict g1: {reason}"):
+        handler.handle(unknown, Context(record))
+    assert store.values(0) == {}
