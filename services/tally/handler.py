@@ -44,6 +44,8 @@ def bench_key(dispute_id: str, grievance_id: str) -> str:
 def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     cast_ = ev.parse(ev.RulingCast, message.value)
     message.require_key(cast_.dispute_id)
+    if not 0.0 <= cast_.confidence <= 1.0:  # NaN too: the bench's state could not hold it
+        raise InvalidInput(f"ruling confidence {cast_.confidence} is outside 0..1")
     store = ctx.store()
     key = bench_key(cast_.dispute_id, cast_.grievance_id)
     stored: dict[str, Any] | None = store.get(key)

@@ -110,3 +110,21 @@ def test_a_ruling_keyed_by_another_id_is_invalid_and_counts_for_nothing() -> Non
     assert store.values(0) == {}
     assert _run(store, _ruling(0)) == [], "the same seat, keyed right, is the first counted"
     assert len(store.values(0)[bench_key("d-1", "g2")]["bench"]["rulings"]) == 1
+
+
+@pytest.mark.parametrize("confidence", [float("nan"), float("inf"), 1.5, -0.1])
+def test_a_ruling_whose_confidence_is_no_probability_is_invalid_and_counts_for_nothing(
+    confidence: float,
+) -> None:
+    """Stored in the bench, a NaN would come back from the changelog as null and make every
+    later seat of the grievance fail: its verdict would never come."""
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    message = _ruling(0)
+    odd = dataclasses.replace(message, value={**message.value, "confidence": confidence})
+    with pytest.raises(InvalidInput, match=r"ruling confidence .* is outside 0\.\.1"):
+        _run(store, odd)
+    assert store.values(0) == {}
+    assert _run(store, _ruling(0)) == []
+    assert _run(store, _ruling(1)) == []
+    assert len(_run(store, _ruling(2))) == 1, "the three good seats make the verdict"
