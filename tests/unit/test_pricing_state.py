@@ -75,10 +75,18 @@ def _headers(store: StateStore, handler: PricingHandler, message: Message) -> Ma
     return headers
 
 
-def _handler() -> tuple[StateStore, PricingHandler]:
+def _handler(cap_minor: int = 100_000) -> tuple[StateStore, PricingHandler]:
     store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
     store.open(0)
-    return store, PricingHandler(lambda _sha: SNAPSHOT, cap_minor=100_000)
+    return store, PricingHandler(lambda _sha: SNAPSHOT, cap_minor=cap_minor)
+
+
+def _refused(store: StateStore, handler: PricingHandler, message: Message, reason: str) -> None:
+    """``message`` is InvalidInput (``reason`` matched), and the store is left as it was."""
+    before = store.values(0)
+    with pytest.raises(InvalidInput, match=reason):
+        handler.handle(message, Context(RecordState(BatchState(store), 0)))
+    assert store.values(0) == before
 
 
 def test_a_dispute_with_nothing_held_is_kept_only_as_long_as_redeliveries_come() -> None:
@@ -125,9 +133,7 @@ def _decided(review_id: str, kind: str, decision: str, item_key: str | None) -> 
 def test_an_approval_covers_the_round_it_was_made_on_not_a_later_larger_total() -> None:
     """Cap 50000: the article's 68900 is held and approved; upholding the raita raises the
     total to 74900, which goes back to review instead of being paid on the old approval."""
-    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
-    store.open(0)
-    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    store, handler = _handler(cap_minor=50_000)
     for gid in ("g1", "g2", "g4"):
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     held = _priced(store, handler, _verdict("g3", "ESCALATE"))
@@ -167,10 +173,9 @@ def test_a_grievance_review_that_comes_before_the_verdicts_is_applied_in_round_o
 
 
 def test_a_dispute_review_for_an_unknown_dispute_is_invalid() -> None:
-    _store, handler = _handler()
-    record = RecordState(BatchState(_store), 0)
-    with pytest.raises(InvalidInput, match="for unknown dispute"):
-        handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"), Context(record))
+    store, handler = _handler()
+    approval = _decided("r-1", "DISPUTE", "APPROVE", "dispute:round1")
+    _refused(store, handler, approval, "for unknown dispute")
 
 
 @pytest.mark.parametrize(
@@ -184,13 +189,9 @@ def test_an_approval_before_any_round_was_priced_is_invalid_and_changes_nothing(
     kind: str, item_key: str, reason: str
 ) -> None:
     """Taken as an approval of any total, it would pay round one past the cap."""
-    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
-    store.open(0)
-    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    store, handler = _handler(cap_minor=50_000)
     _headers(store, handler, _verdict("g1", "ESCALATE"))  # the dispute is known, not priced
-    record = RecordState(BatchState(store), 0)
-    with pytest.raises(InvalidInput, match=reason):
-        handler.handle(_decided("r-1", kind, "APPROVE", item_key), Context(record))
+    _refused(store, handler, _decided("r-1", kind, "APPROVE", item_key), reason)
     for gid in ("g2", "g4"):
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     held = _priced(store, handler, _verdict("g3", "ESCALATE"))
@@ -202,15 +203,12 @@ def test_an_approval_before_any_round_was_priced_is_invalid_and_changes_nothing(
 
 
 def test_an_approval_of_a_round_not_yet_priced_is_invalid() -> None:
-    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
-    store.open(0)
-    handler = PricingHandler(lambda _sha: SNAPSHOT, cap_minor=50_000)
+    store, handler = _handler(cap_minor=50_000)
     for gid in ("g1", "g2", "g4"):
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     _priced(store, handler, _verdict("g3", "ESCALATE"))
-    record = RecordState(BatchState(store), 0)
-    with pytest.raises(InvalidInput, match="approves round 2 of dispute d-1, which has 1"):
-        handler.handle(_decided("r-1", "DISPUTE", "APPROVE", "dispute:round2"), Context(record))
+    approval = _decided("r-1", "DISPUTE", "APPROVE", "dispute:round2")
+    _refused(store, handler, approval, "approves round 2 of dispute d-1, which has 1")
 
 
 @pytest.mark.parametrize("kind", ["verdict", "review"])
@@ -218,10 +216,7 @@ def test_a_record_keyed_by_another_id_is_invalid_and_changes_no_state(kind: str)
     store, handler = _handler()
     message = _verdict("g1", "UPHELD") if kind == "verdict" else _review("UPHOLD")
     stray = dataclasses.replace(message, key=None)
-    record = RecordState(BatchState(store), 0)
-    with pytest.raises(InvalidInput, match="record key None is not its dispute id 'd-1'"):
-        handler.handle(stray, Context(record))
-    assert store.values(0) == {}
+    _refused(store, handler, stray, "record key None is not its dispute id 'd-1'")
 
 
 @pytest.mark.parametrize(
@@ -237,7 +232,4 @@ def test_a_verdict_in_terms_this_version_does_not_know_is_invalid_and_not_kept(
     store, handler = _handler()
     message = _verdict("g1", "UPHELD")
     unknown = dataclasses.replace(message, value={**message.value, field: value})
-    record = RecordState(BatchState(store), 0)
-    with pytest.raises(InvalidInput, match=f"verdict g1: {reason}"):
-        handler.handle(unknown, Context(record))
-    assert store.values(0) == {}
+    _refused(store, handler, unknown, f"verdict g1: {reason}")
