@@ -86,9 +86,7 @@ def quantiles(values: Sequence[float], origin: float) -> list[float]:
 
 def main(bursts: int = 3, complaints: int = 1200) -> None:
     with pt.running_pipeline() as stack:
-        pt.warm_up(
-            stack.kafka, stack.registry, stack.standin, stack.judge_metrics, complaints, bursts=1
-        )
+        pt.warm_up(stack, complaints, bursts=1)
         for _ in range(bursts):
             start = end_offsets(stack.kafka)
             run = stack.burst(0, complaints)

@@ -325,15 +325,13 @@ def median_run(runs: list[Result]) -> Result:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def warm_up(
-    kafka: str, registry: str, standin: str, judge_metrics: str, complaints: int, bursts: int
-) -> None:
+def warm_up(stack: Endpoints, complaints: int, bursts: int) -> None:
     """300 complaints (connections, schema ids), then ``bursts`` bursts of ``complaints`` at
     0 ms, printing Kafka's CPU per complaint in each: it falls as the broker's JIT compiler
     settles."""
-    one_run(kafka, registry, standin, 0, 300, judge_metrics)
+    stack.burst(0, 300)
     for number in range(1, bursts + 1):
-        run = one_run(kafka, registry, standin, 0, complaints, judge_metrics)
+        run = stack.burst(0, complaints)
         print(
             f"  warm-up burst {number} of {bursts}: {run.rate:.1f}/s,"
             f" Kafka {run.cpu_ms('kafka'):.1f} ms of CPU per complaint",
@@ -353,9 +351,7 @@ def _wait_assigned(urls: list[str], partitions: int, timeout_s: float = 90.0) ->
         time.sleep(0.5)
 
 
-def judge_scaling(
-    kafka: str, registry: str, standin: str, judge_metrics: str, latency_ms: int, n: int
-) -> list[tuple[int, float]]:
+def judge_scaling(stack: Endpoints, latency_ms: int, n: int) -> list[tuple[int, float]]:
     """Bursts with 1, 2, 1, 2 judge replicas (every other stage: one): (replicas, rate) each.
 
     If the judge were the bottleneck, a second replica would raise the rate.
@@ -375,11 +371,11 @@ def judge_scaling(
             if replicas == 2:
                 second.start()
                 second.wait_ready()
-                _wait_assigned([judge_metrics, second_metrics], partitions)
+                _wait_assigned([stack.judge_metrics, second_metrics], partitions)
             else:
                 second.stop()
-                _wait_assigned([judge_metrics], partitions)
-            run = one_run(kafka, registry, standin, latency_ms, n, judge_metrics)
+                _wait_assigned([stack.judge_metrics], partitions)
+            run = stack.burst(latency_ms, n)
             print(f"  {replicas} judge replica(s), LLM at {latency_ms} ms: {run.rate:.1f}/s")
             results.append((replicas, run.rate))
     finally:
@@ -403,23 +399,12 @@ def main(
     ``sustained_seconds`` (can the pipeline keep up?)."""
     rows: list[tuple[str, str]] = []
     with running_pipeline() as stack:
-        kafka, registry, standin, judge = (
-            stack.kafka,
-            stack.registry,
-            stack.standin,
-            stack.judge_metrics,
-        )
         try:
-            warm_up(kafka, registry, standin, judge, complaints, warm_up_bursts)
+            warm_up(stack, complaints, warm_up_bursts)
             for latency in latencies:
-                runs = [
-                    one_run(kafka, registry, standin, latency, complaints, judge)
-                    for _ in range(bursts)
-                ]
+                runs = [stack.burst(latency, complaints) for _ in range(bursts)]
                 burst = median_run(runs)
-                paced = paced_run(
-                    kafka, registry, standin, latency, paced_rate, paced_seconds, judge
-                )
+                paced = stack.paced(latency, paced_rate, paced_seconds)
                 print(
                     f"  LLM at {latency:3d} ms: bursts of {complaints}:"
                     f" {', '.join(f'{run.rate:.1f}' for run in runs)}/s,"
@@ -456,9 +441,7 @@ def main(
                         f"{burst.max_judge_inflight}",
                     ),
                 ]
-            sustained = paced_run(
-                kafka, registry, standin, 0, sustained_rate, sustained_seconds, judge
-            )
+            sustained = stack.paced(0, sustained_rate, sustained_seconds)
             print(
                 f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
                 f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
@@ -478,7 +461,7 @@ def main(
             ]
             print("  judge replicas side by side (bursts of half the size):", flush=True)
             for latency in latencies:
-                scaling = judge_scaling(kafka, registry, standin, judge, latency, complaints // 2)
+                scaling = judge_scaling(stack, latency, complaints // 2)
                 one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
                 two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
                 rows += [
@@ -487,7 +470,7 @@ def main(
                     (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
                 ]
         finally:
-            httpx.post(f"{standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
+            httpx.post(f"{stack.standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
     return rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -40,6 +41,18 @@ def parse(model: type[E], value: Mapping[str, Any]) -> E:
         raise InvalidInput(
             f"{model.__name__} failed validation: {field}: {first['msg']}{more}"
         ) from exc
+
+
+K = TypeVar("K", bound=StrEnum)
+
+
+def known(kind: type[K], value: str, where: str) -> K:
+    """``value`` as a term of ``kind``; :class:`InvalidInput` (naming ``where``) for a term this
+    version does not know, from a newer or faulty producer."""
+    try:
+        return kind(value)
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
 
 
 def now() -> datetime:

@@ -115,9 +115,10 @@ _FREEZE_COLUMNS = (
 # One statement, one round trip, for many disputes: store the snapshots and the disputes that
 # are new, and answer with the snapshot each dispute keeps -- ours when this statement stored
 # the dispute, else the one frozen the first time (read from the tables as they were when the
-# statement started). Rows are inserted in key order, so that two statements that store some
-# of the same keys (two replicas, in a rebalance) take them in the same order: one waits for
-# the other instead of each holding a key the other needs.
+# statement started: every part of one statement reads the same snapshot, so the second branch
+# cannot see the disputes this statement inserts). Rows are inserted in key order, so that two
+# statements that store some of the same keys (two replicas, in a rebalance) take them in the
+# same order: one waits for the other instead of each holding a key the other needs.
 _FREEZE_SQL = """
 WITH given AS (
     SELECT * FROM unnest(%(snapshot_sha256)s::text[], %(snapshot_json)s::text[],
@@ -147,7 +148,6 @@ SELECT d.dispute_id, s.snapshot::text, s.sha256, d.order_id, d.customer_id, d.co
 FROM disputes d
 JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256
 WHERE d.dispute_id = ANY(%(dispute_id)s::text[])
-  AND d.dispute_id NOT IN (SELECT dispute_id FROM stored_dispute)
 """
 _FROZEN_SQL = """
 SELECT d.dispute_id, s.snapshot::text, s.sha256, d.order_id, d.customer_id, d.complaint_text

@@ -67,7 +67,8 @@ class PricingHandler:
         if message.topic == t.VERDICT_DECIDED.name:
             verdict = ev.parse(ev.VerdictDecided, message.value)
             message.require_key(verdict.dispute_id)
-            _require_known_terms(verdict)
+            ev.known(Category, verdict.category, f"verdict {verdict.grievance_id}")
+            ev.known(Ruling, verdict.outcome, f"verdict {verdict.grievance_id}")
             state = store.get(verdict.dispute_id) or _new_state()
             if state["grievance_total"] is None:  # the dispute's first verdict
                 state.update(_dispute_facts(verdict))
@@ -191,17 +192,6 @@ def to_event(
         payment_reference=payment_reference,
         priced_at=ev.now(),
     )
-
-
-def _require_known_terms(verdict: ev.VerdictDecided) -> None:
-    """:class:`InvalidInput` for a verdict whose category or outcome this version does not
-    know (from a newer or faulty producer): kept in the state, it would fail every pricing of
-    its dispute."""
-    try:
-        Category(verdict.category)
-        Ruling(verdict.outcome)
-    except ValueError as exc:
-        raise InvalidInput(f"verdict {verdict.grievance_id}: {exc}") from exc
 
 
 def _new_state() -> dict[str, Any]:

@@ -90,16 +90,6 @@ def _waiting(
     return held, [line for line in priced.lines if line.status not in waiting]
 
 
-def _require_known_categories(priced: ev.RefundPriced) -> None:
-    """:class:`InvalidInput` for a line of a category this version cannot word (from a newer
-    or faulty producer), before anything is reserved or stored for the round."""
-    for line in priced.lines:
-        try:
-            Category(line.category)
-        except ValueError as exc:
-            raise InvalidInput(f"line {line.grievance_id}: {exc}") from exc
-
-
 def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
     """The event for a ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
     text, amount, currency, source, failures, model, version, created = row
@@ -148,7 +138,8 @@ class SettlerHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         priced = ev.parse(ev.RefundPriced, message.value)
-        _require_known_categories(priced)
+        for line in priced.lines:  # before anything is reserved or stored for the round
+            ev.known(Category, line.category, f"line {line.grievance_id}")
         approved = priced.payable_minor if priced.decision in _PAYING else 0
         if approved < 0:
             raise InvalidInput(f"negative payable amount {approved}")
