@@ -10,11 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from refund_bench.errors import InvalidInput
+
+ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
+"""Dispute, order, customer, review and review-item ids: 1-128 printable ASCII characters, no
+spaces. The API and the review desk accept no other; in the events other services publish it
+bounds what a stage copies into keys, events, cache keys and indexed columns."""
+MAX_NOTE_CHARS = 2000
+"""A reviewer's note, at most."""
+MAX_NAME_CHARS = 128
+"""A reviewer's name, at most."""
+
+Id = Annotated[str, Field(pattern=ID_PATTERN)]
 
 
 class Event(BaseModel):
@@ -69,14 +80,14 @@ def _without_nul(value: str | None) -> str | None:
 
 
 class ComplaintReceived(Event):
-    """What an upstream service publishes. Its text fields go to PostgreSQL as they are, so one
-    that holds a NUL character (which PostgreSQL text cannot store) is invalid here, where it
-    goes to the dead-letter topic alone, not in the database call it shares with other
-    complaints."""
+    """What an upstream service publishes. Its ids follow :data:`ID_PATTERN`, as the API's do.
+    Its text fields go to PostgreSQL as they are, so one that holds a NUL character (which
+    PostgreSQL text cannot store) is invalid here, where it goes to the dead-letter topic alone,
+    not in the database call it shares with other complaints."""
 
-    dispute_id: str
-    order_id: str
-    customer_id: str
+    dispute_id: Id
+    order_id: Id
+    customer_id: Id
     text: str
     received_at: datetime
     channel: str = "api"
@@ -158,18 +169,20 @@ class VerdictDecided(Event):
 
 
 class ReviewDecided(Event):
-    """What the review desk publishes. Its text fields go to PostgreSQL (the recorder), so one
-    that holds a NUL character is invalid here, as in :class:`ComplaintReceived`."""
+    """What the review desk publishes, held to the desk's own limits: ids that follow
+    :data:`ID_PATTERN`, a reviewer's name and a note of bounded length. Its text fields go to
+    PostgreSQL (the recorder), so one that holds a NUL character is invalid here, as in
+    :class:`ComplaintReceived`."""
 
-    dispute_id: str
-    review_id: str
+    dispute_id: Id
+    review_id: Id
     kind: str
-    grievance_id: str | None = None
+    grievance_id: Id | None = None
     decision: str
-    reviewer: str
-    note: str = ""
+    reviewer: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    note: Annotated[str, Field(max_length=MAX_NOTE_CHARS)] = ""
     decided_at: datetime
-    item_key: str | None = None
+    item_key: Id | None = None
 
     _storable = field_validator(
         "dispute_id",

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from refund_bench import events as ev
 from refund_bench.domain import ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
@@ -36,7 +37,7 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 }
 """What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
 but resolved outside the desk (a payment operator / a corrected complaint)."""
-MAX_NOTE_CHARS = 2000
+MAX_NOTE_CHARS = ev.MAX_NOTE_CHARS
 ITEM_KEY = re.compile(m.ID_PATTERN)
 """A review item's key (grievance:g3, dispute:round2) is an id like the others."""
 KIND_LABELS = {

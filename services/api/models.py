@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
 
-ID_PATTERN = r"^[\x21-\x7e]{1,128}$"
-"""Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces."""
+ID_PATTERN = ev.ID_PATTERN
+"""Order, customer and dispute ids: 1-128 printable ASCII characters, no spaces (the events'
+own rule)."""
 _REFUSED = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 """Control characters other than tab and line breaks (NUL: PostgreSQL text cannot hold one), and
 the bidirectional overrides that can make a reviewer read the text in another order."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from refund_bench.events import ID_PATTERN
 from refund_bench.samples import SAMPLE_COMPLAINTS, SampleComplaint
 from tests.e2e.pipeline import Pipeline
 
@@ -242,9 +244,25 @@ def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
     assert pipeline.story(dispute).dispute is None
 
 
-def test_a_complaint_postgresql_cannot_store_goes_to_the_dlq_alone(pipeline: Pipeline) -> None:
-    """A NUL character in a complaint fails its own validation, not the database calls the
-    extractor makes for a whole batch: the complaint published right after it is paid.
+_UNSTORABLE = {
+    "a NUL in its text": (
+        {"text": "The raita leaked\x00 all over the bag."},
+        "text: Value error, holds a NUL character, which PostgreSQL text cannot store",
+    ),
+    "a dispute id of 10,000 characters": (
+        {"dispute_id": "d-" + secrets.token_urlsafe(7500)[:9998]},
+        f"dispute_id: String should match pattern '{ID_PATTERN}'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("odd", "reason"), _UNSTORABLE.values(), ids=_UNSTORABLE.keys())
+def test_a_complaint_postgresql_cannot_store_goes_to_the_dlq_alone(
+    pipeline: Pipeline, odd: dict[str, str], reason: str
+) -> None:
+    """A complaint the order store cannot hold (PostgreSQL text holds no NUL; an index entry
+    holds at most 2,704 bytes) fails its own validation, not the database calls the extractor
+    makes for a whole batch: the complaint published right after it is paid.
 
     Published the way an upstream service that does not validate would (this project's own
     publisher refuses such a complaint before it reaches Kafka)."""
@@ -253,27 +271,25 @@ def test_a_complaint_postgresql_cannot_store_goes_to_the_dlq_alone(pipeline: Pip
     from tests.kafka_helpers import produce_values
 
     sample = _sample("article")
-    poisoned = f"d-{uuid.uuid4().hex[:16]}"
     codec = Codec(
         framing_from_registry_url(pipeline.stack.registry_url),
         {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
     )
-    complaint = {
+    poisoned = odd.get("dispute_id", f"d-{uuid.uuid4().hex[:16]}")
+    complaint: dict[str, Any] = {
         "dispute_id": poisoned,
         "order_id": pipeline.own_order(sample.order_id),
         "customer_id": sample.customer_id,
-        "text": "The raita leaked\x00 all over the bag.",
+        "text": "The raita leaked all over the bag.",
         "received_at": datetime.now(UTC),
         "channel": "app",
+        **odd,
     }
     produce_values(pipeline.stack.kafka, t.COMPLAINT_RECEIVED.name, [(poisoned, complaint)], codec)
     dispute = _submit(pipeline, "article")
 
     dead = _dead_letter(pipeline, poisoned)
-    assert dead.value["reason"] == (
-        "ComplaintReceived failed validation: text: "
-        "Value error, holds a NUL character, which PostgreSQL text cannot store"
-    )
+    assert dead.value["reason"] == f"ComplaintReceived failed validation: {reason}"
     assert dead.headers["dlq.stage"] == b"extractor"
     story = pipeline.wait_for_payout(dispute, 1)
     assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 68900)]
