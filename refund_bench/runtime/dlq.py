@@ -10,9 +10,21 @@ from typing import Any
 from refund_bench.errors import DlqLimitExceeded
 
 MAX_REASON_CHARS = 4000
+MAX_KEY_BYTES = 1024
+"""Of a source key, at most this much is kept (the envelope's ``original_key`` and the dead
+letter's own key). Keys are dispute ids of at most 128 characters; a longer one is bad input."""
 MAX_ORIGINAL_BYTES = 900_000
 """Below the producer's default ``message.max.bytes`` (1,000,000) with room for the rest of the
-envelope and its headers."""
+envelope, its key and its headers."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-letter record: its key, its envelope (to encode) and its headers."""
+
+    key: bytes
+    envelope: dict[str, Any]
+    headers: dict[str, bytes]
 
 
 def dead_letter(
@@ -25,17 +37,23 @@ def dead_letter(
     value: bytes | None,
     reason: str,
     error_type: str,
-) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The DLQ envelope value and its headers for one unprocessable record.
+) -> DeadLetter:
+    """The dead letter for one unprocessable record, keyed by its source key.
 
-    The envelope must fit in one Kafka record even when the input nearly filled one: a reason
-    longer than :data:`MAX_REASON_CHARS` is cut, and an original value longer than
-    :data:`MAX_ORIGINAL_BYTES` is kept in part (the reason says so, and the header
-    ``dlq.original.bytes`` gives its full size). The whole record stays in its source topic
-    at ``offset`` until that topic's retention, for a replay from there.
+    It must fit in one Kafka record even when the input nearly filled one, with its key in it
+    twice (the record's key and ``original_key``): a reason longer than
+    :data:`MAX_REASON_CHARS` is cut; a key longer than :data:`MAX_KEY_BYTES` and a value longer
+    than :data:`MAX_ORIGINAL_BYTES` are kept in part (the reason says so, and the headers
+    ``dlq.original.key.bytes`` and ``dlq.original.bytes`` give their full sizes). The whole
+    record stays in its source topic at ``offset`` until that topic's retention, for a replay
+    from there.
     """
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    key_size = len(key) if key is not None else 0
+    if key is not None and key_size > MAX_KEY_BYTES:
+        key = key[:MAX_KEY_BYTES]
+        reason += f" [original key cut to {MAX_KEY_BYTES} of {key_size} bytes]"
     size = len(value) if value is not None else 0
     if value is not None and size > MAX_ORIGINAL_BYTES:
         value = value[:MAX_ORIGINAL_BYTES]
@@ -58,9 +76,10 @@ def dead_letter(
         "dlq.source.topic": topic.encode(),
         "dlq.source.partition": str(partition).encode(),
         "dlq.source.offset": str(offset).encode(),
+        "dlq.original.key.bytes": str(key_size).encode(),
         "dlq.original.bytes": str(size).encode(),
     }
-    return envelope, headers
+    return DeadLetter(key or b"", envelope, headers)
 
 
 @dataclass

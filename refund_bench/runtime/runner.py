@@ -57,6 +57,8 @@ from refund_bench.topics import Topic, changelog_topic
 log = logging.getLogger(__name__)
 
 _TXN_RETRIES = 10
+_RECORD_OVERHEAD_BYTES = 512
+"""Room left under the producer's ``message.max.bytes`` for a record's framing on the wire."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,9 @@ class StageRunner:
             else None
         )
         self._eos = config.guarantee == "exactly-once"
+        self._max_output_bytes = (
+            int(self._producer_conf().get("message.max.bytes", 1_000_000)) - _RECORD_OVERHEAD_BYTES
+        )
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._delivery_errors: list[KafkaError] = []
@@ -543,23 +548,33 @@ class StageRunner:
         """Add a record's encoded outputs to ``outgoing`` and keep its state writes, or add its
         dead letter instead.
 
-        Every output is encoded before any is produced: a record whose output carries text that
-        cannot be encoded (half of a surrogate pair, from input the stage passed on) is
-        dead-lettered whole, its state writes dropped, instead of failing the batch on every
-        redelivery. Any other encoding error is a bug in the stage and stops it.
+        Every output is encoded before any is produced. A record whose output carries text that
+        cannot be encoded (half of a surrogate pair, from input the stage passed on), or is too
+        large for one Kafka record (the producer's ``message.max.bytes``), is dead-lettered
+        whole, its state writes dropped, instead of failing the batch on every redelivery. Any
+        other encoding error is a bug in the stage and stops it.
         """
         if isinstance(result, InvalidInput):
             outgoing.append(self._dead_letter(msg, result))
             return
         try:
-            encoded = [(emit, self._encode(emit)) for emit in result]
+            encoded = [(emit, emit.key.encode(), self._encode(emit)) for emit in result]
         except UnicodeEncodeError as exc:
             reason = f"an output of this record holds text that cannot be encoded: {exc!r}"
             outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
             return
+        for emit, key, value in encoded:
+            size = len(key) + len(value) + sum(len(k) + len(v) for k, v in emit.headers.items())
+            if size > self._max_output_bytes:
+                reason = (
+                    f"an output of this record to {emit.topic} is {size} bytes, more than the"
+                    f" {self._max_output_bytes} one record may hold"
+                )
+                outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
+                return
         self.config.dlq_budget.record(False)
-        for emit, value in encoded:
-            outgoing.append(_Outgoing(emit.topic, emit.key.encode(), value, emit.headers, None))
+        for emit, key, value in encoded:
+            outgoing.append(_Outgoing(emit.topic, key, value, emit.headers, None))
             self.metrics.incr("records_out", topic=emit.topic)
         if ctx.state is not None:
             ctx.state.merge_into_batch()
@@ -630,7 +645,7 @@ class StageRunner:
     def _dead_letter(self, msg: Any, exc: InvalidInput) -> _Outgoing:
         """The dead letter for ``msg`` (to be produced in its batch's transaction)."""
         dlq = f"{msg.topic()}.dlq"
-        envelope, headers = dead_letter(
+        letter = dead_letter(
             stage=self.spec.name,
             topic=msg.topic(),
             partition=msg.partition(),
@@ -649,7 +664,8 @@ class StageRunner:
             dlq,
             exc.reason,
         )
-        record = _Outgoing(dlq, msg.key() or b"", self.codec.encode(dlq, envelope), headers, None)
+        envelope = self.codec.encode(dlq, letter.envelope)
+        record = _Outgoing(dlq, letter.key, envelope, letter.headers, None)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
         self.config.dlq_budget.record(True)
         return record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import threading
 import time
@@ -618,6 +619,10 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     produce_raw(stack.kafka, source, [(b"k", None)])
     # A fine value under a key that is not UTF-8 (keys are dispute ids).
     produce_raw(stack.kafka, source, [(b"\xff\xfek", good)])
+    # Garbage under a key so long that the dead letter, which carries the key twice, would not
+    # fit one record if it kept the whole key.
+    huge_key, garbage = b"k" * 600_000, b"\xff" * 390_000
+    produce_raw(stack.kafka, source, [(huge_key, garbage)])
     produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 2, "payload": ""})], codec)
 
     group = f"poison-{uuid.uuid4().hex[:8]}"
@@ -627,11 +632,11 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     stage = StageThread(runner).start()
     try:
         outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
-        dead = _dead_letters(stack, framing, dlq, at_least=4)
+        dead = _dead_letters(stack, framing, dlq, at_least=5)
     finally:
         assert stage.stop() is None
     assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
-    assert [r.value["source_offset"] for r in dead] == [1, 2, 3, 4]
+    assert [r.value["source_offset"] for r in dead] == [1, 2, 3, 4, 5]
     for record in dead:
         reason = record.headers["dlq.reason"].decode()
         assert reason == record.value["reason"]
@@ -643,20 +648,24 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert dead[2].value["reason"] == "record has no value"
     assert dead[3].value["reason"] == "record key is not UTF-8: invalid start byte at byte 0"
     assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
+    assert dead[4].value["reason"].endswith("[original key cut to 1024 of 600000 bytes]")
+    assert dead[4].value["original_key"] == huge_key[:1024]
+    assert dead[4].value["original_value"] == garbage
 
 
-def test_a_record_whose_output_cannot_be_encoded_is_dead_lettered_alone(
+def test_a_record_whose_output_cannot_be_encoded_or_sent_is_dead_lettered_alone(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
-    """An output whose text cannot be encoded (half of a surrogate pair) dead-letters its input,
-    with none of its outputs written; the records around it commit as usual."""
+    """An output whose text cannot be encoded (half of a surrogate pair), or that is larger than
+    one Kafka record may be, dead-letters its input, with none of its outputs written; the
+    records around it commit as usual."""
     source, sink = new_topic("unencodable-in", 1), new_topic("unencodable-out", 1)
     dlq = f"{source}.dlq"
     from refund_bench.topics import TopicSpec, ensure_topics
 
     ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
     codec = bench_codec(framing, source, sink)
-    ids = ["good-1", "bad", "good-2"]
+    ids = ["good-1", "bad", "huge", "good-2"]
     produce_values(
         stack.kafka, source, [("k", {"id": i, "seq": n, "payload": ""}) for n, i in enumerate(ids)],
         codec,
@@ -668,6 +677,8 @@ def test_a_record_whose_output_cannot_be_encoded_is_dead_lettered_alone(
         first = Emit(out.name, "k", {**value, "payload": "first"})
         if value["id"] == "bad":
             value["payload"] = "cut short \ud83d"
+        if value["id"] == "huge":
+            value["payload"] = "x" * 1_000_000
         return [first, Emit(out.name, "k", value)]
 
     group = f"unencodable-{uuid.uuid4().hex[:8]}"
@@ -675,7 +686,7 @@ def test_a_record_whose_output_cannot_be_encoded_is_dead_lettered_alone(
     stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
     try:
         outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=60, settle_s=0.0)
-        dead = _dead_letters(stack, framing, dlq, at_least=1)
+        dead = _dead_letters(stack, framing, dlq, at_least=2)
     finally:
         assert stage.stop() is None
     assert [(r.value["id"], r.value["payload"]) for r in outputs] == [
@@ -684,9 +695,14 @@ def test_a_record_whose_output_cannot_be_encoded_is_dead_lettered_alone(
         ("good-2", "first"),
         ("good-2", ""),
     ]
-    assert [r.value["source_offset"] for r in dead] == [1]
+    assert [r.value["source_offset"] for r in dead] == [1, 2]
     assert "cannot be encoded" in dead[0].value["reason"]
-    assert dead[0].value["error_type"] == "InvalidInput"
+    assert re.fullmatch(
+        rf"an output of this record to {sink} is 10000\d\d bytes, more than the 999488 one"
+        " record may hold",
+        dead[1].value["reason"],
+    )
+    assert {r.value["error_type"] for r in dead} == {"InvalidInput"}
 
 
 def test_dlq_budget_stops_a_stage_fed_only_garbage(

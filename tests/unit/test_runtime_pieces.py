@@ -17,6 +17,7 @@ from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import (
+    MAX_KEY_BYTES,
     MAX_ORIGINAL_BYTES,
     MAX_REASON_CHARS,
     DlqBudget,
@@ -366,7 +367,7 @@ def test_a_stateful_stage_refuses_what_would_lose_its_state(
 
 def test_a_dead_letter_fits_one_record_even_for_an_input_that_filled_one() -> None:
     value = b"\x00" * 999_000
-    envelope, headers = dead_letter(
+    letter = dead_letter(
         stage="judge",
         topic="grievance.extracted",
         partition=3,
@@ -376,7 +377,9 @@ def test_a_dead_letter_fits_one_record_even_for_an_input_that_filled_one() -> No
         reason="x" * 50_000,
         error_type="InvalidInput",
     )
+    envelope, headers = letter.envelope, letter.headers
     assert envelope["original_value"] == value[:MAX_ORIGINAL_BYTES]
+    assert (letter.key, envelope["original_key"]) == (b"d-1", b"d-1")
     assert envelope["reason"].startswith("x" * (MAX_REASON_CHARS - 1) + "…")
     assert envelope["reason"].endswith(
         f"[original value cut to {MAX_ORIGINAL_BYTES} of 999000 bytes]"
@@ -388,10 +391,34 @@ def test_a_dead_letter_fits_one_record_even_for_an_input_that_filled_one() -> No
     assert len(record) + sum(len(k) + len(v) for k, v in headers.items()) < 1_000_000
 
 
+def test_a_dead_letter_fits_one_record_even_for_a_key_that_filled_most_of_one() -> None:
+    """The key is in a dead letter twice (its own key and ``original_key``)."""
+    key, value = b"k" * 600_000, b"v" * 390_000
+    letter = dead_letter(
+        stage="extractor", topic="complaint.received", partition=0, offset=7, key=key,
+        value=value, reason="record key is not the dispute id", error_type="InvalidInput",
+    )  # fmt: skip
+    assert letter.key == letter.envelope["original_key"] == key[:MAX_KEY_BYTES]
+    assert letter.envelope["original_value"] == value
+    assert letter.envelope["reason"] == (
+        f"record key is not the dispute id [original key cut to {MAX_KEY_BYTES} of 600000 bytes]"
+    )
+    assert (letter.headers["dlq.original.key.bytes"], letter.headers["dlq.original.bytes"]) == (
+        b"600000",
+        b"390000",
+    )
+    codec = Codec(FingerprintFraming(), {"complaint.received.dlq": "dead_letter"})
+    record = codec.encode("complaint.received.dlq", letter.envelope)
+    sizes = len(letter.key) + len(record) + sum(len(k) + len(v) for k, v in letter.headers.items())
+    assert sizes < 1_000_000
+
+
 def test_a_small_dead_letter_is_kept_whole() -> None:
-    envelope, headers = dead_letter(
+    letter = dead_letter(
         stage="s", topic="t", partition=0, offset=0, key=None, value=b"abc", reason="bad",
         error_type="InvalidInput",
     )  # fmt: skip
-    assert (envelope["original_value"], envelope["reason"]) == (b"abc", "bad")
-    assert headers["dlq.original.bytes"] == b"3"
+    assert (letter.envelope["original_value"], letter.envelope["reason"]) == (b"abc", "bad")
+    assert (letter.key, letter.envelope["original_key"]) == (b"", None)
+    assert letter.headers["dlq.original.bytes"] == b"3"
+    assert letter.headers["dlq.original.key.bytes"] == b"0"
