@@ -6,7 +6,8 @@ When the N-th verdict arrives, round 1 is priced; each new review decision re-pr
 round, which may pay only what earlier rounds have not approved. A reviewer's APPROVE covers the
 total of the round it was made on: a later round above both that total and the cap is held for
 review again. A grievance's review may arrive before the dispute's verdicts (the two topics are
-read independently); it is kept and applied when round 1 is priced. Both inputs are keyed by
+read independently); it is kept and applied when round 1 is priced (or set aside then, if it
+names a grievance the dispute does not have). Both inputs are keyed by
 dispute_id and co-partitioned; the range assignor gives one instance the same partition of both.
 """
 
@@ -127,6 +128,7 @@ class PricingHandler:
             )
             for gid, v in state["verdicts"].items()
         ]
+        stray = _set_aside_stray_reviews(dispute_id, state) if state["round"] == 0 else []
         snapshot = self._snapshots(state["snapshot_sha256"])
         priced = price_refund(
             verdicts,
@@ -135,6 +137,11 @@ class PricingHandler:
             already_approved_minor=state["approved_minor"],
             overrides=_overrides(state["overrides"]),
         )
+        if stray:
+            why = (
+                f"review decisions for grievances not in the dispute set aside: {', '.join(stray)}"
+            )
+            priced = priced.model_copy(update={"reason": f"{priced.reason}; {why}"})
         state["round"] += 1
         state.setdefault("totals", {})[str(state["round"])] = priced.total_minor
         if priced.decision in _PAYING:
@@ -217,6 +224,28 @@ def _dispute_facts(verdict: ev.VerdictDecided) -> dict[str, Any]:
         "grievance_total": verdict.grievance_total,
         "snapshot_sha256": verdict.snapshot_sha256,
     }
+
+
+def _set_aside_stray_reviews(dispute_id: str, state: dict[str, Any]) -> list[str]:
+    """Drop, before round 1, the kept decisions on grievances the dispute does not have, and
+    return those grievance ids.
+
+    Only a decision that came before the verdicts can name one here (a later one is checked as
+    it arrives, and dead-lettered). Kept, it would make the dispute's last verdict invalid, and
+    the dispute would never be priced; set aside, it is named in round 1's reason.
+    """
+    grievances: dict[str, str] = state["overrides"]["grievances"]
+    stray = sorted(set(grievances) - set(state["verdicts"]))
+    if stray:
+        log.warning(
+            "dispute %s has no grievance %s: the review decisions on them are set aside",
+            dispute_id,
+            ", ".join(stray),
+        )
+        state["overrides"]["grievances"] = {
+            gid: ruling for gid, ruling in grievances.items() if gid not in stray
+        }
+    return stray
 
 
 def _overrides(raw: Mapping[str, Any]) -> ReviewOverrides:

@@ -116,12 +116,14 @@ def _priced(store: StateStore, handler: PricingHandler, message: Message) -> Map
     return emit.value
 
 
-def _decided(review_id: str, kind: str, decision: str, item_key: str | None) -> Message:
+def _decided(
+    review_id: str, kind: str, decision: str, item_key: str | None, grievance_id: str = "g3"
+) -> Message:
     value = ev.ReviewDecided(
         dispute_id="d-1",
         review_id=review_id,
         kind=kind,
-        grievance_id="g3" if kind == "GRIEVANCE" else None,
+        grievance_id=grievance_id if kind == "GRIEVANCE" else None,
         decision=decision,
         reviewer="alice",
         decided_at=ev.now(),
@@ -170,6 +172,38 @@ def test_a_grievance_review_that_comes_before_the_verdicts_is_applied_in_round_o
     priced = _priced(store, handler, _verdict("g3", "ESCALATE"))
     assert (priced["round"], priced["total_minor"], priced["payable_minor"]) == (1, 74900, 74900)
     assert priced["held_grievances"] == []
+
+
+def test_a_review_kept_for_a_grievance_the_dispute_lacks_is_set_aside_and_round_one_priced() -> (
+    None
+):
+    """A decision on g9 came before the verdicts of a dispute of four grievances: it is named in
+    round 1's reason, and the dispute is priced as the verdicts say."""
+    store, handler = _handler()
+    early = BatchState(store)
+    record = RecordState(early, 0)
+    stray = _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g9", grievance_id="g9")
+    assert list(handler.handle(stray, Context(record))) == []
+    record.merge_into_batch()
+    early.apply()
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    priced = _priced(store, handler, _verdict("g3", "ESCALATE"))
+    assert (priced["round"], priced["total_minor"], priced["held_grievances"]) == (1, 68900, ["g3"])
+    assert priced["reason"].endswith(
+        "; review decisions for grievances not in the dispute set aside: g9"
+    )
+    upheld = _priced(store, handler, _decided("r-2", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (upheld["round"], upheld["total_minor"], upheld["payable_minor"]) == (2, 74900, 6000)
+    assert "set aside" not in upheld["reason"]
+
+
+def test_a_later_review_for_a_grievance_the_dispute_lacks_is_invalid() -> None:
+    store, handler = _handler()
+    for gid in ("g1", "g2", "g3", "g4"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    stray = _decided("r-1", "GRIEVANCE", "REJECT", "grievance:g9", grievance_id="g9")
+    _refused(store, handler, stray, r"review overrides for grievances not in the dispute: \['g9'\]")
 
 
 def test_a_dispute_review_for_an_unknown_dispute_is_invalid() -> None:
