@@ -352,16 +352,20 @@ def loads_answer(raw: str) -> object:
     ``json`` accepts it, and every event carrying the string would then fail to encode. It may
     also escape a NUL character (``"\\u0000"``), which PostgreSQL text cannot store: the
     audit record of every event carrying it would fail. Raises ``ValueError`` for such an
-    answer, as for text that is not JSON.
+    answer, as for text that is not JSON, and for one nested too deeply for Python to read
+    (``RecursionError`` would otherwise stop the stage, on every redelivery of a cached answer).
     """
-    data = json.loads(raw)
-    if "\\ud" in raw or "\\uD" in raw:  # only an escape can produce a lone surrogate
-        try:
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError("the answer holds half of a surrogate pair") from exc
-    if "\\u0000" in raw and _holds_nul(data):  # JSON strings hold a NUL only escaped
-        raise ValueError("the answer holds a NUL character")
+    try:
+        data = json.loads(raw)
+        if "\\ud" in raw or "\\uD" in raw:  # only an escape can produce a lone surrogate
+            try:
+                json.dumps(data, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError("the answer holds half of a surrogate pair") from exc
+        if "\\u0000" in raw and _holds_nul(data):  # JSON strings hold a NUL only escaped
+            raise ValueError("the answer holds a NUL character")
+    except RecursionError as exc:
+        raise ValueError("the answer is nested too deeply to read") from exc
     return data
 
 

@@ -198,15 +198,16 @@ def load_snapshot(snapshot_json: str, expected_sha256: str) -> dict[str, Any]:
     """Parse a snapshot carried by an event, after checking it against its hash.
 
     Raises :class:`InvalidInput` when the hash does not match, the text is not canonical JSON of
-    an object, or the snapshot version is not one this code understands.
+    an object (or is nested too deeply to read), or the snapshot version is not one this code
+    understands.
     """
     if snapshot_sha256(snapshot_json) != expected_sha256:
         raise InvalidInput("snapshot_json does not match snapshot_sha256")
     try:
         data = json.loads(snapshot_json)
         canonical = canonical_json(data)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput(f"snapshot_json is not canonical JSON: {exc}") from exc
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise InvalidInput(f"snapshot_json is not canonical JSON: {exc!r}") from exc
     if canonical != snapshot_json or not isinstance(data, dict):
         raise InvalidInput("snapshot_json is not the canonical JSON of an object")
     if data.get("snapshot_version") != SNAPSHOT_VERSION:

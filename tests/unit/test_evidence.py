@@ -207,6 +207,11 @@ def test_load_snapshot_checks_hash_canonical_form_and_version() -> None:
     future = canonical_json({**frozen.data, "snapshot_version": "2"})
     with pytest.raises(InvalidInput, match="snapshot_version"):
         load_snapshot(future, snapshot_sha256(future))
+    # Nested past Python's recursion limit, with a matching hash (a 4 KB record): the judge
+    # stopped on it, on every redelivery.
+    deep = '{"order":' + "[" * 2_000 + "]" * 2_000 + "}"
+    with pytest.raises(InvalidInput, match="RecursionError"):
+        load_snapshot(deep, snapshot_sha256(deep))
 
 
 def test_evidence_fields_have_full_and_short_forms() -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from refund_bench.llm.roles import MalformedAnswer, loads_answer, parse_judge_ruling
+from refund_bench.llm.roles import (
+    MalformedAnswer,
+    loads_answer,
+    parse_customer_reply,
+    parse_extraction,
+    parse_judge_ruling,
+)
 
 RULING = {"ruling": "UPHELD", "confidence": 0.9, "evidence_cited": ["delivered_at"]}
 
@@ -41,6 +48,18 @@ def test_a_nul_character_anywhere_in_an_answer_is_a_malformed_answer(answer: obj
     assert "\\u0000" in raw
     with pytest.raises(MalformedAnswer, match="NUL character"):
         parse_judge_ruling(raw)
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+@pytest.mark.parametrize("parse", [parse_extraction, parse_judge_ruling, parse_customer_reply])
+def test_an_answer_nested_too_deeply_to_read_is_a_malformed_answer(
+    parse: Callable[[str], object], depth: int
+) -> None:
+    """Python's JSON reader raises RecursionError for it; as such it stopped the extractor and
+    the settler on every redelivery (their answers are cached before they are read)."""
+    raw = '{"grievances": ' + "[" * depth + "]" * depth + "}"
+    with pytest.raises(MalformedAnswer, match="nested too deeply"):
+        parse(raw)
 
 
 def test_an_escaped_backslash_before_u0000_is_no_nul() -> None:
