@@ -549,10 +549,11 @@ class StageRunner:
         dead letter instead.
 
         Every output is encoded before any is produced. A record whose output carries text that
-        cannot be encoded (half of a surrogate pair, from input the stage passed on), or is too
-        large for one Kafka record (the producer's ``message.max.bytes``), is dead-lettered
-        whole, its state writes dropped, instead of failing the batch on every redelivery. Any
-        other encoding error is a bug in the stage and stops it.
+        cannot be encoded (half of a surrogate pair, from input the stage passed on), or whose
+        output or state write is too large for one Kafka record (the producer's
+        ``message.max.bytes``), is dead-lettered whole, its state writes dropped, instead of
+        failing the batch on every redelivery. Any other encoding error is a bug in the stage
+        and stops it.
         """
         if isinstance(result, InvalidInput):
             outgoing.append(self._dead_letter(msg, result))
@@ -572,6 +573,14 @@ class StageRunner:
                 )
                 outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
                 return
+        largest = ctx.state.largest_write() if ctx.state is not None else None
+        if largest is not None and largest[1] > self._max_output_bytes:
+            reason = (
+                f"the state this record would keep for {largest[0]!r} is {largest[1]} bytes,"
+                f" more than the {self._max_output_bytes} one changelog record may hold"
+            )
+            outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
+            return
         self.config.dlq_budget.record(False)
         for emit, key, value in encoded:
             outgoing.append(_Outgoing(emit.topic, key, value, emit.headers, None))

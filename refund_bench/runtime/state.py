@@ -93,6 +93,16 @@ class RecordState:
     def delete(self, key: str) -> None:
         self._staged[key] = _DELETED
 
+    def largest_write(self) -> tuple[str, int] | None:
+        """The key of this record's largest staged write and its size in the changelog (key and
+        value bytes); ``None`` when it staged no value."""
+        sizes = [
+            (key, len(key.encode()) + len(write.data))
+            for key, write in self._staged.items()
+            if isinstance(write, _Put)
+        ]
+        return max(sizes, key=lambda size: size[1]) if sizes else None
+
     def merge_into_batch(self) -> None:
         """Keep this record's writes (it succeeded)."""
         for key, value in self._staged.items():

@@ -705,6 +705,49 @@ def test_a_record_whose_output_cannot_be_encoded_or_sent_is_dead_lettered_alone(
     assert {r.value["error_type"] for r in dead} == {"InvalidInput"}
 
 
+def test_a_record_whose_state_would_not_fit_one_changelog_record_is_dead_lettered_alone(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """The state a stage keeps per key goes to its changelog as one record: a write too large
+    for one (here, a key's texts kept together) dead-letters the record that made it, and
+    the key's state stays as it was for the records after it."""
+    source, sink = new_topic("big-state-in", 1), new_topic("big-state-out", 1)
+    dlq = f"{source}.dlq"
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    group = f"big-state-{uuid.uuid4().hex[:8]}"
+    changelog = TopicSpec(f"{group}.texts.changelog", compacted=True)
+    ensure_topics(stack.kafka, [TopicSpec(dlq), changelog], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    texts = [("a", "x" * 500_000), ("b", "y" * 500_000), ("c", "z")]
+    produce_values(
+        stack.kafka, source, [("k", {"id": i, "seq": n, "payload": p}) for n, (i, p) in
+        enumerate(texts)], codec,
+    )  # fmt: skip
+    out = Topic(sink, "bench.record")
+
+    def handle(message: Message, ctx: Context) -> Sequence[Emit]:
+        state = ctx.store()
+        kept = (state.get("k") or "") + message.value["payload"]
+        state.put("k", kept)
+        return [Emit(out.name, "k", {"id": message.value["id"], "seq": len(kept), "payload": ""})]
+
+    spec = StageSpec(group, (Topic(source, "bench.record"),), (out,), handle, store="texts")
+    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
+    try:
+        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
+        dead = _dead_letters(stack, framing, dlq, at_least=1)
+    finally:
+        assert stage.stop() is None
+    assert [(r.value["id"], r.value["seq"]) for r in outputs] == [("a", 500_000), ("c", 500_001)]
+    assert [r.value["source_offset"] for r in dead] == [1]
+    assert re.fullmatch(
+        r"the state this record would keep for 'k' is 1000003 bytes, more than the 999488 one"
+        " changelog record may hold",
+        dead[0].value["reason"],
+    )
+
+
 def test_dlq_budget_stops_a_stage_fed_only_garbage(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
