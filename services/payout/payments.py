@@ -36,7 +36,8 @@ class Payments(Protocol):
         """Create (or replay) the refund; returns the provider's refund id.
 
         Raises :class:`TransientError` for 429/5xx/connection failures (safe to retry with the
-        same key) and :class:`PaymentRejected` for failures a retry cannot fix.
+        same key) and :class:`PaymentRejected` for failures a retry cannot fix, a refund the
+        provider answered as failed, canceled or needing action among them.
         """
         ...
 
@@ -95,4 +96,21 @@ class StripePayments:
                 raise TransientError(f"stripe: HTTP {status}") from exc
             code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
-        return str(refund.id)
+        return _accepted(refund)
+
+
+_NOT_REFUNDED = frozenset({"failed", "canceled", "requires_action"})
+"""Refund statuses that mean no money went back (``requires_action``: not without the customer
+doing something first). ``pending`` is accepted: Stripe has taken the refund on."""
+
+
+def _accepted(refund: stripe.Refund) -> str:
+    """The id of a refund Stripe took on; :class:`PaymentRejected` (``refund_<status>``, for a
+    person to follow up) for one it answered as not refunded."""
+    status = str(refund.status)
+    if status in _NOT_REFUNDED:
+        why = f": {refund.failure_reason}" if getattr(refund, "failure_reason", None) else ""
+        raise PaymentRejected(
+            f"refund_{status}", f"Stripe answered refund {refund.id} with status {status}{why}"
+        )
+    return str(refund.id)

@@ -23,6 +23,8 @@ class FakeStripe:
     lose_responses: int = 0
     throttle: int = 0
     decline_references: set[str] = field(default_factory=set)
+    refund_status: dict[str, str] = field(default_factory=dict)
+    """A refund's status by payment reference (``succeeded`` for any other)."""
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_key: dict[str, tuple[str, int, dict[str, Any]]] = field(default_factory=dict)
     requests: int = 0
@@ -57,7 +59,7 @@ class FakeStripe:
                     "object": "refund",
                     "amount": int(params.get("amount", 0)),
                     "currency": params.get("currency", "inr"),
-                    "status": "succeeded",
+                    "status": self.refund_status.get(params.get("payment_intent", ""), "succeeded"),
                     "payment_intent": params.get("payment_intent"),
                     "metadata": {},
                 }

@@ -202,6 +202,43 @@ def test_declined_refund_fails_once_and_is_not_retried(
     assert row[0] == "FAILED"
 
 
+@pytest.mark.parametrize("status", ["failed", "canceled", "requires_action"])
+def test_a_refund_stripe_answers_as_not_refunded_fails_once_and_goes_to_review(
+    database: str, fake: FakeStripeServer, status: str
+) -> None:
+    """Stripe creates the refund but answers it with a status that moved no money: the round
+    is a payout failure for a person to follow up, not a completed payout the customer is told
+    about."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    reference = f"pi_{dispute}"
+    fake.fake.refund_status[reference] = status
+    first, again = _run(
+        database,
+        fake.url,
+        _request(dispute, reference=reference),
+        _request(dispute, reference=reference),
+    )
+    assert [o.topic for o in first] == [o.topic for o in again] == ["payout.failed"]
+    assert first[0].value["error_code"] == f"refund_{status}"
+    (refund_id,) = fake.fake.refunds
+    assert first[0].value["reason"] == (f"Stripe answered refund {refund_id} with status {status}")
+    assert fake.fake.requests == 1
+    with psycopg.connect(database) as conn:
+        row: Any = conn.execute(
+            "SELECT status FROM payout_ledger WHERE dispute_id = %s", (dispute,)
+        ).fetchone()
+    assert row[0] == "FAILED"
+
+
+def test_a_pending_refund_is_a_completed_payout(database: str, fake: FakeStripeServer) -> None:
+    """Stripe has taken a ``pending`` refund on; it settles without anything more from us."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    fake.fake.refund_status[f"pi_{dispute}"] = "pending"
+    [outputs] = _run(database, fake.url, _request(dispute, reference=f"pi_{dispute}"))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
+
+
 def test_a_reused_key_with_other_parameters_is_rejected(fake: FakeStripeServer) -> None:
     key = f"k-{uuid.uuid4()}"
     request: dict[str, Any] = {
