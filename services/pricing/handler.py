@@ -70,11 +70,17 @@ class PricingHandler:
             message.require_key(verdict.dispute_id)
             ev.known(Category, verdict.category, f"verdict {verdict.grievance_id}")
             ev.known(Ruling, verdict.outcome, f"verdict {verdict.grievance_id}")
+            if verdict.grievance_total < 1:
+                raise InvalidInput(
+                    f"verdict {verdict.grievance_id} gives the dispute"
+                    f" {verdict.grievance_total} grievances"
+                )
             state = store.get(verdict.dispute_id) or _new_state()
             if state["grievance_total"] is None:  # the dispute's first verdict
                 state.update(_dispute_facts(verdict))
             if verdict.grievance_id in state["verdicts"]:
                 return ()
+            _check_facts(state, verdict)
             state["verdicts"][verdict.grievance_id] = {
                 "category": verdict.category,
                 "outcome": verdict.outcome,
@@ -246,6 +252,30 @@ def _set_aside_stray_reviews(dispute_id: str, state: dict[str, Any]) -> list[str
             gid: ruling for gid, ruling in grievances.items() if gid not in stray
         }
     return stray
+
+
+def _check_facts(state: Mapping[str, Any], verdict: ev.VerdictDecided) -> None:
+    """:class:`InvalidInput` for a new verdict that disagrees with the dispute's first about
+    what every verdict of it carries alike, or that comes when all of its verdicts are in.
+
+    Kept, it would leave the dispute never priced (a total it can never reach) or price it
+    against another order's evidence.
+    """
+    differ = [
+        f"{key} {value!r}, not {state[key]!r}"
+        for key, value in _dispute_facts(verdict).items()
+        if value != state[key]
+    ]
+    if differ:
+        raise InvalidInput(
+            f"verdict {verdict.grievance_id} disagrees with the dispute's first verdict:"
+            f" {'; '.join(differ)}"
+        )
+    if len(state["verdicts"]) >= state["grievance_total"]:
+        raise InvalidInput(
+            f"verdict {verdict.grievance_id} comes after all {state['grievance_total']} verdicts"
+            " of the dispute"
+        )
 
 
 def _overrides(raw: Mapping[str, Any]) -> ReviewOverrides:

@@ -26,18 +26,18 @@ GRIEVANCES = (
 )
 
 
-def _verdict(gid: str, raita: str) -> Message:
+def _verdict(gid: str, raita: str, **facts: Any) -> Message:
     category, item, quantity = next((c, i, q) for g, c, i, q in GRIEVANCES if g == gid)
     outcome = raita if gid == "g3" else "UPHELD"
     value = ev.VerdictDecided(
         dispute_id="d-1",
-        order_id="order-1840",
+        order_id=facts.get("order_id", "order-1840"),
         grievance_id=gid,
-        grievance_total=len(GRIEVANCES),
+        grievance_total=facts.get("grievance_total", len(GRIEVANCES)),
         category=category,
         item_name=item,
         item_quantity=quantity,
-        snapshot_sha256="0" * 64,
+        snapshot_sha256=facts.get("snapshot_sha256", "0" * 64),
         outcome=outcome,
         votes_upheld=3,
         votes_rejected=0,
@@ -267,3 +267,39 @@ def test_a_verdict_in_terms_this_version_does_not_know_is_invalid_and_not_kept(
     message = _verdict("g1", "UPHELD")
     unknown = dataclasses.replace(message, value={**message.value, field: value})
     _refused(store, handler, unknown, f"verdict g1: {reason}")
+
+
+@pytest.mark.parametrize("total", [0, -1])
+def test_a_verdict_giving_its_dispute_no_grievances_is_invalid(total: int) -> None:
+    store, handler = _handler()
+    reason = f"verdict g1 gives the dispute {total} grievances"
+    _refused(store, handler, _verdict("g1", "UPHELD", grievance_total=total), reason)
+
+
+@pytest.mark.parametrize(
+    ("fact", "other"),
+    [("grievance_total", 2), ("grievance_total", 5), ("order_id", "order-9"),
+     ("snapshot_sha256", "1" * 64)],
+)  # fmt: skip
+def test_a_verdict_disagreeing_with_the_disputes_first_is_invalid_and_the_dispute_still_prices(
+    fact: str, other: object
+) -> None:
+    """A total it can never reach would leave the dispute unpriced; a total it has reached would
+    price it without a grievance; another order or snapshot would price it on other evidence."""
+    store, handler = _handler()
+    _headers(store, handler, _verdict("g1", "UPHELD"))
+    reason = f"verdict g2 disagrees with the dispute's first verdict: {fact} {other!r}, not"
+    _refused(store, handler, _verdict("g2", "UPHELD", **{fact: other}), reason)
+    for gid in ("g2", "g3"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    priced = _priced(store, handler, _verdict("g4", "UPHELD"))
+    assert (priced["round"], priced["total_minor"]) == (1, 74900)
+
+
+def test_a_verdict_after_all_of_the_disputes_verdicts_is_invalid() -> None:
+    store, handler = _handler()
+    for gid in ("g1", "g2", "g3", "g4"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    stray = _verdict("g1", "UPHELD")
+    stray = dataclasses.replace(stray, value={**stray.value, "grievance_id": "g5"})
+    _refused(store, handler, stray, "verdict g5 comes after all 4 verdicts of the dispute")
