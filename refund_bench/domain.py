@@ -13,6 +13,11 @@ MinorUnits = int
 """An amount of money in integer minor units (e.g. paise)."""
 
 
+MAX_JUDGES = 15
+"""The most judge seats a bench may have (``JUDGE_COUNT``); the tally refuses rulings of a
+larger bench."""
+
+
 class Category(StrEnum):
     """The fixed set of checkable grievance categories."""
 

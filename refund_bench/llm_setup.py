@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from refund_bench.config import StageSettings
+from refund_bench.domain import MAX_JUDGES
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
@@ -95,7 +96,7 @@ def split_list(value: str) -> list[str]:
 class JudgePanelSettings(LlmStageSettings):
     """The bench: K seats, each with its model, seed and temperature (> 0: independent draws)."""
 
-    judge_count: int = Field(default=3, ge=1, le=15)
+    judge_count: int = Field(default=3, ge=1, le=MAX_JUDGES)
     judge_models: str = "standin-judge"
     judge_base_urls: str = ""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)

@@ -2,10 +2,13 @@
 
 Per grievance, the bench state lives in the ``tally.benches`` store, whose changelog is written
 in the same transaction as the verdict and the consumed offsets. Until the K-th seat is in, the
-state holds the rulings so far (``{"bench": ...}``); a redelivered ruling of a seat already
-counted is ignored. When the K-th seat is in, the verdict is emitted once and the state shrinks
-to a marker (``{"decided_at": ...}``): the rulings travel in the verdict, and every later
-ruling of that grievance is a redelivery to ignore. The store's retention (see
+state holds the rulings so far and what the first ruling said of the grievance
+(``{"bench": ..., "facts": ...}``); a redelivered ruling of a seat already counted is ignored,
+and a ruling that says otherwise of the grievance (its category, item, quantity, order,
+snapshot or grievance count) is dead-lettered, so the verdict carries what every seat judged.
+When the K-th seat is in, the verdict is emitted once and the state shrinks to a marker
+(``{"decided_at": ...}``): the rulings travel in the verdict, and every later ruling of that
+grievance is a redelivery to ignore. The store's retention (see
 :class:`refund_bench.runtime.state.StateStore`) bounds how long markers are kept.
 """
 
@@ -18,6 +21,7 @@ from pydantic import ValidationError
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.domain import MAX_JUDGES
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.tally.votes import (
@@ -46,11 +50,16 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     message.require_key(cast_.dispute_id)
     if not 0.0 <= cast_.confidence <= 1.0:  # NaN too: the bench's state could not hold it
         raise InvalidInput(f"ruling confidence {cast_.confidence} is outside 0..1")
+    if not 1 <= cast_.judge_count <= MAX_JUDGES:
+        raise InvalidInput(f"judge_count {cast_.judge_count} is outside 1..{MAX_JUDGES}")
     store = ctx.store()
     key = bench_key(cast_.dispute_id, cast_.grievance_id)
     stored: dict[str, Any] | None = store.get(key)
     if stored is not None and DECIDED in stored:
         return ()
+    facts = _grievance_facts(cast_)
+    # A bench stored before the facts were kept takes this ruling's.
+    _check_facts(cast_, facts, stored.get("facts", facts) if stored else facts)
     try:
         bench = BenchState.from_dict(stored["bench"]) if stored else None
         summary = RulingSummary.from_ruling_cast(message.value)
@@ -60,11 +69,33 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     if not is_new:
         return ()
     if not should_emit(bench):
-        store.put(key, {"bench": bench.to_dict()})
+        store.put(key, {"bench": bench.to_dict(), "facts": facts})
         return ()
     verdict = _verdict(cast_, bench)
     store.put(key, {DECIDED: verdict.decided_at.isoformat()})
     return (Emit(t.VERDICT_DECIDED.name, cast_.dispute_id, verdict.to_avro()),)
+
+
+def _grievance_facts(cast_: ev.RulingCast) -> dict[str, Any]:
+    """What every seat's ruling says alike of the grievance (the verdict carries it)."""
+    return {
+        "order_id": cast_.order_id,
+        "grievance_total": cast_.grievance_total,
+        "category": cast_.category,
+        "item_name": cast_.item_name,
+        "item_quantity": cast_.item_quantity,
+        "snapshot_sha256": cast_.snapshot_sha256,
+    }
+
+
+def _check_facts(cast_: ev.RulingCast, facts: dict[str, Any], first: dict[str, Any]) -> None:
+    differ = [f"{name} {facts[name]!r}, not {first.get(name)!r}" for name in facts
+              if facts[name] != first.get(name)]  # fmt: skip
+    if differ:
+        raise InvalidInput(
+            f"ruling of seat {cast_.judge_seat} disagrees with the grievance's first ruling:"
+            f" {'; '.join(differ)}"
+        )
 
 
 def _verdict(cast_: ev.RulingCast, bench: BenchState) -> ev.VerdictDecided:

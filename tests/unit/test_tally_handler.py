@@ -128,3 +128,55 @@ def test_a_ruling_whose_confidence_is_no_probability_is_invalid_and_counts_for_n
     assert _run(store, _ruling(0)) == []
     assert _run(store, _ruling(1)) == []
     assert len(_run(store, _ruling(2))) == 1, "the three good seats make the verdict"
+
+
+@pytest.mark.parametrize(
+    ("fact", "other"),
+    [("category", "QUALITY"), ("item_name", "Raita"), ("item_quantity", 1),
+     ("grievance_total", 3), ("order_id", "order-9"), ("snapshot_sha256", "1" * 64)],
+)  # fmt: skip
+def test_a_ruling_that_says_otherwise_of_its_grievance_is_invalid_and_the_verdict_is_the_seats(
+    fact: str, other: object
+) -> None:
+    """The verdict carries the grievance as its rulings describe it, and pricing prices that:
+    one seat describing another claim (full price for a missing item, not half for quality)
+    must not decide what is paid."""
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    assert _run(store, _ruling(0)) == []
+    assert _run(store, _ruling(1)) == []
+    message = _ruling(2)
+    odd = dataclasses.replace(message, value={**message.value, fact: other})
+    before = store.values(0)
+    with pytest.raises(
+        InvalidInput,
+        match=f"ruling of seat 2 disagrees with the grievance's first ruling: {fact} {other!r}",
+    ):
+        _run(store, odd)
+    assert store.values(0) == before
+    [verdict] = _run(store, _ruling(2))
+    assert (verdict["category"], verdict["item_quantity"]) == ("MISSING_ITEM", 2)
+
+
+@pytest.mark.parametrize("judge_count", [0, -1, 16, 10**9])
+def test_a_ruling_of_a_bench_no_panel_can_have_is_invalid(judge_count: int) -> None:
+    """A first ruling of a bench of 10**9 seats would make the grievance's real rulings
+    invalid, and its verdict would never come."""
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    message = _ruling(0)
+    odd = dataclasses.replace(message, value={**message.value, "judge_count": judge_count})
+    with pytest.raises(InvalidInput, match=f"judge_count {judge_count} is outside 1..15"):
+        _run(store, odd)
+    assert store.values(0) == {}
+
+
+def test_a_bench_stored_before_the_facts_were_kept_takes_the_next_rulings() -> None:
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    first = {k: v for k, v in _ruling(0).value.items() if k in _SUMMARY_FIELDS}
+    earlier = {"bench": {"judge_count": 3, "rulings": [first], "emitted": False}}
+    store.install(0, bench_key("d-1", "g2"), encode_state(earlier), 0.0)
+    assert _run(store, _ruling(1)) == []
+    [verdict] = _run(store, _ruling(2))
+    assert (verdict["split"], verdict["item_name"]) == ("3-0", "Chicken Biryani")
