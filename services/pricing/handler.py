@@ -13,6 +13,7 @@ co-partitioned; the range assignor gives one instance the same partition of both
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from services.pricing.table import (
     GrievanceVerdict,
     PricedRefund,
     ReviewOverrides,
+    line_item_names,
     price_refund,
 )
 
@@ -51,6 +53,10 @@ class PricingHandler:
     def __init__(self, snapshots: SnapshotLookup, cap_minor: int) -> None:
         self._snapshots = snapshots
         self._cap_minor = cap_minor
+        # Snapshots never change: one read of an order's item names serves all its verdicts.
+        self._item_names = functools.lru_cache(maxsize=4096)(
+            lambda sha256: line_item_names(snapshots(sha256))
+        )
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -81,6 +87,13 @@ class PricingHandler:
             if verdict.grievance_id in state["verdicts"]:
                 return ()
             _check_facts(state, verdict)
+            if verdict.item_name is not None and verdict.item_name not in self._item_names(
+                verdict.snapshot_sha256
+            ):
+                raise InvalidInput(
+                    f"verdict {verdict.grievance_id} names {verdict.item_name!r}, not a line item"
+                    " of the order"
+                )
             state["verdicts"][verdict.grievance_id] = {
                 "category": verdict.category,
                 "outcome": verdict.outcome,

@@ -284,6 +284,13 @@ def _line(verdict: GrievanceVerdict, outcome: Ruling, rule: _Rule) -> PricedLine
     )
 
 
+def line_item_names(snapshot: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the order's line items in ``snapshot``; :class:`InvalidInput` for a
+    malformed snapshot."""
+    order, _derived = _read_snapshot(snapshot)
+    return frozenset(item.name for item in order.line_items)
+
+
 def _check_inputs(
     verdicts: Sequence[GrievanceVerdict],
     order: OrderRecord,

@@ -303,3 +303,16 @@ def test_a_verdict_after_all_of_the_disputes_verdicts_is_invalid() -> None:
     stray = _verdict("g1", "UPHELD")
     stray = dataclasses.replace(stray, value={**stray.value, "grievance_id": "g5"})
     _refused(store, handler, stray, "verdict g5 comes after all 4 verdicts of the dispute")
+
+
+def test_a_verdict_naming_an_item_not_on_the_order_is_invalid_when_it_comes() -> None:
+    """Checked only when the dispute's last verdict came, it dead-lettered that last verdict
+    instead, and the dispute was never priced."""
+    store, handler = _handler()
+    stray = _verdict("g2", "UPHELD")
+    stray = dataclasses.replace(stray, value={**stray.value, "item_name": "No Such Dish"})
+    _refused(store, handler, stray, "verdict g2 names 'No Such Dish', not a line item")
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    priced = _priced(store, handler, _verdict("g4", "UPHELD"))
+    assert (priced["round"], priced["total_minor"]) == (1, 74900)
