@@ -601,6 +601,25 @@ def _dead_letters(stack: Stack, framing: Framing, dlq: str, at_least: int) -> li
     )
 
 
+def _outputs_and_dead_letters(
+    stack: Stack,
+    framing: Framing,
+    spec: StageSpec,
+    codec: Codec,
+    sink: str,
+    counts: tuple[int, int],
+) -> tuple[list[Read], list[Read]]:
+    """Run ``spec`` (its group named as it) until ``sink`` and its input's DLQ hold ``counts``
+    records; both, decoded."""
+    stage = StageThread(StageRunner(spec, _config(stack.kafka, spec.name), framing)).start()
+    try:
+        outputs = read_sink(stack, codec, sink, at_least=counts[0], timeout_s=60, settle_s=0.0)
+        dead = _dead_letters(stack, framing, f"{spec.inputs[0].name}.dlq", at_least=counts[1])
+    finally:
+        assert stage.stop() is None
+    return outputs, dead
+
+
 def test_poison_input_goes_to_dlq_and_processing_continues(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
@@ -683,12 +702,7 @@ def test_a_record_whose_output_cannot_be_encoded_or_sent_is_dead_lettered_alone(
 
     group = f"unencodable-{uuid.uuid4().hex[:8]}"
     spec = StageSpec(group, (Topic(source, "bench.record"),), (out,), handle)
-    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
-    try:
-        outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=60, settle_s=0.0)
-        dead = _dead_letters(stack, framing, dlq, at_least=2)
-    finally:
-        assert stage.stop() is None
+    outputs, dead = _outputs_and_dead_letters(stack, framing, spec, codec, sink, (4, 2))
     assert [(r.value["id"], r.value["payload"]) for r in outputs] == [
         ("good-1", "first"),
         ("good-1", ""),
@@ -733,12 +747,7 @@ def test_a_record_whose_state_would_not_fit_one_changelog_record_is_dead_lettere
         return [Emit(out.name, "k", {"id": message.value["id"], "seq": len(kept), "payload": ""})]
 
     spec = StageSpec(group, (Topic(source, "bench.record"),), (out,), handle, store="texts")
-    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
-    try:
-        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
-        dead = _dead_letters(stack, framing, dlq, at_least=1)
-    finally:
-        assert stage.stop() is None
+    outputs, dead = _outputs_and_dead_letters(stack, framing, spec, codec, sink, (2, 1))
     assert [(r.value["id"], r.value["seq"]) for r in outputs] == [("a", 500_000), ("c", 500_001)]
     assert [r.value["source_offset"] for r in dead] == [1]
     assert re.fullmatch(

@@ -116,6 +116,15 @@ def _priced(store: StateStore, handler: PricingHandler, message: Message) -> Map
     return emit.value
 
 
+def _kept(store: StateStore, handler: PricingHandler, message: Message) -> None:
+    """``message`` is kept in the state (applied) and prices nothing yet."""
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    assert list(handler.handle(message, Context(record))) == []
+    record.merge_into_batch()
+    batch.apply()
+
+
 def _decided(
     review_id: str, kind: str, decision: str, item_key: str | None, grievance_id: str = "g3"
 ) -> Message:
@@ -161,12 +170,7 @@ def test_a_grievance_review_that_comes_before_the_verdicts_is_applied_in_round_o
     """The recorder projected the raita's verdict and a reviewer upheld it while pricing had
     not yet read the verdicts: the decision waits in the state instead of the DLQ."""
     store, handler = _handler()
-    early = BatchState(store)
-    record = RecordState(early, 0)
-    early_review = _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g3")
-    assert list(handler.handle(early_review, Context(record))) == []
-    record.merge_into_batch()
-    early.apply()
+    _kept(store, handler, _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g3"))
     for gid in ("g1", "g2", "g4"):
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     priced = _priced(store, handler, _verdict("g3", "ESCALATE"))
@@ -180,12 +184,7 @@ def test_a_review_kept_for_a_grievance_the_dispute_lacks_is_set_aside_and_round_
     """A decision on g9 came before the verdicts of a dispute of four grievances: it is named in
     round 1's reason, and the dispute is priced as the verdicts say."""
     store, handler = _handler()
-    early = BatchState(store)
-    record = RecordState(early, 0)
-    stray = _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g9", grievance_id="g9")
-    assert list(handler.handle(stray, Context(record))) == []
-    record.merge_into_batch()
-    early.apply()
+    _kept(store, handler, _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g9", grievance_id="g9"))
     for gid in ("g1", "g2", "g4"):
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     priced = _priced(store, handler, _verdict("g3", "ESCALATE"))

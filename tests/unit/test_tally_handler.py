@@ -41,6 +41,17 @@ def _ruling(seat: int, ruling: str = "UPHELD") -> Message:
     return Message(t.RULING_CAST.name, 0, seat, "d-1", value, {}, 0)
 
 
+def _store() -> StateStore:
+    store = StateStore("benches", "tally.benches.changelog")
+    store.open(0)
+    return store
+
+
+def _with(message: Message, **fields: Any) -> Message:
+    """``message`` with some of its value's fields changed."""
+    return dataclasses.replace(message, value={**message.value, **fields})
+
+
 def _run(store: StateStore, message: Message) -> list[Mapping[str, Any]]:
     """One record in its own committed batch; the verdicts it emitted."""
     batch = BatchState(store)
@@ -52,8 +63,7 @@ def _run(store: StateStore, message: Message) -> list[Mapping[str, Any]]:
 
 
 def test_the_third_seat_emits_the_verdict_once_and_the_state_shrinks_to_a_marker() -> None:
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
+    store = _store()
     key = bench_key("d-1", "g2")
     assert _run(store, _ruling(0)) == []
     assert _run(store, _ruling(1, "REJECTED")) == []
@@ -74,8 +84,7 @@ def test_the_third_seat_emits_the_verdict_once_and_the_state_shrinks_to_a_marker
 
 def test_state_written_before_the_marker_existed_still_ignores_redeliveries() -> None:
     """An emitted bench kept whole (the earlier state format) is honoured as decided."""
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
+    store = _store()
     for seat in (0, 1, 2):
         _run(store, _ruling(seat))
     key = bench_key("d-1", "g2")
@@ -102,8 +111,7 @@ _SUMMARY_FIELDS = {
 def test_a_ruling_keyed_by_another_id_is_invalid_and_counts_for_nothing() -> None:
     """A dispute's bench lives in the partition of its key; counted elsewhere, the ruling would
     sit apart from its dispute's other seats."""
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
+    store = _store()
     stray = dataclasses.replace(_ruling(0), key="d-2")
     with pytest.raises(InvalidInput, match="record key 'd-2' is not its dispute id 'd-1'"):
         _run(store, stray)
@@ -118,10 +126,8 @@ def test_a_ruling_whose_confidence_is_no_probability_is_invalid_and_counts_for_n
 ) -> None:
     """Stored in the bench, a NaN would come back from the changelog as null and make every
     later seat of the grievance fail: its verdict would never come."""
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
-    message = _ruling(0)
-    odd = dataclasses.replace(message, value={**message.value, "confidence": confidence})
+    store = _store()
+    odd = _with(_ruling(0), confidence=confidence)
     with pytest.raises(InvalidInput, match=r"ruling confidence .* is outside 0\.\.1"):
         _run(store, odd)
     assert store.values(0) == {}
@@ -141,12 +147,10 @@ def test_a_ruling_that_says_otherwise_of_its_grievance_is_invalid_and_the_verdic
     """The verdict carries the grievance as its rulings describe it, and pricing prices that:
     one seat describing another claim (full price for a missing item, not half for quality)
     must not decide what is paid."""
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
+    store = _store()
     assert _run(store, _ruling(0)) == []
     assert _run(store, _ruling(1)) == []
-    message = _ruling(2)
-    odd = dataclasses.replace(message, value={**message.value, fact: other})
+    odd = _with(_ruling(2), **{fact: other})
     before = store.values(0)
     with pytest.raises(
         InvalidInput,
@@ -162,18 +166,15 @@ def test_a_ruling_that_says_otherwise_of_its_grievance_is_invalid_and_the_verdic
 def test_a_ruling_of_a_bench_no_panel_can_have_is_invalid(judge_count: int) -> None:
     """A first ruling of a bench of 10**9 seats would make the grievance's real rulings
     invalid, and its verdict would never come."""
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
-    message = _ruling(0)
-    odd = dataclasses.replace(message, value={**message.value, "judge_count": judge_count})
+    store = _store()
+    odd = _with(_ruling(0), judge_count=judge_count)
     with pytest.raises(InvalidInput, match=f"judge_count {judge_count} is outside 1..15"):
         _run(store, odd)
     assert store.values(0) == {}
 
 
 def test_a_bench_stored_before_the_facts_were_kept_takes_the_next_rulings() -> None:
-    store = StateStore("benches", "tally.benches.changelog")
-    store.open(0)
+    store = _store()
     first = {k: v for k, v in _ruling(0).value.items() if k in _SUMMARY_FIELDS}
     earlier = {"bench": {"judge_count": 3, "rulings": [first], "emitted": False}}
     store.install(0, bench_key("d-1", "g2"), encode_state(earlier), 0.0)
