@@ -67,6 +67,14 @@ class ReviewDecision(StrEnum):
     DECLINE = "DECLINE"
 
 
+DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
+    "GRIEVANCE": (ReviewDecision.UPHOLD, ReviewDecision.REJECT),
+    "DISPUTE": (ReviewDecision.APPROVE, ReviewDecision.DECLINE),
+}
+"""What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
+but resolved outside the desk (a payment operator / a corrected complaint)."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
-from refund_bench.domain import ReviewDecision
+from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
 from services.api.formatting import Span, highlight, pretty_json, when
@@ -31,12 +31,6 @@ from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, Not
 
 log = logging.getLogger(__name__)
 
-DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
-    "GRIEVANCE": (ReviewDecision.UPHOLD, ReviewDecision.REJECT),
-    "DISPUTE": (ReviewDecision.APPROVE, ReviewDecision.DECLINE),
-}
-"""What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
-but resolved outside the desk (a payment operator / a corrected complaint)."""
 MAX_NOTE_CHARS = ev.MAX_NOTE_CHARS
 ITEM_KEY = re.compile(m.ID_PATTERN)
 """A review item's key (grievance:g3, dispute:round2) is an id like the others."""

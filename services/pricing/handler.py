@@ -22,7 +22,7 @@ from typing import Any
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.snapshots import payment_reference
-from refund_bench.domain import Category, Decision, ReviewDecision, Ruling
+from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from services.pricing.table import (
@@ -104,6 +104,13 @@ class PricingHandler:
         else:
             review = ev.parse(ev.ReviewDecided, message.value)
             message.require_key(review.dispute_id)
+            if review.decision not in DECISIONS_BY_KIND.get(review.kind, ()):
+                # A grievance's review is kept before the verdicts: as a DECLINE, one would
+                # decline the whole dispute it came before.
+                raise InvalidInput(
+                    f"review {review.review_id}: a {review.kind} review cannot decide"
+                    f" {review.decision}"
+                )
             state = store.get(review.dispute_id)
             if state is None and review.kind != "GRIEVANCE":
                 raise InvalidInput(f"review {review.review_id} for unknown dispute")

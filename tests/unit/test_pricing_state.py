@@ -214,7 +214,7 @@ def test_a_dispute_review_for_an_unknown_dispute_is_invalid() -> None:
 @pytest.mark.parametrize(
     ("kind", "item_key", "reason"),
     [
-        ("GRIEVANCE", "grievance:g3", "approves round 0 of dispute d-1, which has 0 priced"),
+        ("GRIEVANCE", "grievance:g3", "r-1: a GRIEVANCE review cannot decide APPROVE"),
         ("DISPUTE", "dispute:round1", "approves round 1 of dispute d-1, which has 0 priced"),
     ],
 )
@@ -315,3 +315,16 @@ def test_a_verdict_naming_an_item_not_on_the_order_is_invalid_when_it_comes() ->
         _headers(store, handler, _verdict(gid, "UPHELD"))
     priced = _priced(store, handler, _verdict("g4", "UPHELD"))
     assert (priced["round"], priced["total_minor"]) == (1, 74900)
+
+
+@pytest.mark.parametrize("decision", ["DECLINE", "APPROVE"])
+def test_a_grievance_review_deciding_the_whole_dispute_is_invalid(decision: str) -> None:
+    """Kept before the verdicts as a grievance's review, a DECLINE declined the whole dispute
+    at round 1: nothing paid for four upheld grievances."""
+    store, handler = _handler()
+    stray = _decided("r-1", "GRIEVANCE", decision, "grievance:g3")
+    _refused(store, handler, stray, f"a GRIEVANCE review cannot decide {decision}")
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    priced = _priced(store, handler, _verdict("g4", "UPHELD"))
+    assert (priced["decision"], priced["payable_minor"]) == ("AUTO_APPROVED", 74900)
