@@ -285,10 +285,14 @@ def _line(verdict: GrievanceVerdict, outcome: Ruling, rule: _Rule) -> PricedLine
 
 
 def line_item_names(snapshot: Mapping[str, Any]) -> frozenset[str]:
-    """The names of the order's line items in ``snapshot``; :class:`InvalidInput` for a
-    malformed snapshot."""
-    order, _derived = _read_snapshot(snapshot)
-    return frozenset(item.name for item in order.line_items)
+    """The names of the order's line items in ``snapshot``, read without validating the rest
+    (:func:`price_refund` does, once per round); :class:`InvalidInput` when there is no list of
+    line items to read them from."""
+    order = snapshot.get("order")
+    items = order.get("line_items") if isinstance(order, Mapping) else None
+    if not isinstance(items, list):
+        raise InvalidInput("evidence snapshot is malformed: no line items")
+    return frozenset(item["name"] for item in items if isinstance(item, Mapping) and "name" in item)
 
 
 def _check_inputs(
