@@ -89,8 +89,13 @@ def _grievance_facts(cast_: ev.RulingCast) -> dict[str, Any]:
 
 
 def _check_facts(cast_: ev.RulingCast, facts: dict[str, Any], first: dict[str, Any]) -> None:
-    differ = [f"{name} {facts[name]!r}, not {first.get(name)!r}" for name in facts
-              if facts[name] != first.get(name)]  # fmt: skip
+    """:class:`InvalidInput` naming each fact of ``facts`` (this ruling's) that differs from
+    ``first`` (the grievance's first ruling's)."""
+    differ = [
+        f"{name} {value!r}, not {first.get(name)!r}"
+        for name, value in facts.items()
+        if value != first.get(name)
+    ]
     if differ:
         raise InvalidInput(
             f"ruling of seat {cast_.judge_seat} disagrees with the grievance's first ruling:"
