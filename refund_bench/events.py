@@ -66,6 +66,19 @@ def known(kind: type[K], value: str, where: str) -> K:
         raise InvalidInput(f"{where}: {exc}") from exc
 
 
+def agrees(facts: Mapping[str, Any], first: Mapping[str, Any], what: str) -> None:
+    """:class:`InvalidInput` (``what`` disagrees with ..., naming each fact) unless every fact
+    in ``facts`` equals the one in ``first``: what an earlier record of the same dispute or
+    grievance said of it."""
+    differ = [
+        f"{name} {value!r}, not {first.get(name)!r}"
+        for name, value in facts.items()
+        if value != first.get(name)
+    ]
+    if differ:
+        raise InvalidInput(f"{what}: {'; '.join(differ)}")
+
+
 def now() -> datetime:
     """The current instant, truncated to milliseconds as Avro stores it."""
     instant = datetime.now(UTC)

@@ -31,7 +31,6 @@ from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, Not
 
 log = logging.getLogger(__name__)
 
-MAX_NOTE_CHARS = ev.MAX_NOTE_CHARS
 ITEM_KEY = re.compile(m.ID_PATTERN)
 """A review item's key (grievance:g3, dispute:round2) is an id like the others."""
 KIND_LABELS = {
@@ -297,8 +296,8 @@ def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
             problem = "Choose one of the decision buttons."
         elif not note:
             problem = "A note is required: say why, for the audit record."
-        elif len(note) > MAX_NOTE_CHARS or "\x00" in note:
-            problem = f"The note must be at most {MAX_NOTE_CHARS} characters of text."
+        elif len(note) > ev.MAX_NOTE_CHARS or "\x00" in note:
+            problem = f"The note must be at most {ev.MAX_NOTE_CHARS} characters of text."
         if problem:
             return await render_case(request, dispute_id, 422, problem)
         chosen = ReviewDecision(decision)

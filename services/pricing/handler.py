@@ -13,7 +13,6 @@ co-partitioned; the range assignor gives one instance the same partition of both
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -53,10 +52,6 @@ class PricingHandler:
     def __init__(self, snapshots: SnapshotLookup, cap_minor: int) -> None:
         self._snapshots = snapshots
         self._cap_minor = cap_minor
-        # Snapshots never change: one read of an order's item names serves all its verdicts.
-        self._item_names = functools.lru_cache(maxsize=4096)(
-            lambda sha256: line_item_names(snapshots(sha256))
-        )
 
     def spec(self) -> StageSpec:
         return StageSpec(
@@ -87,8 +82,8 @@ class PricingHandler:
             if verdict.grievance_id in state["verdicts"]:
                 return ()
             _check_facts(state, verdict)
-            if verdict.item_name is not None and verdict.item_name not in self._item_names(
-                verdict.snapshot_sha256
+            if verdict.item_name is not None and verdict.item_name not in line_item_names(
+                self._snapshots(verdict.snapshot_sha256)
             ):
                 raise InvalidInput(
                     f"verdict {verdict.grievance_id} names {verdict.item_name!r}, not a line item"
@@ -281,16 +276,11 @@ def _check_facts(state: Mapping[str, Any], verdict: ev.VerdictDecided) -> None:
     Kept, it would leave the dispute never priced (a total it can never reach) or price it
     against another order's evidence.
     """
-    differ = [
-        f"{key} {value!r}, not {state[key]!r}"
-        for key, value in _dispute_facts(verdict).items()
-        if value != state[key]
-    ]
-    if differ:
-        raise InvalidInput(
-            f"verdict {verdict.grievance_id} disagrees with the dispute's first verdict:"
-            f" {'; '.join(differ)}"
-        )
+    ev.agrees(
+        _dispute_facts(verdict),
+        state,
+        f"verdict {verdict.grievance_id} disagrees with the dispute's first verdict",
+    )
     if len(state["verdicts"]) >= state["grievance_total"]:
         raise InvalidInput(
             f"verdict {verdict.grievance_id} comes after all {state['grievance_total']} verdicts"

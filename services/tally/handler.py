@@ -59,7 +59,12 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
         return ()
     facts = _grievance_facts(cast_)
     # A bench stored before the facts were kept takes this ruling's.
-    _check_facts(cast_, facts, stored.get("facts", facts) if stored else facts)
+    first = stored.get("facts", facts) if stored else facts
+    ev.agrees(
+        facts,
+        first,
+        f"ruling of seat {cast_.judge_seat} disagrees with the grievance's first ruling",
+    )
     try:
         bench = BenchState.from_dict(stored["bench"]) if stored else None
         summary = RulingSummary.from_ruling_cast(message.value)
@@ -86,21 +91,6 @@ def _grievance_facts(cast_: ev.RulingCast) -> dict[str, Any]:
         "item_quantity": cast_.item_quantity,
         "snapshot_sha256": cast_.snapshot_sha256,
     }
-
-
-def _check_facts(cast_: ev.RulingCast, facts: dict[str, Any], first: dict[str, Any]) -> None:
-    """:class:`InvalidInput` naming each fact of ``facts`` (this ruling's) that differs from
-    ``first`` (the grievance's first ruling's)."""
-    differ = [
-        f"{name} {value!r}, not {first.get(name)!r}"
-        for name, value in facts.items()
-        if value != first.get(name)
-    ]
-    if differ:
-        raise InvalidInput(
-            f"ruling of seat {cast_.judge_seat} disagrees with the grievance's first ruling:"
-            f" {'; '.join(differ)}"
-        )
 
 
 def _verdict(cast_: ev.RulingCast, bench: BenchState) -> ev.VerdictDecided:

@@ -4,7 +4,6 @@ says is waiting, when a payout is requested, and which model failures stop the s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.settler.handler import SettlerHandler
 from tests.ledger_rows import read_round, seed_round
+from tests.records import with_fields
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -187,7 +187,7 @@ def test_a_line_of_a_category_this_version_does_not_know_is_invalid_and_stores_n
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     message = _priced(dispute, "AUTO_APPROVED", 68900)
     lines = [{**line, "category": "DELIVERY_VIBES"} for line in message.value["lines"][:1]]
-    unknown = dataclasses.replace(message, value={**message.value, "lines": lines})
+    unknown = with_fields(message, lines=lines)
     with pytest.raises(InvalidInput, match="'DELIVERY_VIBES' is not a valid Category"):
         _settle(database, redis_url, standin, unknown, freeze(ARTICLE_ORDER))
     with psycopg.connect(database) as conn:

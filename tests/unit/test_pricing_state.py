@@ -15,6 +15,7 @@ from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import RETENTION_HEADER, BatchState, RecordState, StateStore
 from services.extractor.evidence import build_snapshot
 from services.pricing.handler import SETTLED_RETENTION_S, PricingHandler
+from tests.records import with_fields
 from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA
 
 SNAPSHOT = build_snapshot(ARTICLE_ORDER)
@@ -263,8 +264,7 @@ def test_a_verdict_in_terms_this_version_does_not_know_is_invalid_and_not_kept(
     field: str, value: str, reason: str
 ) -> None:
     store, handler = _handler()
-    message = _verdict("g1", "UPHELD")
-    unknown = dataclasses.replace(message, value={**message.value, field: value})
+    unknown = with_fields(_verdict("g1", "UPHELD"), **{field: value})
     _refused(store, handler, unknown, f"verdict g1: {reason}")
 
 
@@ -299,8 +299,7 @@ def test_a_verdict_after_all_of_the_disputes_verdicts_is_invalid() -> None:
     store, handler = _handler()
     for gid in ("g1", "g2", "g3", "g4"):
         _headers(store, handler, _verdict(gid, "UPHELD"))
-    stray = _verdict("g1", "UPHELD")
-    stray = dataclasses.replace(stray, value={**stray.value, "grievance_id": "g5"})
+    stray = with_fields(_verdict("g1", "UPHELD"), grievance_id="g5")
     _refused(store, handler, stray, "verdict g5 comes after all 4 verdicts of the dispute")
 
 
@@ -308,8 +307,7 @@ def test_a_verdict_naming_an_item_not_on_the_order_is_invalid_when_it_comes() ->
     """Checked only when the dispute's last verdict came, it dead-lettered that last verdict
     instead, and the dispute was never priced."""
     store, handler = _handler()
-    stray = _verdict("g2", "UPHELD")
-    stray = dataclasses.replace(stray, value={**stray.value, "item_name": "No Such Dish"})
+    stray = with_fields(_verdict("g2", "UPHELD"), item_name="No Such Dish")
     _refused(store, handler, stray, "verdict g2 names 'No Such Dish', not a line item")
     for gid in ("g1", "g2", "g3"):
         _headers(store, handler, _verdict(gid, "UPHELD"))

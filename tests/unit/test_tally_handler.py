@@ -14,6 +14,7 @@ from refund_bench.errors import InvalidInput
 from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
 from services.tally.handler import DECIDED, bench_key, handle
+from tests.records import with_fields
 
 
 def _ruling(seat: int, ruling: str = "UPHELD") -> Message:
@@ -45,11 +46,6 @@ def _store() -> StateStore:
     store = StateStore("benches", "tally.benches.changelog")
     store.open(0)
     return store
-
-
-def _with(message: Message, **fields: Any) -> Message:
-    """``message`` with some of its value's fields changed."""
-    return dataclasses.replace(message, value={**message.value, **fields})
 
 
 def _run(store: StateStore, message: Message) -> list[Mapping[str, Any]]:
@@ -127,7 +123,7 @@ def test_a_ruling_whose_confidence_is_no_probability_is_invalid_and_counts_for_n
     """Stored in the bench, a NaN would come back from the changelog as null and make every
     later seat of the grievance fail: its verdict would never come."""
     store = _store()
-    odd = _with(_ruling(0), confidence=confidence)
+    odd = with_fields(_ruling(0), confidence=confidence)
     with pytest.raises(InvalidInput, match=r"ruling confidence .* is outside 0\.\.1"):
         _run(store, odd)
     assert store.values(0) == {}
@@ -150,7 +146,7 @@ def test_a_ruling_that_says_otherwise_of_its_grievance_is_invalid_and_the_verdic
     store = _store()
     assert _run(store, _ruling(0)) == []
     assert _run(store, _ruling(1)) == []
-    odd = _with(_ruling(2), **{fact: other})
+    odd = with_fields(_ruling(2), **{fact: other})
     before = store.values(0)
     with pytest.raises(
         InvalidInput,
@@ -167,7 +163,7 @@ def test_a_ruling_of_a_bench_no_panel_can_have_is_invalid(judge_count: int) -> N
     """A first ruling of a bench of 10**9 seats would make the grievance's real rulings
     invalid, and its verdict would never come."""
     store = _store()
-    odd = _with(_ruling(0), judge_count=judge_count)
+    odd = with_fields(_ruling(0), judge_count=judge_count)
     with pytest.raises(InvalidInput, match=f"judge_count {judge_count} is outside 1..15"):
         _run(store, odd)
     assert store.values(0) == {}
