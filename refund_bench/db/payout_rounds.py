@@ -17,6 +17,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+NOT_REFUNDED_STATUSES = frozenset({"failed", "canceled", "requires_action"})
+"""Stripe refund statuses that mean no money went back (``requires_action``: not without the
+customer doing something first). ``pending`` counts as paid: Stripe has taken the refund on, and
+reports a later failure through its webhook (:mod:`services.api.refund_failures`)."""
+
 
 def idempotency_key(dispute_id: str, settlement_round: int) -> str:
     """The one key used for every attempt to pay this dispute's round."""

@@ -55,3 +55,27 @@ CREATE TABLE IF NOT EXISTS desk_revoked_sessions (
     session_id text PRIMARY KEY,
     expires_at timestamptz NOT NULL
 );
+
+-- Refunds Stripe took on and later reported failed (its webhook, POST /webhooks/stripe): one row
+-- per payout round, written in the transaction that turns the round FAILED in payout_ledger.
+-- Also the outbox of payout.failed for those rounds: rows with published = false are
+-- (re-)published at startup and periodically.
+CREATE TABLE IF NOT EXISTS refund_failures (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    stripe_refund_id text NOT NULL UNIQUE,
+    refund_status    text NOT NULL,
+    failure_reason   text,
+    stripe_event_id  text NOT NULL,
+    amount_minor     bigint NOT NULL,
+    currency         text NOT NULL,
+    idempotency_key  text NOT NULL,
+    error_code       text NOT NULL,
+    error_message    text NOT NULL,
+    reported_at      timestamptz NOT NULL,
+    published        boolean NOT NULL DEFAULT false,
+    published_at     timestamptz,
+    PRIMARY KEY (dispute_id, round)
+);
+CREATE INDEX IF NOT EXISTS refund_failures_unpublished
+    ON refund_failures (reported_at) WHERE NOT published;

@@ -33,12 +33,14 @@ from services.api.desk import desk_router
 from services.api.formatting import money, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
-from services.api.outbox import DecisionOutbox
+from services.api.outbox import Outbox, ReviewDecisionRows
 from services.api.passwords import ReviewerDirectory, parse_reviewers
 from services.api.publisher import KafkaPublisher
+from services.api.refund_failures import RefundFailures
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
 from services.api.settings import ApiSettings
 from services.api.store import Store
+from services.api.stripe_webhook import stripe_webhook_router
 
 log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -51,6 +53,7 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
         {
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+            t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
         },
     )
 
@@ -83,6 +86,7 @@ def openapi_document(settings: ApiSettings) -> dict[str, Any]:
         {
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+            t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
         },
     )
     deps = Deps(
@@ -156,8 +160,8 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
 def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     """The API and desk app. It owns ``deps``: opens them on startup, closes them on shutdown.
 
-    At startup it publishes review decisions left unpublished (the outbox), then keeps doing
-    so every ``OUTBOX_INTERVAL_S``.
+    At startup it publishes what was recorded and left unpublished (review decisions, refunds
+    Stripe reported failed: the outboxes), then keeps doing so every ``OUTBOX_INTERVAL_S``.
     """
     tokens = settings.bearer_tokens()
     if not tokens:
@@ -178,26 +182,38 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         clock=deps.clock,
         new_id=deps.new_id,
     )
-    outbox = DecisionOutbox(store, deps.publisher, metrics)
+    if not settings.stripe_webhook_secret.get_secret_value():
+        log.warning("STRIPE_WEBHOOK_SECRET is empty: POST /webhooks/stripe answers 503")
+    decisions = Outbox(ReviewDecisionRows(store), deps.publisher, metrics)
+    refund_failures = RefundFailures(deps.pool, store)
+    failures_outbox = Outbox(refund_failures, deps.publisher, metrics)
+    outboxes: tuple[Outbox[Any], ...] = (decisions, failures_outbox)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await deps.pool.open(wait=True, timeout=30.0)
         await deps.publish_pool.open(wait=True, timeout=30.0)
         deps.publisher.start()
-        try:
-            published = await outbox.drain()
-            if published:
-                log.info("outbox: published %d review decision(s) left from before", published)
-        except Exception:
-            log.exception("outbox drain at startup failed; the periodic drain retries")
-        task = asyncio.create_task(outbox.run(settings.outbox_interval_s), name="outbox")
+        for outbox in outboxes:
+            try:
+                published = await outbox.drain()
+                if published:
+                    log.info("outbox %s: published %d left from before", outbox.name, published)
+            except Exception:
+                log.exception("outbox %s: drain at startup failed; retried later", outbox.name)
+        interval_s = settings.outbox_interval_s
+        tasks = [
+            asyncio.create_task(outbox.run(interval_s), name=f"outbox {outbox.name}")
+            for outbox in outboxes
+        ]
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await asyncio.to_thread(deps.publisher.close)
             await deps.publish_pool.close()
             await deps.pool.close()
@@ -213,7 +229,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     app.state.ctx = ctx
     app.include_router(ops_router(ctx))
     app.include_router(intake_router(ctx))
-    app.include_router(desk_router(ctx, outbox))
+    app.include_router(desk_router(ctx, decisions))
+    app.include_router(stripe_webhook_router(ctx, refund_failures, failures_outbox))
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

@@ -25,7 +25,7 @@ from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
 from services.api.formatting import Span, highlight, pretty_json, when
-from services.api.outbox import DecisionOutbox
+from services.api.outbox import Outbox
 from services.api.sessions import SESSION_ID_KEY, csrf_ok, csrf_token, new_session_id
 from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, NotDecidable
 
@@ -110,7 +110,7 @@ def case_view(story: m.DisputeStory) -> dict[str, Any]:
     }
 
 
-def desk_router(ctx: AppContext, outbox: DecisionOutbox) -> APIRouter:
+def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
     router = APIRouter(prefix="/review", include_in_schema=False)
     max_age = ctx.settings.session_max_age_s
 

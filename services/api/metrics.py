@@ -52,6 +52,13 @@ class ApiMetrics:
             ["topic"],
             registry=registry,
         )
+        self.stripe_events = Counter(
+            "api_stripe_events_total",
+            "Stripe webhook events by outcome: recorded, already_failed, not_settled,"
+            " unknown_round, other_refund, ignored, invalid, not_configured.",
+            ["outcome"],
+            registry=registry,
+        )
         self.logins = Counter(
             "api_desk_logins_total",
             "Review desk sign-ins by outcome.",

@@ -71,6 +71,15 @@ class ComplaintAccepted(BaseModel):
     replayed: bool
 
 
+class StripeEventReceived(BaseModel):
+    """The answer to a Stripe webhook event that was taken (2xx): what it changed, if anything."""
+
+    outcome: str = Field(
+        description="recorded, already_failed, unknown_round, other_refund or ignored"
+    )
+    detail: str
+
+
 class Health(BaseModel):
     status: Literal["ok"]
 

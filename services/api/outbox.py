@@ -1,16 +1,21 @@
-"""Publishing recorded review decisions as ``review.decided`` (the decisions table is the outbox).
+"""Publishing rows the API recorded (the tables are the outboxes): review decisions as
+``review.decided``, refunds Stripe reported failed as ``payout.failed``.
 
-A decision is published right after it is recorded; if Kafka does not acknowledge it (or every
-publishing connection is busy), it stays ``published = false`` and :meth:`DecisionOutbox.drain`
+A row is published right after it is recorded; if Kafka does not acknowledge it (or every
+publishing connection is busy), it stays ``published = false`` and :meth:`Outbox.drain`
 publishes it at startup and then every ``OUTBOX_INTERVAL_S``. Publishing holds the row lock, so
-a decision is not published twice by two workers; a crash after the acknowledgement and before
-the commit re-publishes the same ``review_id``, which pricing applies at most once.
+a row is not published twice by two workers; a crash after the acknowledgement and before the
+commit re-publishes the same row, which its consumers apply at most once (pricing by
+``review_id``, the recorder by dispute and round).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, Protocol, TypeVar
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -27,48 +32,81 @@ from services.api.store import (
 log = logging.getLogger(__name__)
 
 
-class DecisionOutbox:
-    def __init__(self, store: Store, publisher: Publisher, metrics: ApiMetrics) -> None:
-        self._store = store
+class Publishable(Protocol):
+    @property
+    def published(self) -> bool: ...
+
+
+R = TypeVar("R", bound=Publishable)
+
+
+class OutboxRows(Protocol[R]):
+    """One outbox table: its rows locked one at a time, and the event each row becomes."""
+
+    @property
+    def topic(self) -> t.Topic: ...
+
+    def lock(self, key: str) -> AbstractAsyncContextManager[Locked[R]]:
+        """The row ``key``, locked; ``KeyError`` if there is none."""
+        ...
+
+    def next_unpublished(self) -> AbstractAsyncContextManager[Locked[R] | None]:
+        """The oldest unpublished row no one else holds, locked, or ``None``."""
+        ...
+
+    def event(self, row: R) -> tuple[str, Mapping[str, Any]]:
+        """The record key and the Avro value of ``row``'s event."""
+        ...
+
+
+class Outbox(Generic[R]):
+    def __init__(self, rows: OutboxRows[R], publisher: Publisher, metrics: ApiMetrics) -> None:
+        self._rows = rows
         self._publisher = publisher
         self._metrics = metrics
 
-    async def _send(self, locked: Locked[DecisionRecord]) -> None:
-        event = ev.ReviewDecided.model_validate(decision_event_fields(locked.row))
+    @property
+    def name(self) -> str:
+        """The topic it publishes to."""
+        return self._rows.topic.name
+
+    async def _send(self, locked: Locked[R]) -> None:
+        topic = self._rows.topic
+        key, value = self._rows.event(locked.row)
         try:
-            await self._publisher.publish(t.REVIEW_DECIDED, event.dispute_id, event.to_avro())
+            await self._publisher.publish(topic, key, value)
         except PublishError:
-            self._metrics.publish_failures.labels(t.REVIEW_DECIDED.name).inc()
+            self._metrics.publish_failures.labels(topic.name).inc()
             raise
-        self._metrics.published.labels(t.REVIEW_DECIDED.name).inc()
+        self._metrics.published.labels(topic.name).inc()
         await locked.mark_published()
 
-    async def publish(self, review_id: str) -> bool:
-        """Publish ``review_id`` unless it already was; False if Kafka did not acknowledge."""
+    async def publish(self, key: str) -> bool:
+        """Publish row ``key`` unless it already was; False if Kafka did not acknowledge."""
         try:
-            async with self._store.lock_decision(review_id) as locked:
+            async with self._rows.lock(key) as locked:
                 if not locked.row.published:
                     await self._send(locked)
         except (PublishError, PublishersBusy) as exc:
-            log.warning("review decision %s not published yet: %s", review_id, exc)
+            log.warning("%s %s not published yet: %s", self.name, key, exc)
             return False
         return True
 
     async def drain(self) -> int:
-        """Publish every unpublished decision, oldest first; returns how many were published.
+        """Publish every unpublished row, oldest first; returns how many were published.
 
         Stops at the first one Kafka does not acknowledge (the next drain tries again).
         """
         count = 0
         while True:
             try:
-                async with self._store.next_unpublished_decision() as locked:
+                async with self._rows.next_unpublished() as locked:
                     if locked is None:
                         return count
                     await self._send(locked)
                     count += 1
             except (PublishError, PublishersBusy) as exc:
-                log.warning("outbox: not published, retrying later: %s", exc)
+                log.warning("outbox %s: not published, retrying later: %s", self.name, exc)
                 return count
 
     async def run(self, interval_s: float) -> None:
@@ -78,4 +116,23 @@ class DecisionOutbox:
             try:
                 await self.drain()
             except Exception:
-                log.exception("outbox drain failed; retrying in %.1fs", interval_s)
+                log.exception("outbox %s: drain failed; retrying in %.1fs", self.name, interval_s)
+
+
+class ReviewDecisionRows:
+    """The ``review_decisions`` table as the outbox of ``review.decided``."""
+
+    topic = t.REVIEW_DECIDED
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def lock(self, key: str) -> AbstractAsyncContextManager[Locked[DecisionRecord]]:
+        return self._store.lock_decision(key)
+
+    def next_unpublished(self) -> AbstractAsyncContextManager[Locked[DecisionRecord] | None]:
+        return self._store.next_unpublished_decision()
+
+    def event(self, row: DecisionRecord) -> tuple[str, Mapping[str, Any]]:
+        decided = ev.ReviewDecided.model_validate(decision_event_fields(row))
+        return decided.dispute_id, decided.to_avro()

@@ -11,7 +11,8 @@ MIN_SESSION_SECRET_CHARS = 32
 
 
 class ApiSettings(StackSettings):
-    """``API_HOST``, ``API_PORT``, ``API_TOKENS``, ``REVIEWERS``, ``SESSION_SECRET``, ... .
+    """``API_HOST``, ``API_PORT``, ``API_TOKENS``, ``REVIEWERS``, ``SESSION_SECRET``,
+    ``STRIPE_WEBHOOK_SECRET``, ... .
 
     ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
     ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
@@ -42,6 +43,11 @@ class ApiSettings(StackSettings):
     publish_wait_s: float = Field(default=2.0, gt=0)
     """How long a publish waits for a publishing connection before it answers 503 (intake) or
     leaves the decision to the outbox (desk)."""
+    stripe_webhook_secret: SecretStr = SecretStr("")
+    """The signing secret (``whsec_...``) of the Stripe webhook endpoint ``POST
+    /webhooks/stripe``; while it is empty the endpoint answers 503 and Stripe keeps the events."""
+    stripe_webhook_tolerance_s: int = Field(default=300, ge=1)
+    """How old a signed Stripe event may be (its signature's timestamp) to be accepted."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")

@@ -1,10 +1,11 @@
 """PostgreSQL access of the API and the desk. Parameterized SQL only.
 
-Two outbox-style flows share one shape: a row is committed first (its id is then durable), and
+Three outbox-style flows share one shape: a row is committed first (its id is then durable), and
 publishing happens later under ``SELECT ... FOR UPDATE`` of that row, which is marked
 ``published`` in the same transaction. A crash between the broker's acknowledgement and the
 commit leaves the row unpublished, so it is published again: consumers are idempotent on
-``dispute_id`` (complaints) and ``review_id`` (decisions). The row lock keeps two concurrent
+``dispute_id`` (complaints), ``review_id`` (decisions) and dispute and round (refunds Stripe
+reported failed, :mod:`services.api.refund_failures`). The row lock keeps two concurrent
 publishers of one row from both publishing it.
 
 A publisher holds its connection until the broker answers (up to ``PUBLISH_TIMEOUT_S``), so
@@ -18,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -123,6 +124,17 @@ _DECISION_COLS = (
 )
 
 
+@asynccontextmanager
+async def required(
+    locking: AbstractAsyncContextManager[Locked[T] | None], key: str
+) -> AsyncIterator[Locked[T]]:
+    """The row ``locking`` holds; ``KeyError(key)`` if it found none."""
+    async with locking as locked:
+        if locked is None:
+            raise KeyError(key)
+        yield locked
+
+
 @dataclass(frozen=True)
 class LoginWindow:
     """Sign-in attempts counted in a user name's current window, and when it closes."""
@@ -150,7 +162,7 @@ class Store:
         self._publish_wait_s = publish_wait_s
 
     @asynccontextmanager
-    async def _publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
+    async def publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
         """A publishing connection in a transaction; :class:`PublishersBusy` if none is free
         within ``publish_wait_s``."""
         try:
@@ -209,25 +221,37 @@ class Store:
             )
 
     @asynccontextmanager
-    async def lock_intake(self, key: str) -> AsyncIterator[Locked[IntakeRecord]]:
-        """The intake row of ``key``, locked; raises ``KeyError`` if there is none."""
-        async with self._publishing() as conn:
+    async def locked_row(
+        self,
+        query: str,
+        params: Sequence[Any],
+        make: Callable[[Row], T],
+        mark_sql: str,
+        key_column: str,
+    ) -> AsyncIterator[Locked[T] | None]:
+        """The first row of ``query`` (a ``SELECT ... FOR UPDATE``), as ``make`` builds it,
+        locked in a publishing transaction until the context exits; ``None`` if there is none.
+        ``mark_sql`` marks it published, given the row's ``key_column``."""
+        async with self.publishing() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(
-                    f"SELECT {_INTAKE_COLS} FROM intake_requests"  # noqa: S608
-                    " WHERE idempotency_key = %s FOR UPDATE",
-                    (key,),
-                )
+                await cur.execute(query, params)
                 row = await cur.fetchone()
-            if row is None:
-                raise KeyError(key)
-            yield Locked(
-                IntakeRecord(**row),
-                conn,
+            yield None if row is None else Locked(make(row), conn, mark_sql, row[key_column])
+
+    def lock_intake(self, key: str) -> AbstractAsyncContextManager[Locked[IntakeRecord]]:
+        """The intake row of ``key``, locked; raises ``KeyError`` if there is none."""
+        return required(
+            self.locked_row(
+                f"SELECT {_INTAKE_COLS} FROM intake_requests"  # noqa: S608
+                " WHERE idempotency_key = %s FOR UPDATE",
+                (key,),
+                lambda row: IntakeRecord(**row),
                 "UPDATE intake_requests SET published = true, published_at = now()"
                 " WHERE idempotency_key = %s",
-                key,
-            )
+                "idempotency_key",
+            ),
+            key,
+        )
 
     # -- review queue and decisions -------------------------------------------------------
 
@@ -316,35 +340,32 @@ class Store:
         row = await cur.fetchone()
         return None if row is None else DecisionRecord(**row)
 
-    @asynccontextmanager
-    async def lock_decision(self, review_id: str) -> AsyncIterator[Locked[DecisionRecord]]:
+    def lock_decision(self, review_id: str) -> AbstractAsyncContextManager[Locked[DecisionRecord]]:
         """The decision ``review_id``, locked; raises ``KeyError`` if there is none."""
-        async with self._publishing() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(
-                    f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
-                    " WHERE review_id = %s FOR UPDATE",
-                    (review_id,),
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise KeyError(review_id)
-            yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, review_id)
+        return required(
+            self.locked_row(
+                f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+                " WHERE review_id = %s FOR UPDATE",
+                (review_id,),
+                lambda row: DecisionRecord(**row),
+                _MARK_DECISION,
+                "review_id",
+            ),
+            review_id,
+        )
 
-    @asynccontextmanager
-    async def next_unpublished_decision(self) -> AsyncIterator[Locked[DecisionRecord] | None]:
+    def next_unpublished_decision(
+        self,
+    ) -> AbstractAsyncContextManager[Locked[DecisionRecord] | None]:
         """The oldest unpublished decision no one else holds (``SKIP LOCKED``), or ``None``."""
-        async with self._publishing() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(
-                    f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
-                    " WHERE NOT published ORDER BY decided_at LIMIT 1 FOR UPDATE SKIP LOCKED"
-                )
-                row = await cur.fetchone()
-            if row is None:
-                yield None
-            else:
-                yield Locked(DecisionRecord(**row), conn, _MARK_DECISION, row["review_id"])
+        return self.locked_row(
+            f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+            " WHERE NOT published ORDER BY decided_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+            (),
+            lambda row: DecisionRecord(**row),
+            _MARK_DECISION,
+            "review_id",
+        )
 
     # -- review-desk sign-in --------------------------------------------------------------
 

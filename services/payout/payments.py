@@ -11,6 +11,7 @@ from typing import Protocol
 import aiohttp
 import stripe
 
+from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES
 from refund_bench.errors import RefundBenchError, TransientError
 
 
@@ -99,16 +100,11 @@ class StripePayments:
         return _accepted(refund)
 
 
-_NOT_REFUNDED = frozenset({"failed", "canceled", "requires_action"})
-"""Refund statuses that mean no money went back (``requires_action``: not without the customer
-doing something first). ``pending`` is accepted: Stripe has taken the refund on."""
-
-
 def _accepted(refund: stripe.Refund) -> str:
     """The id of a refund Stripe took on; :class:`PaymentRejected` (``refund_<status>``, for a
     person to follow up) for one it answered as not refunded."""
     status = str(refund.status)
-    if status in _NOT_REFUNDED:
+    if status in NOT_REFUNDED_STATUSES:
         why = f": {refund.failure_reason}" if getattr(refund, "failure_reason", None) else ""
         raise PaymentRejected(
             f"refund_{status}", f"Stripe answered refund {refund.id} with status {status}{why}"

@@ -331,10 +331,17 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
 
 
 def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
+    """A failed round, and its review item. A round recorded COMPLETED turns FAILED: Stripe
+    reported its refund failed after taking it on (:mod:`services.api.refund_failures`)."""
     return [
         (
             PAYOUTS_FAILED,
             (e.dispute_id, e.round, "FAILED", e.amount_minor, e.error_code, e.reason, e.failed_at),
+        ),
+        (
+            "UPDATE payout_events SET outcome = 'FAILED', error_code = %s, reason = %s, at = %s"
+            " WHERE dispute_id = %s AND round = %s AND outcome = 'COMPLETED'",
+            (e.error_code, e.reason, e.failed_at, e.dispute_id, e.round),
         ),
         (
             REVIEW_ITEMS,

@@ -206,12 +206,40 @@ def event_codec(stack: Stack) -> Codec:
         {
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
+            t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
         },
     )
 
 
 def decoder(codec: Codec, topic: str) -> Callable[[bytes | None], dict[str, Any]]:
     return lambda data: codec.decode(topic, data)
+
+
+def dispute_events(
+    kafka: str,
+    codec: Codec,
+    topic: str,
+    start: dict[int, int],
+    dispute_id: str,
+    *,
+    timeout_s: float = 30.0,
+    settle_s: float = 2.0,
+) -> list[dict[str, Any]]:
+    """The events of ``dispute_id`` in ``topic`` after ``start``: waits for the first, then
+    ``settle_s`` longer (several outbox intervals), so that a duplicate would be seen. Asserts
+    that they are keyed by the dispute."""
+    records = read_window(
+        kafka,
+        topic,
+        start,
+        decode=decoder(codec, topic),
+        until=lambda rs: any(v["dispute_id"] == dispute_id for _, v in rs),
+        timeout_s=timeout_s,
+        settle_s=settle_s,
+    )
+    mine = [(k, v) for k, v in records if v["dispute_id"] == dispute_id]
+    assert all(k == dispute_id for k, _ in mine), f"{topic} must be keyed by dispute_id"
+    return [v for _, v in mine]
 
 
 # -- seeding the audit tables ---------------------------------------------------------------

@@ -27,6 +27,7 @@ from services.api.app import openapi_document
 from services.api.settings import ApiSettings
 from tests.conftest import Stack
 from tests.e2e.conftest_api import ApiServer, running_api
+from tests.stripe_events import WEBHOOK_SECRET
 
 pytestmark = pytest.mark.stack
 MAX_CHARS = 500
@@ -38,7 +39,9 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 @pytest.fixture(scope="module")
 def fuzz_api(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack, max_complaint_chars=MAX_CHARS) as server:
+    with running_api(
+        stack, max_complaint_chars=MAX_CHARS, stripe_webhook_secret=SecretStr(WEBHOOK_SECRET)
+    ) as server:
         yield server
 
 

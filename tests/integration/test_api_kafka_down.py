@@ -17,12 +17,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import httpx
 import psycopg
 import pytest
+from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
 from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack
-from tests.e2e.conftest_api import ApiServer, running_api
+from tests.e2e.conftest_api import (
+    ApiServer,
+    dispute_events,
+    end_offsets,
+    event_codec,
+    running_api,
+)
+from tests.ledger_rows import read_round, seed_round
+from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
 pytestmark = pytest.mark.stack
 
@@ -46,6 +55,7 @@ def api(stack: Stack) -> Iterator[ApiServer]:
         publish_wait_s=0.5,
         publish_timeout_s=PUBLISH_TIMEOUT_S,
         outbox_interval_s=600.0,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
     ) as server:
         yield server
 
@@ -146,3 +156,36 @@ def test_a_closed_publisher_lets_go_of_the_broker() -> None:
     assert native_threads() <= before
     with pytest.raises(RuntimeError, match="closed"):
         publisher.start()
+
+
+def test_a_refund_failure_recorded_while_kafka_is_away_is_published_later(
+    api: ApiServer, stack: Stack
+) -> None:
+    """Stripe's delivery does not wait for Kafka: the failed round is recorded and answered at
+    once, and its payout.failed is published by an instance that reaches Kafka."""
+    dispute = f"d-test-{uuid.uuid4().hex}"
+    refund_id = f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    topic = t.PAYOUT_FAILED.name
+    start = end_offsets(stack.kafka, topic)
+    body, headers = signed(refund_event(refund_id, dispute_id=dispute))
+    with api.client() as client:
+        answer = client.post("/webhooks/stripe", content=body, headers=headers)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded"), answer.text
+    assert answer.elapsed.total_seconds() < PUBLISH_TIMEOUT_S / 2, "waited for Kafka"
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+
+    def published() -> bool | None:
+        with psycopg.connect(api.database_url) as conn:
+            row = conn.execute(
+                "SELECT published FROM refund_failures WHERE dispute_id = %s", (dispute,)
+            ).fetchone()
+        return None if row is None else bool(row[0])
+
+    assert published() is False
+    with running_api(stack):  # reaches Kafka: its outbox publishes the row
+        mine = dispute_events(
+            stack.kafka, event_codec(stack), topic, start, dispute, timeout_s=60.0
+        )
+        wait_until(lambda: published() is True, timeout_s=30.0, what="the row marked published")
+    assert [(v["round"], v["error_code"]) for v in mine] == [(1, "refund_failed")]

@@ -82,18 +82,33 @@ def _escalated(dispute_id: str, grievance_id: str) -> Message:
     return _message(t.VERDICT_DECIDED.name, dispute_id, verdict.to_avro())
 
 
-def _payout_failed(dispute_id: str) -> Message:
+def _payout_failed(
+    dispute_id: str, code: str = "card_declined", reason: str = "the card was declined"
+) -> Message:
     failed = ev.PayoutFailed(
         dispute_id=dispute_id,
         round=2,
         amount_minor=68900,
         currency="INR",
-        error_code="card_declined",
-        reason="the card was declined",
+        error_code=code,
+        reason=reason,
         idempotency_key=f"refund-{dispute_id}-2",
         failed_at=AT,
     )
     return _message(t.PAYOUT_FAILED.name, dispute_id, failed.to_avro())
+
+
+def _payout_completed(dispute_id: str) -> Message:
+    completed = ev.PayoutCompleted(
+        dispute_id=dispute_id,
+        round=2,
+        amount_minor=68900,
+        currency="INR",
+        stripe_refund_id="re_later_failed",
+        idempotency_key=f"refund-{dispute_id}-2",
+        completed_at=AT,
+    )
+    return _message(t.PAYOUT_COMPLETED.name, dispute_id, completed.to_avro())
 
 
 def _decided(dispute_id: str, kind: str, item_key: str | None) -> Message:
@@ -172,3 +187,33 @@ def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout
         [_priced(dispute, 3, decision="DECLINED")],
     )
     assert queue == {"grievance:g2": "DECIDED", "payout:round2": "OPEN"}
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [["completed", "failed"], ["failed", "completed"], ["completed+failed"]],
+    ids=["in order", "failed first (a replay)", "one batch"],
+)
+def test_a_paid_round_stripe_reports_failed_later_is_failed_and_in_the_queue(
+    database: str, batches: list[str]
+) -> None:
+    """payout.failed of a round recorded COMPLETED (Stripe reported the refund failed after
+    taking it on): the round is FAILED, whatever order the two topics are read in."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    messages = {
+        "completed": _payout_completed(dispute),
+        "failed": _payout_failed(dispute, "refund_failed", "Stripe reported refund re_1 failed"),
+    }
+    queue = _queue(
+        database,
+        *[[messages[name] for name in batch.split("+")] for batch in batches],
+    )
+    assert queue == {"payout:round2": "OPEN"}
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT round, outcome, error_code, reason, stripe_refund_id FROM payout_events"
+            " WHERE dispute_id = %s",
+            (dispute,),
+        ).fetchall()
+    assert len(rows) == 1, rows
+    assert rows[0][:4] == (2, "FAILED", "refund_failed", "Stripe reported refund re_1 failed")

@@ -20,11 +20,10 @@ from refund_bench.codec import Codec
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
-    decoder,
     delete_dispute,
+    dispute_events,
     end_offsets,
     event_codec,
-    read_window,
     running_api,
     seed_article_dispute,
     sign_in,
@@ -49,20 +48,8 @@ def codec(stack: Stack) -> Codec:
 def decided_events(
     stack: Stack, codec: Codec, start: dict[int, int], dispute_id: str, settle_s: float = 2.0
 ) -> list[dict[str, Any]]:
-    """review.decided events of ``dispute_id`` after ``start``: waits for the first, then
-    ``settle_s`` longer (several outbox intervals), so a duplicate would be seen."""
-    records = read_window(
-        stack.kafka,
-        TOPIC,
-        start,
-        decode=decoder(codec, TOPIC),
-        until=lambda rs: any(v["dispute_id"] == dispute_id for _, v in rs),
-        timeout_s=30.0,
-        settle_s=settle_s,
-    )
-    mine = [(k, v) for k, v in records if v["dispute_id"] == dispute_id]
-    assert all(k == dispute_id for k, _ in mine), "review.decided must be keyed by dispute_id"
-    return [v for _, v in mine]
+    """review.decided events of ``dispute_id`` after ``start`` (see :func:`dispute_events`)."""
+    return dispute_events(stack.kafka, codec, TOPIC, start, dispute_id, settle_s=settle_s)
 
 
 def rows(database_url: str, dispute_id: str) -> list[tuple[Any, ...]]:

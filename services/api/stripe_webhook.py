@@ -1,0 +1,119 @@
+"""``POST /webhooks/stripe``: Stripe's events about the payout stage's refunds.
+
+Authenticated by Stripe's signature, not by a bearer token: the ``Stripe-Signature`` header must
+sign the exact body with ``STRIPE_WEBHOOK_SECRET`` within ``STRIPE_WEBHOOK_TOLERANCE_S`` (the
+``stripe`` library checks it). The answers follow Stripe's delivery rules: a 2xx ends the
+delivery, anything else makes Stripe deliver the event again, for up to three days.
+
+- 200: taken; ``outcome`` says what it changed (see :class:`services.api.refund_failures.Outcome`;
+  ``ignored`` for events that are not about a refund failing).
+- 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
+- 503: not configured (no secret), or the round's refund is not recorded yet; any other failure
+  (the database unreachable) answers 500. Stripe delivers again; nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import stripe
+from fastapi import APIRouter, BackgroundTasks, Request
+from pydantic import ValidationError
+
+from services.api import models as m
+from services.api.context import ApiProblem, AppContext
+from services.api.outbox import Outbox
+from services.api.refund_failures import (
+    Outcome,
+    RefundFailureRecord,
+    RefundFailures,
+    StripeEvent,
+    refund_failure_of,
+)
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "Stripe-Signature"
+
+
+def _problem(status: int, description: str) -> dict[int | str, dict[str, object]]:
+    return {status: {"model": m.Problem, "description": description}}
+
+
+def stripe_webhook_router(
+    ctx: AppContext, failures: RefundFailures, outbox: Outbox[RefundFailureRecord]
+) -> APIRouter:
+    router = APIRouter(tags=["payments"])
+    secret = ctx.settings.stripe_webhook_secret.get_secret_value()
+    tolerance_s = ctx.settings.stripe_webhook_tolerance_s
+    counted = ctx.metrics.stripe_events
+
+    def refuse(status: int, outcome: str, detail: str) -> ApiProblem:
+        counted.labels(outcome).inc()
+        return ApiProblem(status, detail)
+
+    async def publish(key: str, where: str) -> None:
+        try:
+            await outbox.publish(key)
+        except Exception:  # recorded all the same: the outbox publishes it on its next drain
+            log.exception("payout.failed of %s recorded; publishing it failed", where)
+
+    @router.post(
+        "/webhooks/stripe",
+        response_model=m.StripeEventReceived,
+        responses={
+            **_problem(400, "Missing, stale or wrong signature, or not a Stripe event."),
+            **_problem(503, "Not configured, or the refund is not recorded yet: deliver again."),
+        },
+        summary="Receive a Stripe event (signed by Stripe)",
+    )
+    async def stripe_event(request: Request, background: BackgroundTasks) -> m.StripeEventReceived:
+        if not secret:
+            raise refuse(503, "not_configured", "Stripe webhooks are not configured here")
+        body = await request.body()
+        try:
+            stripe.WebhookSignature.verify_header(
+                body, request.headers.get(SIGNATURE_HEADER), secret, tolerance=tolerance_s
+            )
+        except (stripe.SignatureVerificationError, UnicodeDecodeError):
+            raise refuse(
+                400, "invalid", f"the {SIGNATURE_HEADER} header is missing, stale or wrong"
+            ) from None
+        try:
+            event = StripeEvent.model_validate_json(body)
+            report = refund_failure_of(event)
+        except (ValidationError, ValueError) as exc:
+            raise refuse(400, "invalid", f"not a Stripe event this endpoint reads: {exc}") from None
+        if isinstance(report, str):
+            counted.labels("ignored").inc()
+            return m.StripeEventReceived(outcome="ignored", detail=report)
+        outcome = await failures.record(report, ctx.clock())
+        where = f"{report.dispute_id} round {report.round}"
+        if outcome is Outcome.NOT_SETTLED:
+            raise refuse(
+                503,
+                outcome.value,
+                f"the payout of {where} has not recorded refund {report.stripe_refund_id} yet",
+            )
+        counted.labels(outcome.value).inc()
+        if outcome is Outcome.RECORDED:
+            log.warning(
+                "Stripe reported refund %s %s: %s is FAILED, sent to review",
+                report.stripe_refund_id,
+                report.refund_status,
+                where,
+            )
+            # After the answer: the round is recorded, and Stripe's delivery must not wait for
+            # Kafka. What this does not publish, the outbox's next drain does.
+            background.add_task(publish, report.stripe_refund_id, where)
+        return m.StripeEventReceived(outcome=outcome.value, detail=_DETAIL[outcome].format(where))
+
+    return router
+
+
+_DETAIL = {
+    Outcome.RECORDED: "{} is FAILED in the ledger; payout.failed sends it to review",
+    Outcome.ALREADY_FAILED: "{} was already FAILED in the ledger",
+    Outcome.UNKNOWN_ROUND: "no payout of {} in the ledger",
+    Outcome.OTHER_REFUND: "{} was paid with another refund; this one changes nothing",
+}
