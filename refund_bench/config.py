@@ -8,20 +8,35 @@ names map to upper-case environment variables (``kafka_bootstrap_servers`` ->
 from __future__ import annotations
 
 import socket
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from refund_bench.gc_tuning import DEFAULT_YOUNG_THRESHOLD
 
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+KafkaSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
 
 class StackSettings(BaseSettings):
-    """Addresses of the shared infrastructure."""
+    """Addresses of the shared infrastructure, and how to sign in to Kafka."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
 
     kafka_bootstrap_servers: str = "127.0.0.1:19092"
+    kafka_security_protocol: KafkaSecurityProtocol = "PLAINTEXT"
+    """``SASL_SSL`` (user name and password over TLS) or ``SSL`` (TLS, with a client
+    certificate for mTLS) for a secured cluster; ``PLAINTEXT`` only on a private network."""
+    kafka_sasl_mechanism: KafkaSaslMechanism = "SCRAM-SHA-512"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: SecretStr = SecretStr("")
+    kafka_ssl_ca_location: str = ""
+    """PEM file of the CA that signed the brokers' certificates; empty: the system's CAs."""
+    kafka_ssl_certificate_location: str = ""
+    """PEM file of this service's client certificate (mTLS), with ``KAFKA_SSL_KEY_LOCATION``."""
+    kafka_ssl_key_location: str = ""
+    kafka_ssl_key_password: SecretStr = SecretStr("")
     schema_registry_url: str = ""
     topic_partitions: int = Field(default=12, ge=1)
     topic_replication_factor: int = Field(default=1, ge=1)
@@ -29,6 +44,39 @@ class StackSettings(BaseSettings):
         "postgresql://refund_bench:refund_bench@127.0.0.1:15432/refund_bench"
     )
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+
+    @model_validator(mode="after")
+    def _kafka_sign_in_complete(self) -> Self:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
+        ):
+            raise ValueError(
+                f"KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs"
+                " KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD"
+            )
+        if bool(self.kafka_ssl_certificate_location) != bool(self.kafka_ssl_key_location):
+            raise ValueError(
+                "KAFKA_SSL_CERTIFICATE_LOCATION and KAFKA_SSL_KEY_LOCATION go together"
+            )
+        return self
+
+    def kafka_security_config(self) -> dict[str, str]:
+        """The librdkafka settings every Kafka client of the service adds to its own: how it
+        signs in to the brokers. Holds secrets: never log it."""
+        conf: dict[str, str] = {"security.protocol": self.kafka_security_protocol}
+        if self.kafka_security_protocol.startswith("SASL_"):
+            conf["sasl.mechanism"] = self.kafka_sasl_mechanism
+            conf["sasl.username"] = self.kafka_sasl_username
+            conf["sasl.password"] = self.kafka_sasl_password.get_secret_value()
+        if self.kafka_security_protocol in ("SSL", "SASL_SSL"):
+            tls = {
+                "ssl.ca.location": self.kafka_ssl_ca_location,
+                "ssl.certificate.location": self.kafka_ssl_certificate_location,
+                "ssl.key.location": self.kafka_ssl_key_location,
+                "ssl.key.password": self.kafka_ssl_key_password.get_secret_value(),
+            }
+            conf.update({key: value for key, value in tls.items() if value})
+        return conf
 
 
 class StageSettings(StackSettings):

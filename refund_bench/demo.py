@@ -37,7 +37,9 @@ def demo(
     try:
         launcher.wait_ready()
         publisher = ComplaintPublisher(
-            settings.kafka_bootstrap_servers, settings.schema_registry_url
+            settings.kafka_bootstrap_servers,
+            settings.schema_registry_url,
+            settings.kafka_security_config(),
         )
         run = time.strftime("%Y%m%d-%H%M%S")
         # Each run complains about its own copies of the sample orders: an order's payment is

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import psycopg
 import typer
 
@@ -24,6 +26,7 @@ def provision_stack(
     partitions: int = DEFAULT_PARTITIONS,
     replication_factor: int = 1,
     seed: bool = True,
+    kafka_security: Mapping[str, str] | None = None,
 ) -> tuple[int, int]:
     """Create missing topics, apply the schema, seed the sample orders; returns
     (topics created, orders seeded). Idempotent."""
@@ -32,6 +35,7 @@ def provision_stack(
         all_topic_specs(),
         partitions=partitions,
         replication_factor=replication_factor,
+        security=kafka_security,
     )
     migrate(conninfo)
     seeded = 0
@@ -51,6 +55,7 @@ def provision(seed: bool = True) -> None:
         partitions=settings.topic_partitions,
         replication_factor=settings.topic_replication_factor,
         seed=seed,
+        kafka_security=settings.kafka_security_config(),
     )
     typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from confluent_kafka import Producer
 
 from refund_bench import events as ev
@@ -12,7 +14,12 @@ from refund_bench.codec import Codec, framing_from_registry_url
 class ComplaintPublisher:
     """Produces ``complaint.received`` events, Avro-encoded, keyed by dispute id."""
 
-    def __init__(self, bootstrap_servers: str, registry_url: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        registry_url: str,
+        kafka_security: Mapping[str, str] | None = None,
+    ) -> None:
         self._codec = Codec(
             framing_from_registry_url(registry_url),
             {t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema},
@@ -23,6 +30,7 @@ class ComplaintPublisher:
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "partitioner": "murmur2_random",
+                **(kafka_security or {}),
             }
         )
 

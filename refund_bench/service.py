@@ -33,6 +33,7 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         max_pending_records=settings.max_pending_records,
         group_instance_id=settings.group_instance_id or None,
         state_retention_s=None if hours is None else hours * 3600,
+        kafka_security=settings.kafka_security_config(),
     )
 
 

@@ -7,7 +7,7 @@ stores have compacted ``<stage>.<store>.changelog`` topics. Creating them twice 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -113,9 +113,11 @@ def ensure_topics(
     partitions: int = DEFAULT_PARTITIONS,
     replication_factor: int = 1,
     timeout_s: float = 30.0,
+    security: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Idempotent."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    """Create the topics that do not exist yet; returns the names created. Idempotent.
+    ``security``: how to sign in (``StackSettings.kafka_security_config()``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(security or {})})
     new = [
         NewTopic(
             spec.name,

@@ -16,6 +16,7 @@ HOST=127.0.0.1
 # --- ports (keep in sync with docker-compose.yaml and docs/stack.md) ---
 KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
+KAFKA_SASL_PORT=19094
 PG_PORT=15432
 REDIS_PORT=16379
 STRIPE_HTTP_PORT=12111

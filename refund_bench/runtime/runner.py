@@ -124,6 +124,9 @@ class RuntimeConfig:
     dlq_budget: DlqBudget = field(default_factory=DlqBudget)
     consumer_overrides: dict[str, Any] = field(default_factory=dict)
     producer_overrides: dict[str, Any] = field(default_factory=dict)
+    kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """How every client of the instance signs in (``StackSettings.kafka_security_config()``);
+    secrets, so left out of ``repr``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +278,7 @@ class StageRunner:
             self._loop = None
 
     def _base_conf(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.config.bootstrap_servers}
+        return {"bootstrap.servers": self.config.bootstrap_servers, **self.config.kafka_security}
 
     def _producer_conf(self) -> dict[str, Any]:
         conf: dict[str, Any] = {

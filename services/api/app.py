@@ -68,7 +68,10 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
         )
 
     publisher = KafkaPublisher(
-        settings.kafka_bootstrap_servers, codec, timeout_s=settings.publish_timeout_s
+        settings.kafka_bootstrap_servers,
+        codec,
+        timeout_s=settings.publish_timeout_s,
+        security=settings.kafka_security_config(),
     )
     return Deps(
         pool=pool("api", settings.db_pool_max),

@@ -52,6 +52,7 @@ class KafkaPublisher:
         *,
         timeout_s: float = 10.0,
         client_id: str = "refund-bench-api",
+        security: Mapping[str, str] | None = None,
     ) -> None:
         self._codec = codec
         self._timeout_s = timeout_s
@@ -65,6 +66,7 @@ class KafkaPublisher:
             "linger.ms": 2,
             "request.timeout.ms": min(timeout_ms, 5000),
             "message.timeout.ms": timeout_ms,
+            **(security or {}),
         }
         self._producer: Producer | None = None
         self._stop = threading.Event()

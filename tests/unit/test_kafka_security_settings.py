@@ -1,0 +1,87 @@
+"""How the services sign in to Kafka, from their settings (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from refund_bench.config import StackSettings, StageSettings
+from refund_bench.service import runtime_config
+
+
+def test_by_default_the_clients_speak_plaintext() -> None:
+    assert StackSettings().kafka_security_config() == {"security.protocol": "PLAINTEXT"}
+
+
+def test_sasl_over_tls_gives_the_mechanism_credentials_and_ca() -> None:
+    settings = StackSettings(
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_username="payout",
+        kafka_sasl_password=SecretStr("s3cret-pw"),
+        kafka_ssl_ca_location="/etc/kafka/ca.crt",
+    )
+    assert settings.kafka_security_config() == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "payout",
+        "sasl.password": "s3cret-pw",
+        "ssl.ca.location": "/etc/kafka/ca.crt",
+    }
+    assert "s3cret-pw" not in repr(settings)
+
+
+def test_mutual_tls_gives_the_client_certificate_and_no_sasl() -> None:
+    settings = StackSettings(
+        kafka_security_protocol="SSL",
+        kafka_ssl_certificate_location="/etc/kafka/user.crt",
+        kafka_ssl_key_location="/etc/kafka/user.key",
+        kafka_ssl_key_password=SecretStr("key-pw"),
+    )
+    assert settings.kafka_security_config() == {
+        "security.protocol": "SSL",
+        "ssl.certificate.location": "/etc/kafka/user.crt",
+        "ssl.key.location": "/etc/kafka/user.key",
+        "ssl.key.password": "key-pw",
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"kafka_security_protocol": "SASL_SSL", "kafka_sasl_username": "payout"},
+            "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD",
+        ),
+        (
+            {
+                "kafka_security_protocol": "SASL_PLAINTEXT",
+                "kafka_sasl_password": SecretStr("pw-without-a-user"),
+            },
+            "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD",
+        ),
+        (
+            {"kafka_security_protocol": "SSL", "kafka_ssl_certificate_location": "/c.crt"},
+            "KAFKA_SSL_CERTIFICATE_LOCATION and KAFKA_SSL_KEY_LOCATION go together",
+        ),
+        ({"kafka_security_protocol": "sasl"}, "kafka_security_protocol"),
+    ],
+)
+def test_incomplete_sign_in_settings_are_refused_at_start(
+    fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as refused:
+        StackSettings(**fields)
+    assert "pw-without-a-user" not in str(refused.value)
+
+
+def test_every_client_of_a_stage_gets_the_sign_in_and_its_repr_hides_it() -> None:
+    settings = StageSettings(
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_username="tally",
+        kafka_sasl_password=SecretStr("tally-pw"),
+    )
+    config = runtime_config(settings, "tally")
+    assert config.kafka_security == settings.kafka_security_config()
+    assert "tally-pw" not in repr(config)
