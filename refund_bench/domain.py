@@ -6,8 +6,9 @@ Money is always an ``int`` of minor units (paise for INR). No float ever holds a
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MinorUnits = int
 """An amount of money in integer minor units (e.g. paise)."""
@@ -79,12 +80,18 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+MAX_ORDER_MINOR = 10**15
+"""The most an order, one of its lines or its fee may come to, in minor units: far above any real
+order, and low enough that no sum or product pricing makes leaves Avro's ``long``."""
+MAX_LINE_QUANTITY = 1_000_000
+
+
 class LineItem(_Frozen):
     """One line of an order, as recorded by the order store."""
 
     name: str
-    quantity: int = Field(ge=1)
-    unit_price_minor: MinorUnits = Field(ge=0)
+    quantity: int = Field(ge=1, le=MAX_LINE_QUANTITY)
+    unit_price_minor: MinorUnits = Field(ge=0, le=MAX_ORDER_MINOR)
     unit_weight_g: int | None = Field(default=None, ge=0)
 
 
@@ -102,8 +109,8 @@ class OrderRecord(_Frozen):
     delivered_at: str | None
     delivery_sla_minutes: int | None
     line_items: tuple[LineItem, ...]
-    delivery_fee_minor: MinorUnits = 0
-    charged_total_minor: MinorUnits
+    delivery_fee_minor: MinorUnits = Field(default=0, ge=0, le=MAX_ORDER_MINOR)
+    charged_total_minor: MinorUnits = Field(ge=0, le=MAX_ORDER_MINOR)
     pickup_weight_expected_g: int | None = None
     pickup_weight_actual_g: int | None = None
     partner_rating_at_handover: int | None = None
@@ -111,6 +118,14 @@ class OrderRecord(_Frozen):
     packaging_notes: str | None = None
     partner_conduct_reports: tuple[str, ...] = ()
     payment_reference: str = ""
+
+    @model_validator(mode="after")
+    def _items_within_bounds(self) -> Self:
+        if self.items_total_minor > MAX_ORDER_MINOR:
+            raise ValueError(
+                f"the line items come to {self.items_total_minor}, above {MAX_ORDER_MINOR}"
+            )
+        return self
 
     @property
     def items_total_minor(self) -> MinorUnits:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+from pydantic import ValidationError
 
 from refund_bench.coalesce import TickBatcher
-from refund_bench.domain import LineItem, OrderRecord
+from refund_bench.domain import OrderRecord
 
 _ORDER_SQL = """
 SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_minutes,
@@ -35,39 +37,63 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
+@dataclass(frozen=True)
+class UnreadableOrder:
+    """An order the store holds with values the evidence model refuses (a quantity of 0, an
+    amount beyond any real order, ...): ``reason`` names the fields, not their values."""
+
+    order_id: str
+    reason: str
+
+
+def _parse(row: dict[str, Any]) -> OrderRecord | UnreadableOrder:
+    try:
+        return _record(row, row["line_items"])
+    except ValidationError as exc:
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'order'}: {e['msg']}"
+            for e in exc.errors(include_input=False)[:3]
+        )
+        return UnreadableOrder(row["order_id"], fields)
+
+
 def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
-    return OrderRecord(
-        order_id=row["order_id"],
-        customer_id=row["customer_id"],
-        currency=row["currency"],
-        placed_at=row["placed_at"].astimezone(UTC).isoformat(),
-        delivered_at=_iso(row["delivered_at"]),
-        delivery_sla_minutes=row["delivery_sla_minutes"],
-        line_items=tuple(LineItem(**item) for item in items),
-        delivery_fee_minor=row["delivery_fee_minor"],
-        charged_total_minor=row["charged_total_minor"],
-        pickup_weight_expected_g=row["pickup_weight_expected_g"],
-        pickup_weight_actual_g=row["pickup_weight_actual_g"],
-        partner_rating_at_handover=row["partner_rating_at_handover"],
-        packaging_condition_recorded=row["packaging_condition_recorded"],
-        packaging_notes=row["packaging_notes"],
-        partner_conduct_reports=tuple(row["partner_conduct_reports"]),
-        payment_reference=row["payment_reference"],
+    # Validated as a whole, so that an error names its line (``line_items.1.quantity``).
+    return OrderRecord.model_validate(
+        {
+            "order_id": row["order_id"],
+            "customer_id": row["customer_id"],
+            "currency": row["currency"],
+            "placed_at": row["placed_at"].astimezone(UTC).isoformat(),
+            "delivered_at": _iso(row["delivered_at"]),
+            "delivery_sla_minutes": row["delivery_sla_minutes"],
+            "line_items": items,
+            "delivery_fee_minor": row["delivery_fee_minor"],
+            "charged_total_minor": row["charged_total_minor"],
+            "pickup_weight_expected_g": row["pickup_weight_expected_g"],
+            "pickup_weight_actual_g": row["pickup_weight_actual_g"],
+            "partner_rating_at_handover": row["partner_rating_at_handover"],
+            "packaging_condition_recorded": row["packaging_condition_recorded"],
+            "packaging_notes": row["packaging_notes"],
+            "partner_conduct_reports": tuple(row["partner_conduct_reports"]),
+            "payment_reference": row["payment_reference"],
+        }
     )
 
 
 async def load_orders(
     conn: psycopg.AsyncConnection[Any], order_ids: Sequence[str]
-) -> list[OrderRecord | None]:
+) -> list[OrderRecord | UnreadableOrder | None]:
     """Each order's raw evidence, in the order asked for; ``None`` for an order the store does
-    not have.
+    not have, :class:`UnreadableOrder` for one whose values the evidence model refuses (that
+    order only: the others of the batch load as usual).
 
     One statement reads the orders and their line items (in line order), so each order is
     consistent with its items even outside a transaction.
     """
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(_ORDER_SQL, (list(set(order_ids)),))
-        found = {row["order_id"]: _record(row, row["line_items"]) for row in await cur.fetchall()}
+        found = {row["order_id"]: _parse(row) for row in await cur.fetchall()}
     return [found.get(order_id) for order_id in order_ids]
 
 
@@ -77,13 +103,15 @@ class OrderReader:
 
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
-        self._lookups: TickBatcher[str, OrderRecord | None] = TickBatcher(self._load_many)
+        self._lookups: TickBatcher[str, OrderRecord | UnreadableOrder | None] = TickBatcher(
+            self._load_many
+        )
 
-    async def get(self, order_id: str) -> OrderRecord | None:
-        """The order's raw evidence, or ``None`` when the store has no such order."""
+    async def get(self, order_id: str) -> OrderRecord | UnreadableOrder | None:
+        """The order's raw evidence; ``None`` when the store has no such order."""
         return await self._lookups.submit(order_id)
 
-    async def _load_many(self, order_ids: list[str]) -> list[OrderRecord | None]:
+    async def _load_many(self, order_ids: list[str]) -> list[OrderRecord | UnreadableOrder | None]:
         async with self._pool.connection() as conn:
             return await load_orders(conn, order_ids)
 

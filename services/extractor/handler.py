@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.orders import OrderReader
+from refund_bench.db.orders import OrderReader, UnreadableOrder
 from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze
 from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
@@ -82,6 +82,11 @@ class ExtractorHandler:
         order = await self._orders.get(complaint.order_id)
         if order is None:
             raise InvalidInput(f"unknown order {complaint.order_id!r}")
+        if isinstance(order, UnreadableOrder):
+            raise InvalidInput(
+                f"order {complaint.order_id!r} in the order store cannot be used as evidence:"
+                f" {order.reason}"
+            )
         if order.customer_id != complaint.customer_id:
             raise InvalidInput(f"order {complaint.order_id!r} belongs to another customer")
         fresh = freeze(order)

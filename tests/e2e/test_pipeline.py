@@ -8,8 +8,10 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 
+from refund_bench.domain import MAX_ORDER_MINOR
 from refund_bench.events import ID_PATTERN
 from refund_bench.runtime.dlq import MAX_KEY_BYTES
 from refund_bench.samples import SAMPLE_COMPLAINTS, SampleComplaint
@@ -245,6 +247,31 @@ def test_a_complaint_about_an_unknown_order_goes_to_the_dlq_with_the_reason(
     assert dead.headers["dlq.reason"] == b"unknown order 'order-does-not-exist'"
     assert dead.headers["dlq.stage"] == b"extractor"
     assert pipeline.story(dispute).dispute is None
+
+
+def test_a_complaint_about_an_order_the_store_holds_wrongly_goes_to_the_dlq_alone(
+    pipeline: Pipeline,
+) -> None:
+    """An order whose store row holds an amount no order has (one the refund could not even be
+    written with) is named in the dead letter; the complaint after it is paid as usual."""
+    sample = _sample("article")
+    order_id = pipeline.own_order(sample.order_id)
+    with psycopg.connect(pipeline.database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE order_line_items SET unit_price_minor = %s WHERE order_id = %s AND line_no = 1",
+            (2**62, order_id),
+        )
+    poisoned = pipeline.submit(order_id, sample.customer_id, sample.text, own_order=False)
+    dispute = _submit(pipeline, "article")
+
+    dead = _dead_letter(pipeline, poisoned)
+    assert dead.value["reason"] == (
+        f"order {order_id!r} in the order store cannot be used as evidence:"
+        f" line_items.0.unit_price_minor: Input should be less than or equal to {MAX_ORDER_MINOR}"
+    )
+    story = pipeline.wait_for_payout(dispute, 1)
+    assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 68900)]
+    assert pipeline.story(poisoned).dispute is None
 
 
 _UNSTORABLE = {

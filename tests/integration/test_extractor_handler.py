@@ -19,6 +19,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
+from refund_bench.domain import OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
@@ -99,7 +100,7 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
         await pool.open()
         try:
             order = await OrderReader(pool).get(ARTICLE_ORDER.order_id)
-            assert order is not None
+            assert isinstance(order, OrderRecord)
             await freeze_dispute(
                 pool,
                 DisputeToFreeze(

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from refund_bench.db.orders import OrderReader, load_orders
+from refund_bench.db.orders import OrderReader, UnreadableOrder, load_orders, upsert_orders
 from refund_bench.db.snapshots import (
     AsyncSnapshotReader,
     DisputeToFreeze,
@@ -25,8 +25,9 @@ from refund_bench.db.snapshots import (
     freeze_dispute,
     freeze_disputes,
 )
+from refund_bench.domain import OrderRecord
 from refund_bench.resources import pg_pool
-from refund_bench.samples import SAMPLE_ORDERS
+from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from services.extractor.evidence import freeze
 from services.payout.ledger import PayoutLedger
 
@@ -231,6 +232,42 @@ def test_an_order_loads_with_its_items_in_line_order(database: str) -> None:
             getattr(order, name)
         )
     assert loaded.model_dump(exclude=set(instants)) == order.model_dump(exclude=set(instants))
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "named"),
+    [
+        ("unit_price_minor", 2**62, "line_items.0.unit_price_minor"),
+        ("quantity", 2_000_000_000, "line_items.1.quantity"),
+    ],
+)
+def test_an_order_the_evidence_model_refuses_is_unreadable_alone(
+    database: str, column: str, value: int, named: str
+) -> None:
+    """Values the store accepts but no real order has (an amount pricing could not write to
+    Avro) make that order unreadable, with the field named; the batch's other orders load."""
+    bad = own_copy(SAMPLE_ORDERS[0], uuid.uuid4().hex[:8])
+    line = 1 if column == "quantity" else 0
+    with psycopg.connect(database, autocommit=True) as conn:
+        upsert_orders(conn, [bad])
+        conn.execute(
+            f"UPDATE order_line_items SET {column} = %s WHERE order_id = %s AND line_no = %s",
+            (value, bad.order_id, line + 1),
+        )
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        reader = OrderReader(pool)
+        return list(
+            await asyncio.gather(reader.get(bad.order_id), reader.get(SAMPLE_ORDERS[0].order_id))
+        )
+
+    unreadable, good = _with_pool(database, work)
+    assert isinstance(unreadable, UnreadableOrder)
+    assert unreadable.order_id == bad.order_id
+    assert unreadable.reason.startswith(f"{named}: Input should be less than or equal to")
+    assert str(value) not in unreadable.reason
+    assert isinstance(good, OrderRecord)
+    assert good.order_id == SAMPLE_ORDERS[0].order_id
 
 
 def test_an_orders_snapshot_hash_does_not_depend_on_the_sessions_time_zone(

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from refund_bench.domain import LineItem
+from refund_bench.domain import MAX_ORDER_MINOR, LineItem
 from refund_bench.errors import InvalidInput
 from services.extractor.evidence import (
     SNAPSHOT_VERSION,
@@ -288,3 +289,11 @@ def test_missing_units_estimate_is_between_zero_and_ordered(
     assert 0 <= estimate <= quantity
     if expected - actual >= 0 and (expected - actual) * 2 < weight:
         assert estimate == 0
+
+
+def test_an_order_whose_lines_come_to_more_than_any_order_is_refused() -> None:
+    """Each line within bounds, their sum not: pricing could not write such amounts to Avro."""
+    line = LineItem(name="Gold-leaf thali", quantity=1, unit_price_minor=MAX_ORDER_MINOR)
+    article_order(line_items=(line,), charged_total_minor=MAX_ORDER_MINOR)  # at the bound: fine
+    with pytest.raises(ValidationError, match=f"the line items come to {2 * MAX_ORDER_MINOR}"):
+        article_order(line_items=(line, line), charged_total_minor=MAX_ORDER_MINOR)
