@@ -57,7 +57,6 @@ class StripeEvent(_Loose):
 
     id: str = Field(min_length=1)
     type: str
-    livemode: bool = False
     data: _EventData
 
 
