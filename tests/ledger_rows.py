@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 
 from refund_bench.db.payout_rounds import idempotency_key
@@ -51,3 +53,10 @@ def read_round(database: str, dispute: str) -> tuple[str, int, str | None] | Non
             (dispute,),
         ).fetchone()
     return None if row is None else (row[0], row[1], row[2])
+
+
+def paid_round(database: str) -> tuple[str, str]:
+    """A new dispute whose round 1 the ledger paid with a new refund: their ids."""
+    dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(database, dispute, status="SUCCEEDED", refund_id=refund_id)
+    return dispute, refund_id

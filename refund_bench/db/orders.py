@@ -48,7 +48,7 @@ class UnreadableOrder:
 
 def _parse(row: dict[str, Any]) -> OrderRecord | UnreadableOrder:
     try:
-        return _record(row, row["line_items"])
+        return _record(row)
     except ValidationError as exc:
         fields = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'order'}: {e['msg']}"
@@ -57,7 +57,7 @@ def _parse(row: dict[str, Any]) -> OrderRecord | UnreadableOrder:
         return UnreadableOrder(row["order_id"], fields)
 
 
-def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
+def _record(row: dict[str, Any]) -> OrderRecord:
     # Validated as a whole, so that an error names its line (``line_items.1.quantity``).
     return OrderRecord.model_validate(
         {
@@ -67,7 +67,7 @@ def _record(row: dict[str, Any], items: list[dict[str, Any]]) -> OrderRecord:
             "placed_at": row["placed_at"].astimezone(UTC).isoformat(),
             "delivered_at": _iso(row["delivered_at"]),
             "delivery_sla_minutes": row["delivery_sla_minutes"],
-            "line_items": items,
+            "line_items": row["line_items"],
             "delivery_fee_minor": row["delivery_fee_minor"],
             "charged_total_minor": row["charged_total_minor"],
             "pickup_weight_expected_g": row["pickup_weight_expected_g"],

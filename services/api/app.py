@@ -33,13 +33,13 @@ from services.api.desk import desk_router
 from services.api.formatting import money, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
-from services.api.outbox import Outbox, ReviewDecisionRows
+from services.api.outbox import Outbox, review_decided
 from services.api.passwords import ReviewerDirectory, parse_reviewers
 from services.api.publisher import KafkaPublisher
-from services.api.refund_failures import RefundFailures
+from services.api.refund_failures import REFUND_FAILURES, RefundFailures, payout_failed
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
 from services.api.settings import ApiSettings
-from services.api.store import Store
+from services.api.store import DECISIONS, Store
 from services.api.stripe_webhook import stripe_webhook_router
 
 log = logging.getLogger(__name__)
@@ -187,9 +187,10 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     )
     if not settings.stripe_webhook_secret.get_secret_value():
         log.warning("STRIPE_WEBHOOK_SECRET is empty: POST /webhooks/stripe answers 503")
-    decisions = Outbox(ReviewDecisionRows(store), deps.publisher, metrics)
-    refund_failures = RefundFailures(deps.pool, store)
-    failures_outbox = Outbox(refund_failures, deps.publisher, metrics)
+    decisions = Outbox(store, DECISIONS, t.REVIEW_DECIDED, review_decided, deps.publisher, metrics)
+    failures_outbox = Outbox(
+        store, REFUND_FAILURES, t.PAYOUT_FAILED, payout_failed, deps.publisher, metrics
+    )
     outboxes: tuple[Outbox[Any], ...] = (decisions, failures_outbox)
 
     @contextlib.asynccontextmanager
@@ -233,7 +234,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     app.include_router(ops_router(ctx))
     app.include_router(intake_router(ctx))
     app.include_router(desk_router(ctx, decisions))
-    app.include_router(stripe_webhook_router(ctx, refund_failures, failures_outbox))
+    app.include_router(stripe_webhook_router(ctx, RefundFailures(deps.pool), failures_outbox))
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

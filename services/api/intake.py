@@ -27,7 +27,7 @@ from refund_bench import topics as t
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
 from services.api.publisher import PublishError
-from services.api.store import IntakeRecord, PublishersBusy
+from services.api.store import INTAKE, IntakeRecord, PublishersBusy
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +41,13 @@ bearer_scheme = HTTPBearer(
 Responses = dict[int | str, dict[str, Any]]
 
 
-def _problem(status: int, description: str) -> Responses:
+def problem_response(status: int, description: str) -> Responses:
+    """An OpenAPI ``responses`` entry: ``status`` answers a Problem document."""
     return {status: {"model": m.Problem, "description": description}}
 
 
-UNAUTHORIZED = _problem(401, "Missing or wrong bearer token.")
-INVALID = _problem(422, "The request does not match the schema or the rules.")
+UNAUTHORIZED = problem_response(401, "Missing or wrong bearer token.")
+INVALID = problem_response(422, "The request does not match the schema or the rules.")
 
 
 def bearer_ok(header: str | None, tokens: tuple[bytes, ...]) -> bool:
@@ -108,13 +109,13 @@ def intake_router(ctx: AppContext) -> APIRouter:
                 " published.",
             },
             202: {"description": "Accepted: complaint.received is published (acknowledged)."},
-            **_problem(400, "The Idempotency-Key header is missing."),
+            **problem_response(400, "The Idempotency-Key header is missing."),
             **UNAUTHORIZED,
-            **_problem(404, "No such order in the order store."),
-            **_problem(409, "The Idempotency-Key was used with a different body."),
-            **_problem(413, "The request body is too large."),
+            **problem_response(404, "No such order in the order store."),
+            **problem_response(409, "The Idempotency-Key was used with a different body."),
+            **problem_response(413, "The request body is too large."),
             **INVALID,
-            **_problem(503, "Recorded but not yet published: retry with the same key."),
+            **problem_response(503, "Recorded but not yet published: retry with the same key."),
         },
         summary="Submit a complaint",
     )
@@ -149,7 +150,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
         )
         await ctx.store.claim_intake(fresh)
         try:
-            async with ctx.store.lock_intake(idempotency_key) as locked:
+            async with ctx.store.lock_row(INTAKE, idempotency_key) as locked:
                 row = locked.row
                 if row.body_sha256 != digest:
                     ctx.metrics.complaints.labels("conflict").inc()
@@ -194,7 +195,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
         dependencies=[Security(bearer_scheme)],
         responses={
             **UNAUTHORIZED,
-            **_problem(404, "No such dispute."),
+            **problem_response(404, "No such dispute."),
             **INVALID,
         },
         summary="The whole story of one dispute (the audit record)",

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from refund_bench import events as ev
@@ -24,6 +23,7 @@ from services.api.publisher import Publisher, PublishError
 from services.api.store import (
     DecisionRecord,
     Locked,
+    OutboxTable,
     PublishersBusy,
     Store,
     decision_event_fields,
@@ -40,39 +40,34 @@ class Publishable(Protocol):
 R = TypeVar("R", bound=Publishable)
 
 
-class OutboxRows(Protocol[R]):
-    """One outbox table: its rows locked one at a time, and the event each row becomes."""
-
-    @property
-    def topic(self) -> t.Topic: ...
-
-    def lock(self, key: str) -> AbstractAsyncContextManager[Locked[R]]:
-        """The row ``key``, locked; ``KeyError`` if there is none."""
-        ...
-
-    def next_unpublished(self) -> AbstractAsyncContextManager[Locked[R] | None]:
-        """The oldest unpublished row no one else holds, locked, or ``None``."""
-        ...
-
-    def event(self, row: R) -> tuple[str, Mapping[str, Any]]:
-        """The record key and the Avro value of ``row``'s event."""
-        ...
-
-
 class Outbox(Generic[R]):
-    def __init__(self, rows: OutboxRows[R], publisher: Publisher, metrics: ApiMetrics) -> None:
-        self._rows = rows
+    """Publishes the rows of ``table`` to ``topic``; ``event`` gives a row's record key and
+    Avro value."""
+
+    def __init__(
+        self,
+        store: Store,
+        table: OutboxTable[R],
+        topic: t.Topic,
+        event: Callable[[R], tuple[str, Mapping[str, Any]]],
+        publisher: Publisher,
+        metrics: ApiMetrics,
+    ) -> None:
+        self._store = store
+        self._table = table
+        self._topic = topic
+        self._event = event
         self._publisher = publisher
         self._metrics = metrics
 
     @property
     def name(self) -> str:
         """The topic it publishes to."""
-        return self._rows.topic.name
+        return self._topic.name
 
     async def _send(self, locked: Locked[R]) -> None:
-        topic = self._rows.topic
-        key, value = self._rows.event(locked.row)
+        topic = self._topic
+        key, value = self._event(locked.row)
         try:
             await self._publisher.publish(topic, key, value)
         except PublishError:
@@ -84,7 +79,7 @@ class Outbox(Generic[R]):
     async def publish(self, key: str) -> bool:
         """Publish row ``key`` unless it already was; False if Kafka did not acknowledge."""
         try:
-            async with self._rows.lock(key) as locked:
+            async with self._store.lock_row(self._table, key) as locked:
                 if not locked.row.published:
                     await self._send(locked)
         except (PublishError, PublishersBusy) as exc:
@@ -100,7 +95,7 @@ class Outbox(Generic[R]):
         count = 0
         while True:
             try:
-                async with self._rows.next_unpublished() as locked:
+                async with self._store.next_unpublished(self._table) as locked:
                     if locked is None:
                         return count
                     await self._send(locked)
@@ -119,20 +114,7 @@ class Outbox(Generic[R]):
                 log.exception("outbox %s: drain failed; retrying in %.1fs", self.name, interval_s)
 
 
-class ReviewDecisionRows:
-    """The ``review_decisions`` table as the outbox of ``review.decided``."""
-
-    topic = t.REVIEW_DECIDED
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def lock(self, key: str) -> AbstractAsyncContextManager[Locked[DecisionRecord]]:
-        return self._store.lock_decision(key)
-
-    def next_unpublished(self) -> AbstractAsyncContextManager[Locked[DecisionRecord] | None]:
-        return self._store.next_unpublished_decision()
-
-    def event(self, row: DecisionRecord) -> tuple[str, Mapping[str, Any]]:
-        decided = ev.ReviewDecided.model_validate(decision_event_fields(row))
-        return decided.dispute_id, decided.to_avro()
+def review_decided(row: DecisionRecord) -> tuple[str, Mapping[str, Any]]:
+    """The ``review.decided`` record of a recorded decision."""
+    decided = ev.ReviewDecided.model_validate(decision_event_fields(row))
+    return decided.dispute_id, decided.to_avro()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,9 +27,8 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
-from refund_bench import topics as t
 from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES
-from services.api.store import Locked, Store, required
+from services.api.store import OutboxTable
 
 REFUND_EVENT_TYPES = frozenset({"refund.failed", "refund.updated", "charge.refund.updated"})
 """The Stripe event types whose object is a refund that may have stopped being paid."""
@@ -140,12 +138,13 @@ class RefundFailureRecord:
     published: bool = False
 
 
-_COLS = (
+REFUND_FAILURES = OutboxTable(
+    "refund_failures",
     "dispute_id, round, stripe_refund_id, refund_status, failure_reason, stripe_event_id,"
-    " amount_minor, currency, idempotency_key, error_code, error_message, reported_at, published"
-)
-_MARK = (
-    "UPDATE refund_failures SET published = true, published_at = now() WHERE stripe_refund_id = %s"
+    " amount_minor, currency, idempotency_key, error_code, error_message, reported_at, published",
+    key="stripe_refund_id",
+    oldest="reported_at",
+    make=lambda row: RefundFailureRecord(**row),
 )
 _LEDGER_ROW = """
 SELECT status, stripe_refund_id, amount_minor, currency, idempotency_key
@@ -157,7 +156,7 @@ UPDATE payout_ledger SET status = 'FAILED', error_code = %s, error_message = %s,
 WHERE dispute_id = %s AND round = %s AND status = 'SUCCEEDED'
 """
 _INSERT = f"""
-INSERT INTO refund_failures ({_COLS})
+INSERT INTO refund_failures ({REFUND_FAILURES.columns})
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
 """  # noqa: S608 - the column list is a constant
 
@@ -172,14 +171,11 @@ def _error_message(report: RefundFailureReport) -> str:
 
 
 class RefundFailures:
-    """The ``refund_failures`` table: recording Stripe's reports, and the outbox of their
-    ``payout.failed`` events (an :class:`~services.api.outbox.OutboxRows`)."""
+    """Records Stripe's reports in the ``refund_failures`` table (:data:`REFUND_FAILURES`, the
+    outbox of their ``payout.failed`` events)."""
 
-    topic = t.PAYOUT_FAILED
-
-    def __init__(self, pool: AsyncConnectionPool[Any], store: Store) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
-        self._store = store
 
     async def record(self, report: RefundFailureReport, at: datetime) -> Outcome:
         """Mark the round FAILED in the ledger and queue its ``payout.failed``, in one
@@ -218,40 +214,17 @@ class RefundFailures:
             )
         return Outcome.RECORDED
 
-    def lock(self, key: str) -> AbstractAsyncContextManager[Locked[RefundFailureRecord]]:
-        return required(
-            self._store.locked_row(
-                f"SELECT {_COLS} FROM refund_failures"  # noqa: S608
-                " WHERE stripe_refund_id = %s FOR UPDATE",
-                (key,),
-                lambda row: RefundFailureRecord(**row),
-                _MARK,
-                "stripe_refund_id",
-            ),
-            key,
-        )
 
-    def next_unpublished(
-        self,
-    ) -> AbstractAsyncContextManager[Locked[RefundFailureRecord] | None]:
-        return self._store.locked_row(
-            f"SELECT {_COLS} FROM refund_failures"  # noqa: S608
-            " WHERE NOT published ORDER BY reported_at LIMIT 1 FOR UPDATE SKIP LOCKED",
-            (),
-            lambda row: RefundFailureRecord(**row),
-            _MARK,
-            "stripe_refund_id",
-        )
-
-    def event(self, row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:
-        failed = ev.PayoutFailed(
-            dispute_id=row.dispute_id,
-            round=row.round,
-            amount_minor=row.amount_minor,
-            currency=row.currency,
-            error_code=row.error_code,
-            reason=row.error_message,
-            idempotency_key=row.idempotency_key,
-            failed_at=row.reported_at,
-        )
-        return failed.dispute_id, failed.to_avro()
+def payout_failed(row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:
+    """The ``payout.failed`` record of a round whose refund Stripe reported failed."""
+    failed = ev.PayoutFailed(
+        dispute_id=row.dispute_id,
+        round=row.round,
+        amount_minor=row.amount_minor,
+        currency=row.currency,
+        error_code=row.error_code,
+        reason=row.error_message,
+        idempotency_key=row.idempotency_key,
+        failed_at=row.reported_at,
+    )
+    return failed.dispute_id, failed.to_avro()

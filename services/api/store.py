@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -101,6 +101,26 @@ class PublishersBusy(Exception):  # noqa: N818 - reads as the condition
     now; the row stays unpublished for a retry or the outbox."""
 
 
+@dataclass(frozen=True)
+class OutboxTable(Generic[T]):
+    """A table whose rows are published once: ``key`` names a row, ``published`` and
+    ``published_at`` record its publishing, ``oldest`` orders the unpublished ones, and ``make``
+    builds a row's record from its ``columns``. Names are constants of the code, never input."""
+
+    name: str
+    columns: str
+    key: str
+    oldest: str
+    make: Callable[[Row], T]
+
+    @property
+    def mark_sql(self) -> str:
+        return (
+            f"UPDATE {self.name} SET published = true, published_at = now()"  # noqa: S608
+            f" WHERE {self.key} = %s"
+        )
+
+
 class Locked(Generic[T]):
     """A row held with ``FOR UPDATE`` until the surrounding context exits."""
 
@@ -114,25 +134,22 @@ class Locked(Generic[T]):
         await self._conn.execute(self._mark_sql, (self._key,))
 
 
-_INTAKE_COLS = (
+INTAKE = OutboxTable(
+    "intake_requests",
     "idempotency_key, body_sha256, dispute_id, order_id, customer_id, complaint_text, channel,"
-    " received_at, published"
+    " received_at, published",
+    key="idempotency_key",
+    oldest="received_at",
+    make=lambda row: IntakeRecord(**row),
 )
-_DECISION_COLS = (
+DECISIONS = OutboxTable(
+    "review_decisions",
     "review_id, dispute_id, item_key, kind, grievance_id, decision, reviewer, note, decided_at,"
-    " published"
+    " published",
+    key="review_id",
+    oldest="decided_at",
+    make=lambda row: DecisionRecord(**row),
 )
-
-
-@asynccontextmanager
-async def required(
-    locking: AbstractAsyncContextManager[Locked[T] | None], key: str
-) -> AsyncIterator[Locked[T]]:
-    """The row ``locking`` holds; ``KeyError(key)`` if it found none."""
-    async with locking as locked:
-        if locked is None:
-            raise KeyError(key)
-        yield locked
 
 
 @dataclass(frozen=True)
@@ -162,7 +179,7 @@ class Store:
         self._publish_wait_s = publish_wait_s
 
     @asynccontextmanager
-    async def publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
+    async def _publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
         """A publishing connection in a transaction; :class:`PublishersBusy` if none is free
         within ``publish_wait_s``."""
         try:
@@ -205,7 +222,7 @@ class Store:
         """Insert ``record`` unless its idempotency key is taken (then the first one stays)."""
         async with self._pool.connection() as conn:
             await conn.execute(
-                f"INSERT INTO intake_requests ({_INTAKE_COLS})"  # noqa: S608 - constant columns
+                f"INSERT INTO intake_requests ({INTAKE.columns})"  # noqa: S608 - constant columns
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false)"
                 " ON CONFLICT (idempotency_key) DO NOTHING",
                 (
@@ -221,36 +238,40 @@ class Store:
             )
 
     @asynccontextmanager
-    async def locked_row(
-        self,
-        query: str,
-        params: Sequence[Any],
-        make: Callable[[Row], T],
-        mark_sql: str,
-        key_column: str,
+    async def _locked(
+        self, table: OutboxTable[T], where: str, params: tuple[Any, ...]
     ) -> AsyncIterator[Locked[T] | None]:
-        """The first row of ``query`` (a ``SELECT ... FOR UPDATE``), as ``make`` builds it,
-        locked in a publishing transaction until the context exits; ``None`` if there is none.
-        ``mark_sql`` marks it published, given the row's ``key_column``."""
-        async with self.publishing() as conn:
+        """The first row of ``table`` that ``where`` selects, locked (``FOR UPDATE`` plus what
+        ``where`` ends with) in a publishing transaction until the context exits; ``None`` if
+        there is none."""
+        async with self._publishing() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(query, params)
+                await cur.execute(
+                    f"SELECT {table.columns} FROM {table.name} WHERE {where}",  # noqa: S608
+                    params,
+                )
                 row = await cur.fetchone()
-            yield None if row is None else Locked(make(row), conn, mark_sql, row[key_column])
+            yield (
+                None
+                if row is None
+                else Locked(table.make(row), conn, table.mark_sql, row[table.key])
+            )
 
-    def lock_intake(self, key: str) -> AbstractAsyncContextManager[Locked[IntakeRecord]]:
-        """The intake row of ``key``, locked; raises ``KeyError`` if there is none."""
-        return required(
-            self.locked_row(
-                f"SELECT {_INTAKE_COLS} FROM intake_requests"  # noqa: S608
-                " WHERE idempotency_key = %s FOR UPDATE",
-                (key,),
-                lambda row: IntakeRecord(**row),
-                "UPDATE intake_requests SET published = true, published_at = now()"
-                " WHERE idempotency_key = %s",
-                "idempotency_key",
-            ),
-            key,
+    @asynccontextmanager
+    async def lock_row(self, table: OutboxTable[T], key: str) -> AsyncIterator[Locked[T]]:
+        """Row ``key`` of ``table``, locked; raises ``KeyError`` if there is none."""
+        async with self._locked(table, f"{table.key} = %s FOR UPDATE", (key,)) as locked:
+            if locked is None:
+                raise KeyError(key)
+            yield locked
+
+    def next_unpublished(
+        self, table: OutboxTable[T]
+    ) -> AbstractAsyncContextManager[Locked[T] | None]:
+        """The oldest unpublished row of ``table`` no one else holds (``SKIP LOCKED``), or
+        ``None``."""
+        return self._locked(
+            table, f"NOT published ORDER BY {table.oldest} LIMIT 1 FOR UPDATE SKIP LOCKED", ()
         )
 
     # -- review queue and decisions -------------------------------------------------------
@@ -311,7 +332,7 @@ class Store:
             if item["status"] != "OPEN":
                 raise AlreadyDecided(await self._decision_for(cur, new))
             await cur.execute(
-                f"INSERT INTO review_decisions ({_DECISION_COLS})"  # noqa: S608
+                f"INSERT INTO review_decisions ({DECISIONS.columns})"  # noqa: S608
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)"
                 " ON CONFLICT (dispute_id, item_key) DO NOTHING RETURNING review_id",
                 (
@@ -333,39 +354,12 @@ class Store:
     @staticmethod
     async def _decision_for(cur: Any, new: DecisionRecord) -> DecisionRecord | None:
         await cur.execute(
-            f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
+            f"SELECT {DECISIONS.columns} FROM review_decisions"  # noqa: S608
             " WHERE dispute_id = %s AND item_key = %s",
             (new.dispute_id, new.item_key),
         )
         row = await cur.fetchone()
         return None if row is None else DecisionRecord(**row)
-
-    def lock_decision(self, review_id: str) -> AbstractAsyncContextManager[Locked[DecisionRecord]]:
-        """The decision ``review_id``, locked; raises ``KeyError`` if there is none."""
-        return required(
-            self.locked_row(
-                f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
-                " WHERE review_id = %s FOR UPDATE",
-                (review_id,),
-                lambda row: DecisionRecord(**row),
-                _MARK_DECISION,
-                "review_id",
-            ),
-            review_id,
-        )
-
-    def next_unpublished_decision(
-        self,
-    ) -> AbstractAsyncContextManager[Locked[DecisionRecord] | None]:
-        """The oldest unpublished decision no one else holds (``SKIP LOCKED``), or ``None``."""
-        return self.locked_row(
-            f"SELECT {_DECISION_COLS} FROM review_decisions"  # noqa: S608
-            " WHERE NOT published ORDER BY decided_at LIMIT 1 FOR UPDATE SKIP LOCKED",
-            (),
-            lambda row: DecisionRecord(**row),
-            _MARK_DECISION,
-            "review_id",
-        )
 
     # -- review-desk sign-in --------------------------------------------------------------
 
@@ -436,11 +430,6 @@ class Store:
             async with conn.cursor(row_factory=dict_row) as cur:
                 q = _Reader(cur, dispute_id)
                 return await _story(q, dispute_id)
-
-
-_MARK_DECISION = (
-    "UPDATE review_decisions SET published = true, published_at = now() WHERE review_id = %s"
-)
 
 
 class _Reader:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
+from services.api.intake import problem_response
 from services.api.outbox import Outbox
 from services.api.refund_failures import (
     Outcome,
@@ -51,10 +52,6 @@ _EVENT_BODY: dict[str, Any] = {
 }
 
 
-def _problem(status: int, description: str) -> dict[int | str, dict[str, object]]:
-    return {status: {"model": m.Problem, "description": description}}
-
-
 def stripe_webhook_router(
     ctx: AppContext, failures: RefundFailures, outbox: Outbox[RefundFailureRecord]
 ) -> APIRouter:
@@ -77,8 +74,10 @@ def stripe_webhook_router(
         "/webhooks/stripe",
         response_model=m.StripeEventReceived,
         responses={
-            **_problem(400, "Missing, stale or wrong signature, or not a Stripe event."),
-            **_problem(503, "Not configured, or the refund is not recorded yet: deliver again."),
+            **problem_response(400, "Missing, stale or wrong signature, or not a Stripe event."),
+            **problem_response(
+                503, "Not configured, or the refund is not recorded yet: deliver again."
+            ),
         },
         summary="Receive a Stripe event (signed by Stripe)",
         openapi_extra={"requestBody": _EVENT_BODY},

@@ -30,7 +30,7 @@ from tests.e2e.conftest_api import (
     event_codec,
     running_api,
 )
-from tests.ledger_rows import read_round, seed_round
+from tests.ledger_rows import paid_round, read_round
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
 pytestmark = pytest.mark.stack
@@ -163,9 +163,7 @@ def test_a_refund_failure_recorded_while_kafka_is_away_is_published_later(
 ) -> None:
     """Stripe's delivery does not wait for Kafka: the failed round is recorded and answered at
     once, and its payout.failed is published by an instance that reaches Kafka."""
-    dispute = f"d-test-{uuid.uuid4().hex}"
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    dispute, refund_id = paid_round(api.database_url)
     topic = t.PAYOUT_FAILED.name
     start = end_offsets(stack.kafka, topic)
     body, headers = signed(refund_event(refund_id, dispute_id=dispute))

@@ -31,7 +31,7 @@ from tests.e2e.conftest_api import (
     event_codec,
     running_api,
 )
-from tests.ledger_rows import read_round, seed_round
+from tests.ledger_rows import paid_round, read_round, seed_round
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
 pytestmark = pytest.mark.stack
@@ -70,9 +70,7 @@ def published_rows(database: str, dispute_id: str) -> list[tuple[Any, ...]]:
 def test_a_refund_reported_failed_fails_its_round_and_is_published_once(
     api: ApiServer, stack: Stack, codec: Codec
 ) -> None:
-    dispute = new_dispute()
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    dispute, refund_id = paid_round(api.database_url)
     start = end_offsets(stack.kafka, TOPIC)
 
     first = deliver(api, refund_event(refund_id, dispute_id=dispute))
@@ -103,9 +101,7 @@ def test_a_refund_reported_failed_fails_its_round_and_is_published_once(
 
 @pytest.mark.parametrize("status", ["canceled", "requires_action"])
 def test_a_canceled_or_stuck_refund_is_a_failure_too(api: ApiServer, status: str) -> None:
-    dispute = new_dispute()
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    dispute, refund_id = paid_round(api.database_url)
     answer = deliver(
         api,
         refund_event(refund_id, dispute_id=dispute, status=status, event_type="refund.updated"),
@@ -153,9 +149,7 @@ def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(api: ApiSer
 def test_events_that_are_no_failure_of_a_paid_round_change_nothing(
     api: ApiServer, case: str, outcome: str
 ) -> None:
-    dispute = new_dispute()
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    dispute, refund_id = paid_round(api.database_url)
     event = {
         "succeeded": refund_event(refund_id, dispute_id=dispute, status="succeeded"),
         "pending": refund_event(refund_id, dispute_id=dispute, status="pending"),
@@ -181,9 +175,7 @@ def test_events_that_are_no_failure_of_a_paid_round_change_nothing(
     ["no signature", "another secret", "an hour old", "the body changed after signing"],
 )
 def test_an_event_stripe_did_not_sign_just_now_is_refused(api: ApiServer, fault: str) -> None:
-    dispute = new_dispute()
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+    dispute, refund_id = paid_round(api.database_url)
     event = refund_event(refund_id, dispute_id=dispute)
     body, headers = signed(
         event,
@@ -231,10 +223,8 @@ def test_a_signed_body_that_is_no_stripe_event_is_a_400(api: ApiServer, body: by
 
 
 def test_without_a_signing_secret_the_endpoint_answers_503(stack: Stack) -> None:
-    dispute = new_dispute()
-    refund_id = f"re_{uuid.uuid4().hex[:16]}"
     with running_api(stack) as unconfigured:
-        seed_round(unconfigured.database_url, dispute, status="SUCCEEDED", refund_id=refund_id)
+        dispute, refund_id = paid_round(unconfigured.database_url)
         answer = deliver(unconfigured, refund_event(refund_id, dispute_id=dispute))
         assert answer.status_code == 503, answer.text
         assert "not configured" in answer.json()["detail"]
