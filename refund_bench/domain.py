@@ -60,20 +60,26 @@ class Decision(StrEnum):
 
 class ReviewDecision(StrEnum):
     """A human reviewer's decision (``review.decided``): UPHOLD/REJECT for one grievance,
-    APPROVE/DECLINE for a whole dispute."""
+    APPROVE/DECLINE for a whole dispute, REPAY/PAID_ELSEWHERE for a round whose refund failed."""
 
     UPHOLD = "UPHOLD"
     REJECT = "REJECT"
     APPROVE = "APPROVE"
     DECLINE = "DECLINE"
+    REPAY = "REPAY"
+    """Pay the failed round's amount again, in a new settlement round (a new ledger row and
+    idempotency key)."""
+    PAID_ELSEWHERE = "PAID_ELSEWHERE"
+    """A payment operator refunded the failed round another way: nothing more is paid."""
 
 
 DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
     "GRIEVANCE": (ReviewDecision.UPHOLD, ReviewDecision.REJECT),
     "DISPUTE": (ReviewDecision.APPROVE, ReviewDecision.DECLINE),
+    "PAYOUT": (ReviewDecision.REPAY, ReviewDecision.PAID_ELSEWHERE),
 }
-"""What a reviewer may decide per kind of review item. PAYOUT and EXTRACTION items are shown
-but resolved outside the desk (a payment operator / a corrected complaint)."""
+"""What a reviewer may decide per kind of review item. EXTRACTION items are shown but resolved
+outside the desk (a corrected complaint)."""
 
 
 class _Frozen(BaseModel):

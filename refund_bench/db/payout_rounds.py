@@ -12,6 +12,7 @@ order come.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,19 @@ NOT_REFUNDED_STATUSES = frozenset({"failed", "canceled", "requires_action"})
 """Stripe refund statuses that mean no money went back (``requires_action``: not without the
 customer doing something first). ``pending`` counts as paid: Stripe has taken the refund on, and
 reports a later failure through its webhook (:mod:`services.api.refund_failures`)."""
+
+
+ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
+"""The error code of a round the ledger opened FAILED because another dispute of the same
+payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
+
+PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
+"""The key of a round's payout review item (:func:`payout_item`), its round in group 1."""
+
+
+def payout_item(settlement_round: int) -> str:
+    """The key of the review item a failed payout of this round opens."""
+    return f"payout:round{settlement_round}"
 
 
 def idempotency_key(dispute_id: str, settlement_round: int) -> str:

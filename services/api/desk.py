@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
+from refund_bench.db.payout_rounds import ORDER_ALREADY_REFUNDED, PAYOUT_ITEM
 from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
@@ -59,6 +61,28 @@ def _safe_next(target: str) -> str:
     return "/review"
 
 
+REPRICED = "pricing re-prices the dispute."
+AFTER_DECISION = {
+    ReviewDecision.REPAY.value: "pricing re-prices the dispute, and a new round pays the failed"
+    " amount again.",
+    ReviewDecision.PAID_ELSEWHERE.value: "the failed round is closed; nothing more is paid.",
+}
+"""What follows a published decision, where it is not a re-pricing alone (the flash message)."""
+
+
+def failed_round(
+    item: m.ReviewItemRecord, ledger: Mapping[int, m.LedgerRecord]
+) -> dict[str, Any] | None:
+    """For a PAYOUT item: its round's ledger row, and whether paying again can mend it (the
+    desk offers REPAY only then; the store checks it again when the decision is recorded)."""
+    named = PAYOUT_ITEM.fullmatch(item.item_key) if item.kind == "PAYOUT" else None
+    row = ledger.get(int(named[1])) if named else None
+    if row is None:
+        return None
+    repayable = row.status == "FAILED" and row.error_code != ORDER_ALREADY_REFUNDED
+    return {"ledger": row, "repayable": repayable}
+
+
 def case_view(story: m.DisputeStory) -> dict[str, Any]:
     """The case page's context: the story regrouped per grievance, spans cut for <mark>."""
     last_round = story.priced_rounds[-1] if story.priced_rounds else None
@@ -85,8 +109,9 @@ def case_view(story: m.DisputeStory) -> dict[str, Any]:
                 "quote": story.complaint.text[g.span_start : g.span_end],
             }
         )
+    ledger = {row.round: row for row in story.payouts.ledger}
     other_items = [
-        {"item": i, "decision": decisions.get(i.item_key)}
+        {"item": i, "decision": decisions.get(i.item_key), "round": failed_round(i, ledger)}
         for i in story.review_items
         if i.kind != "GRIEVANCE"
     ]
@@ -349,7 +374,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 request,
                 "ok",
                 f"Recorded {stored.decision} ({stored.item_key}) and published it"
-                " to review.decided; pricing re-prices the dispute.",
+                f" to review.decided; {AFTER_DECISION.get(stored.decision, REPRICED)}",
             )
         else:
             flash(

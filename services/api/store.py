@@ -29,6 +29,8 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from refund_bench.db.payout_rounds import ORDER_ALREADY_REFUNDED, PAYOUT_ITEM
+from refund_bench.domain import ReviewDecision
 from services.api import models as m
 
 Row = dict[str, Any]
@@ -331,6 +333,8 @@ class Store:
             check(item["kind"])
             if item["status"] != "OPEN":
                 raise AlreadyDecided(await self._decision_for(cur, new))
+            if new.decision == ReviewDecision.REPAY.value:
+                await self._check_repayable(cur, new.dispute_id, new.item_key)
             await cur.execute(
                 f"INSERT INTO review_decisions ({DECISIONS.columns})"  # noqa: S608
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)"
@@ -350,6 +354,32 @@ class Store:
             if await cur.fetchone() is None:
                 raise AlreadyDecided(await self._decision_for(cur, new))
         return replace(new, kind=item["kind"], grievance_id=item["grievance_id"])
+
+    @staticmethod
+    async def _check_repayable(cur: Any, dispute_id: str, item_key: str) -> None:
+        """:class:`NotDecidable` unless the payout item's round is FAILED in the payout ledger
+        for a reason paying again can mend. FAILED is final (nothing turns a FAILED row back),
+        so the check holds when the decision commits."""
+        named = PAYOUT_ITEM.fullmatch(item_key)
+        if named is None:
+            raise NotDecidable("REPAY applies to a payout:round<n> item only.")
+        round_ = int(named[1])
+        await cur.execute(
+            "SELECT status, error_code FROM payout_ledger WHERE dispute_id = %s AND round = %s",
+            (dispute_id, round_),
+        )
+        row = await cur.fetchone()
+        if row is None or row["status"] != "FAILED":
+            status = "not in the payout ledger" if row is None else row["status"]
+            raise NotDecidable(
+                f"Round {round_} is {status}: only a FAILED refund can be paid again."
+            )
+        if row["error_code"] == ORDER_ALREADY_REFUNDED:
+            raise NotDecidable(
+                f"Round {round_} was never paid because another dispute of the same order was"
+                " refunded first; paying again would be held the same way. Refund it another"
+                " way and decide PAID_ELSEWHERE."
+            )
 
     @staticmethod
     async def _decision_for(cur: Any, new: DecisionRecord) -> DecisionRecord | None:

@@ -3,9 +3,11 @@
 Per dispute, the ``pricing.disputes`` store keeps the verdicts so far, the reviewers' decisions
 already applied, the last settlement round, each round's total and what earlier rounds approved.
 When the N-th verdict arrives, round 1 is priced; each new review decision re-prices the next
-round, which may pay only what earlier rounds have not approved. A reviewer's APPROVE covers the
-total of the round it was made on: a later round above both that total and the cap is held for
-review again. A grievance's review may arrive before the dispute's verdicts (the two topics are
+round, which may pay only what earlier rounds have not approved. A payment operator's REPAY of
+a round whose refund failed takes that round's amount off what was approved, so the next round
+pays it again; PAID_ELSEWHERE closes the failure and prices nothing. A reviewer's APPROVE covers
+the total of the round it was made on: a later round above both that total and the cap is held
+for review again. A grievance's review may arrive before the dispute's verdicts (the two topics are
 read independently); it is kept and applied when round 1 is priced (or set aside then, if it
 names a grievance the dispute does not have). Both inputs are keyed by dispute_id and
 co-partitioned; the range assignor gives one instance the same partition of both.
@@ -16,10 +18,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.db.payout_rounds import PAYOUT_ITEM
 from refund_bench.db.snapshots import payment_reference
 from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
@@ -44,6 +47,19 @@ SETTLED_RETENTION_S = 7 * 24 * 3600.0
 """How long a settled dispute's state (its last round held nothing for review) outlives its
 last write: long enough to ignore redelivered verdicts."""
 SnapshotLookup = Callable[[str], Mapping[str, Any]]
+StateLookup = Callable[[str], dict[str, Any] | None]
+
+
+class Taken(NamedTuple):
+    """One input applied to its dispute's state (not stored yet)."""
+
+    dispute_id: str
+    state: dict[str, Any]
+    reprice: bool
+    """Whether the input prices the dispute's next round (once all its verdicts are in)."""
+    note: str | None = None
+    """What the next round's reason adds."""
+
 
 _PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
 
@@ -67,78 +83,58 @@ class PricingHandler:
     def handle(self, message: Message, ctx: Context) -> Sequence[Emit]:
         store = ctx.store()
         if message.topic == t.VERDICT_DECIDED.name:
-            verdict = ev.parse(ev.VerdictDecided, message.value)
-            message.require_key(verdict.dispute_id)
-            ev.known(Category, verdict.category, f"verdict {verdict.grievance_id}")
-            ev.known(Ruling, verdict.outcome, f"verdict {verdict.grievance_id}")
-            if verdict.grievance_total < 1:
-                raise InvalidInput(
-                    f"verdict {verdict.grievance_id} gives the dispute"
-                    f" {verdict.grievance_total} grievances"
-                )
-            state = store.get(verdict.dispute_id) or _new_state()
-            if state["grievance_total"] is None:  # the dispute's first verdict
-                state.update(_dispute_facts(verdict))
-            if verdict.grievance_id in state["verdicts"]:
-                return ()
-            _check_facts(state, verdict)
-            if verdict.item_name is not None and verdict.item_name not in line_item_names(
-                self._snapshots(verdict.snapshot_sha256)
-            ):
-                raise InvalidInput(
-                    f"verdict {verdict.grievance_id} names {verdict.item_name!r}, not a line item"
-                    " of the order"
-                )
-            state["verdicts"][verdict.grievance_id] = {
-                "category": verdict.category,
-                "outcome": verdict.outcome,
-                "item_name": verdict.item_name,
-                "item_quantity": verdict.item_quantity,
-            }
-            dispute_id = verdict.dispute_id
+            taken = self._take_verdict(message, store.get)
         else:
-            review = ev.parse(ev.ReviewDecided, message.value)
-            message.require_key(review.dispute_id)
-            if review.decision not in DECISIONS_BY_KIND.get(review.kind, ()):
-                # A grievance's review is kept before the verdicts: as a DECLINE, one would
-                # decline the whole dispute it came before.
-                raise InvalidInput(
-                    f"review {review.review_id}: a {review.kind} review cannot decide"
-                    f" {review.decision}"
-                )
-            state = store.get(review.dispute_id)
-            if state is None and review.kind != "GRIEVANCE":
-                raise InvalidInput(f"review {review.review_id} for unknown dispute")
-            if state is None:
-                # A grievance's review item is projected from its verdict, which this stage may
-                # not have read yet (the two topics are consumed independently): keep the
-                # decision until the dispute's verdicts arrive.
-                log.warning(
-                    "review %s of dispute %s came before its verdicts: kept until they arrive",
-                    review.review_id,
-                    review.dispute_id,
-                )
-                state = _new_state()
-            if review.review_id in state["reviews"]:
-                return ()
-            round_total = _round_total(state, review)
-            state["reviews"].append(review.review_id)
-            state["overrides"] = _apply(state["overrides"], review, round_total)
-            dispute_id = review.dispute_id
+            taken = _take_review(message, store.get)
+        if taken is None:  # a redelivery
+            return ()
+        dispute_id, state, reprice, note = taken
         outputs: list[Emit] = []
         retention: float | None = None
         complete = len(state["verdicts"]) == state["grievance_total"]
-        if complete and (state["round"] == 0 or message.topic == t.REVIEW_DECIDED.name):
-            priced, open_for_review = self._price(dispute_id, state)
+        if complete and (state["round"] == 0 or reprice):
+            priced, open_for_review = self._price(dispute_id, state, note)
             outputs.append(priced)
             if not open_for_review:
                 retention = SETTLED_RETENTION_S
         store.put(dispute_id, state, retention_s=retention)
         return outputs
 
-    def _price(self, dispute_id: str, state: dict[str, Any]) -> tuple[Emit, bool]:
-        """The next round's ``refund.priced``, and whether it left anything for a reviewer
-        (held lines, or the whole dispute); updates ``state``."""
+    def _take_verdict(self, message: Message, stored: StateLookup) -> Taken | None:
+        """The dispute's state with the verdict added; ``None`` for a verdict already in it."""
+        verdict = ev.parse(ev.VerdictDecided, message.value)
+        message.require_key(verdict.dispute_id)
+        ev.known(Category, verdict.category, f"verdict {verdict.grievance_id}")
+        ev.known(Ruling, verdict.outcome, f"verdict {verdict.grievance_id}")
+        if verdict.grievance_total < 1:
+            raise InvalidInput(
+                f"verdict {verdict.grievance_id} gives the dispute"
+                f" {verdict.grievance_total} grievances"
+            )
+        state = stored(verdict.dispute_id) or _new_state()
+        if state["grievance_total"] is None:  # the dispute's first verdict
+            state.update(_dispute_facts(verdict))
+        if verdict.grievance_id in state["verdicts"]:
+            return None
+        _check_facts(state, verdict)
+        if verdict.item_name is not None and verdict.item_name not in line_item_names(
+            self._snapshots(verdict.snapshot_sha256)
+        ):
+            raise InvalidInput(
+                f"verdict {verdict.grievance_id} names {verdict.item_name!r}, not a line item"
+                " of the order"
+            )
+        state["verdicts"][verdict.grievance_id] = {
+            "category": verdict.category,
+            "outcome": verdict.outcome,
+            "item_name": verdict.item_name,
+            "item_quantity": verdict.item_quantity,
+        }
+        return Taken(verdict.dispute_id, state, reprice=False)
+
+    def _price(self, dispute_id: str, state: dict[str, Any], note: str | None) -> tuple[Emit, bool]:
+        """The next round's ``refund.priced`` (``note`` added to its reason), and whether it
+        left anything for a reviewer (held lines, or the whole dispute); updates ``state``."""
         verdicts = [
             GrievanceVerdict(
                 grievance_id=gid,
@@ -158,15 +154,18 @@ class PricingHandler:
             already_approved_minor=state["approved_minor"],
             overrides=_overrides(state["overrides"]),
         )
+        notes = [note] if note else []
         if stray:
-            why = (
+            notes.append(
                 f"review decisions for grievances not in the dispute set aside: {', '.join(stray)}"
             )
-            priced = priced.model_copy(update={"reason": f"{priced.reason}; {why}"})
+        if notes:
+            priced = priced.model_copy(update={"reason": "; ".join([priced.reason, *notes])})
         state["round"] += 1
         state.setdefault("totals", {})[str(state["round"])] = priced.total_minor
-        if priced.decision in _PAYING:
+        if priced.decision in _PAYING and priced.payable_minor > 0:
             state["approved_minor"] += priced.payable_minor
+            state.setdefault("payables", {})[str(state["round"])] = priced.payable_minor
         event = to_event(
             priced,
             dispute_id,
@@ -235,6 +234,8 @@ def _new_state() -> dict[str, Any]:
         "round": 0,
         "approved_minor": 0,
         "totals": {},
+        "payables": {},
+        "repaid": [],
     }
 
 
@@ -320,6 +321,84 @@ def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | No
         )
     totals: Mapping[str, int] = state.get("totals", {})
     return totals.get(str(approved_round))
+
+
+def _take_review(message: Message, stored: StateLookup) -> Taken | None:
+    """The dispute's state with the review decision applied; every decision re-prices the
+    dispute but PAID_ELSEWHERE. ``None`` for a decision already applied."""
+    review = ev.parse(ev.ReviewDecided, message.value)
+    message.require_key(review.dispute_id)
+    if review.decision not in DECISIONS_BY_KIND.get(review.kind, ()):
+        # A grievance's review is kept before the verdicts: as a DECLINE, one would decline the
+        # whole dispute it came before.
+        raise InvalidInput(
+            f"review {review.review_id}: a {review.kind} review cannot decide {review.decision}"
+        )
+    state = stored(review.dispute_id)
+    if state is None and review.kind != "GRIEVANCE":
+        raise InvalidInput(f"review {review.review_id} for unknown dispute")
+    if state is None:
+        # A grievance's review item is projected from its verdict, which this stage may not
+        # have read yet (the two topics are consumed independently): keep the decision until
+        # the dispute's verdicts arrive.
+        log.warning(
+            "review %s of dispute %s came before its verdicts: kept until they arrive",
+            review.review_id,
+            review.dispute_id,
+        )
+        state = _new_state()
+    if review.review_id in state["reviews"]:
+        return None
+    taken = Taken(review.dispute_id, state, reprice=True)
+    if review.kind == "PAYOUT":
+        repaid = _failed_round(state, review)
+        taken = taken._replace(
+            reprice=repaid is not None,
+            note=None
+            if repaid is None
+            else f"round {repaid[0]}'s refund of {repaid[1]} failed: no longer counted as paid",
+        )
+    else:
+        state["overrides"] = _apply(state["overrides"], review, _round_total(state, review))
+    state["reviews"].append(review.review_id)
+    return taken
+
+
+def _failed_round(state: dict[str, Any], review: ev.ReviewDecided) -> tuple[int, int] | None:
+    """Apply a payment operator's decision on a round whose refund failed (its item
+    ``payout:round<n>``). REPAY takes the round's payable amount off what earlier rounds
+    approved, once per round, and returns (round, amount): the dispute is re-priced, and the
+    next round pays it again. PAID_ELSEWHERE changes nothing (the amount stays approved: the
+    operator settled it another way) and returns ``None``.
+
+    :class:`InvalidInput` for an item that names no round, and for a REPAY of a round that
+    approved no payment this stage knows of or that was paid again before.
+    """
+    named = PAYOUT_ITEM.fullmatch(review.item_key or "")
+    if named is None:
+        raise InvalidInput(
+            f"review {review.review_id}: a PAYOUT review must name its payout:round<n> item,"
+            f" not {review.item_key!r}"
+        )
+    if review.decision == ReviewDecision.PAID_ELSEWHERE.value:
+        return None
+    failed = int(named[1])
+    payable: int | None = state.get("payables", {}).get(str(failed))
+    if payable is None:
+        raise InvalidInput(
+            f"review {review.review_id}: round {failed} of dispute {review.dispute_id} approved"
+            " no payment this stage knows of (rounds priced before pricing kept each round's"
+            " amount are paid again outside the pipeline)"
+        )
+    repaid: list[int] = state.setdefault("repaid", [])
+    if failed in repaid:
+        raise InvalidInput(
+            f"review {review.review_id}: round {failed} of dispute {review.dispute_id} was"
+            " paid again already"
+        )
+    repaid.append(failed)
+    state["approved_minor"] -= payable
+    return failed, payable
 
 
 def _apply(

@@ -92,7 +92,8 @@ class ReviewOverrides(_Frozen):
         """These overrides plus one ``review.decided``; a later review of the same target wins.
 
         UPHOLD/REJECT need a ``grievance_id``; APPROVE/DECLINE apply to the dispute, APPROVE up
-        to ``approved_total_minor`` (the total of the round the reviewer approved).
+        to ``approved_total_minor`` (the total of the round the reviewer approved). A payout
+        decision (REPAY, PAID_ELSEWHERE) overrides nothing: :class:`InvalidInput`.
         """
         if decision is ReviewDecision.APPROVE:
             bound = approved_total_minor
@@ -105,6 +106,8 @@ class ReviewOverrides(_Frozen):
             )
         if decision is ReviewDecision.DECLINE:
             return ReviewOverrides(grievances=self.grievances, dispute=decision)
+        if decision not in (ReviewDecision.UPHOLD, ReviewDecision.REJECT):
+            raise InvalidInput(f"review decision {decision} overrides no verdict")
         if grievance_id is None:
             raise InvalidInput(f"review decision {decision} needs a grievance_id")
         ruling = Ruling.UPHELD if decision is ReviewDecision.UPHOLD else Ruling.REJECTED

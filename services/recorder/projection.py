@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
+from refund_bench.db.payout_rounds import payout_item
 from refund_bench.domain import Decision, Ruling
 
 
@@ -347,7 +348,7 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
             REVIEW_ITEMS,
             (
                 e.dispute_id,
-                f"payout:round{e.round}",
+                payout_item(e.round),
                 "PAYOUT",
                 None,
                 f"payout failed ({e.error_code}): {e.reason}",

@@ -1,7 +1,8 @@
 """A refund paid through the whole pipeline that Stripe later reports failed: the round turns
-FAILED in the ledger and in the audit record, and a payment operator finds it in the review
-queue. The pipeline runs as processes (the ``pipeline`` fixture); Stripe's event reaches the
-API's webhook as Stripe sends it, signed."""
+FAILED in the ledger and in the audit record, a payment operator finds it in the review queue
+and pays it again from the desk, in a new round under a new idempotency key. The pipeline runs
+as processes (the ``pipeline`` fixture); Stripe's event reaches the API's webhook as Stripe
+sends it, signed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from refund_bench.db.payout_rounds import idempotency_key
 from refund_bench.disputes import Story
 from refund_bench.samples import ARTICLE_COMPLAINT
 from tests.conftest import Stack
-from tests.e2e.conftest_api import ApiServer, running_api
+from tests.e2e.conftest_api import ApiServer, running_api, sign_in
 from tests.e2e.pipeline import Pipeline
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
@@ -42,7 +43,11 @@ def wait_story(
         time.sleep(0.2)
 
 
-def test_a_paid_refund_stripe_reports_failed_goes_to_a_payment_operator(
+def item_status(story: Story, item_key: str) -> str | None:
+    return next((i["status"] for i in story.review_items if i["item_key"] == item_key), None)
+
+
+def test_a_paid_refund_stripe_reports_failed_goes_to_a_payment_operator_who_pays_it_again(
     pipeline: Pipeline, api_server: ApiServer
 ) -> None:
     dispute = pipeline.submit("order-1840", "cust-77", ARTICLE_COMPLAINT)
@@ -85,3 +90,39 @@ def test_a_paid_refund_stripe_reports_failed_goes_to_a_payment_operator(
         told = client.get(f"/disputes/{dispute}", headers=api_server.auth())
     assert told.status_code == 200, told.text
     assert told.json()["summary"]["paid_minor"] == 0
+
+    # The payment operator pays it again from the desk: round 2 pays the 68900 under its own key.
+    with api_server.client() as client:
+        token = sign_in(client, "carol")
+        form = {
+            "item_key": "payout:round1",
+            "decision": "REPAY",
+            "note": "the customer's card was re-issued",
+            "csrf_token": token,
+        }
+        repaid = client.post(f"/review/disputes/{dispute}/decisions", data=form)
+    assert repaid.status_code == 303, repaid.text
+    again = wait_story(
+        pipeline,
+        dispute,
+        "round 2 final and the payout item decided",
+        lambda s: s.is_final(2) and item_status(s, "payout:round1") == "DECIDED",
+    )
+    round2 = again.priced[-1]
+    assert (round2["round"], round2["decision"], round2["payable_minor"]) == (
+        2,
+        "AUTO_APPROVED",
+        68900,
+    )
+    assert round2["already_paid_minor"] == 0
+    assert "round 1's refund of 68900 failed: no longer counted as paid" in round2["reason"]
+    assert [(row["round"], row["status"]) for row in again.ledger] == [
+        (1, "FAILED"),
+        (2, "SUCCEEDED"),
+    ]
+    assert again.ledger[1]["idempotency_key"] == idempotency_key(dispute, 2)
+    assert again.ledger[1]["stripe_refund_id"] not in (None, refund_id)
+    assert [(p["round"], p["outcome"]) for p in again.payouts] == [(1, "FAILED"), (2, "COMPLETED")]
+    assert again.paid_minor == 68900
+    assert [r["amount_minor"] for r in again.replies] == [68900, 68900]
+    assert item_status(again, "grievance:g3") == "OPEN", "the raita still waits for its reviewer"

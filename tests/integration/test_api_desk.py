@@ -334,3 +334,79 @@ def test_the_queue_narrows_to_one_dispute_or_kind(api: ApiServer, dispute: str) 
     assert 'data-item="dispute:' not in grievances
     assert "Nothing matches the filter." in payouts
     assert junk.status_code == 200
+
+
+def fail_round_one(database_url: str, dispute_id: str, error_code: str) -> None:
+    """Round 1 of a seeded dispute as after a payout failure: FAILED in the ledger, and its
+    PAYOUT item open."""
+    with psycopg.connect(database_url) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE payout_ledger SET status = 'FAILED', error_code = %s"
+            " WHERE dispute_id = %s AND round = 1",
+            (error_code, dispute_id),
+        )
+        conn.execute(
+            "INSERT INTO review_items (dispute_id, item_key, kind, reason)"
+            " VALUES (%s, 'payout:round1', 'PAYOUT', %s)",
+            (dispute_id, f"payout failed ({error_code})"),
+        )
+
+
+def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:
+    fail_round_one(api.database_url, dispute, "refund_failed")
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        assert 'value="REPAY">Pay again (INR 689)</button>' in case
+        assert 'value="PAID_ELSEWHERE"' in case
+        form = {"item_key": "payout:round1", "note": "card re-issued", "csrf_token": token}
+        misfit = client.post(url, data={**form, "decision": "APPROVE"})
+        assert misfit.status_code == 422
+        assert "APPROVE does not apply to a PAYOUT item: REPAY or PAID_ELSEWHERE." in misfit.text
+        elsewhere = {**form, "item_key": "grievance:g3", "decision": "REPAY"}
+        wrong_item = client.post(url, data=elsewhere)
+        assert wrong_item.status_code == 422
+        assert "REPAY does not apply to a GRIEVANCE item: UPHOLD or REJECT." in wrong_item.text
+        repaid = client.post(url, data={**form, "decision": "REPAY"})
+        assert repaid.status_code == 303
+        shown = client.get(repaid.headers["location"]).text
+    assert "a new round pays the failed amount again" in shown
+    assert decisions(api, dispute) == [("payout:round1", "REPAY", "carol")]
+
+
+@pytest.mark.parametrize(
+    ("status", "error_code", "why"),
+    [
+        ("SUCCEEDED", None, "Round 1 is SUCCEEDED: only a FAILED refund can be paid again."),
+        ("FAILED", "ORDER_ALREADY_REFUNDED", "another dispute of the same order was refunded"),
+    ],
+)
+def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
+    api: ApiServer, dispute: str, status: str, error_code: str | None, why: str
+) -> None:
+    """A round Stripe paid (the item raised by a conflict, say), or one held because another
+    dispute of the order was refunded first: REPAY is neither offered nor recorded."""
+    fail_round_one(api.database_url, dispute, error_code or "LEDGER_CONFLICT")
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "UPDATE payout_ledger SET status = %s, error_code = %s"
+            " WHERE dispute_id = %s AND round = 1",
+            (status, error_code, dispute),
+        )
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        assert 'value="REPAY"' not in case
+        assert "Paying again cannot mend this round" in case
+        form = {"item_key": "payout:round1", "note": "refunded", "csrf_token": token}
+        refused = client.post(url, data={**form, "decision": "REPAY"})
+        assert refused.status_code == 422
+        assert why in refused.text
+        assert decisions(api, dispute) == []
+        settled = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
+        assert settled.status_code == 303
+        shown = client.get(settled.headers["location"]).text
+    assert "the failed round is closed; nothing more is paid" in shown
+    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -326,3 +328,159 @@ def test_a_grievance_review_deciding_the_whole_dispute_is_invalid(decision: str)
         _headers(store, handler, _verdict(gid, "UPHELD"))
     priced = _priced(store, handler, _verdict("g4", "UPHELD"))
     assert (priced["decision"], priced["payable_minor"]) == ("AUTO_APPROVED", 74900)
+
+
+def _outputs(store: StateStore, handler: PricingHandler, message: Message) -> list[dict[str, Any]]:
+    """The ``refund.priced`` values ``message`` leads to (none, or one), its write applied."""
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    emits = list(handler.handle(message, Context(record)))
+    record.merge_into_batch()
+    batch.apply()
+    return [dict(emit.value) for emit in emits]
+
+
+def _article_paid(store: StateStore, handler: PricingHandler) -> Mapping[str, Any]:
+    """Round 1 of the article: 68900 paid automatically, the raita held."""
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    paid = _priced(store, handler, _verdict("g3", "ESCALATE"))
+    assert (paid["round"], paid["decision"], paid["payable_minor"]) == (1, "AUTO_APPROVED", 68900)
+    return paid
+
+
+def test_repaying_a_failed_round_pays_its_amount_again_in_a_new_round_once() -> None:
+    store, handler = _handler()
+    _article_paid(store, handler)
+    again = _priced(store, handler, _decided("r-1", "PAYOUT", "REPAY", "payout:round1"))
+    assert (again["round"], again["decision"], again["total_minor"]) == (2, "AUTO_APPROVED", 68900)
+    assert (again["already_paid_minor"], again["payable_minor"]) == (0, 68900)
+    assert again["reason"].endswith("; round 1's refund of 68900 failed: no longer counted as paid")
+    assert again["held_grievances"] == ["g3"], "the raita still waits for its reviewer"
+
+    assert _outputs(store, handler, _decided("r-1", "PAYOUT", "REPAY", "payout:round1")) == []
+    twice = _decided("r-2", "PAYOUT", "REPAY", "payout:round1")
+    _refused(store, handler, twice, "r-2: round 1 of dispute d-1 was paid again already")
+
+    upheld = _priced(store, handler, _decided("r-3", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (upheld["round"], upheld["already_paid_minor"], upheld["payable_minor"]) == (
+        3,
+        68900,
+        6000,
+    )
+
+
+def test_a_round_settled_elsewhere_prices_nothing_and_stays_paid() -> None:
+    store, handler = _handler()
+    _article_paid(store, handler)
+    settled = _decided("r-1", "PAYOUT", "PAID_ELSEWHERE", "payout:round1")
+    assert _outputs(store, handler, settled) == []
+    upheld = _priced(store, handler, _decided("r-2", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (upheld["round"], upheld["already_paid_minor"], upheld["payable_minor"]) == (
+        2,
+        68900,
+        6000,
+    )
+
+
+def test_repaying_an_approved_round_above_the_cap_stays_within_the_approval() -> None:
+    store, handler = _handler(cap_minor=50_000)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    _priced(store, handler, _verdict("g3", "ESCALATE"))  # 68900 held by the cap
+    approved = _priced(store, handler, _decided("r-1", "DISPUTE", "APPROVE", "dispute:round1"))
+    assert (approved["round"], approved["payable_minor"]) == (2, 68900)
+    again = _priced(store, handler, _decided("r-2", "PAYOUT", "REPAY", "payout:round2"))
+    assert (again["round"], again["decision"], again["payable_minor"]) == (
+        3,
+        "REVIEW_APPROVED",
+        68900,
+    )
+
+
+@pytest.mark.parametrize(
+    ("decision", "item_key", "reason"),
+    [
+        ("REPAY", "payout:round2", "round 2 of dispute d-1 approved no payment this stage knows"),
+        ("REPAY", "dispute:round1", "a PAYOUT review must name its payout:round<n> item"),
+        ("PAID_ELSEWHERE", None, "a PAYOUT review must name its payout:round<n> item, not None"),
+        ("UPHOLD", "payout:round1", "a PAYOUT review cannot decide UPHOLD"),
+    ],
+)
+def test_a_payout_decision_on_no_paid_round_is_invalid_and_changes_nothing(
+    decision: str, item_key: str | None, reason: str
+) -> None:
+    store, handler = _handler()
+    _article_paid(store, handler)
+    _refused(store, handler, _decided("r-1", "PAYOUT", decision, item_key), reason)
+
+
+def test_a_round_held_by_the_cap_cannot_be_repaid() -> None:
+    store, handler = _handler(cap_minor=50_000)
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    held = _priced(store, handler, _verdict("g4", "UPHELD"))
+    assert (held["decision"], held["payable_minor"]) == ("HELD_FOR_REVIEW", 0)
+    repay = _decided("r-1", "PAYOUT", "REPAY", "payout:round1")
+    _refused(store, handler, repay, "round 1 of dispute d-1 approved no payment")
+
+
+_REVIEWS = st.one_of(
+    st.tuples(st.just("GRIEVANCE"), st.sampled_from(["UPHOLD", "REJECT"]), st.just(0)),
+    st.tuples(st.just("DISPUTE"), st.sampled_from(["APPROVE", "DECLINE"]), st.integers(1, 8)),
+    st.tuples(st.just("PAYOUT"), st.sampled_from(["REPAY", "PAID_ELSEWHERE"]), st.integers(1, 8)),
+)
+_ITEM = {"GRIEVANCE": "grievance:g3", "DISPUTE": "dispute:round{}", "PAYOUT": "payout:round{}"}
+
+
+@given(
+    cap=st.sampled_from([50_000, 70_000, 100_000]),
+    raita=st.sampled_from(["UPHELD", "ESCALATE"]),
+    reviews=st.lists(_REVIEWS, max_size=12),
+)
+def test_rounds_that_count_as_paid_never_exceed_the_total_and_each_failure_is_repaid_once(
+    cap: int, raita: str, reviews: list[tuple[str, str, int]]
+) -> None:
+    """Any sequence of reviewers' and payment operators' decisions, any of the paid rounds
+    failing: a paying round brings what counts as paid (the rounds not repaid) exactly to its
+    total, never past the order or the cap without an approval; a round is repaid only if it
+    paid, and once; a redelivered decision prices nothing."""
+    store, handler = _handler(cap_minor=cap)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    rounds = [_priced(store, handler, _verdict("g3", raita))]
+    paid: dict[int, int] = {}
+    repaid: set[int] = set()
+
+    def account(priced: Mapping[str, Any]) -> None:
+        counted = sum(amount for r, amount in paid.items() if r not in repaid)
+        assert priced["already_paid_minor"] == counted
+        if priced["decision"] == "AUTO_APPROVED":
+            assert priced["total_minor"] <= cap
+        if priced["payable_minor"] > 0:
+            assert priced["decision"] in ("AUTO_APPROVED", "REVIEW_APPROVED")
+            assert counted + priced["payable_minor"] == priced["total_minor"]
+            assert priced["total_minor"] <= ARTICLE_ORDER.charged_total_minor
+            paid[priced["round"]] = priced["payable_minor"]
+
+    account(rounds[0])
+    for n, (kind, decision, round_) in enumerate(reviews):
+        message = _decided(f"r-{n}", kind, decision, _ITEM[kind].format(round_))
+        repays = kind == "PAYOUT" and decision == "REPAY"
+        try:
+            priced = _outputs(store, handler, message)
+        except InvalidInput:
+            assert kind != "GRIEVANCE"
+            if repays:
+                assert round_ not in paid or round_ in repaid
+            continue
+        if repays:
+            assert round_ in paid
+            assert round_ not in repaid
+            repaid.add(round_)
+        assert len(priced) == (0 if kind == "PAYOUT" and decision == "PAID_ELSEWHERE" else 1)
+        for value in priced:
+            assert value["round"] == len(rounds) + 1
+            rounds.append(value)
+            account(value)
+        assert _outputs(store, handler, message) == [], "a redelivery"

@@ -1,0 +1,87 @@
+"""The schema files applied to a database an earlier version created: what they widen, they
+widen once, and the rows already there stay."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from refund_bench.db.migrate import migrate
+
+pytestmark = pytest.mark.stack
+
+REVIEW_DECISIONS_BEFORE_PAYOUT_DECISIONS = """
+CREATE TABLE review_decisions (
+    review_id     text PRIMARY KEY,
+    dispute_id    text NOT NULL,
+    item_key      text NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('GRIEVANCE', 'DISPUTE')),
+    grievance_id  text,
+    decision      text NOT NULL CHECK (decision IN ('UPHOLD', 'REJECT', 'APPROVE', 'DECLINE')),
+    reviewer      text NOT NULL,
+    note          text NOT NULL DEFAULT '',
+    decided_at    timestamptz NOT NULL,
+    published     boolean NOT NULL DEFAULT false,
+    published_at  timestamptz,
+    UNIQUE (dispute_id, item_key)
+)
+"""
+
+INSERT = (
+    "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, decision, reviewer,"
+    " decided_at) VALUES (%s, 'd-1', %s, %s, %s, 'alice', now())"
+)
+
+
+@pytest.fixture
+def earlier_database(database: str) -> Iterator[str]:
+    """A schema of its own in the stack's database, as an earlier version left it; its
+    conninfo puts it first on the search path."""
+    schema = f"upgrade_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    conninfo = make_conninfo(database, options=f"-csearch_path={schema}")
+    try:
+        yield conninfo
+    finally:
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _checks(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int, str]]:
+    rows = conn.execute(
+        "SELECT conname, oid::int, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = 'review_decisions'::regclass AND contype = 'c'"
+    ).fetchall()
+    return {str(name): (int(str(oid)), str(text)) for name, oid, text in rows}
+
+
+def test_review_decisions_made_before_payout_decisions_take_them_after_the_upgrade(
+    earlier_database: str,
+) -> None:
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(REVIEW_DECISIONS_BEFORE_PAYOUT_DECISIONS)
+        conn.execute(INSERT, ("r-old", "grievance:g3", "GRIEVANCE", "UPHOLD"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(INSERT, ("r-new", "payout:round1", "PAYOUT", "REPAY"))
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        widened = _checks(conn)
+        conn.execute(INSERT, ("r-new", "payout:round1", "PAYOUT", "REPAY"))
+        conn.execute(INSERT, ("r-other", "payout:round2", "PAYOUT", "PAID_ELSEWHERE"))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(INSERT, ("r-bad", "payout:round3", "PAYOUT", "PAY_EVERYTHING"))
+        kept = conn.execute("SELECT review_id FROM review_decisions ORDER BY review_id").fetchall()
+    assert [row[0] for row in kept] == ["r-new", "r-old", "r-other"]
+    assert "PAID_ELSEWHERE" in widened["review_decisions_decision_check"][1]
+    assert "PAYOUT" in widened["review_decisions_kind_check"][1]
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        assert _checks(conn) == widened, "the second start changes no constraint"
