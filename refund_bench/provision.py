@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated
 
 import psycopg
 import typer
@@ -13,6 +14,7 @@ import typer
 from refund_bench.config import StackSettings
 from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import upsert_orders
+from refund_bench.kafka_acls import apply_acls
 from refund_bench.samples import SAMPLE_ORDERS
 from refund_bench.topics import DEFAULT_PARTITIONS, all_topic_specs, ensure_topics
 
@@ -46,7 +48,17 @@ def provision_stack(
 
 
 @app.command()
-def provision(seed: bool = True) -> None:
+def provision(
+    seed: bool = True,
+    acl_principal_prefix: Annotated[
+        str,
+        typer.Option(
+            help="Also create each client's Kafka access rules (refund_bench.kafka_acls) for the"
+            " principal <prefix><client>, e.g. 'User:refund-bench-' for User:refund-bench-judge."
+            " Needs a Kafka user that may alter ACLs. Empty: no rules.",
+        ),
+    ] = "",
+) -> None:
     """Create missing topics, apply the schema and (by default) seed the sample orders."""
     settings = StackSettings()
     created, seeded = provision_stack(
@@ -58,6 +70,13 @@ def provision(seed: bool = True) -> None:
         kafka_security=settings.kafka_security_config(),
     )
     typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
+    if acl_principal_prefix:
+        rules = apply_acls(
+            settings.kafka_bootstrap_servers,
+            acl_principal_prefix,
+            settings.kafka_security_config(),
+        )
+        typer.echo(f"access rules: {rules} for {acl_principal_prefix}<client>")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from refund_bench.runtime.messages import (
 )
 from refund_bench.runtime.metrics import Metrics, NullMetrics
 from refund_bench.runtime.state import BatchState, RecordState, StateStore
+from refund_bench.stages import StageTopics
 from refund_bench.topics import Topic, changelog_topic
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,14 @@ class StageSpec:
     go to the producer and its offsets commit: a stage that buffers external writes (e.g. a
     database projection) makes them durable here. If it raises, the batch is aborted and
     redelivered."""
+
+    @classmethod
+    def of(
+        cls, stage: StageTopics, handler: SyncHandler | AsyncHandler, **options: Any
+    ) -> StageSpec:
+        """The spec of ``stage`` as the stage table has it (:mod:`refund_bench.stages`):
+        its name, inputs, outputs and store; ``options`` sets the other fields."""
+        return cls(stage.name, stage.inputs, stage.outputs, handler, store=stage.store, **options)
 
     @property
     def is_async(self) -> bool:

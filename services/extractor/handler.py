@@ -42,6 +42,7 @@ from refund_bench.llm.roles import (
     loads_answer,
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import EXTRACTOR
 from services.extractor.evidence import freeze, load_snapshot
 from services.extractor.validation import ExtractedGrievance, ExtractionInvalid, validate_extraction
 from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
@@ -70,12 +71,7 @@ class ExtractorHandler:
         self._on_call = on_call
 
     def spec(self) -> StageSpec:
-        return StageSpec(
-            "extractor",
-            (t.COMPLAINT_RECEIVED,),
-            (t.GRIEVANCE_EXTRACTED, t.REFUND_PRICED),
-            self.handle,
-        )
+        return StageSpec.of(EXTRACTOR, self.handle)
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         complaint = ev.parse(ev.ComplaintReceived, message.value)

@@ -41,6 +41,7 @@ from refund_bench.llm.roles import (
     parse_judge_ruling,
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import JUDGE
 from services.extractor.evidence import evidence_fields, load_snapshot, silent_fields
 from services.judge.normalise import normalise
 
@@ -71,7 +72,7 @@ class JudgeHandler:
         self._on_call = on_call
 
     def spec(self) -> StageSpec:
-        return StageSpec("judge", (t.GRIEVANCE_EXTRACTED,), (t.RULING_CAST,), self.handle)
+        return StageSpec.of(JUDGE, self.handle)
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         grievance = ev.parse(ev.GrievanceExtracted, message.value)

@@ -20,6 +20,7 @@ from refund_bench.db.payout_rounds import idempotency_key
 from refund_bench.errors import InvalidInput
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import PAYOUT
 from services.payout.ledger import LedgerRow, PayoutLedger
 from services.payout.payments import PaymentRejected, Payments
 
@@ -39,9 +40,7 @@ class PayoutHandler:
         self._retry = retry
 
     def spec(self) -> StageSpec:
-        return StageSpec(
-            "payout", (t.PAYOUT_REQUESTED,), (t.PAYOUT_COMPLETED, t.PAYOUT_FAILED), self.handle
-        )
+        return StageSpec.of(PAYOUT, self.handle)
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         request = ev.parse(ev.PayoutRequested, message.value)

@@ -27,6 +27,7 @@ from refund_bench.db.snapshots import payment_reference
 from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import PRICING
 from services.pricing.table import (
     GrievanceVerdict,
     PricedRefund,
@@ -37,7 +38,6 @@ from services.pricing.table import (
 
 log = logging.getLogger(__name__)
 
-STORE = "disputes"
 RETENTION_S = 90 * 24 * 3600.0
 """How long a dispute's state outlives its last write while a reviewer may still act on it: a
 dispute-level review decision that comes later finds no dispute and goes to the dead-letter
@@ -70,15 +70,7 @@ class PricingHandler:
         self._cap_minor = cap_minor
 
     def spec(self) -> StageSpec:
-        return StageSpec(
-            "pricing",
-            (t.VERDICT_DECIDED, t.REVIEW_DECIDED),
-            (t.REFUND_PRICED,),
-            self.handle,
-            store=STORE,
-            store_retention_s=RETENTION_S,
-            assignment="range",
-        )
+        return StageSpec.of(PRICING, self.handle, store_retention_s=RETENTION_S, assignment="range")
 
     def handle(self, message: Message, ctx: Context) -> Sequence[Emit]:
         store = ctx.store()

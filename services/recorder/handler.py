@@ -14,19 +14,9 @@ from typing import Any
 
 import psycopg
 
-from refund_bench import topics as t
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import RECORDER
 from services.recorder.projection import Statement, Table, rows_for
-
-INPUTS = (
-    t.GRIEVANCE_EXTRACTED,
-    t.RULING_CAST,
-    t.VERDICT_DECIDED,
-    t.REFUND_PRICED,
-    t.PAYOUT_COMPLETED,
-    t.PAYOUT_FAILED,
-    t.REVIEW_DECIDED,
-)
 
 
 class Recorder:
@@ -60,4 +50,4 @@ class Recorder:
                 cur.execute(sql, params)
 
     def spec(self) -> StageSpec:
-        return StageSpec("recorder", INPUTS, (), self.handle, before_commit=self.flush)
+        return StageSpec.of(RECORDER, self.handle, before_commit=self.flush)

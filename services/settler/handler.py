@@ -43,6 +43,7 @@ from refund_bench.llm.roles import (
     parse_customer_reply,
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import SETTLER
 from services.settler.guard import check_reply, format_amount, template_reply
 from services.settler.phrases import describe
 
@@ -129,12 +130,7 @@ class SettlerHandler:
         )
 
     def spec(self) -> StageSpec:
-        return StageSpec(
-            "settler",
-            (t.REFUND_PRICED,),
-            (t.REPLY_PUBLISHED, t.PAYOUT_REQUESTED),
-            self.handle,
-        )
+        return StageSpec.of(SETTLER, self.handle)
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         priced = ev.parse(ev.RefundPriced, message.value)

@@ -24,6 +24,7 @@ from refund_bench import topics as t
 from refund_bench.domain import MAX_JUDGES
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.stages import TALLY
 from services.tally.votes import (
     BenchState,
     RulingSummary,
@@ -32,7 +33,6 @@ from services.tally.votes import (
     tally,
 )
 
-STORE = "benches"
 RETENTION_S = 7 * 24 * 3600.0
 """How long a grievance's state outlives its last write, by default: redeliveries come within
 minutes; a replay older than this would count the grievance again (the payout ledger still pays
@@ -128,11 +128,4 @@ def _verdict(cast_: ev.RulingCast, bench: BenchState) -> ev.VerdictDecided:
 
 
 def spec() -> StageSpec:
-    return StageSpec(
-        "tally",
-        (t.RULING_CAST,),
-        (t.VERDICT_DECIDED,),
-        handle,
-        store=STORE,
-        store_retention_s=RETENTION_S,
-    )
+    return StageSpec.of(TALLY, handle, store_retention_s=RETENTION_S)

@@ -24,7 +24,7 @@ from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import SAMPLE_ORDERS
 from services.llm_standin.app import create_app
-from tests.conftest import Stack
+from tests.conftest import Stack, unavailable
 from tests.standin import Standin
 
 
@@ -37,6 +37,20 @@ def database(stack: Stack) -> str:
     with psycopg.connect(stack.database_url) as conn:
         upsert_orders(conn, SAMPLE_ORDERS)
     return stack.database_url
+
+
+SASL_USERNAME, SASL_PASSWORD = "refundbench", "local-sasl-password"
+"""The local broker's super user on its SASL listener (stack/kafka/server.properties); the
+per-client users ``refund-bench-<client>`` share the password."""
+
+
+@pytest.fixture(scope="session")
+def sasl_bootstrap() -> str:
+    """The address of the broker's SASL listener (ACLs enforced)."""
+    address = os.environ.get("KAFKA_SASL_TEST_BOOTSTRAP_SERVERS", "")
+    if not address:
+        unavailable("the broker's SASL listener (KAFKA_SASL_TEST_BOOTSTRAP_SERVERS)")
+    return address
 
 
 @pytest.fixture(scope="session")

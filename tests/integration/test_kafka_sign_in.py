@@ -9,7 +9,6 @@ each test shows what the signed-in client did.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
@@ -25,21 +24,13 @@ from refund_bench.runtime.selftest import passthrough_spec
 from refund_bench.service import runtime_config
 from refund_bench.topics import TopicSpec, ensure_topics
 from services.api.publisher import KafkaPublisher
-from tests.conftest import Stack, TopicFactory, unavailable
+from tests.conftest import Stack, TopicFactory
+from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME
 from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
 
 pytestmark = pytest.mark.stack
 
-USERNAME, PASSWORD = "refundbench", "local-sasl-password"
-"""The local broker's test user (stack/kafka/server.properties)."""
-
-
-@pytest.fixture(scope="module")
-def sasl_bootstrap() -> str:
-    address = os.environ.get("KAFKA_SASL_TEST_BOOTSTRAP_SERVERS", "")
-    if not address:
-        unavailable("the broker's SASL listener (KAFKA_SASL_TEST_BOOTSTRAP_SERVERS)")
-    return address
+USERNAME, PASSWORD = SASL_USERNAME, SASL_PASSWORD
 
 
 def signed_in(address: str, password: str = PASSWORD) -> StageSettings:

@@ -442,8 +442,7 @@ def _expiring_counter(name: str, source: str, sink: str) -> StageSpec:
 def test_a_changelog_is_created_compacted_with_hourly_segments(
     stack: Stack, new_topic: TopicFactory
 ) -> None:
-    # The documented import; the package's stubs do not re-export it explicitly.
-    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient, ConfigResource
 
     from refund_bench.topics import CHANGELOG_CONFIG
 

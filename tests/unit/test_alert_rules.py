@@ -25,10 +25,10 @@ from refund_bench.runtime.metrics import (
     HistogramName,
     PrometheusMetrics,
 )
+from refund_bench.stages import RECORDER
 from refund_bench.topics import DEFAULT_PARTITIONS, all_topic_specs
 from services.api.metrics import ApiMetrics
 from services.pricing.handler import PricingHandler
-from services.recorder.handler import INPUTS as RECORDER_INPUTS
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
@@ -165,7 +165,7 @@ def test_unowned_partition_thresholds_are_the_partitions_of_each_stages_inputs()
     }
     inputs = {
         "pricing": len(PricingHandler(lambda _sha: {}, cap_minor=0).spec().inputs),
-        "recorder": len(RECORDER_INPUTS),
+        "recorder": len(RECORDER.inputs),
     }
     assert thresholds == {stage: DEFAULT_PARTITIONS * n for stage, n in inputs.items()}
     assert f'stage!~"pricing|recorder"}}) < {DEFAULT_PARTITIONS}' in rule["expr"]

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings, StageSettings
+from refund_bench.kafka_acls import client_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
 from services.api.settings import ApiSettings
@@ -128,7 +129,11 @@ def _environment(container: dict[str, Any]) -> dict[str, str]:
             env[entry["name"]] = entry["value"]
         else:
             ref = entry["valueFrom"]["secretKeyRef"]
-            assert ref["name"] == SECRET, f"{entry['name']}: secret {ref['name']}"
+            own_kafka_user = entry["name"] == "KAFKA_SASL_PASSWORD" and ref == {
+                "name": env.get("KAFKA_SASL_USERNAME"),
+                "key": "password",
+            }
+            assert ref["name"] == SECRET or own_kafka_user, f"{entry['name']}: secret {ref}"
             env[entry["name"]] = SECRET_PLACEHOLDER
     return env
 
@@ -245,7 +250,7 @@ def test_secrets_and_addresses_a_workload_reads_are_given_and_secrets_come_from_
                 continue
             assert key in given, f"{workload} reads {key} but the manifest leaves the default"
             if isinstance(settings.model_fields[field].default, SecretStr):
-                assert key in from_secret, f"{workload}: {key} must come from the Secret"
+                assert key in from_secret, f"{workload}: {key} must come from a Secret"
 
 
 @pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
@@ -338,3 +343,50 @@ def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
         assert compacted == specs[name].compacted, name
         if compacted:
             assert {k: spec["config"][k] for k in CHANGELOG_CONFIG} == CHANGELOG_CONFIG, name
+
+
+def _strimzi_rules() -> dict[str, set[tuple[str, str, bool, str]]]:
+    """Per KafkaUser of strimzi/users.yaml: (resource type, name, prefixed, operation)."""
+    rules: dict[str, set[tuple[str, str, bool, str]]] = {}
+    for doc in _documents(K8S / "strimzi" / "users.yaml"):
+        assert doc["kind"] == "KafkaUser"
+        assert doc["spec"]["authentication"] == {"type": "scram-sha-512"}
+        assert doc["spec"]["authorization"]["type"] == "simple"
+        rules[doc["metadata"]["name"]] = {
+            (
+                acl["resource"]["type"],
+                acl["resource"]["name"],
+                acl["resource"]["patternType"] == "prefix",
+                operation,
+            )
+            for acl in doc["spec"]["authorization"]["acls"]
+            for operation in acl["operations"]
+        }
+    return rules
+
+
+def test_strimzi_users_hold_each_clients_rules_and_no_more() -> None:
+    expected = {
+        f"refund-bench-{client}": {
+            (g.resource.value, g.name, g.prefixed, g.operation.value) for g in grants
+        }
+        for client, grants in client_grants().items()
+    }
+    assert _strimzi_rules() == expected
+
+
+def test_each_stage_and_the_api_sign_in_to_kafka_as_their_own_user() -> None:
+    users = set(_strimzi_rules())
+    signed_in = {}
+    for name, container in _containers():
+        if _module(container) == "refund_bench.provision":
+            continue  # creates the topics: config.env's user
+        env = {e["name"]: e for e in container.get("env", [])}
+        user = env["KAFKA_SASL_USERNAME"]["value"]
+        assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": user,
+            "key": "password",
+        }, name
+        signed_in[name] = user
+    assert signed_in == {name: f"refund-bench-{name}" for name in signed_in}
+    assert set(signed_in.values()) == users

@@ -1,0 +1,130 @@
+"""Kafka access rules for each client of the flow, made from the stage table
+(:mod:`refund_bench.stages`): what each stage's Kafka user may do, and nothing more.
+
+A stage's user may read (and describe) its inputs; write (and describe) its outputs and its
+inputs' dead-letter topics; read and write its state changelog; use its consumer group and its
+changelog's restore group; and use the transactional ids that begin with ``<stage>-``. The
+API's user may write the topics it publishes. So a stage cannot write another stage's topic,
+and the internal topics hold only what the stage that owns them wrote.
+
+``deploy/k8s/strimzi/users.yaml`` holds the same rules as Strimzi ``KafkaUser`` resources (a
+unit test keeps the two equal); :func:`apply_acls` creates them on any other cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from refund_bench.stages import API_WRITES, STAGES, StageTopics
+from refund_bench.topics import Topic
+
+API = "api"
+"""The API's client name (its user: ``<prefix>api``)."""
+
+
+class Resource(StrEnum):
+    TOPIC = "topic"
+    GROUP = "group"
+    TRANSACTIONAL_ID = "transactionalId"
+
+
+class Operation(StrEnum):
+    READ = "Read"
+    WRITE = "Write"
+    DESCRIBE = "Describe"
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One allowed operation on one resource (``prefixed``: every name beginning so)."""
+
+    resource: Resource
+    name: str
+    operation: Operation
+    prefixed: bool = False
+
+
+def _topics(topics: Iterable[Topic | str], *operations: Operation) -> set[Grant]:
+    names = {topic if isinstance(topic, str) else topic.name for topic in topics}
+    return {Grant(Resource.TOPIC, name, op) for name in names for op in operations}
+
+
+def stage_grants(stage: StageTopics) -> frozenset[Grant]:
+    """What ``stage``'s user may do (see the module)."""
+    grants = _topics(stage.inputs, Operation.READ, Operation.DESCRIBE)
+    grants |= _topics((*stage.outputs, *stage.dead_letters), Operation.WRITE, Operation.DESCRIBE)
+    grants.add(Grant(Resource.GROUP, stage.name, Operation.READ))
+    if stage.changelog is not None:
+        grants |= _topics((stage.changelog,), Operation.READ, Operation.WRITE, Operation.DESCRIBE)
+        grants.add(Grant(Resource.GROUP, f"{stage.changelog}.restore", Operation.READ))
+    grants |= {
+        Grant(Resource.TRANSACTIONAL_ID, f"{stage.name}-", op, prefixed=True)
+        for op in (Operation.WRITE, Operation.DESCRIBE)
+    }
+    return frozenset(grants)
+
+
+def client_grants() -> dict[str, frozenset[Grant]]:
+    """Every client of the flow by name (the stages, then ``api``) and what it may do."""
+    grants = {stage.name: stage_grants(stage) for stage in STAGES}
+    grants[API] = frozenset(_topics(API_WRITES, Operation.WRITE, Operation.DESCRIBE))
+    return grants
+
+
+_RESOURCE_TYPES = {
+    Resource.TOPIC: ResourceType.TOPIC,
+    Resource.GROUP: ResourceType.GROUP,
+    Resource.TRANSACTIONAL_ID: ResourceType.TRANSACTIONAL_ID,
+}
+_OPERATIONS = {
+    Operation.READ: AclOperation.READ,
+    Operation.WRITE: AclOperation.WRITE,
+    Operation.DESCRIBE: AclOperation.DESCRIBE,
+}
+
+
+def acl_bindings(principal: str, grants: Iterable[Grant]) -> list[AclBinding]:
+    """``grants`` as ALLOW bindings for ``principal`` (e.g. ``User:refund-bench-judge``)."""
+    return [
+        AclBinding(
+            _RESOURCE_TYPES[grant.resource],
+            grant.name,
+            ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            _OPERATIONS[grant.operation],
+            AclPermissionType.ALLOW,
+        )
+        for grant in sorted(grants)
+    ]
+
+
+def apply_acls(
+    bootstrap_servers: str,
+    principal_prefix: str,
+    security: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> int:
+    """Create every client's rules for the principal ``<principal_prefix><client>`` (e.g.
+    ``User:refund-bench-`` + ``judge``); returns how many bindings were asked for. Idempotent:
+    a rule that exists is left as it is. Rules outside these are not removed."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(security or {})})
+    bindings = [
+        binding
+        for client, grants in client_grants().items()
+        for binding in acl_bindings(f"{principal_prefix}{client}", grants)
+    ]
+    for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
+        future.result()
+    return len(bindings)
