@@ -28,6 +28,26 @@ ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
 """The error code of a round the ledger opened FAILED because another dispute of the same
 payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
 
+UNMENDABLE_FAILURES = {
+    ORDER_ALREADY_REFUNDED: "another dispute of the same order was refunded first, and a new"
+    " round would be held the same way",
+    "charge_already_refunded": "Stripe has refunded the payment in full already",
+    "charge_disputed": "the customer disputed the payment with their bank (a chargeback), and"
+    " Stripe refunds nothing on a disputed payment",
+}
+"""Error codes of a FAILED round that paying again cannot mend, and why (for the review desk)."""
+
+
+def why_not_repayable(status: str | None, error_code: str | None) -> str | None:
+    """``None`` when paying a round again (a new round for its amount) can mend it: the round is
+    FAILED in the ledger for a reason that may pass. Otherwise why not, as a reviewer reads it.
+    FAILED is final (nothing turns a FAILED row back), so the answer holds once given."""
+    if status != "FAILED":
+        held = "not in the payout ledger" if status is None else f"{status} in the payout ledger"
+        return f"it is {held}, and only a FAILED refund can be paid again"
+    return UNMENDABLE_FAILURES.get(error_code or "")
+
+
 PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
 """The key of a round's payout review item (:func:`payout_item`), its round in group 1."""
 

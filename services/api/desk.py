@@ -22,7 +22,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import ORDER_ALREADY_REFUNDED, PAYOUT_ITEM
+from refund_bench.db.payout_rounds import PAYOUT_ITEM, why_not_repayable
 from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
@@ -73,14 +73,13 @@ AFTER_DECISION = {
 def failed_round(
     item: m.ReviewItemRecord, ledger: Mapping[int, m.LedgerRecord]
 ) -> dict[str, Any] | None:
-    """For a PAYOUT item: its round's ledger row, and whether paying again can mend it (the
-    desk offers REPAY only then; the store checks it again when the decision is recorded)."""
+    """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
+    it can; the desk offers REPAY only then, and the store checks again when it records one)."""
     named = PAYOUT_ITEM.fullmatch(item.item_key) if item.kind == "PAYOUT" else None
     row = ledger.get(int(named[1])) if named else None
     if row is None:
         return None
-    repayable = row.status == "FAILED" and row.error_code != ORDER_ALREADY_REFUNDED
-    return {"ledger": row, "repayable": repayable}
+    return {"ledger": row, "why_not": why_not_repayable(row.status, row.error_code)}
 
 
 def case_view(story: m.DisputeStory) -> dict[str, Any]:

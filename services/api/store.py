@@ -29,7 +29,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from refund_bench.db.payout_rounds import ORDER_ALREADY_REFUNDED, PAYOUT_ITEM
+from refund_bench.db.payout_rounds import PAYOUT_ITEM, why_not_repayable
 from refund_bench.domain import ReviewDecision
 from services.api import models as m
 
@@ -357,9 +357,8 @@ class Store:
 
     @staticmethod
     async def _check_repayable(cur: Any, dispute_id: str, item_key: str) -> None:
-        """:class:`NotDecidable` unless the payout item's round is FAILED in the payout ledger
-        for a reason paying again can mend. FAILED is final (nothing turns a FAILED row back),
-        so the check holds when the decision commits."""
+        """:class:`NotDecidable` unless paying the payout item's round again can mend it
+        (:func:`~refund_bench.db.payout_rounds.why_not_repayable`)."""
         named = PAYOUT_ITEM.fullmatch(item_key)
         if named is None:
             raise NotDecidable("REPAY applies to a payout:round<n> item only.")
@@ -369,16 +368,11 @@ class Store:
             (dispute_id, round_),
         )
         row = await cur.fetchone()
-        if row is None or row["status"] != "FAILED":
-            status = "not in the payout ledger" if row is None else row["status"]
+        why = why_not_repayable(*(row["status"], row["error_code"]) if row else (None, None))
+        if why is not None:
             raise NotDecidable(
-                f"Round {round_} is {status}: only a FAILED refund can be paid again."
-            )
-        if row["error_code"] == ORDER_ALREADY_REFUNDED:
-            raise NotDecidable(
-                f"Round {round_} was never paid because another dispute of the same order was"
-                " refunded first; paying again would be held the same way. Refund it another"
-                " way and decide PAID_ELSEWHERE."
+                f"Round {round_} cannot be paid again: {why}. Settle it with the customer"
+                " another way and decide PAID_ELSEWHERE."
             )
 
     @staticmethod

@@ -378,15 +378,23 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
 @pytest.mark.parametrize(
     ("status", "error_code", "why"),
     [
-        ("SUCCEEDED", None, "Round 1 is SUCCEEDED: only a FAILED refund can be paid again."),
+        (
+            "SUCCEEDED",
+            None,
+            "Round 1 cannot be paid again: it is SUCCEEDED in the payout ledger, and only a"
+            " FAILED refund can be paid again. Settle it with the customer another way",
+        ),
         ("FAILED", "ORDER_ALREADY_REFUNDED", "another dispute of the same order was refunded"),
+        ("FAILED", "charge_disputed", "the customer disputed the payment with their bank"),
+        ("FAILED", "charge_already_refunded", "Stripe has refunded the payment in full already"),
     ],
 )
 def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
     api: ApiServer, dispute: str, status: str, error_code: str | None, why: str
 ) -> None:
-    """A round Stripe paid (the item raised by a conflict, say), or one held because another
-    dispute of the order was refunded first: REPAY is neither offered nor recorded."""
+    """A round Stripe paid (the item raised by a conflict, say), one held because another dispute
+    of the order was refunded first, and one Stripe refused for good: REPAY is neither offered
+    nor recorded."""
     fail_round_one(api.database_url, dispute, error_code or "LEDGER_CONFLICT")
     with psycopg.connect(api.database_url) as conn:
         conn.execute(
@@ -399,7 +407,7 @@ def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
         token = sign_in(client, "carol")
         case = client.get(f"/review/disputes/{dispute}").text
         assert 'value="REPAY"' not in case
-        assert "Paying again cannot mend this round" in case
+        assert "Paying again cannot mend this round: " in case
         form = {"item_key": "payout:round1", "note": "refunded", "csrf_token": token}
         refused = client.post(url, data={**form, "decision": "REPAY"})
         assert refused.status_code == 422
