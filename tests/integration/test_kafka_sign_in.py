@@ -1,5 +1,5 @@
 """Signing in to Kafka: the services' ``KAFKA_SECURITY_PROTOCOL`` settings against the local
-broker's SASL/PLAIN listener (``stack/kafka/server.properties``).
+broker's SASL listener (``stack/kafka/server.properties``), with PLAIN and SCRAM-SHA-512.
 
 That listener speaks only SASL: a client that dropped the settings on the way would speak
 plaintext to it and get nothing. Records are produced and read back on the plain listener, so
@@ -13,7 +13,12 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from pydantic import SecretStr
 
 from refund_bench import topics as t
@@ -33,19 +38,39 @@ pytestmark = pytest.mark.stack
 USERNAME, PASSWORD = SASL_USERNAME, SASL_PASSWORD
 
 
-def signed_in(address: str, password: str = PASSWORD) -> StageSettings:
+def signed_in(address: str, password: str = PASSWORD, mechanism: str = "PLAIN") -> StageSettings:
     """A stage's settings as its environment would give them on a cluster with SASL."""
     return StageSettings(
         kafka_bootstrap_servers=address,
         kafka_security_protocol="SASL_PLAINTEXT",
-        kafka_sasl_mechanism="PLAIN",
+        kafka_sasl_mechanism=mechanism,
         kafka_sasl_username=USERNAME,
         kafka_sasl_password=SecretStr(password),
     )
 
 
+@pytest.fixture(scope="module")
+def scram_user(stack: Stack) -> None:
+    """SCRAM-SHA-512 credentials for the test user, as a cluster's operator adds them (Strimzi's
+    User Operator does the same for each KafkaUser). Upserted: a second run changes nothing."""
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    upsert = UserScramCredentialUpsertion(
+        USERNAME, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), PASSWORD.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result()
+
+
+@pytest.fixture(params=["PLAIN", "SCRAM-SHA-512"])
+def mechanism(request: pytest.FixtureRequest) -> str:
+    """PLAIN, and SCRAM-SHA-512: what the manifests use (Strimzi's KafkaUsers)."""
+    if request.param.startswith("SCRAM"):
+        request.getfixturevalue("scram_user")
+    return str(request.param)
+
+
 def test_a_stage_signed_in_with_sasl_consumes_and_produces_exactly_once(
-    stack: Stack, framing: Framing, new_topic: TopicFactory, sasl_bootstrap: str
+    stack: Stack, framing: Framing, new_topic: TopicFactory, sasl_bootstrap: str, mechanism: str
 ) -> None:
     source, sink = new_topic("sasl-in", partitions=2), new_topic("sasl-out", partitions=2)
     codec = bench_codec(framing, source, sink)
@@ -53,7 +78,7 @@ def test_a_stage_signed_in_with_sasl_consumes_and_produces_exactly_once(
     produce_values(stack.kafka, source, records, codec)
 
     group = f"sasl-{uuid.uuid4().hex[:8]}"
-    config = runtime_config(signed_in(sasl_bootstrap), group)
+    config = runtime_config(signed_in(sasl_bootstrap, mechanism=mechanism), group)
     assert PASSWORD not in repr(config)
     stage = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start()
     try:
@@ -71,15 +96,15 @@ def test_a_stage_signed_in_with_sasl_consumes_and_produces_exactly_once(
 
 
 def test_provisioning_signs_in_and_a_wrong_password_is_refused(
-    stack: Stack, sasl_bootstrap: str
+    stack: Stack, sasl_bootstrap: str, mechanism: str
 ) -> None:
     name = f"sasl-topic-{uuid.uuid4().hex[:12]}"
-    wrong = signed_in(sasl_bootstrap, password="not-the-password").kafka_security_config()
+    wrong = signed_in(sasl_bootstrap, "not-the-password", mechanism).kafka_security_config()
     with pytest.raises((KafkaException, TimeoutError)):
         ensure_topics(sasl_bootstrap, [TopicSpec(name)], 1, timeout_s=5.0, security=wrong)
     assert name not in _topics(stack.kafka)
 
-    right = signed_in(sasl_bootstrap).kafka_security_config()
+    right = signed_in(sasl_bootstrap, mechanism=mechanism).kafka_security_config()
     assert ensure_topics(sasl_bootstrap, [TopicSpec(name)], 1, security=right) == [name]
     assert name in _topics(stack.kafka)
 
