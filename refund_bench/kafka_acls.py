@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from refund_bench.stages import API_WRITES, STAGES, StageTopics
-from refund_bench.topics import Topic
+from refund_bench.topics import Topic, restore_group
 
 API = "api"
 """The API's client name (its user: ``<prefix>api``)."""
@@ -67,7 +67,7 @@ def stage_grants(stage: StageTopics) -> frozenset[Grant]:
     grants.add(Grant(Resource.GROUP, stage.name, Operation.READ))
     if stage.changelog is not None:
         grants |= _topics((stage.changelog,), Operation.READ, Operation.WRITE, Operation.DESCRIBE)
-        grants.add(Grant(Resource.GROUP, f"{stage.changelog}.restore", Operation.READ))
+        grants.add(Grant(Resource.GROUP, restore_group(stage.changelog), Operation.READ))
     grants |= {
         Grant(Resource.TRANSACTIONAL_ID, f"{stage.name}-", op, prefixed=True)
         for op in (Operation.WRITE, Operation.DESCRIBE)

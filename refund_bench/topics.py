@@ -93,6 +93,12 @@ def changelog_topic(stage: str, store: str) -> str:
     return f"{stage}.{store}.changelog"
 
 
+def restore_group(changelog: str) -> str:
+    """The consumer group id a stage restores ``changelog`` with (it joins no group and commits
+    nothing, but a broker that enforces ACLs checks the id)."""
+    return f"{changelog}.restore"
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str

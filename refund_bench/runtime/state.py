@@ -39,6 +39,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from refund_bench.topics import restore_group
+
 JsonValue = Any
 _DELETED = object()
 RETENTION_HEADER = "state.retention.s"
@@ -278,7 +280,7 @@ class StateStore:
             return 0
         conf = {
             **consumer_conf,
-            "group.id": f"{self.changelog}.restore",
+            "group.id": restore_group(self.changelog),
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
