@@ -44,8 +44,11 @@ dispute-level review decision that comes later finds no dispute and goes to the 
 topic with that reason; a grievance-level one is kept as if it came before the verdicts (with a
 warning in the log) and expires unused."""
 SETTLED_RETENTION_S = 7 * 24 * 3600.0
-"""How long a settled dispute's state (its last round held nothing for review) outlives its
-last write: long enough to ignore redelivered verdicts."""
+"""How long a settled dispute's state (its last round held nothing for review) that counts no
+money paid outlives its last write: long enough to ignore redelivered verdicts."""
+PAID_RETENTION_S = 35 * 24 * 3600.0
+"""The same for a settled dispute that counts money paid: Stripe may report a refund failed up
+to 30 days after taking it on, and a payment operator's REPAY then needs the dispute here."""
 SnapshotLookup = Callable[[str], Mapping[str, Any]]
 StateLookup = Callable[[str], dict[str, Any] | None]
 
@@ -88,7 +91,8 @@ class PricingHandler:
             priced, open_for_review = self._price(dispute_id, state, note)
             outputs.append(priced)
             if not open_for_review:
-                retention = SETTLED_RETENTION_S
+                paid = state["approved_minor"] > 0
+                retention = PAID_RETENTION_S if paid else SETTLED_RETENTION_S
         store.put(dispute_id, state, retention_s=retention)
         return outputs
 
@@ -327,6 +331,12 @@ def _take_review(message: Message, stored: StateLookup) -> Taken | None:
             f"review {review.review_id}: a {review.kind} review cannot decide {review.decision}"
         )
     state = stored(review.dispute_id)
+    if state is None and review.kind == "PAYOUT":
+        raise InvalidInput(
+            f"review {review.review_id} for unknown dispute: a payout decision on a dispute"
+            f" pricing no longer keeps ({PAID_RETENTION_S / 86400:.0f} days after its last"
+            " round) or never priced; pay that round by hand"
+        )
     if state is None and review.kind != "GRIEVANCE":
         raise InvalidInput(f"review {review.review_id} for unknown dispute")
     if state is None:

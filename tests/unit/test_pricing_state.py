@@ -16,7 +16,7 @@ from refund_bench.errors import InvalidInput
 from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import RETENTION_HEADER, BatchState, RecordState, StateStore
 from services.extractor.evidence import build_snapshot
-from services.pricing.handler import SETTLED_RETENTION_S, PricingHandler
+from services.pricing.handler import PAID_RETENTION_S, SETTLED_RETENTION_S, PricingHandler
 from tests.records import with_fields
 from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA
 
@@ -92,11 +92,21 @@ def _refused(store: StateStore, handler: PricingHandler, message: Message, reaso
     assert store.values(0) == before
 
 
-def test_a_dispute_with_nothing_held_is_kept_only_as_long_as_redeliveries_come() -> None:
+def test_a_dispute_with_nothing_held_is_kept_as_long_as_a_refund_of_it_may_still_fail() -> None:
+    """Paid: until Stripe can no longer report the refund failed (a REPAY then finds it)."""
     store, handler = _handler()
     for gid in ("g1", "g2", "g3"):
         assert _headers(store, handler, _verdict(gid, "UPHELD")) == {}, "not priced yet"
     settled = _headers(store, handler, _verdict("g4", "UPHELD"))
+    assert settled == {RETENTION_HEADER: repr(PAID_RETENTION_S).encode()}
+
+
+def test_a_dispute_that_paid_nothing_is_kept_only_as_long_as_redeliveries_come() -> None:
+    store, handler = _handler()
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, with_fields(_verdict(gid, "UPHELD"), outcome="REJECTED"))
+    rejected = with_fields(_verdict("g4", "UPHELD"), outcome="REJECTED")
+    settled = _headers(store, handler, rejected)
     assert settled == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
 
 
@@ -106,7 +116,7 @@ def test_a_dispute_waiting_for_a_reviewer_keeps_the_long_retention_until_decided
         _headers(store, handler, _verdict(gid, "ESCALATE"))
     assert _headers(store, handler, _verdict("g4", "ESCALATE")) == {}, "the raita line is held"
     decided = _headers(store, handler, _review("UPHOLD"))
-    assert decided == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
+    assert decided == {RETENTION_HEADER: repr(PAID_RETENTION_S).encode()}
 
 
 def _priced(store: StateStore, handler: PricingHandler, message: Message) -> Mapping[str, Any]:
@@ -484,3 +494,9 @@ def test_rounds_that_count_as_paid_never_exceed_the_total_and_each_failure_is_re
             rounds.append(value)
             account(value)
         assert _outputs(store, handler, message) == [], "a redelivery"
+
+
+def test_a_payout_decision_on_a_dispute_pricing_does_not_keep_is_invalid_and_says_so() -> None:
+    store, handler = _handler()
+    repay = _decided("r-1", "PAYOUT", "REPAY", "payout:round1")
+    _refused(store, handler, repay, r"no longer keeps \(35 days after its last round\)")
