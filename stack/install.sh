@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs / downloads everything the local stack needs. Idempotent; a second run
 # only checks markers under .stack/cache/ and returns in well under a second.
-#   - apt: postgresql, redis-server, curl (and a JRE / Maven if missing)
+#   - apt: postgresql, redis-server, curl, openssl (and a JRE / Maven if missing)
 #   - Apache Kafka jars from Maven Central (stack/kafka/pom.xml) -> .stack/cache/kafka-libs
 #   - stripe-mock via `go install` -> .stack/cache/bin/stripe-mock
 #   - promtool, out of Debian's prometheus package (not installed) -> .stack/cache/bin/promtool
@@ -22,6 +22,7 @@ install_apt_packages() {
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
   command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
   find_java 17 >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null 2>&1 || missing+=(maven)

@@ -1,15 +1,19 @@
 """Signing in to Kafka: the services' ``KAFKA_SECURITY_PROTOCOL`` settings against the local
-broker's SASL listener (``stack/kafka/server.properties``), with PLAIN and SCRAM-SHA-512.
+broker's SASL listener (``stack/kafka/server.properties``), with PLAIN and SCRAM-SHA-512, and
+its TLS listener, which requires a client certificate (``KAFKA_SSL_*``).
 
-That listener speaks only SASL: a client that dropped the settings on the way would speak
-plaintext to it and get nothing. Records are produced and read back on the plain listener, so
-each test shows what the signed-in client did.
+Those listeners speak only SASL or TLS: a client that dropped the settings on the way would
+speak plaintext to them and get nothing. Records are produced and read back on the plain
+listener, so each test shows what the signed-in client did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
@@ -29,7 +33,7 @@ from refund_bench.runtime.selftest import passthrough_spec
 from refund_bench.service import runtime_config
 from refund_bench.topics import TopicSpec, ensure_topics
 from services.api.publisher import KafkaPublisher
-from tests.conftest import Stack, TopicFactory
+from tests.conftest import Stack, TopicFactory, unavailable
 from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME
 from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
 
@@ -69,17 +73,90 @@ def mechanism(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@dataclass(frozen=True)
+class Tls:
+    """The broker's TLS listener (client certificates required) and the local test files."""
+
+    address: str
+    files: Path
+    key_password: str
+
+    def settings(self, *, ca: bool = True, certificate: bool = True) -> StageSettings:
+        """A stage's settings for it, as its environment would give them (mTLS)."""
+        return StageSettings(
+            kafka_bootstrap_servers=self.address,
+            kafka_security_protocol="SSL",
+            kafka_ssl_ca_location=str(self.files / "ca.crt") if ca else "",
+            kafka_ssl_certificate_location=str(self.files / "client.crt") if certificate else "",
+            kafka_ssl_key_location=str(self.files / "client.key") if certificate else "",
+            kafka_ssl_key_password=SecretStr(self.key_password if certificate else ""),
+        )
+
+
+@pytest.fixture(scope="module")
+def tls() -> Tls:
+    address = os.environ.get("KAFKA_TLS_TEST_BOOTSTRAP_SERVERS", "")
+    if not address:
+        unavailable("the broker's TLS listener (KAFKA_TLS_TEST_BOOTSTRAP_SERVERS)")
+    return Tls(
+        address,
+        Path(os.environ["KAFKA_TLS_TEST_DIR"]),
+        os.environ["KAFKA_TLS_TEST_KEY_PASSWORD"],
+    )
+
+
 def test_a_stage_signed_in_with_sasl_consumes_and_produces_exactly_once(
     stack: Stack, framing: Framing, new_topic: TopicFactory, sasl_bootstrap: str, mechanism: str
 ) -> None:
-    source, sink = new_topic("sasl-in", partitions=2), new_topic("sasl-out", partitions=2)
+    settings = signed_in(sasl_bootstrap, mechanism=mechanism)
+    _runs_exactly_once(stack, framing, new_topic, settings, PASSWORD)
+
+
+def test_a_stage_with_a_client_certificate_consumes_and_produces_exactly_once(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, tls: Tls
+) -> None:
+    _runs_exactly_once(stack, framing, new_topic, tls.settings(), tls.key_password)
+
+
+@pytest.mark.parametrize(
+    "missing", ["the brokers' CA", "a client certificate", "the key's password"]
+)
+def test_tls_without_the_ca_a_certificate_or_its_password_is_refused(
+    stack: Stack, tls: Tls, missing: str
+) -> None:
+    name = f"tls-topic-{uuid.uuid4().hex[:12]}"
+    if missing == "the brokers' CA":
+        wrong = tls.settings(ca=False)
+    elif missing == "a client certificate":
+        wrong = tls.settings(certificate=False)
+    else:
+        wrong = tls.settings().model_copy(update={"kafka_ssl_key_password": SecretStr("nope")})
+    with pytest.raises((KafkaException, TimeoutError)):
+        ensure_topics(
+            tls.address, [TopicSpec(name)], 1, timeout_s=5.0, security=wrong.kafka_security_config()
+        )
+    assert name not in _topics(stack.kafka)
+    right = tls.settings().kafka_security_config()
+    assert ensure_topics(tls.address, [TopicSpec(name)], 1, security=right) == [name]
+
+
+def _runs_exactly_once(
+    stack: Stack,
+    framing: Framing,
+    new_topic: TopicFactory,
+    settings: StageSettings,
+    secret: str,
+) -> None:
+    """A stage built by the production ``runtime_config()`` from ``settings`` passes 20
+    records through exactly once; ``secret`` is not in its config's repr."""
+    source, sink = new_topic("sign-in", partitions=2), new_topic("sign-out", partitions=2)
     codec = bench_codec(framing, source, sink)
     records = [(f"k{i}", {"id": f"r{i}", "seq": i, "payload": "x"}) for i in range(20)]
     produce_values(stack.kafka, source, records, codec)
 
-    group = f"sasl-{uuid.uuid4().hex[:8]}"
-    config = runtime_config(signed_in(sasl_bootstrap, mechanism=mechanism), group)
-    assert PASSWORD not in repr(config)
+    group = f"sign-in-{uuid.uuid4().hex[:8]}"
+    config = runtime_config(settings, group)
+    assert secret not in repr(config)
     stage = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start()
     try:
         out = read_committed(
