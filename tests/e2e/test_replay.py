@@ -9,9 +9,7 @@ import httpx
 import psycopg
 import pytest
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -23,91 +21,11 @@ from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.launcher import SERVICES
 from refund_bench.samples import SAMPLE_COMPLAINTS
 from tests.e2e.conftest_api import end_offsets
+from tests.e2e.drain import wait_drained
 from tests.e2e.pipeline import Pipeline
 from tests.kafka_helpers import read_to_end
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
-
-GROUP_INPUTS = {
-    "extractor": [t.COMPLAINT_RECEIVED],
-    "judge": [t.GRIEVANCE_EXTRACTED],
-    "tally": [t.RULING_CAST],
-    "pricing": [t.VERDICT_DECIDED, t.REVIEW_DECIDED],
-    "settler": [t.REFUND_PRICED],
-    "payout": [t.PAYOUT_REQUESTED],
-}
-
-
-def _undelivered(kafka: str, group: str, topics: list[t.Topic]) -> list[tuple[int, int]]:
-    """Per input partition: (end offset minus the group's committed offset, how many records
-    past the committed offset a read_committed consumer still gets).
-
-    The first is offsets, not records: transaction markers count in it, and a topic written by
-    two transactional producers (refund.priced: the extractor and pricing) can end with two
-    markers, one per producer's last transaction, that no consumer commits past.
-    """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        partitions = [
-            TopicPartition(topic.name, p)
-            for topic in topics
-            for p in consumer.list_topics(topic.name, timeout=10).topics[topic.name].partitions
-        ]
-        committed = consumer.committed(partitions, timeout=10)
-        lags = {}
-        for tp in committed:
-            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            lags[(tp.topic, tp.partition)] = high - max(tp.offset, 0)
-        behind = [
-            TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
-            for tp in committed
-            if lags[(tp.topic, tp.partition)] > 0
-        ]
-        records = dict.fromkeys(lags, 0)
-        if behind:
-            consumer.assign(behind)
-            open_partitions = {(tp.topic, tp.partition) for tp in behind}
-            deadline = time.monotonic() + 30
-            while open_partitions:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no end of partition for {sorted(open_partitions)}")
-                for msg in consumer.consume(500, 0.5):
-                    topic, partition = msg.topic(), msg.partition()
-                    if topic is None or partition is None:
-                        continue  # a client-level event, about no partition
-                    where = (topic, partition)
-                    err = msg.error()
-                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                        open_partitions.discard(where)
-                    elif err is None:
-                        records[where] += 1
-        return [(lags[key], records[key]) for key in lags]
-    finally:
-        consumer.close()
-
-
-def _wait_drained(kafka: str, timeout_s: float = 180) -> None:
-    """Every stage has consumed its inputs to the end: no record is left past any committed
-    offset, and the offsets stood still for a second (no transaction was in flight)."""
-    deadline = time.monotonic() + timeout_s
-    previous: dict[str, list[tuple[int, int]]] | None = None
-    while True:
-        state = {g: _undelivered(kafka, g, topics) for g, topics in GROUP_INPUTS.items()}
-        drained = all(left == 0 for per_group in state.values() for _lag, left in per_group)
-        if drained and state == previous:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"stages still lagging (offsets, records): {state}")
-        previous = state if drained else None
-        time.sleep(1.0)
 
 
 def _input_ends(kafka: str) -> dict[tuple[str, int], int]:
@@ -190,7 +108,7 @@ def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline:
     disputes = [pipeline.submit(s.order_id, s.customer_id, s.text) for s in SAMPLE_COMPLAINTS]
     for dispute in disputes:
         pipeline.wait_final(dispute)
-    _wait_drained(pipeline.stack.kafka)
+    wait_drained(pipeline.stack.kafka)
     calls_before = pipeline.llm_stats()["total_calls"]
     ledger_before = _ledger_attempts(pipeline.database_url)
     replies_before = {d: pipeline.story(d).replies for d in disputes}
@@ -199,7 +117,7 @@ def test_replaying_every_input_makes_no_new_calls_payments_or_verdicts(pipeline:
     _rewind_groups(pipeline.stack.kafka, starts)
     pipeline.launcher.start()
     pipeline.launcher.wait_ready()
-    _wait_drained(pipeline.stack.kafka, timeout_s=300)
+    wait_drained(pipeline.stack.kafka, timeout_s=300)
 
     # The replay happened: the restarted stages received this test's records again, and the
     # extractor and the judge answered them from the cache.

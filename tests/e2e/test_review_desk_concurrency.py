@@ -4,7 +4,6 @@ decision, one re-pricing and one second payout (6000), never a third round."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from refund_bench.samples import ARTICLE_COMPLAINT
 from tests.conftest import Stack
 from tests.e2e.conftest_api import ApiServer, running_api, sign_in
+from tests.e2e.drain import WITH_RECORDER, wait_drained
 from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
@@ -74,7 +74,9 @@ def test_two_reviewers_at_once_pay_the_difference_once(
     assert sorted(a.status_code for a in answers.values()) == [303, 409]
 
     pipeline.wait_for_payout(dispute_id, 2, timeout_s=120)
-    time.sleep(5)  # room for a (wrong) second decision to re-price and pay again
+    # A (wrong) second decision would have re-priced and paid again by the time every stage and
+    # the recorder have consumed everything.
+    wait_drained(pipeline.stack.kafka, timeout_s=120, groups=WITH_RECORDER)
     story = pipeline.story(dispute_id)
     assert [p["round"] for p in story.priced] == [1, 2]
     assert [(p["round"], p["amount_minor"], p["outcome"]) for p in story.payouts] == [
