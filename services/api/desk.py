@@ -110,7 +110,7 @@ def case_view(story: m.DisputeStory) -> dict[str, Any]:
         )
     ledger = {row.round: row for row in story.payouts.ledger}
     other_items = [
-        {"item": i, "decision": decisions.get(i.item_key), "round": failed_round(i, ledger)}
+        {"item": i, "decision": decisions.get(i.item_key), "failed": failed_round(i, ledger)}
         for i in story.review_items
         if i.kind != "GRIEVANCE"
     ]

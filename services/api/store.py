@@ -368,7 +368,8 @@ class Store:
             (dispute_id, round_),
         )
         row = await cur.fetchone()
-        why = why_not_repayable(*(row["status"], row["error_code"]) if row else (None, None))
+        status, error_code = (row["status"], row["error_code"]) if row else (None, None)
+        why = why_not_repayable(status, error_code)
         if why is not None:
             raise NotDecidable(
                 f"Round {round_} cannot be paid again: {why}. Settle it with the customer"

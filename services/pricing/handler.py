@@ -7,8 +7,8 @@ round, which may pay only what earlier rounds have not approved. A payment opera
 a round whose refund failed takes that round's amount off what was approved, so the next round
 pays it again; PAID_ELSEWHERE closes the failure and prices nothing. A reviewer's APPROVE covers
 the total of the round it was made on: a later round above both that total and the cap is held
-for review again. A grievance's review may arrive before the dispute's verdicts (the two topics are
-read independently); it is kept and applied when round 1 is priced (or set aside then, if it
+for review again. A grievance's review may arrive before the dispute's verdicts (the two topics
+are read independently); it is kept and applied when round 1 is priced (or set aside then, if it
 names a grievance the dispute does not have). Both inputs are keyed by dispute_id and
 co-partitioned; the range assignor gives one instance the same partition of both.
 """
