@@ -48,13 +48,19 @@ def why_not_repayable(status: str | None, error_code: str | None) -> str | None:
     return UNMENDABLE_FAILURES.get(error_code or "")
 
 
-PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
-"""The key of a round's payout review item (:func:`payout_item`), its round in group 1."""
+_PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
 
 
 def payout_item(settlement_round: int) -> str:
     """The key of the review item a failed payout of this round opens."""
     return f"payout:round{settlement_round}"
+
+
+def payout_item_round(item_key: str | None) -> int | None:
+    """The round a payout review item's key names (:func:`payout_item`); ``None`` for any
+    other key."""
+    named = _PAYOUT_ITEM.fullmatch(item_key or "")
+    return None if named is None else int(named[1])
 
 
 def idempotency_key(dispute_id: str, settlement_round: int) -> str:

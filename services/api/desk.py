@@ -22,7 +22,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import PAYOUT_ITEM, why_not_repayable
+from refund_bench.db.payout_rounds import payout_item_round, why_not_repayable
 from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
@@ -75,8 +75,8 @@ def failed_round(
 ) -> dict[str, Any] | None:
     """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
     it can; the desk offers REPAY only then, and the store checks again when it records one)."""
-    named = PAYOUT_ITEM.fullmatch(item.item_key) if item.kind == "PAYOUT" else None
-    row = ledger.get(int(named[1])) if named else None
+    round_ = payout_item_round(item.item_key) if item.kind == "PAYOUT" else None
+    row = None if round_ is None else ledger.get(round_)
     if row is None:
         return None
     return {"ledger": row, "why_not": why_not_repayable(row.status, row.error_code)}

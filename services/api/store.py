@@ -29,7 +29,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from refund_bench.db.payout_rounds import PAYOUT_ITEM, why_not_repayable
+from refund_bench.db.payout_rounds import payout_item_round, why_not_repayable
 from refund_bench.domain import ReviewDecision
 from services.api import models as m
 
@@ -359,10 +359,9 @@ class Store:
     async def _check_repayable(cur: Any, dispute_id: str, item_key: str) -> None:
         """:class:`NotDecidable` unless paying the payout item's round again can mend it
         (:func:`~refund_bench.db.payout_rounds.why_not_repayable`)."""
-        named = PAYOUT_ITEM.fullmatch(item_key)
-        if named is None:
+        round_ = payout_item_round(item_key)
+        if round_ is None:
             raise NotDecidable("REPAY applies to a payout:round<n> item only.")
-        round_ = int(named[1])
         await cur.execute(
             "SELECT status, error_code FROM payout_ledger WHERE dispute_id = %s AND round = %s",
             (dispute_id, round_),

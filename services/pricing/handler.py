@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.payout_rounds import PAYOUT_ITEM
+from refund_bench.db.payout_rounds import payout_item_round
 from refund_bench.db.snapshots import payment_reference
 from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
@@ -376,15 +376,14 @@ def _failed_round(state: dict[str, Any], review: ev.ReviewDecided) -> tuple[int,
     :class:`InvalidInput` for an item that names no round, and for a REPAY of a round that
     approved no payment this stage knows of or that was paid again before.
     """
-    named = PAYOUT_ITEM.fullmatch(review.item_key or "")
-    if named is None:
+    failed = payout_item_round(review.item_key)
+    if failed is None:
         raise InvalidInput(
             f"review {review.review_id}: a PAYOUT review must name its payout:round<n> item,"
             f" not {review.item_key!r}"
         )
     if review.decision == ReviewDecision.PAID_ELSEWHERE.value:
         return None
-    failed = int(named[1])
     payable: int | None = state.get("payables", {}).get(str(failed))
     if payable is None:
         raise InvalidInput(

@@ -10,18 +10,11 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from refund_bench import topics as t
-from refund_bench.stages import RECORDER
+from refund_bench.stages import RECORDER, STAGES
 
-GROUP_INPUTS = {
-    "extractor": [t.COMPLAINT_RECEIVED],
-    "judge": [t.GRIEVANCE_EXTRACTED],
-    "tally": [t.RULING_CAST],
-    "pricing": [t.VERDICT_DECIDED, t.REVIEW_DECIDED],
-    "settler": [t.REFUND_PRICED],
-    "payout": [t.PAYOUT_REQUESTED],
-}
-"""The six stages' groups and what each consumes."""
-WITH_RECORDER = {**GROUP_INPUTS, "recorder": list(RECORDER.inputs)}
+GROUP_INPUTS = {s.name: list(s.inputs) for s in STAGES if s is not RECORDER}
+"""The six stages' groups (each its stage's name) and what each consumes."""
+WITH_RECORDER = {s.name: list(s.inputs) for s in STAGES}
 """Those and the recorder's: drained, the audit record in PostgreSQL shows everything too."""
 
 

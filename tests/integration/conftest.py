@@ -19,7 +19,9 @@ import httpx
 import psycopg
 import pytest
 import uvicorn
+from pydantic import SecretStr
 
+from refund_bench.config import StageSettings
 from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import SAMPLE_ORDERS
@@ -42,6 +44,23 @@ def database(stack: Stack) -> str:
 SASL_USERNAME, SASL_PASSWORD = "refundbench", "local-sasl-password"
 """The local broker's super user on its SASL listener (stack/kafka/server.properties); the
 per-client users ``refund-bench-<client>`` share the password."""
+
+
+def sasl_settings(
+    address: str,
+    *,
+    user: str = SASL_USERNAME,
+    password: str = SASL_PASSWORD,
+    mechanism: str = "PLAIN",
+) -> StageSettings:
+    """A stage's settings for the SASL listener, as its environment would give them."""
+    return StageSettings(
+        kafka_bootstrap_servers=address,
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism=mechanism,
+        kafka_sasl_username=user,
+        kafka_sasl_password=SecretStr(password),
+    )
 
 
 @pytest.fixture(scope="session")

@@ -26,11 +26,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient
-from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Framing
-from refund_bench.config import StageSettings
 from refund_bench.kafka_acls import (
     API,
     Grant,
@@ -47,7 +45,7 @@ from refund_bench.service import runtime_config
 from refund_bench.stages import STAGES, StageTopics
 from refund_bench.topics import TopicSpec, ensure_topics
 from tests.conftest import Stack, TopicFactory
-from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME
+from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME, sasl_settings
 from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
 
 pytestmark = pytest.mark.stack
@@ -105,16 +103,6 @@ def test_stage_rules(sasl_bootstrap: str) -> Iterator[Callable[[frozenset[Grant]
             future.result()
 
 
-def stage_settings(address: str, user: str) -> StageSettings:
-    return StageSettings(
-        kafka_bootstrap_servers=address,
-        kafka_security_protocol="SASL_PLAINTEXT",
-        kafka_sasl_mechanism="PLAIN",
-        kafka_sasl_username=f"refund-bench-{user}",
-        kafka_sasl_password=SecretStr(SASL_PASSWORD),
-    )
-
-
 def test_a_stateful_stage_runs_and_restores_on_no_more_than_its_rules(
     stack: Stack,
     framing: Framing,
@@ -133,7 +121,7 @@ def test_a_stateful_stage_runs_and_restores_on_no_more_than_its_rules(
     )
     test_stage_rules(stage_grants(stage))
     codec = bench_codec(framing, source, sink)
-    settings = stage_settings(sasl_bootstrap, "acl-test")
+    settings = sasl_settings(sasl_bootstrap, user="refund-bench-acl-test")
 
     def run_until(total: int) -> list[Any]:
         runner = StageRunner(
@@ -163,19 +151,12 @@ def test_a_stateful_stage_runs_and_restores_on_no_more_than_its_rules(
     assert counts == {f"k{i}": 3 for i in range(5)}
 
 
-def _writes(client: str) -> list[str]:
+def _topics(client: str, operation: Operation) -> list[str]:
+    """The topics ``client``'s rules allow ``operation`` on."""
     return sorted(
         g.name
         for g in client_grants()[client]
-        if g.resource is Resource.TOPIC and g.operation is Operation.WRITE
-    )
-
-
-def _reads(client: str) -> list[str]:
-    return sorted(
-        g.name
-        for g in client_grants()[client]
-        if g.resource is Resource.TOPIC and g.operation is Operation.READ
+        if g.resource is Resource.TOPIC and g.operation is operation
     )
 
 
@@ -201,7 +182,7 @@ CLIENTS = sorted(client_grants())
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_each_client_writes_its_own_topics_and_no_other(flow_rules: str, client: str) -> None:
-    mine = _writes(client)
+    mine = _topics(client, Operation.WRITE)
     assert mine
     others = sorted({s.name for s in t.all_topic_specs()} - set(mine))
     conf: dict[str, Any] = {"bootstrap.servers": flow_rules, **signed_in_as(client)}
@@ -275,21 +256,21 @@ def _offsets_of(address: str, client: str, group: str, topic: str) -> str:
 def test_each_stage_reads_its_inputs_in_its_own_group_and_nothing_else(
     flow_rules: str, stage: str
 ) -> None:
-    inputs = _reads(stage)
+    inputs = _topics(stage, Operation.READ)
     for topic in inputs:
         assert _fetch(flow_rules, stage, stage, topic) == "read", topic
-    written = sorted(set(_writes(stage)) - set(inputs))  # it may describe them, not read them
+    # Topics it writes: it may describe them, not read them.
+    written = sorted(set(_topics(stage, Operation.WRITE)) - set(inputs))
     assert _fetch(flow_rules, stage, stage, written[0]) == "TOPIC_AUTHORIZATION_FAILED"
     unknown = sorted({s.name for s in t.all_topic_specs()} - set(inputs) - set(written))
     assert _described(flow_rules, stage, unknown[0]) == "TOPIC_AUTHORIZATION_FAILED"
     other = next(s.name for s in STAGES if s.name != stage)
-    first_input = _reads(stage)[0]
-    assert _offsets_of(flow_rules, stage, stage, first_input) == "ok"
-    assert _offsets_of(flow_rules, stage, other, first_input) == "GROUP_AUTHORIZATION_FAILED"
+    assert _offsets_of(flow_rules, stage, stage, inputs[0]) == "ok"
+    assert _offsets_of(flow_rules, stage, other, inputs[0]) == "GROUP_AUTHORIZATION_FAILED"
 
 
 def test_the_api_reads_nothing(flow_rules: str) -> None:
-    assert _reads(API) == []
+    assert _topics(API, Operation.READ) == []
     # It may describe the topics it writes, and has no consumer group to read them in.
     assert _fetch(flow_rules, API, "api", t.COMPLAINT_RECEIVED.name) == (
         "GROUP_AUTHORIZATION_FAILED"

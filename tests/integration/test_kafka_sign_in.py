@@ -34,23 +34,10 @@ from refund_bench.service import runtime_config
 from refund_bench.topics import TopicSpec, ensure_topics
 from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack, TopicFactory, unavailable
-from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME
+from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME, sasl_settings
 from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
 
 pytestmark = pytest.mark.stack
-
-USERNAME, PASSWORD = SASL_USERNAME, SASL_PASSWORD
-
-
-def signed_in(address: str, password: str = PASSWORD, mechanism: str = "PLAIN") -> StageSettings:
-    """A stage's settings as its environment would give them on a cluster with SASL."""
-    return StageSettings(
-        kafka_bootstrap_servers=address,
-        kafka_security_protocol="SASL_PLAINTEXT",
-        kafka_sasl_mechanism=mechanism,
-        kafka_sasl_username=USERNAME,
-        kafka_sasl_password=SecretStr(password),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +46,9 @@ def scram_user(stack: Stack) -> None:
     User Operator does the same for each KafkaUser). Upserted: a second run changes nothing."""
     admin = AdminClient({"bootstrap.servers": stack.kafka})
     upsert = UserScramCredentialUpsertion(
-        USERNAME, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), PASSWORD.encode()
+        SASL_USERNAME,
+        ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+        SASL_PASSWORD.encode(),
     )
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result()
@@ -108,8 +97,8 @@ def tls() -> Tls:
 def test_a_stage_signed_in_with_sasl_consumes_and_produces_exactly_once(
     stack: Stack, framing: Framing, new_topic: TopicFactory, sasl_bootstrap: str, mechanism: str
 ) -> None:
-    settings = signed_in(sasl_bootstrap, mechanism=mechanism)
-    _runs_exactly_once(stack, framing, new_topic, settings, PASSWORD)
+    settings = sasl_settings(sasl_bootstrap, mechanism=mechanism)
+    _runs_exactly_once(stack, framing, new_topic, settings, SASL_PASSWORD)
 
 
 def test_a_stage_with_a_client_certificate_consumes_and_produces_exactly_once(
@@ -176,12 +165,14 @@ def test_provisioning_signs_in_and_a_wrong_password_is_refused(
     stack: Stack, sasl_bootstrap: str, mechanism: str
 ) -> None:
     name = f"sasl-topic-{uuid.uuid4().hex[:12]}"
-    wrong = signed_in(sasl_bootstrap, "not-the-password", mechanism).kafka_security_config()
+    wrong = sasl_settings(
+        sasl_bootstrap, password="not-the-password", mechanism=mechanism
+    ).kafka_security_config()
     with pytest.raises((KafkaException, TimeoutError)):
         ensure_topics(sasl_bootstrap, [TopicSpec(name)], 1, timeout_s=5.0, security=wrong)
     assert name not in _topics(stack.kafka)
 
-    right = signed_in(sasl_bootstrap, mechanism=mechanism).kafka_security_config()
+    right = sasl_settings(sasl_bootstrap, mechanism=mechanism).kafka_security_config()
     assert ensure_topics(sasl_bootstrap, [TopicSpec(name)], 1, security=right) == [name]
     assert name in _topics(stack.kafka)
 
@@ -195,7 +186,7 @@ def test_the_api_publishes_signed_in(
         sasl_bootstrap,
         codec,
         timeout_s=10.0,
-        security=signed_in(sasl_bootstrap).kafka_security_config(),
+        security=sasl_settings(sasl_bootstrap).kafka_security_config(),
     )
     publisher.start()
     try:
