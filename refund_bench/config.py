@@ -102,6 +102,17 @@ class StageSettings(StackSettings):
     def instance_id(self, stage: str) -> str:
         """This instance's transactional id: set explicitly, or ``<stage>-<hostname>``.
 
-        On Kubernetes the hostname is the pod name, unique per replica.
+        On Kubernetes the hostname is the pod name, unique per replica. An explicit id of an
+        exactly-once stage must begin with ``<stage>-``, the prefix the stage's Kafka user may
+        use (:mod:`refund_bench.kafka_acls`); otherwise ``ValueError`` at start, instead of the
+        broker refusing the first transaction.
         """
-        return self.transactional_id or f"{stage}-{socket.gethostname()}"
+        if not self.transactional_id:
+            return f"{stage}-{socket.gethostname()}"
+        prefix = f"{stage}-"
+        if self.guarantee == "exactly-once" and not self.transactional_id.startswith(prefix):
+            raise ValueError(
+                f"TRANSACTIONAL_ID {self.transactional_id!r} must begin with {prefix!r}: "
+                "the stage's Kafka user may use only the transactional ids with that prefix"
+            )
+        return self.transactional_id

@@ -85,3 +85,15 @@ def test_every_client_of_a_stage_gets_the_sign_in_and_its_repr_hides_it() -> Non
     config = runtime_config(settings, "tally")
     assert config.kafka_security == settings.kafka_security_config()
     assert "tally-pw" not in repr(config)
+
+
+def test_an_explicit_transactional_id_keeps_the_stages_prefix() -> None:
+    assert runtime_config(StageSettings(transactional_id="tally-7"), "tally").transactional_id == (
+        "tally-7"
+    )
+    assert runtime_config(StageSettings(), "tally").transactional_id.startswith("tally-")
+    with pytest.raises(ValueError, match="'pricing-7' must begin with 'tally-'"):
+        runtime_config(StageSettings(transactional_id="pricing-7"), "tally")
+    # An at-least-once stage opens no transaction, so its id is not checked.
+    relaxed = StageSettings(transactional_id="recorder", guarantee="at-least-once")
+    assert runtime_config(relaxed, "recorder").transactional_id == "recorder"
