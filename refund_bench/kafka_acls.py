@@ -8,7 +8,8 @@ API's user may write the topics it publishes. So a stage cannot write another st
 and the internal topics hold only what the stage that owns them wrote.
 
 ``deploy/k8s/strimzi/users.yaml`` holds the same rules as Strimzi ``KafkaUser`` resources (a
-unit test keeps the two equal); :func:`apply_acls` creates them on any other cluster.
+unit test keeps the two equal); :func:`apply_acls` creates them on any other cluster, and with
+``prune`` removes the rules those users hold beyond them.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -110,21 +113,93 @@ def acl_bindings(principal: str, grants: Iterable[Grant]) -> list[AclBinding]:
     ]
 
 
+class AclChanges(NamedTuple):
+    """What :func:`apply_acls` did: bindings asked for (created, or there already) and removed."""
+
+    asked: int
+    removed: int
+
+
+def _binding_key(binding: AclBinding) -> tuple[object, ...]:
+    return (
+        binding.restype,
+        binding.name,
+        binding.resource_pattern_type,
+        binding.principal,
+        binding.host,
+        binding.operation,
+        binding.permission_type,
+    )
+
+
 def apply_acls(
     bootstrap_servers: str,
     principal_prefix: str,
     security: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
-) -> int:
+    *,
+    prune: bool = False,
+) -> AclChanges:
     """Create every client's rules for the principal ``<principal_prefix><client>`` (e.g.
-    ``User:refund-bench-`` + ``judge``); returns how many bindings were asked for. Idempotent:
-    a rule that exists is left as it is. Rules outside these are not removed."""
+    ``User:refund-bench-`` + ``judge``). Idempotent: a rule that exists is left as it is.
+
+    ``prune``: also remove every other ALLOW rule of those principals (e.g. for a topic renamed
+    since), after the rules are created, so a client never loses a rule it still needs. DENY
+    rules, and the rules of other principals, are never touched.
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(security or {})})
-    bindings = [
-        binding
+    wanted = {
+        f"{principal_prefix}{client}": acl_bindings(f"{principal_prefix}{client}", grants)
         for client, grants in client_grants().items()
-        for binding in acl_bindings(f"{principal_prefix}{client}", grants)
-    ]
+    }
+    bindings = [binding for listed in wanted.values() for binding in listed]
     for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
         future.result()
-    return len(bindings)
+    if not prune:
+        return AclChanges(len(bindings), 0)
+    keep = {_binding_key(binding) for binding in bindings}
+    stale = [
+        binding
+        for principal in wanted
+        for binding in _principal_rules(admin, principal, timeout_s)
+        if binding.permission_type == AclPermissionType.ALLOW and _binding_key(binding) not in keep
+    ]
+    if stale:
+        filters = [
+            AclBindingFilter(
+                b.restype,
+                b.name,
+                b.resource_pattern_type,
+                b.principal,
+                b.host,
+                b.operation,
+                b.permission_type,
+            )
+            for b in stale
+        ]
+        for future in admin.delete_acls(filters, request_timeout=timeout_s).values():
+            future.result()
+    return AclChanges(len(bindings), len(stale))
+
+
+def principal_filter(principal: str) -> AclBindingFilter:
+    """A filter matching every rule of ``principal``, whatever its resource."""
+    # None matches any name and host (documented); the library's annotations say ``str``.
+    anything: Any = None
+    return AclBindingFilter(
+        ResourceType.ANY,
+        anything,
+        ResourcePatternType.ANY,
+        principal,
+        anything,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+
+
+def _principal_rules(admin: AdminClient, principal: str, timeout_s: float) -> list[AclBinding]:
+    """Every rule the cluster holds for ``principal``."""
+    found: list[AclBinding] = admin.describe_acls(
+        principal_filter(principal), request_timeout=timeout_s
+    ).result()
+    return found

@@ -58,6 +58,13 @@ def provision(
             " Needs a Kafka user that may alter ACLs. Empty: no rules.",
         ),
     ] = "",
+    prune_acls: Annotated[
+        bool,
+        typer.Option(
+            help="With --acl-principal-prefix: also remove every other rule those principals"
+            " hold (e.g. for a topic renamed since). Other principals' rules are never touched.",
+        ),
+    ] = False,
 ) -> None:
     """Create missing topics, apply the schema and (by default) seed the sample orders."""
     settings = StackSettings()
@@ -70,13 +77,17 @@ def provision(
         kafka_security=settings.kafka_security_config(),
     )
     typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
+    if prune_acls and not acl_principal_prefix:
+        raise typer.BadParameter("--prune-acls needs --acl-principal-prefix")
     if acl_principal_prefix:
-        rules = apply_acls(
+        changes = apply_acls(
             settings.kafka_bootstrap_servers,
             acl_principal_prefix,
             settings.kafka_security_config(),
+            prune=prune_acls,
         )
-        typer.echo(f"access rules: {rules} for {acl_principal_prefix}<client>")
+        removed = f", {changes.removed} other rules removed" if prune_acls else ""
+        typer.echo(f"access rules: {changes.asked} for {acl_principal_prefix}<client>{removed}")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,15 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from refund_bench import topics as t
 from refund_bench.codec import Framing
@@ -37,6 +45,7 @@ from refund_bench.kafka_acls import (
     acl_bindings,
     apply_acls,
     client_grants,
+    principal_filter,
     stage_grants,
 )
 from refund_bench.runtime.runner import StageRunner
@@ -67,8 +76,9 @@ def signed_in_as(user: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def flow_rules(sasl_bootstrap: str) -> str:
     """The flow's rules applied for the local per-client users (idempotent)."""
-    assert apply_acls(sasl_bootstrap, PRINCIPAL_PREFIX, ADMIN) == sum(
-        len(grants) for grants in client_grants().values()
+    assert apply_acls(sasl_bootstrap, PRINCIPAL_PREFIX, ADMIN) == (
+        sum(len(grants) for grants in client_grants().values()),
+        0,
     )
     return sasl_bootstrap
 
@@ -297,3 +307,53 @@ def test_an_idempotent_producer_needs_only_write_on_its_topics(
         }
     )
     assert _delivery_errors(producer, [topic]) == {topic: None}
+
+
+def _rules_of(admin: AdminClient, principal: str) -> set[tuple[object, ...]]:
+    return {
+        (b.restype, b.name, b.resource_pattern_type, b.operation, b.permission_type)
+        for b in admin.describe_acls(principal_filter(principal)).result()
+    }
+
+
+def test_prune_removes_only_the_rules_a_client_no_longer_has(sasl_bootstrap: str) -> None:
+    """A rule left from an older topic name goes; the current rules, and another principal's
+    rule on the same topic, stay."""
+    prefix = f"User:prune-{uuid.uuid4().hex[:8]}-"
+    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **ADMIN})
+    stale = Grant(Resource.TOPIC, "ruling.cast.v0", Operation.READ)
+    stale_bindings = acl_bindings(f"{prefix}tally", [stale])
+    deny = AclBinding(
+        ResourceType.TOPIC,
+        t.COMPLAINT_RECEIVED.name,
+        ResourcePatternType.LITERAL,
+        f"{prefix}tally",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.DENY,
+    )
+    bystander = acl_bindings(f"User:bystander-{prefix[5:]}x", [stale])
+    try:
+        for future in admin.create_acls([*stale_bindings, deny, *bystander]).values():
+            future.result()
+        assert apply_acls(sasl_bootstrap, prefix, ADMIN).removed == 0
+        assert len(_rules_of(admin, f"{prefix}tally")) == len(client_grants()["tally"]) + 2
+
+        changes = apply_acls(sasl_bootstrap, prefix, ADMIN, prune=True)
+
+        assert changes.removed == 1
+        for client, grants in client_grants().items():
+            kept = len(grants) + (client == "tally")  # the DENY rule stays
+            assert len(_rules_of(admin, f"{prefix}{client}")) == kept, client
+        tally_rules = _rules_of(admin, f"{prefix}tally")
+        tally_topics = {name for _, name, *_ in tally_rules}
+        assert "ruling.cast.v0" not in tally_topics
+        assert t.RULING_CAST.name in tally_topics
+        assert AclPermissionType.DENY in {permission for *_, permission in tally_rules}
+        assert len(_rules_of(admin, bystander[0].principal)) == 1
+        assert apply_acls(sasl_bootstrap, prefix, ADMIN, prune=True).removed == 0
+    finally:
+        principals = [*(f"{prefix}{client}" for client in client_grants()), bystander[0].principal]
+        filters = [principal_filter(principal) for principal in principals]
+        for future in admin.delete_acls(filters).values():
+            future.result()
