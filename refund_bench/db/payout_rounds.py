@@ -28,9 +28,17 @@ ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
 """The error code of a round the ledger opened FAILED because another dispute of the same
 payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
 
+STALE_PENDING = "STALE_PENDING"
+"""The error code of a round still PENDING after the idempotency window: a call to Stripe may
+have been made and its refund created, so nothing pays that round again by itself."""
+
 UNMENDABLE_FAILURES = {
     ORDER_ALREADY_REFUNDED: "another dispute of the same order was refunded first, and a new"
     " round would be held the same way",
+    STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"
+    " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
+    "refund_requires_action": "Stripe's refund waits for the customer and may still go"
+    " through: let it complete, or cancel it at Stripe and pay another way",
     "charge_already_refunded": "Stripe has refunded the payment in full already",
     "charge_disputed": "the customer disputed the payment with their bank (a chargeback), and"
     " Stripe refunds nothing on a disputed payment",

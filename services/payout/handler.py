@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.payout_rounds import idempotency_key
+from refund_bench.db.payout_rounds import STALE_PENDING, idempotency_key
 from refund_bench.errors import InvalidInput
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
@@ -75,7 +75,7 @@ class PayoutHandler:
             row = await self._ledger.settle(
                 request.dispute_id,
                 request.round,
-                error_code="STALE_PENDING",
+                error_code=STALE_PENDING,
                 error_message=STALE_PENDING_MESSAGE,
             )
         elif row.status == "PENDING":

@@ -89,6 +89,10 @@ class StripePayments:
             )
         except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
             raise TransientError(f"stripe: {type(exc).__name__}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # The client wraps a failed request, not a body that breaks off or stalls after
+            # the headers; Stripe may have taken the refund on, so retry under the same key.
+            raise TransientError(f"stripe: the answer broke off ({type(exc).__name__})") from exc
         except stripe.APIError as exc:
             raise TransientError(f"stripe: {exc.http_status} {type(exc).__name__}") from exc
         except stripe.StripeError as exc:

@@ -2,8 +2,9 @@
 
 stripe-mock checks request shapes but does not replay idempotent requests. This fake does:
 a key maps to the stored response; the same key with other parameters is rejected with an
-``idempotency_error``. It can lose responses (create the refund, then answer 500) and throttle
-(answer 429 before doing anything), to drive the client's retries.
+``idempotency_error``. It can lose responses (create the refund, then answer 500), break an
+answer's body off half-way, and throttle (answer 429 before doing anything), to drive the
+client's retries.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 class FakeStripe:
     lose_responses: int = 0
     throttle: int = 0
+    cut_bodies: int = 0
+    """Answers (after the work is done) whose body breaks off half-way: the connection closes
+    before the length the headers announced."""
     decline_references: set[str] = field(default_factory=set)
     refund_status: dict[str, str] = field(default_factory=dict)
     """A refund's status by payment reference (``succeeded`` for any other)."""
@@ -69,6 +73,14 @@ class FakeStripe:
                 self.by_key[key] = (fingerprint, status, response)
             return self._maybe_lose(status, response)
 
+    def take_cut_body(self) -> bool:
+        """Whether this answer's body is to break off (counts ``cut_bodies`` down)."""
+        with self._lock:
+            if self.cut_bodies > 0:
+                self.cut_bodies -= 1
+                return True
+            return False
+
     def _maybe_lose(self, status: int, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Answer 500 instead of a success while ``lose_responses`` lasts (the work is done)."""
         if self.lose_responses > 0 and status == 200:
@@ -91,7 +103,15 @@ class _Handler(JsonAnswerHandler):
             status, payload = 404, _error("invalid_request_error", "unknown path", "not_found")
         else:
             status, payload = self.fake.handle(self.headers.get("Idempotency-Key"), body)
-        self.answer_json(status, json.dumps(payload).encode())
+        answer = json.dumps(payload).encode()
+        if self.fake.take_cut_body():
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer[: len(answer) // 2])
+            self.close_connection = True
+            return
+        self.answer_json(status, answer)
 
 
 class FakeStripeServer(LoopbackServer):

@@ -387,6 +387,8 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
         ("FAILED", "ORDER_ALREADY_REFUNDED", "another dispute of the same order was refunded"),
         ("FAILED", "charge_disputed", "the customer disputed the payment with their bank"),
         ("FAILED", "charge_already_refunded", "Stripe has refunded the payment in full already"),
+        ("FAILED", "STALE_PENDING", "an earlier call to Stripe may have created its refund"),
+        ("FAILED", "refund_requires_action", "waits for the customer and may still go through"),
     ],
 )
 def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(

@@ -140,6 +140,21 @@ def test_lost_responses_are_retried_with_the_same_key_and_pay_once(
     assert outputs[0].value["idempotency_key"] == idempotency_key(dispute, 1)
 
 
+def test_an_answer_broken_off_mid_body_is_retried_with_the_same_key_and_pays_once(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Stripe took the refund on, but its answer's body broke off: a transient fault of the
+    connection, retried under the round's key, not a crash of the stage."""
+    fake.fake.cut_bodies = 2
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    assert len(fake.fake.refunds) == 1
+    assert fake.fake.requests == 3
+    assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
+    assert _ledger_statuses(database, dispute) == ["SUCCEEDED"]
+
+
 def test_a_settled_round_never_reaches_stripe_again(database: str, fake: FakeStripeServer) -> None:
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     first, again = _run(database, fake.url, _request(dispute), _request(dispute))
