@@ -12,24 +12,52 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 _LETTER = r"[^\W\d_]"
 _NUMBER = r"[0-9](?:[0-9]|,(?=[0-9]))*(?:\.[0-9]+)?"
 _KNOWN_CODES = {"INR": "INR", "RS": "INR", "RS.": "INR", "USD": "USD", "EUR": "EUR", "GBP": "GBP"}
-_SYMBOLS = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP"}
+_OTHER_SIGN = "¤"
+_SYMBOLS = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP", _OTHER_SIGN: "XXX"}
+"""Currency signs; every other one (Unicode category Sc: ¥, ₨, ₩, ...) is read as ``¤``, a
+currency that is never the reply's."""
 _UNIT_WORDS = {"RUPEE": "INR", "RUPEES": "INR", "DOLLAR": "USD", "DOLLARS": "USD"}
 """Currency names, written before a number ("Rupees 500") or after it ("500 rupees")."""
 _MINOR_UNITS = ("PAISE", "PAISA")
-_MULTIPLIERS = r"lakhs?|crores?|thousand|hundred"
-"""Words that scale the number before them ("1 lakh"): such an amount is never exact."""
-_BARE_WINDOW = 3
-"""A bare number counts as an amount when at most this many words separate it from a money
-word ("refund", "voucher", "worth", ...)."""
+_MULTIPLIERS = r"lakhs?|lacs?|crores?|thousand|hundred|millions?|billions?|mn|bn|k"
+"""Words that scale the number before them ("1 lakh", "689k"): such an amount is never exact."""
+_SUM_WORDS = re.compile(
+    rf"(?<!{_LETTER})(?:ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|nine)teen"
+    r"|(?:twen|thir|for|fif|six|seven|eigh|nine)ty|hundreds?|thousands?|lakhs?|lacs?|crores?"
+    rf"|millions?|billions?)(?!{_LETTER})",
+    re.IGNORECASE,
+)
+"""A number in words of ten or more ("fifty", "five hundred"): the guard cannot read it as an
+amount, so it is allowed only as a time or a count ("twenty minutes")."""
+_INEXACT_AFTER = re.compile(
+    rf"\s*(?:(?:{_MULTIPLIERS})(?!{_LETTER})|[-\u2013]\s*[0-9])", re.IGNORECASE
+)
+"""After a currency amount: a scale ("INR 689 thousand") or a range ("INR 689-700")."""
+_TIMES_AFTER = re.compile(
+    r"\s*(?:each\b|apiece\b|a\s+piece\b|per\b|for\s+(?:each|every)\b|x\s*[0-9]|\u00d7|times\b"
+    r"|twice\b|thrice\b)",
+    re.IGNORECASE,
+)
+_TIMES_BEFORE = re.compile(
+    r"(?:[0-9]\s*x|\b(?:times|twice|thrice|double|triple|each|per|x)|\u00d7)\s*$", re.IGNORECASE
+)
+"""Around an amount: a multiple of it ("3 x INR 689", "INR 689 for each item")."""
+_NOT_MONEY_UNIT = re.compile(
+    r"(?:\s*(?:-|\u2013|to)\s*[0-9]+)?\s*(?:(?:working|business|calendar)\s+)?"
+    r"(?:minutes?|mins?|hours?|hrs?|days?|weeks?|months?|seconds?|secs?|items?|pieces?"
+    r"|portions?|plates?|grams?|g|kg|ml|km|%|percent)(?!" + _LETTER + r")",
+    re.IGNORECASE,
+)
+"""After a number (or a range, "24-48"): a unit that makes it a time, a count or a weight."""
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
-_MONEY = re.compile(_MONEY_WORDS, re.IGNORECASE)
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
 _REVIEW = re.compile(
     r"\b(?:will|to|shall|going\s+to)\s+(?:be\s+)?review|\bunder\s+review\b"
@@ -74,6 +102,24 @@ def format_amount(minor: int, currency: str) -> str:
     return f"{currency} {major}" if cents == 0 else f"{currency} {major}.{cents:02d}"
 
 
+def _normalised(text: str) -> str:
+    """``text`` as the guard reads it: NFKC (full-width digits and signs become plain ones),
+    every other decimal digit as its ASCII one ("५००" is 500), every currency sign not in
+    :data:`_SYMBOLS` as ``¤``."""
+    return "".join(
+        str(unicodedata.decimal(c))
+        if c.isdecimal() and not c.isascii()
+        else _OTHER_SIGN
+        if c not in _SYMBOLS and unicodedata.category(c) == "Sc"
+        else c
+        for c in unicodedata.normalize("NFKC", text)
+    )
+
+
+_ANY_CODE = "(?-i:[A-Z]{3})"
+"""Any three capitals next to a number ("AED 500", "500 JPY"): read as a currency code."""
+
+
 def _codes_pattern(currency: str) -> str:
     """Known codes and currency names in any case; the reply's own currency code only as written
     (upper case), so that an ordinary word can never be read as a currency."""
@@ -90,8 +136,8 @@ def _tag(code: str) -> str:
 def _prefix_re(currency: str) -> re.Pattern[str]:
     symbols = "".join(re.escape(s) for s in _SYMBOLS)
     return re.compile(
-        rf"(?:(?<!{_LETTER})(?P<code>{_codes_pattern(currency)})\.?|(?P<sym>[{symbols}]))"
-        rf"\s*(?P<num>{_NUMBER})",
+        rf"(?:(?<!{_LETTER})(?P<code>{_codes_pattern(currency)}|{_ANY_CODE})(?!{_LETTER})\.?"
+        rf"|(?P<sym>[{symbols}]))\s*(?P<num>{_NUMBER})",
         re.IGNORECASE,
     )
 
@@ -100,7 +146,8 @@ def _prefix_re(currency: str) -> re.Pattern[str]:
 def _suffix_re(currency: str) -> re.Pattern[str]:
     units = "|".join(_MINOR_UNITS)
     return re.compile(
-        rf"(?P<num>{_NUMBER})\s*(?:(?P<unit>{units}|{_codes_pattern(currency)})(?!{_LETTER})"
+        rf"(?P<num>{_NUMBER})\s*(?:(?P<unit>{units}|{_codes_pattern(currency)}|{_ANY_CODE})"
+        rf"(?!{_LETTER})"
         rf"|(?P<dash>/-))",
         re.IGNORECASE,
     )
@@ -143,24 +190,34 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     """Every money-looking mention in ``text``, in order of appearance.
 
     Counts: a currency code, name or symbol (INR, Rs, Rs., rupees, ₹, $, USD, dollars, EUR, €,
-    GBP, £, ``currency``) before a number; a number before rupees, paise (paisa), dollars, a
-    code or "/-"; a number scaled by a word (lakh, crore, thousand, hundred), never exact; a
-    bare number of two or more digits within a few words of a money word ("refund", "voucher",
-    "worth", ...).
+    GBP, £, ``currency``, any other currency sign, any three capitals) before a number; a number
+    before rupees, paise (paisa), dollars, a code or "/-"; a number scaled by a word (lakh,
+    crore, thousand, hundred, k, ...) or followed by a range, never exact; any other number of
+    two or more digits, unless a unit makes it a time or a count ("85 minutes", "24-48 hours")
+    or it is part of a clock time, a date or an identifier ("20:15", "#1840", "order-1840").
+    Full-width and other scripts' digits count as digits.
     """
-    return tuple(mention for _, _, mention in _located_amounts(text, currency))
+    return tuple(mention for _, _, mention in _located_amounts(_normalised(text), currency))
 
 
 def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMention]]:
-    """:func:`find_amounts` with where each mention starts and ends, in order of appearance."""
+    """:func:`find_amounts` of normalised ``text``, with where each mention starts and ends."""
     found: list[tuple[int, int, MoneyMention]] = []
     covered: list[tuple[int, int]] = []
+
+    def add(span: tuple[int, int], number: tuple[int, int], mention: MoneyMention) -> None:
+        found.append((*span, mention))
+        covered.append(number)
+
     for match in _prefix_re(currency).finditer(text):
         code: str | None = match.group("code")
         tag = _SYMBOLS[match.group("sym")] if code is None else _tag(code)
-        minor = _to_minor(match.group("num"), already_minor=False)
-        found.append((*match.span(), MoneyMention(match.group(0), minor, tag)))
-        covered.append(match.span("num"))
+        foreign_capitals = code is not None and tag == code and code != currency
+        if foreign_capitals and _NOT_MONEY_UNIT.match(text, match.end()):
+            continue  # three capitals before a time or a count ("ETA 30 minutes")
+        exact = not _INEXACT_AFTER.match(text, match.end())
+        minor = _to_minor(match.group("num"), already_minor=False) if exact else None
+        add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
     for match in _suffix_re(currency).finditer(text):
         if match.span("num") in covered:
             continue
@@ -168,25 +225,38 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
         paise = unit.upper() in _MINOR_UNITS
         tag = "INR" if paise else _tag(unit)
         minor = _to_minor(match.group("num"), already_minor=paise)
-        found.append((*match.span(), MoneyMention(match.group(0), minor, tag)))
-        covered.append(match.span("num"))
+        add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
     for match in _SCALED.finditer(text):
-        if match.span("num") in covered:
-            continue
-        found.append((*match.span(), MoneyMention(match.group(0), None, None)))
-        covered.append(match.span("num"))
-    tokens = list(_TOKEN.finditer(text))
-    near_refund = {i for i, token in enumerate(tokens) if _MONEY.search(token.group(0))}
-    for i, token in enumerate(tokens):
+        if match.span("num") not in covered:
+            add(match.span(), match.span("num"), MoneyMention(match.group(0), None, None))
+    for token in _TOKEN.finditer(text):
         word = token.group(0)
         if not word[0].isdigit() or sum(c.isdigit() for c in word) < 2:
             continue
         if any(start <= token.start() < end for start, end in covered):
             continue
-        if any(abs(i - j) <= _BARE_WINDOW + 1 for j in near_refund):
-            minor = _to_minor(word, already_minor=False)
-            found.append((*token.span(), MoneyMention(word, minor, None)))
+        if _not_money(text, *token.span()):
+            continue
+        add(
+            token.span(),
+            token.span(),
+            MoneyMention(word, _to_minor(word, already_minor=False), None),
+        )
     return sorted(found, key=lambda located: located[0])
+
+
+def _not_money(text: str, start: int, end: int) -> bool:
+    """Whether the number at ``text[start:end]`` is a time, a count, a clock time, a date or
+    part of an identifier, not an amount."""
+    before = text[start - 1] if start > 0 else ""
+    after = text[end : end + 2]
+    if before in ("#", ":", "/") or before.isalpha():
+        return True
+    if before == "-" and start > 1 and text[start - 2].isalpha():
+        return True  # "order-1840"
+    if len(after) == 2 and after[0] in (":", "/") and after[1].isdigit():
+        return True  # "20:15", "04/12"
+    return _NOT_MONEY_UNIT.match(text, end) is not None
 
 
 def check_reply(
@@ -196,11 +266,17 @@ def check_reply(
 
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money ("refunded", "will refund", "credited"...);
-    - no other amount, and no amount in another currency, may appear;
+    - no other amount (:func:`find_amounts`), and no amount in another currency, may appear;
+    - no amount may be multiplied ("INR 689 each", "3 x INR 689");
     - no currency word or symbol outside such an amount ("six hundred rupees");
+    - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
     - with held items, the reply must say they go to review ("will review", "under review");
     - at most one apology ("sorry"/"apolog...").
+
+    The reply is read after :func:`_normalised` (full-width and other scripts' digits, other
+    currency signs).
     """
+    text = _normalised(text)
     failures: list[str] = []
     stated = format_amount(approved_minor, currency)
     if approved_minor > 0:
@@ -214,11 +290,17 @@ def check_reply(
         if promises:
             failures.append(f"promises money although nothing is approved: {promises[0]!r}")
     located = _located_amounts(text, currency)
-    for _, _, mention in located:
+    for start, end, mention in located:
         if mention.currency is not None and mention.currency != _tag(currency):
             failures.append(f"names an amount in another currency: {mention.text!r}")
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
+        if _TIMES_AFTER.match(text, end) or _TIMES_BEFORE.search(text, 0, start):
+            failures.append(f"multiplies an amount: {mention.text!r}")
+    for word in _SUM_WORDS.finditer(text):
+        inside = any(start <= word.start() < end for start, end, _ in located)
+        if not inside and not _NOT_MONEY_UNIT.match(text, word.end()):
+            failures.append(f"names a number in words: {word.group(0)!r}")
     for word in _currency_word_re(currency).finditer(text):
         # "/-" marks the number before it ("INR 689/-"): it is covered when that number is.
         at = word.start() - 1 if word.group(0).lstrip().startswith("/-") else word.start()
@@ -233,13 +315,14 @@ def check_reply(
 
 
 def safe_phrase(phrase: str, currency: str) -> str:
-    """``phrase`` with everything the guard reacts to removed: currency symbols, codes and
-    names, money words ("refund", "credit", "voucher", ...), scaling words ("lakh"), "/-" and
-    apology stems. Whitespace collapsed."""
+    """``phrase`` with everything the guard reacts to removed: digits, currency signs, codes
+    and names, money words ("refund", "credit", "voucher", ...), numbers in words ("fifty",
+    "lakh"), "/-" and apology stems. Read as the guard reads it (:func:`_normalised`);
+    whitespace collapsed."""
     codes = _currency_word_re(currency)
-    cleaned = "".join(c for c in phrase if c not in _SYMBOLS)
+    cleaned = "".join(c for c in _normalised(phrase) if c not in _SYMBOLS and not c.isdigit())
     while True:
-        stripped = codes.sub(" ", _BANNED_STEMS.sub("", cleaned))
+        stripped = codes.sub(" ", _SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", cleaned)))
         if stripped == cleaned:
             break
         cleaned = stripped

@@ -133,6 +133,52 @@ def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
     assert any(f.startswith("names money without an amount") for f in failures), failures
 
 
+@pytest.mark.parametrize(
+    "sneaked",
+    [
+        "We have refunded INR 689 thousand.",
+        "We have refunded INR 689 lakh.",
+        "We have refunded INR 689 crore.",
+        "We have refunded INR 689k.",
+        "We have refunded INR 689-700.",
+        "We have refunded INR 689 for each of 3 items.",
+        "We have refunded INR 689 per item.",
+        "We have refunded INR 689 each.",
+        "We have refunded INR 689. Also, 3 x INR 689 more.",
+        "We have refunded INR 689, two times INR 689 in all.",
+        "We have refunded INR 689 and you also get AED 500 back.",
+        "We have refunded INR 689 and 500 JPY.",
+        "We have refunded INR 689, plus a bonus of ₨500.",
+        "We have refunded INR 689, plus ¥500.",
+        "We have refunded INR 689 and an extra five hundred as goodwill.",
+        "We have refunded INR 689 and fifty more for the trouble.",
+        "We have refunded INR 689 and a further 200 for the trouble.",
+        "We have refunded INR 689 (that is, 1,378 in total).",
+        "We have refunded INR 689 and \uff15\uff10\uff10 more.",
+        "We have refunded INR 689 and ५०० more.",
+        "We have refunded INR 689 and 250 points.",
+    ],
+)
+def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
+    """Scaled, ranged or multiplied amounts, other currencies' codes and signs, numbers in words,
+    bare numbers and other scripts' digits: each could promise money that is never paid."""
+    assert check_reply(sneaked, 68900, "INR", []) != (), sneaked
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "It arrived 85 minutes late, at 20:15 on 04/12.",
+        "It should reach you within 5-7 working days, or 24-48 hours for UPI.",
+        "Your order #1840 (order-1840) had 4 biryanis; 2 of them were missing.",
+        "The ETA 30 minutes was missed by twenty minutes.",
+        "Your \uff15 items were noted.",
+    ],
+)
+def test_times_counts_and_identifiers_are_not_amounts(plain: str) -> None:
+    assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == (), plain
+
+
 def test_numbers_far_from_refund_are_not_amounts() -> None:
     text = (
         "We have refunded INR 689. Your order of 4 biryanis placed at 20:15 arrived 85 minutes "
@@ -226,8 +272,9 @@ def test_template_with_nothing_approved_and_nothing_held() -> None:
 
 
 def test_safe_phrase_strips_what_the_guard_reacts_to() -> None:
-    assert safe_phrase("₹640 refund for the biryanis, sorry!", "INR") == "640 for the biryanis, !"
-    assert safe_phrase("refrefundund Rs. 5", "INR") == ". 5"
+    assert safe_phrase("₹640 refund for the biryanis, sorry!", "INR") == "for the biryanis, !"
+    assert safe_phrase("refrefundund Rs. 5", "INR") == "."
+    assert safe_phrase("fifty ¥ for the \uff15\uff10\uff10ml Coke", "INR") == "for the ml Coke"
 
 
 # --- properties ---------------------------------------------------------------------------
