@@ -543,8 +543,14 @@ class StageRunner:
     def _handle_sync(self, message: Message, ctx: Context) -> Sequence[Emit] | InvalidInput:
         handler = cast(SyncHandler, self.spec.handler)
         started = time.perf_counter()
+
+        def attempt() -> Sequence[Emit]:
+            if ctx.state is not None:
+                ctx.state.discard()  # an attempt that failed wrote nothing
+            return handler(message, ctx)
+
         try:
-            return self.config.retry.run(lambda: handler(message, ctx), sleep=self._sleep)
+            return self.config.retry.run(attempt, sleep=self._sleep)
         except InvalidInput as exc:
             return exc
         finally:

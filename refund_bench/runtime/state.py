@@ -95,6 +95,10 @@ class RecordState:
     def delete(self, key: str) -> None:
         self._staged[key] = _DELETED
 
+    def discard(self) -> None:
+        """Drop this record's staged writes: a retried handler starts from what it first saw."""
+        self._staged.clear()
+
     def largest_write(self) -> tuple[str, int] | None:
         """The key of this record's largest staged write and its size in the changelog (key and
         value bytes); ``None`` when it staged no value."""

@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import io
 import random
+from collections.abc import Sequence
 
 import fastavro
 import pytest
@@ -23,6 +24,7 @@ from refund_bench.runtime.dlq import (
     DlqBudget,
     dead_letter,
 )
+from refund_bench.runtime.messages import Context, Emit, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.runtime.selftest import counter_spec
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
@@ -422,3 +424,27 @@ def test_a_small_dead_letter_is_kept_whole() -> None:
     assert (letter.key, letter.envelope["original_key"]) == (b"", None)
     assert letter.headers["dlq.original.bytes"] == b"3"
     assert letter.headers["dlq.original.key.bytes"] == b"0"
+
+
+def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
+    """A handler that counts, then fails on a dependency, is retried: the retry counts from the
+    committed value, not from what the failed attempt staged."""
+    failures = [TransientError("the order store is briefly away")]
+
+    def count_then_look_up(message: Message, ctx: Context) -> Sequence[Emit]:
+        state = ctx.store()
+        state.put("n", int(state.get("n") or 0) + 1)
+        if failures:
+            raise failures.pop()
+        return [Emit("out", "k", {"seq": state.get("n")})]
+
+    records = Topic("in", "bench.record"), Topic("out", "bench.record")
+    spec = StageSpec("c", records[:1], records[1:], count_then_look_up, store="counts")
+    runner = StageRunner(
+        spec, RuntimeConfig("localhost:9", "g", "t"), FingerprintFraming(), sleep=lambda _: None
+    )
+    batch = BatchState(_store_with(0, {"n": 5}))
+    ctx = Context(RecordState(batch, 0))
+    emitted = runner._handle_sync(Message("in", 0, 0, "k", {}, {}, 0), ctx)
+    assert emitted == [Emit("out", "k", {"seq": 6})]
+    assert failures == [], "the first attempt failed and was retried"
