@@ -334,6 +334,13 @@ class StageRunner:
             numbers = {tp.partition for tp in partitions} - set(self._store.owned())
             started = time.monotonic()
             with self.heartbeat.restoring():
+                # Settle the group's offsets first. A read_committed fetch of them waits for a
+                # transaction still committing offsets for these partitions (a paused earlier
+                # owner's; the broker ends it within the transaction timeout), so the restore
+                # below reads its state writes too. Restoring first could miss them, then
+                # resume after their input.
+                settle_s = self.config.transaction_timeout_ms / 1000 + 30
+                consumer.committed(partitions, timeout=settle_s)
                 read = self._store.restore(
                     self._base_conf(), numbers, on_progress=self.heartbeat.beat
                 )
