@@ -136,7 +136,19 @@ def intake_router(ctx: AppContext) -> APIRouter:
         dispute_id) and answer once Kafka has acknowledged it. A retry of a recorded request
         (same key, same body) is answered from its record, whatever its order looks like now."""
         digest = body_sha256(body)
-        if await ctx.store.intake_digest(idempotency_key) != digest:
+        seen = await ctx.store.intake_seen(idempotency_key)
+        if seen is not None and seen.body_sha256 != digest:
+            raise _reused_key(ctx)
+        if seen is not None and seen.published:
+            # Answered from the record, without a publishing connection: nothing to publish.
+            ctx.metrics.complaints.labels("replayed").inc()
+            response.status_code = 200
+            return m.ComplaintAccepted(
+                dispute_id=seen.dispute_id,
+                status_url=f"/disputes/{seen.dispute_id}",
+                replayed=True,
+            )
+        if seen is None:
             await _validate(ctx, body, max_chars)
         fresh = IntakeRecord(
             idempotency_key=idempotency_key,
@@ -152,13 +164,8 @@ def intake_router(ctx: AppContext) -> APIRouter:
         try:
             async with ctx.store.lock_row(INTAKE, idempotency_key) as locked:
                 row = locked.row
-                if row.body_sha256 != digest:
-                    ctx.metrics.complaints.labels("conflict").inc()
-                    raise ApiProblem(
-                        409,
-                        "this Idempotency-Key was already used with a different body;"
-                        " use a new key for a new complaint",
-                    )
+                if row.body_sha256 != digest:  # another body claimed the key meanwhile
+                    raise _reused_key(ctx)
                 status_url = f"/disputes/{row.dispute_id}"
                 if row.published:
                     ctx.metrics.complaints.labels("replayed").inc()
@@ -211,6 +218,16 @@ def intake_router(ctx: AppContext) -> APIRouter:
         return story
 
     return router
+
+
+def _reused_key(ctx: AppContext) -> ApiProblem:
+    """The 409 for an idempotency key recorded with another body (counted as a conflict)."""
+    ctx.metrics.complaints.labels("conflict").inc()
+    return ApiProblem(
+        409,
+        "this Idempotency-Key was already used with a different body;"
+        " use a new key for a new complaint",
+    )
 
 
 async def _validate(ctx: AppContext, body: m.ComplaintRequest, max_chars: int) -> None:

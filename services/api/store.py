@@ -52,6 +52,16 @@ class IntakeRecord:
 
 
 @dataclass(frozen=True)
+class IntakeSeen:
+    """An idempotency key's record as last committed: its body's digest, its dispute and
+    whether it is published."""
+
+    body_sha256: str
+    dispute_id: str
+    published: bool
+
+
+@dataclass(frozen=True)
 class DecisionRecord:
     review_id: str
     dispute_id: str
@@ -211,14 +221,17 @@ class Store:
 
     # -- intake ---------------------------------------------------------------------------
 
-    async def intake_digest(self, key: str) -> str | None:
-        """The body digest recorded for the idempotency key ``key``, or ``None``."""
+    async def intake_seen(self, key: str) -> IntakeSeen | None:
+        """What is recorded for the idempotency key ``key`` (read without a lock, on the main
+        pool), or ``None``."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT body_sha256 FROM intake_requests WHERE idempotency_key = %s", (key,)
+                "SELECT body_sha256, dispute_id, published FROM intake_requests"
+                " WHERE idempotency_key = %s",
+                (key,),
             )
             row = await cur.fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else IntakeSeen(str(row[0]), str(row[1]), bool(row[2]))
 
     async def claim_intake(self, record: IntakeRecord) -> None:
         """Insert ``record`` unless its idempotency key is taken (then the first one stays)."""

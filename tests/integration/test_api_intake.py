@@ -242,8 +242,15 @@ def test_same_key_with_another_body_is_409_and_publishes_nothing(
             json=body(key, text="Something else entirely."),
             headers=api.auth(**{"Idempotency-Key": key}),
         )
+        unknown_order = client.post(
+            "/complaints",
+            json={**body(key), "order_id": "order-nobody-placed"},
+            headers=api.auth(**{"Idempotency-Key": key}),
+        )
     assert other.status_code == 409
     assert "already used with a different body" in other.json()["detail"]
+    # The key decides before the body is checked: a reused key is a conflict, whatever it names.
+    assert unknown_order.status_code == 409, unknown_order.text
     assert not [v for _, v in published(stack, codec, start) if v["text"].startswith("Something")]
 
 

@@ -21,6 +21,8 @@ from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
+from services.api.intake import body_sha256
+from services.api.models import ComplaintRequest
 from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
@@ -80,23 +82,48 @@ def publishers_holding_rows(database_url: str) -> int:
     return int(row[0])
 
 
-def complaint(api: ApiServer, key: str) -> httpx.Response:
+def complaint_body(key: str, text: str = "Two of the four were missing.") -> dict[str, str]:
+    return {"order_id": "order-1840", "customer_id": "cust-77", "text": f"{text} [{key}]"}
+
+
+def complaint(
+    api: ApiServer, key: str, text: str = "Two of the four were missing."
+) -> httpx.Response:
     with api.client() as client:
         return client.post(
             "/complaints",
-            json={
-                "order_id": "order-1840",
-                "customer_id": "cust-77",
-                "text": f"Two of the four were missing. [{key}]",
-            },
+            json=complaint_body(key, text),
             headers=api.auth(**{"Idempotency-Key": key}),
         )
+
+
+def record_published(database_url: str, key: str) -> str:
+    """A complaint published before Kafka went away, as its intake row; its dispute id."""
+    dispute_id = f"d-{uuid.uuid4().hex}"
+    payload = complaint_body(key)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
+            " customer_id, complaint_text, received_at, published)"
+            " VALUES (%s, %s, %s, %s, %s, %s, now(), true)",
+            (
+                key,
+                body_sha256(ComplaintRequest(**payload)),
+                dispute_id,
+                payload["order_id"],
+                payload["customer_id"],
+                payload["text"],
+            ),
+        )
+    return dispute_id
 
 
 def test_waiting_publishers_leave_the_other_requests_their_connections(
     api: ApiServer,
 ) -> None:
     keys = [str(uuid.uuid4()) for _ in range(PUBLISH_POOL + 1)]
+    earlier = str(uuid.uuid4())
+    earlier_dispute = record_published(api.database_url, earlier)
     with ThreadPoolExecutor(max_workers=PUBLISH_POOL) as pool:
         waiting: list[Future[httpx.Response]] = [
             pool.submit(complaint, api, key) for key in keys[:PUBLISH_POOL]
@@ -113,6 +140,9 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
             login = client.get("/review/login")
         # ... and a further complaint is told to retry instead of queueing behind them.
         third = complaint(api, keys[-1])
+        # A retry of a published complaint, and a reused key, need no publishing connection.
+        replay = complaint(api, earlier)
+        reused = complaint(api, earlier, text="Something else entirely.")
         assert not any(f.done() for f in waiting), "the publishers stopped waiting too soon"
         answers = [f.result(timeout=PUBLISH_TIMEOUT_S + 10) for f in waiting]
 
@@ -121,6 +151,13 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
     assert ready.json()["checks"]["postgres"] == "ok"
     assert ready.json()["checks"]["kafka"] != "ok"
     assert login.status_code == 200
+    assert replay.status_code == 200, replay.text
+    assert replay.json() == {
+        "dispute_id": earlier_dispute,
+        "status_url": f"/disputes/{earlier_dispute}",
+        "replayed": True,
+    }
+    assert reused.status_code == 409, reused.text
     for answer in [third, *answers]:
         assert answer.status_code == 503, answer.text
         assert answer.headers["Retry-After"] == "5"
