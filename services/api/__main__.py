@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from services.api.passwords import DEFAULT_ITERATIONS, hash_password
+from services.api.passwords import DEFAULT_ITERATIONS, MIN_ITERATIONS, hash_password
 
 cli = typer.Typer(add_completion=False, no_args_is_help=False)
 
@@ -37,7 +37,9 @@ def serve() -> None:
 @cli.command("hash-password")
 def hash_password_command(
     stdin: bool = typer.Option(False, "--stdin", help="Read the password from standard input."),
-    iterations: int = typer.Option(DEFAULT_ITERATIONS, min=100_000, help="PBKDF2 iterations."),
+    iterations: int = typer.Option(
+        DEFAULT_ITERATIONS, min=MIN_ITERATIONS, help="PBKDF2 iterations."
+    ),
 ) -> None:
     """Print a PBKDF2-SHA256 hash for REVIEWERS (``name:<hash>``). The password is not echoed."""
     if stdin:

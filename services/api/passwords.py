@@ -18,6 +18,8 @@ from dataclasses import dataclass
 SCHEME = "pbkdf2-sha256"
 DEFAULT_ITERATIONS = 600_000
 """OWASP's 2023 recommendation for PBKDF2-HMAC-SHA256."""
+MIN_ITERATIONS = 100_000
+"""The fewest iterations a stored hash may have: a weaker one is refused at start."""
 _USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
@@ -46,8 +48,13 @@ class PasswordHash:
             salt, digest = _unb64(parts[2]), _unb64(parts[3])
         except ValueError as exc:
             raise ValueError(f"malformed {SCHEME} hash") from exc
-        if iterations < 1 or len(salt) < 8 or len(digest) != 32:
+        if len(salt) < 8 or len(digest) != 32:
             raise ValueError(f"malformed {SCHEME} hash")
+        if iterations < MIN_ITERATIONS:
+            raise ValueError(
+                f"{SCHEME} hash with {iterations} iterations (at least {MIN_ITERATIONS}):"
+                " hash the password again with `python -m services.api hash-password`"
+            )
         return cls(iterations, salt, digest)
 
     def __str__(self) -> str:
@@ -89,11 +96,8 @@ class ReviewerDirectory:
 
     def __init__(self, reviewers: Mapping[str, PasswordHash]) -> None:
         self._reviewers = dict(reviewers)
-        self._decoy = PasswordHash(
-            min((h.iterations for h in self._reviewers.values()), default=DEFAULT_ITERATIONS),
-            b"decoy-salt-0000",
-            bytes(32),
-        )
+        self._most = max((h.iterations for h in self._reviewers.values()), default=0)
+        self._decoy = PasswordHash(self._most or DEFAULT_ITERATIONS, b"decoy-salt-0000", bytes(32))
 
     def __contains__(self, name: object) -> bool:
         return name in self._reviewers
@@ -104,11 +108,15 @@ class ReviewerDirectory:
     def verify(self, name: str, password: str) -> bool:
         """True when ``name`` is a reviewer and ``password`` is theirs.
 
-        An unknown name still costs one key derivation, so timing does not tell which names
-        exist. CPU-heavy: call it off the event loop.
+        Every call costs the key derivations of the directory's strongest hash, whoever is
+        named: an unknown name (a decoy hash) and a reviewer whose hash has fewer iterations
+        (derivations made up afterwards) alike, so timing tells neither which names exist nor
+        whose hash is older. CPU-heavy: call it off the event loop.
         """
-        stored = self._reviewers.get(name)
-        if stored is None:
-            self._decoy.matches(password)
-            return False
-        return stored.matches(password)
+        stored = self._reviewers.get(name, self._decoy)
+        matched = stored.matches(password)
+        if stored.iterations < self._most:
+            hashlib.pbkdf2_hmac(
+                "sha256", password.encode(), stored.salt, self._most - stored.iterations
+            )
+        return matched and stored is not self._decoy

@@ -29,7 +29,7 @@ from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import order_exists, upsert_orders
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, SAMPLE_ORDERS
 from services.api.app import build_deps, create_app
-from services.api.passwords import hash_password
+from services.api.passwords import MIN_ITERATIONS, hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
 from services.extractor.evidence import freeze
@@ -38,7 +38,7 @@ from tests.conftest import Stack, unavailable
 API_TOKEN = "test-token-" + "a" * 24
 OTHER_TOKEN = "test-token-" + "b" * 24
 PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-2", "carol": "carol-password-3"}
-_HASHES = {name: hash_password(pw, iterations=2000) for name, pw in PASSWORDS.items()}
+_HASHES = {name: hash_password(pw, iterations=MIN_ITERATIONS) for name, pw in PASSWORDS.items()}
 """Low iteration counts keep sign-in fast in tests; production hashes use the default."""
 
 
