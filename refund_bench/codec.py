@@ -48,6 +48,20 @@ def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> Schema:
     return raw
 
 
+HISTORY_DIR = SCHEMA_DIR / "history"
+"""Earlier versions of the contracts, ``history/<name>/<fingerprint>.avsc``: what a reader
+without a registry needs to read records written before a compatible change
+(``python -m refund_bench.schema_compat --write-history`` adds them from git)."""
+
+
+def earlier_schemas(name: str, history_dir: Path = HISTORY_DIR) -> list[Schema]:
+    """Every earlier version of contract ``name`` kept in ``history_dir``."""
+    return [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted((history_dir / name).glob("*.avsc"))
+    ]
+
+
 def schema_names(schema_dir: Path = SCHEMA_DIR) -> list[str]:
     """Every contract in the schema folder, by name."""
     return sorted(p.stem for p in schema_dir.glob("*.avsc"))
@@ -75,12 +89,13 @@ class FingerprintFraming:
     known: dict[bytes, Schema] = field(default_factory=dict)
 
     @staticmethod
-    def _fingerprint(schema: Schema) -> bytes:
+    def fingerprint_of(schema: Schema) -> bytes:
+        """The CRC-64-AVRO fingerprint of ``schema``'s canonical form, as it is on the wire."""
         canonical = to_parsing_canonical_form(fastavro.parse_schema(schema))
         return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
 
     def remember(self, schema: Schema) -> bytes:
-        fp = self._fingerprint(schema)
+        fp = self.fingerprint_of(schema)
         self.known.setdefault(fp, schema)
         return fp
 
@@ -92,7 +107,10 @@ class FingerprintFraming:
             raise InvalidInput("not Avro single-object encoded (bad magic bytes)")
         schema = self.known.get(data[2:10])
         if schema is None:
-            raise InvalidInput(f"unknown writer schema fingerprint {data[2:10].hex()}")
+            raise InvalidInput(
+                f"unknown writer schema fingerprint {data[2:10].hex()}: not a version of this"
+                " topic's contract in schemas/avro/ or its history"
+            )
         return schema, 10
 
 
@@ -210,7 +228,11 @@ class Codec:
             header=self._framing.header_for(topic, schema),
         )
         if isinstance(self._framing, FingerprintFraming):
-            self._framing.remember(schema)
+            # Without a registry the wire names the writer's schema by fingerprint only: know
+            # the contract's earlier versions too, or records written before a compatible
+            # change (still in the topic, or from writers not yet upgraded) would be refused.
+            for known in (schema, *earlier_schemas(schema_name)):
+                self._framing.remember(known)
 
     def topics(self) -> list[str]:
         return list(self._topics)

@@ -2,7 +2,10 @@
 earlier version wrote (new readers, old data), so consumers can be upgraded first.
 
 ``python -m refund_bench.schema_compat`` checks every ``schemas/avro/*.avsc`` against each of
-its versions in git history; the unit tests run the same check.
+its versions in git history; the unit tests run the same check. With ``--write-history`` it
+first adds every earlier version to ``schemas/avro/history/`` (what readers without a registry
+resolve old records with, :func:`refund_bench.codec.earlier_schemas`); run it after committing
+a contract change, and commit what it wrote before releasing.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import io
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import fastavro
+import typer
 from fastavro.utils import generate_many
 
-from refund_bench.codec import SCHEMA_DIR
+from refund_bench.codec import HISTORY_DIR, SCHEMA_DIR, FingerprintFraming
 
 REPO = SCHEMA_DIR.parent.parent
 
@@ -76,9 +80,55 @@ def check_all(schema_dir: Path = SCHEMA_DIR) -> dict[str, list[str]]:
     return report
 
 
-if __name__ == "__main__":
+def missing_history(
+    schema_dir: Path = SCHEMA_DIR, history_dir: Path = HISTORY_DIR
+) -> dict[Path, dict[str, Any]]:
+    """The earlier versions (by git history) of each contract that ``history_dir`` lacks: the
+    file each should be written to, and the schema."""
+    missing: dict[Path, dict[str, Any]] = {}
+    for path in sorted(schema_dir.glob("*.avsc")):
+        current = FingerprintFraming.fingerprint_of(json.loads(path.read_text(encoding="utf-8")))
+        for _, old in historical_versions(path):
+            fp = FingerprintFraming.fingerprint_of(old)
+            target = history_dir / path.stem / f"{fp.hex()}.avsc"
+            if fp != current and not target.exists():
+                missing[target] = old
+    return missing
+
+
+def write_history() -> list[Path]:
+    """Write :func:`missing_history`; returns the files written."""
+    written = []
+    for target, schema in missing_history().items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+        written.append(target)
+    return written
+
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.command()
+def check(
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write-history",
+            help="First add every earlier version of each contract to schemas/avro/history/.",
+        ),
+    ] = False,
+) -> None:
+    """Check every contract against its earlier versions; exit 1 on any incompatibility."""
+    if write:
+        for path in write_history():
+            typer.echo(f"wrote {path.relative_to(REPO)}")
     found = check_all()
     for name, problems in found.items():
         for problem in problems:
-            print(f"{name}: {problem}")
-    raise SystemExit(1 if found else 0)
+            typer.echo(f"{name}: {problem}")
+    raise typer.Exit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    app()

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import copy
+import io
 from typing import Any
 
+import fastavro
 import pytest
+from fastavro.utils import generate_many
 
-from refund_bench.codec import load_schema, schema_names
-from refund_bench.schema_compat import check_all, incompatibilities
+from refund_bench.codec import (
+    Codec,
+    FingerprintFraming,
+    earlier_schemas,
+    load_schema,
+    schema_names,
+)
+from refund_bench.schema_compat import check_all, incompatibilities, missing_history
 
 
 def test_every_schema_reads_all_its_earlier_versions() -> None:
@@ -24,3 +33,26 @@ def test_adding_an_optional_field_is_compatible_and_a_required_one_is_not(name: 
     required: dict[str, Any] = copy.deepcopy(old)
     required["fields"].append({"name": "added_later", "type": "string"})
     assert incompatibilities(old, required) != []
+
+
+def test_the_history_holds_every_earlier_version_of_each_contract() -> None:
+    """What ``python -m refund_bench.schema_compat --write-history`` would add: nothing."""
+    assert missing_history() == {}
+
+
+def test_without_a_registry_a_record_written_before_a_change_is_read() -> None:
+    """A record of refund.priced's earlier version, framed by its fingerprint, decodes with the
+    current contract (its new fields at their defaults) in a reader that never saw it written."""
+    [old] = earlier_schemas("refund.priced")
+    assert FingerprintFraming.fingerprint_of(old) != FingerprintFraming.fingerprint_of(
+        load_schema("refund.priced")
+    )
+    value = next(generate_many(old, 1))
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(old), value)
+    data = FingerprintFraming().header_for("refund.priced", old) + body.getvalue()
+    reader = Codec(FingerprintFraming(), {"refund.priced": "refund.priced"})
+    decoded = reader.decode("refund.priced", data)
+    written = fastavro.schemaless_reader(io.BytesIO(body.getvalue()), fastavro.parse_schema(old))
+    assert {key: decoded[key] for key in value} == written
+    assert set(decoded) > set(value), "the current contract has fields the old one lacked"
