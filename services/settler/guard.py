@@ -56,6 +56,19 @@ _NOT_MONEY_UNIT = re.compile(
     re.IGNORECASE,
 )
 """After a number (or a range, "24-48"): a unit that makes it a time, a count or a weight."""
+_DAY = r"(?:[12][0-9]|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    rf"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?(?!{_LETTER})"
+)
+_YEAR = r"(?:19|20)[0-9]{2}(?![0-9])"
+_DATE = re.compile(
+    rf"(?<![0-9]){_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?"
+    rf"|(?<!{_LETTER}){_MONTH}\s+(?:{_DAY},?\s+)?{_YEAR}",
+    re.IGNORECASE,
+)
+"""A date written with its month's name: a day before it ("4 December", "12th of Dec"), or a
+year after it ("Dec 3rd, 2026", "May 2026"). Its numbers are not amounts."""
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
@@ -194,7 +207,8 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     before rupees, paise (paisa), dollars, a code or "/-"; a number scaled by a word (lakh,
     crore, thousand, hundred, k, ...) or followed by a range, never exact; any other number of
     two or more digits, unless a unit makes it a time or a count ("85 minutes", "24-48 hours")
-    or it is part of a clock time, a date or an identifier ("20:15", "#1840", "order-1840").
+    or it is part of a clock time, a date or an identifier ("20:15", "4 December 2026",
+    "#1840", "order-1840").
     Full-width and other scripts' digits count as digits.
     """
     return tuple(mention for _, _, mention in _located_amounts(_normalised(text), currency))
@@ -229,11 +243,12 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
     for match in _SCALED.finditer(text):
         if match.span("num") not in covered:
             add(match.span(), match.span("num"), MoneyMention(match.group(0), None, None))
+    dates = [match.span() for match in _DATE.finditer(text)]
     for token in _TOKEN.finditer(text):
         word = token.group(0)
         if not word[0].isdigit() or sum(c.isdigit() for c in word) < 2:
             continue
-        if any(start <= token.start() < end for start, end in covered):
+        if any(start <= token.start() < end for start, end in (*covered, *dates)):
             continue
         if _not_money(text, *token.span()):
             continue

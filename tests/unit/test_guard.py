@@ -157,6 +157,9 @@ def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
         "We have refunded INR 689 and \uff15\uff10\uff10 more.",
         "We have refunded INR 689 and ५०० more.",
         "We have refunded INR 689 and 250 points.",
+        "We have refunded INR 689, and 500 more on 4 December 2026.",
+        "We have refunded INR 689 and a decent 20 as goodwill.",
+        "We have refunded INR 689; you may 30 more.",
     ],
 )
 def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
@@ -169,6 +172,7 @@ def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
     "plain",
     [
         "It arrived 85 minutes late, at 20:15 on 04/12.",
+        "Your order of 4 December 2026 (placed Dec 3rd, 2026) was late on 12th of Dec.",
         "It should reach you within 5-7 working days, or 24-48 hours for UPI.",
         "Your order #1840 (order-1840) had 4 biryanis; 2 of them were missing.",
         "The ETA 30 minutes was missed by twenty minutes.",
