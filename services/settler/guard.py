@@ -57,18 +57,20 @@ _NOT_MONEY_UNIT = re.compile(
 )
 """After a number (or a range, "24-48"): a unit that makes it a time, a count or a weight."""
 _DAY = r"(?:[12][0-9]|3[01]|0?[1-9])(?:st|nd|rd|th)?"
-_MONTH = (
-    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-    rf"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?(?!{_LETTER})"
+_MONTHS = (
+    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
 )
 _YEAR = r"(?:19|20)[0-9]{2}(?![0-9])"
 _DATE = re.compile(
-    rf"(?<![0-9]){_DAY}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?"
-    rf"|(?<!{_LETTER}){_MONTH}\s+(?:{_DAY},?\s+)?{_YEAR}",
+    rf"(?<![0-9]){_DAY}\s+(?:of\s+)?(?:(?:{_MONTHS})\.?(?!{_LETTER})(?:,?\s+{_YEAR})?"
+    rf"|may,?\s+{_YEAR})"
+    rf"|(?<!{_LETTER})(?:{_MONTHS}|may)\.?\s+(?:{_DAY},?\s+)?{_YEAR}",
     re.IGNORECASE,
 )
-"""A date written with its month's name: a day before it ("4 December", "12th of Dec"), or a
-year after it ("Dec 3rd, 2026", "May 2026"). Its numbers are not amounts."""
+"""A date written with its month's name: a day before it ("4 December", "12th of Dec"; for May,
+with the year), or a year after it ("Dec 3rd, 2026", "May 2026"). Its numbers are not
+amounts."""
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)

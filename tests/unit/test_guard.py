@@ -160,6 +160,7 @@ def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
         "We have refunded INR 689, and 500 more on 4 December 2026.",
         "We have refunded INR 689 and a decent 20 as goodwill.",
         "We have refunded INR 689; you may 30 more.",
+        "We have refunded INR 689, and a further 20 may follow.",
     ],
 )
 def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
@@ -173,6 +174,7 @@ def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
     [
         "It arrived 85 minutes late, at 20:15 on 04/12.",
         "Your order of 4 December 2026 (placed Dec 3rd, 2026) was late on 12th of Dec.",
+        "Your orders of 20 May 2026 and May 21, 2026 were late.",
         "It should reach you within 5-7 working days, or 24-48 hours for UPI.",
         "Your order #1840 (order-1840) had 4 biryanis; 2 of them were missing.",
         "The ETA 30 minutes was missed by twenty minutes.",
