@@ -9,12 +9,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import DlqLimitExceeded, Fenced
@@ -22,7 +23,7 @@ from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.health import Heartbeat
 from refund_bench.runtime.messages import Context, Emit, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
-from refund_bench.runtime.selftest import passthrough_spec
+from refund_bench.runtime.selftest import counter_spec, passthrough_spec
 from refund_bench.topics import Topic
 from tests.conftest import Stack, TopicFactory
 from tests.kafka_helpers import (
@@ -539,6 +540,74 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     )
     tombstones = [r.key or "" for r in log if r.value is None]
     assert tombstones == ["s0", "k0", "k1", "s0"], f"changelog tombstones {tombstones}"
+
+
+class _RestoreLog(Heartbeat):
+    """A heartbeat that notes when a restore began and when it ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.began = threading.Event()
+        self.ended = threading.Event()
+
+    @contextmanager
+    def restoring(self) -> Iterator[None]:
+        self.began.set()
+        with super().restoring():
+            yield
+        self.ended.set()
+
+
+def test_a_new_owner_restores_the_state_an_earlier_owner_was_still_committing(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """An earlier owner of the partition (paused, or being replaced) has counted 3 records and
+    is committing that: its state write and its offsets are in a transaction still open when
+    the new owner is assigned the partition. The new owner restores only once that transaction
+    has ended, so it resumes after those 3 records with their count, not from nothing."""
+    from refund_bench.runtime.state import encode_state
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    group = f"handover-{uuid.uuid4().hex[:8]}"
+    source, sink = new_topic("handover-in", 1), new_topic("handover-out", 1)
+    changelog = f"{group}.counts.changelog"
+    ensure_topics(stack.kafka, [TopicSpec(changelog, compacted=True)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, [("k", {"id": f"a{i}", "seq": 0, "payload": ""})
+                                         for i in range(3)], codec)  # fmt: skip
+
+    earlier = Consumer({"bootstrap.servers": stack.kafka, "group.id": group})
+    earlier.assign([TopicPartition(source, 0, 0)])
+    committing = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"{group}-x"})
+    committing.init_transactions(30)
+    committing.begin_transaction()
+    committing.produce(changelog, value=encode_state(3), key=b"k", partition=0)
+    committing.send_offsets_to_transaction(
+        [TopicPartition(source, 0, 3)], earlier.consumer_group_metadata(), 30
+    )
+    committing.flush(30)
+    earlier.close()
+
+    heartbeat = _RestoreLog()
+    runner = StageRunner(
+        counter_spec(group, source, sink),
+        _config(stack.kafka, group, batch_max_records=10),
+        framing,
+        heartbeat=heartbeat,
+    )
+    stage = StageThread(runner).start()
+    try:
+        assert heartbeat.began.wait(30), "the new owner was never assigned the partition"
+        # The earlier owner's transaction is open: the new owner must not restore past it.
+        assert not heartbeat.ended.wait(5), "restored while an earlier owner was committing"
+        committing.commit_transaction(30)
+        assert heartbeat.ended.wait(30), "the restore did not end after the commit"
+        produce_values(stack.kafka, source, [("k", {"id": f"b{i}", "seq": 0, "payload": ""})
+                                             for i in range(2)], codec)  # fmt: skip
+        out = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.5)
+    finally:
+        assert stage.stop() is None
+    assert [r.value["seq"] for r in out] == [4, 5]
 
 
 class _ReadinessLog(Heartbeat):
