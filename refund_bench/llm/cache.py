@@ -12,6 +12,7 @@ stored answer.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -139,6 +140,42 @@ def _refusal(raw: str) -> str | None:
     return None
 
 
+class InFlight:
+    """The cached calls under way in one process, by cache key.
+
+    A caller of a key whose call is already under way waits for that call's answer instead of
+    drawing, and paying, again: a handler retried while its earlier attempt's calls still run
+    (one seat failed, the others had not finished), or one record delivered twice in a batch.
+    A call keeps running when its caller is cancelled, so its answer is cached and a later
+    caller of the key can still join it.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    async def run(
+        self, key: str, call: Callable[[], Awaitable[tuple[str, bool]]]
+    ) -> tuple[tuple[str, bool], bool]:
+        """``(call's result, joined)``: ``joined`` when another caller's call for ``key`` was
+        under way and its result (or its error) is the one returned."""
+        running = self._calls.get(key)
+        if running is not None:
+            return await asyncio.shield(running), True
+        task = asyncio.ensure_future(call())
+        self._calls[key] = task
+        task.add_done_callback(lambda done: self._finished(key, done))
+        return await asyncio.shield(task), False
+
+    def _finished(self, key: str, task: asyncio.Task[tuple[str, bool]]) -> None:
+        if self._calls.get(key) is task:
+            del self._calls[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: a call no caller waited for any more fails quietly
+
+
 async def cached_call(
     cache: ResponseCache,
     key: str,
@@ -146,18 +183,39 @@ async def cached_call(
     on_call: OnCall | None = None,
     *,
     keep_refusals: bool = False,
+    in_flight: InFlight | None = None,
 ) -> tuple[str, bool]:
     """``(answer, from_cache)``: the cached answer, or ``compute()``'s, stored first-writer-wins.
 
     ``from_cache`` is True when the answer returned was stored by an earlier or a concurrent
-    call (then a freshly computed answer, if any, was discarded). Raise inside ``compute``
-    (e.g. parse the answer there) to keep a bad answer out of the cache. ``on_call`` is told
-    how the call ended: made, cached, or refused (an :class:`LlmRejected` for the input).
+    call (then a freshly computed answer, if any, was discarded), or computed by a call for
+    ``key`` already under way in ``in_flight``. Raise inside ``compute`` (e.g. parse the answer
+    there) to keep a bad answer out of the cache. ``on_call`` is told how the call ended: made,
+    cached, or refused (an :class:`LlmRejected` for the input).
 
     A refusal for the input is raised on, like every other error, unless ``keep_refusals``:
     then it is cached in the answer's place, so that every delivery of the request ends the
     same way, and raised as :class:`RefusedBefore` (now and on every later call for ``key``).
     """
+    if in_flight is None:
+        return await _cached_call(cache, key, compute, on_call, keep_refusals)
+    (answer, from_cache), joined = await in_flight.run(
+        key, lambda: _cached_call(cache, key, compute, on_call, keep_refusals)
+    )
+    if joined:
+        if on_call is not None:
+            on_call("cached")
+        return answer, True
+    return answer, from_cache
+
+
+async def _cached_call(
+    cache: ResponseCache,
+    key: str,
+    compute: Callable[[], Awaitable[str]],
+    on_call: OnCall | None,
+    keep_refusals: bool,
+) -> tuple[str, bool]:
     hit = await cache.get(key)
     if hit is None:
         try:

@@ -26,6 +26,7 @@ from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze
 from refund_bench.domain import Decision, LineItem
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
+    InFlight,
     OnCall,
     RefusedBefore,
     ResponseCache,
@@ -69,6 +70,7 @@ class ExtractorHandler:
         self._prompt = prompt
         self._cap_minor = cap_minor
         self._on_call = on_call
+        self._in_flight = InFlight()
 
     def spec(self) -> StageSpec:
         return StageSpec.of(EXTRACTOR, self.handle)
@@ -176,7 +178,9 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        raw, _ = await cached_call(self._cache, key, compute, self._on_call, keep_refusals=True)
+        raw, _ = await cached_call(
+            self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
+        )
         return raw
 
     def _unpriced(

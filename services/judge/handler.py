@@ -24,6 +24,7 @@ from refund_bench import topics as t
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
+    InFlight,
     OnCall,
     RefusedBefore,
     ResponseCache,
@@ -47,6 +48,15 @@ from services.judge.normalise import normalise
 
 DRAWS_PER_SEAT = 3
 """A seat whose answer is unreadable is asked again, up to this many draws in all."""
+REDRAW_SEED_STRIDE = 1_000_003
+"""Seed offset of each redraw: a seat's redraws use seeds no other seat's first draw uses
+(seeds are ``JUDGE_SEED_BASE + seat``)."""
+
+
+def redraw_seed(seed: int, attempt: int) -> int:
+    """The seed of a seat's ``attempt``-th draw (0: its own seed). A redraw with the same
+    request and seed would most likely repeat the unreadable answer it replaces."""
+    return seed + attempt * REDRAW_SEED_STRIDE
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class JudgeHandler:
         self._cache = cache
         self._prompt = prompt
         self._on_call = on_call
+        self._in_flight = InFlight()
 
     def spec(self) -> StageSpec:
         return StageSpec.of(JUDGE, self.handle)
@@ -102,13 +113,13 @@ class JudgeHandler:
         async def draw() -> str:
             nonlocal drawn
             raw = ""
-            for _ in range(DRAWS_PER_SEAT):
+            for attempt in range(DRAWS_PER_SEAT):
                 try:
                     raw = await seat.llm.complete_json(
                         request.messages,
                         request.schema_name,
                         request.schema,
-                        seat.seed,
+                        redraw_seed(seat.seed, attempt),
                         grievance.dispute_id,
                     )
                 except MalformedAnswer as exc:  # cut short or empty: draw again
@@ -131,7 +142,7 @@ class JudgeHandler:
         )
         try:
             raw, from_cache = await cached_call(
-                self._cache, key, draw, self._on_call, keep_refusals=True
+                self._cache, key, draw, self._on_call, keep_refusals=True, in_flight=self._in_flight
             )
         except RefusedBefore as exc:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.

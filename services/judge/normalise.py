@@ -3,8 +3,9 @@
 The model's word is taken only when it is one of the three rulings and, for UPHELD or REJECTED,
 when it cites at least one field that exists in the frozen snapshot. A decisive ruling grounded
 in nothing the judge was shown is treated as the evidence being silent: ESCALATE. A REJECTED
-grounded only in fields that hold no record (a null delivery time, no packaging record) rests on
-missing evidence, which is never a rejection: ESCALATE too.
+that cites any field holding no record (a null delivery time, no packaging record) rests, at
+least in part, on missing evidence, which is never a rejection: ESCALATE too, whatever else it
+cites.
 """
 
 from __future__ import annotations
@@ -92,10 +93,11 @@ def normalise(
         )
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     silent = _keys(silent_fields)
-    if ruling is Ruling.REJECTED and all(_key(c) in silent for c in known):
+    resting_on_nothing = [c for c in known if _key(c) in silent]
+    if ruling is Ruling.REJECTED and resting_on_nothing:
         reason = (
-            f"REJECTED cites only evidence the order store has no record of: {', '.join(known)}"
-            " (missing evidence is never a rejection)"
+            "REJECTED cites evidence the order store has no record of: "
+            f"{', '.join(resting_on_nothing)} (missing evidence is never a rejection)"
         )
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     return NormalisedRuling(ruling, model_ruling, known, unknown, "as ruled by the model")
@@ -110,7 +112,7 @@ def normalise_ruling(
     """The ruling the tally counts.
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
-    ESCALATE; REJECTED citing only fields in ``silent_fields`` (evidence with no record) ->
+    ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record) ->
     ESCALATE; otherwise the model's ruling. An UPHELD on silent evidence stands: it is one
     seat's dissent, and the vote weighs it.
     """

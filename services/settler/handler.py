@@ -32,7 +32,13 @@ from refund_bench.db.payout_rounds import Reservation, RoundToReserve, reserve_r
 from refund_bench.db.snapshots import AsyncSnapshotReader, payment_reference
 from refund_bench.domain import Category, Decision
 from refund_bench.errors import InvalidInput, TransientError
-from refund_bench.llm.cache import OnCall, ResponseCache, cached_call, settler_cache_key
+from refund_bench.llm.cache import (
+    InFlight,
+    OnCall,
+    ResponseCache,
+    cached_call,
+    settler_cache_key,
+)
 from refund_bench.llm.client import JsonCompleter, LlmRejected
 from refund_bench.llm.roles import (
     HeldForReply,
@@ -122,6 +128,7 @@ class SettlerHandler:
         self._cache = cache
         self._prompt = prompt
         self._on_call = on_call
+        self._in_flight = InFlight()
         self._snapshots = AsyncSnapshotReader(pool)
         self._inputs: TickBatcher[tuple[str, int], Inputs] = TickBatcher(self._read_inputs)
         """The rounds whose handlers start in one event-loop iteration are read together."""
@@ -209,7 +216,9 @@ class SettlerHandler:
 
         failures: list[str]
         try:
-            raw, _ = await cached_call(self._cache, key, compute, self._on_call)
+            raw, _ = await cached_call(
+                self._cache, key, compute, self._on_call, in_flight=self._in_flight
+            )
             text = parse_customer_reply(raw).reply
             failures = list(check_reply(text, approved, priced.currency, held))
         except MalformedAnswer as exc:

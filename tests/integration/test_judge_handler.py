@@ -150,3 +150,40 @@ def test_an_unknown_category_is_invalid_input_and_calls_no_model(
     with pytest.raises(InvalidInput, match="unknown grievance category 'SMELL'"):
         _deliver(redis_url, standin, _grievance(dispute, category="SMELL"), [])
     assert standin.stats()["by_dispute"].get(dispute, 0) == 0
+
+
+def test_a_grievance_handled_twice_at_once_pays_for_each_seat_once(
+    redis_url: str, standin: Standin
+) -> None:
+    """Two handlings of one grievance at the same time (a handler retried while its earlier
+    attempt's calls still run, or a grievance twice in a batch): the second joins the calls of
+    the first instead of drawing again, and both cast the same rulings."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _grievance(dispute)
+    outcomes: list[CallOutcome] = []
+
+    async def go() -> list[list[Mapping[str, Any]]]:
+        redis = Redis.from_url(redis_url)
+        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
+        llm = standin.client("standin-judge", temperature=0.7)
+        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), outcomes.append)
+        try:
+            first, second = await asyncio.gather(
+                handler.handle(message, Context(None)), handler.handle(message, Context(None))
+            )
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+        return [[e.value for e in first], [e.value for e in second]]
+
+    standin.faults(latency_ms=300)
+    try:
+        first, second = asyncio.run(go())
+    finally:
+        standin.faults(latency_ms=0)
+
+    assert standin.stats()["by_dispute"][dispute] == 3
+    assert sorted(outcomes) == ["cached"] * 3 + ["made"] * 3
+    assert [_ruled(r) for r in second] == [_ruled(r) for r in first]
+    assert [r["raw_response"] for r in second] == [r["raw_response"] for r in first]

@@ -71,3 +71,21 @@ def test_the_judges_prompt_tells_them_what_the_words_are_for() -> None:
     assert JUDGE_PROMPT_VERSION == "judge/v2"
     assert "`span_text`" in prompt.text
     assert "goes beyond `span_text`" in prompt.text
+
+
+def test_each_draw_of_each_seat_has_a_seed_of_its_own() -> None:
+    """A redraw of an unreadable answer is not the same request again, and never another
+    seat's draw: every draw of a bench of up to 15 seats has its own seed."""
+    from refund_bench.llm_setup import JudgePanelSettings
+    from services.judge.handler import DRAWS_PER_SEAT, redraw_seed
+
+    panel = JudgePanelSettings(judge_count=15)
+    seeds = [
+        redraw_seed(panel.seat_seed(seat), draw)
+        for seat in range(15)
+        for draw in range(DRAWS_PER_SEAT)
+    ]
+    assert len(set(seeds)) == len(seeds)
+    assert [redraw_seed(panel.seat_seed(seat), 0) for seat in range(15)] == [
+        panel.seat_seed(seat) for seat in range(15)
+    ]

@@ -105,8 +105,26 @@ def test_a_rejection_resting_only_on_missing_records_escalates(cited: list[str])
     assert result.changed
 
 
-def test_a_rejection_citing_one_recorded_fact_stands() -> None:
-    cited = ["delivered_at", "order.pickup_weight_actual_g"]
+@pytest.mark.parametrize(
+    "cited",
+    [
+        ["delivered_at", "order.pickup_weight_actual_g"],
+        ["order.delivered_at", "order.delivery_sla_minutes"],
+        ["derived.sla_exceeded", "order.placed_at"],
+    ],
+)
+def test_a_rejection_citing_a_missing_record_escalates_whatever_else_it_cites(
+    cited: list[str],
+) -> None:
+    """A recorded fact beside it (the SLA, the order time) does not make up for the missing
+    delivery time the rejection also rests on."""
+    result = normalise("REJECTED", cited, SILENT_FIELDS, SILENT)
+    assert result.ruling is Ruling.ESCALATE
+    assert "missing evidence is never a rejection" in result.reason
+
+
+def test_a_rejection_citing_only_recorded_facts_stands() -> None:
+    cited = ["order.pickup_weight_actual_g", "order.placed_at"]
     assert normalise_ruling("REJECTED", cited, SILENT_FIELDS, SILENT) is Ruling.REJECTED
     # On time is a recorded fact: false is not silence for sla_exceeded.
     assert normalise_ruling("REJECTED", ["sla_exceeded"], FIELDS, silent_fields(SNAPSHOT)) is (
