@@ -75,7 +75,9 @@ def _record(row: dict[str, Any]) -> OrderRecord:
             "partner_rating_at_handover": row["partner_rating_at_handover"],
             "packaging_condition_recorded": row["packaging_condition_recorded"],
             "packaging_notes": row["packaging_notes"],
-            "partner_conduct_reports": tuple(row["partner_conduct_reports"]),
+            # As stored (any JSON value fits a jsonb column): the model accepts a list of texts
+            # only, never a string's characters or an object's keys.
+            "partner_conduct_reports": row["partner_conduct_reports"],
             "payment_reference": row["payment_reference"],
         }
     )

@@ -270,6 +270,34 @@ def test_an_order_the_evidence_model_refuses_is_unreadable_alone(
     assert good.order_id == SAMPLE_ORDERS[0].order_id
 
 
+@pytest.mark.parametrize("reports", ["null", "5", '"rude driver"', '{"note": "rude"}', "[1]"])
+def test_conduct_reports_that_are_not_a_list_of_texts_make_the_order_unreadable_alone(
+    database: str, reports: str
+) -> None:
+    """The column is jsonb: any JSON value fits it. One that is not an array of texts is that
+    order's unreadable field (never characters or keys frozen as reports, never a crash of the
+    batch it was looked up in)."""
+    bad = own_copy(SAMPLE_ORDERS[0], uuid.uuid4().hex[:8])
+    with psycopg.connect(database, autocommit=True) as conn:
+        upsert_orders(conn, [bad])
+        conn.execute(
+            "UPDATE orders SET partner_conduct_reports = %s::jsonb WHERE order_id = %s",
+            (reports, bad.order_id),
+        )
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        reader = OrderReader(pool)
+        return list(
+            await asyncio.gather(reader.get(bad.order_id), reader.get(SAMPLE_ORDERS[0].order_id))
+        )
+
+    unreadable, good = _with_pool(database, work)
+    assert isinstance(unreadable, UnreadableOrder), unreadable
+    assert unreadable.reason.startswith("partner_conduct_reports"), unreadable.reason
+    assert "rude" not in unreadable.reason
+    assert isinstance(good, OrderRecord)
+
+
 def test_an_orders_snapshot_hash_does_not_depend_on_the_sessions_time_zone(
     database: str,
 ) -> None:
