@@ -34,8 +34,12 @@ REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yaml"
 OPERATIONS = REPO / "docs" / "operations.md"
 
-EXTERNAL = {"kafka_consumergroup_lag": {"consumergroup", "topic", "partition"}}
-"""Series from kafka_exporter that the rules may use, with their labels."""
+EXTERNAL = {
+    "kafka_consumergroup_lag": {"consumergroup", "topic", "partition"},
+    "kube_pod_container_status_restarts_total": {"namespace", "pod", "container"},
+}
+"""Series from kafka_exporter and kube-state-metrics that the rules may use, with their
+labels."""
 
 
 def _rules() -> list[dict[str, Any]]:
@@ -121,6 +125,8 @@ def test_every_series_an_alert_selects_is_exported_with_those_labels(alert: str)
                 assert label in EXTERNAL[name], f"{alert}: {name} has no label {label}"
                 if label == "consumergroup":
                     assert set(value.split("|")) <= stages, f"{alert}: {value}"
+                if label == "container":
+                    assert set(value.split("|")) <= {*stages, "api"}, f"{alert}: {value}"
             continue
         assert name in exported, f"{alert}: {name} is not a series the code exports"
         for label, op, value in matchers:
