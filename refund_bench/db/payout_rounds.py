@@ -28,6 +28,10 @@ ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
 """The error code of a round the ledger opened FAILED because another dispute of the same
 payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
 
+LEDGER_CONFLICT = "LEDGER_CONFLICT"
+"""The error code of a payout request for a round the ledger holds with another amount or
+currency: the request was refused, and says nothing of how the round itself ended."""
+
 STALE_PENDING = "STALE_PENDING"
 """The error code of a round still PENDING after the idempotency window: a call to Stripe may
 have been made and its refund created, so nothing pays that round again by itself."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.payout_rounds import STALE_PENDING, idempotency_key
+from refund_bench.db.payout_rounds import LEDGER_CONFLICT, STALE_PENDING, idempotency_key
 from refund_bench.errors import InvalidInput
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
@@ -66,7 +66,7 @@ class PayoutHandler:
             return [
                 _failed(
                     row,
-                    "LEDGER_CONFLICT",
+                    LEDGER_CONFLICT,
                     f"round already recorded for {row.amount_minor} {row.currency} ({recorded});"
                     f" {request.amount_minor} {request.currency} requested, not paid",
                 )

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import payout_item
+from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_item
 from refund_bench.domain import Decision, Ruling
 
 
@@ -333,7 +333,23 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
 
 def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     """A failed round, and its review item. A round recorded COMPLETED turns FAILED: Stripe
-    reported its refund failed after taking it on (:mod:`services.api.refund_failures`)."""
+    reported its refund failed after taking it on (:mod:`services.api.refund_failures`).
+
+    A ``LEDGER_CONFLICT`` is a request the payout refused, not the round's outcome (the round
+    may well be paid): it opens the review item and leaves the round's record as it is."""
+    item = (
+        REVIEW_ITEMS,
+        (
+            e.dispute_id,
+            payout_item(e.round),
+            "PAYOUT",
+            None,
+            f"payout failed ({e.error_code}): {e.reason}",
+            e.failed_at,
+        ),
+    )
+    if e.error_code == LEDGER_CONFLICT:
+        return [item]
     return [
         (
             PAYOUTS_FAILED,
@@ -344,17 +360,7 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
             " WHERE dispute_id = %s AND round = %s AND outcome = 'COMPLETED'",
             (e.error_code, e.reason, e.failed_at, e.dispute_id, e.round),
         ),
-        (
-            REVIEW_ITEMS,
-            (
-                e.dispute_id,
-                payout_item(e.round),
-                "PAYOUT",
-                None,
-                f"payout failed ({e.error_code}): {e.reason}",
-                e.failed_at,
-            ),
-        ),
+        item,
     ]
 
 

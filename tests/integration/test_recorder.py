@@ -191,6 +191,35 @@ def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout
 
 @pytest.mark.parametrize(
     "batches",
+    [["completed", "conflict"], ["conflict", "completed"], ["completed+conflict"]],
+    ids=["in order", "conflict first", "one batch"],
+)
+def test_a_conflicting_request_for_a_paid_round_leaves_it_paid(
+    database: str, batches: list[str]
+) -> None:
+    """A LEDGER_CONFLICT is the payout refusing a request with another amount, not the round's
+    outcome: the paid round stays COMPLETED with its refund id, and a person is asked why."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    messages = {
+        "completed": _payout_completed(dispute),
+        "conflict": _payout_failed(dispute, "LEDGER_CONFLICT", "round already recorded"),
+    }
+    queue = _queue(
+        database,
+        *[[messages[name] for name in batch.split("+")] for batch in batches],
+    )
+    assert queue == {"payout:round2": "OPEN"}
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT round, outcome, error_code, stripe_refund_id FROM payout_events"
+            " WHERE dispute_id = %s",
+            (dispute,),
+        ).fetchall()
+    assert rows == [(2, "COMPLETED", None, "re_later_failed")]
+
+
+@pytest.mark.parametrize(
+    "batches",
     [["completed", "failed"], ["failed", "completed"], ["completed+failed"]],
     ids=["in order", "failed first (a replay)", "one batch"],
 )
