@@ -120,7 +120,8 @@ class AclChanges(NamedTuple):
     removed: int
 
 
-def _binding_key(binding: AclBinding) -> tuple[object, ...]:
+def _binding_key(binding: AclBinding) -> tuple[Any, ...]:
+    """What identifies a rule: its resource, pattern, principal, host, operation, permission."""
     return (
         binding.restype,
         binding.name,
@@ -165,21 +166,15 @@ def apply_acls(
         if binding.permission_type == AclPermissionType.ALLOW and _binding_key(binding) not in keep
     ]
     if stale:
-        filters = [
-            AclBindingFilter(
-                b.restype,
-                b.name,
-                b.resource_pattern_type,
-                b.principal,
-                b.host,
-                b.operation,
-                b.permission_type,
-            )
-            for b in stale
-        ]
+        filters = [exact_filter(binding) for binding in stale]
         for future in admin.delete_acls(filters, request_timeout=timeout_s).values():
             future.result()
     return AclChanges(len(bindings), len(stale))
+
+
+def exact_filter(binding: AclBinding) -> AclBindingFilter:
+    """A filter matching ``binding`` and nothing else (to delete it)."""
+    return AclBindingFilter(*_binding_key(binding))
 
 
 def principal_filter(principal: str) -> AclBindingFilter:

@@ -29,6 +29,8 @@ from refund_bench.db.migrate import migrate
 from refund_bench.db.orders import order_exists, upsert_orders
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, SAMPLE_ORDERS
 from services.api.app import build_deps, create_app
+from services.api.intake import body_sha256
+from services.api.models import ComplaintRequest
 from services.api.passwords import MIN_ITERATIONS, hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
@@ -124,6 +126,28 @@ def sign_in(client: httpx.Client, user: str, password: str | None = None) -> str
 
 
 # -- Kafka: the records a test produced on a shared topic -------------------------------------
+
+
+def record_intake(database_url: str, key: str, payload: dict[str, str], *, published: bool) -> str:
+    """An intake row for ``payload`` under ``key``, as the API records it before publishing
+    (``published``: and after Kafka acknowledged it); its dispute id."""
+    dispute_id = f"d-{uuid.uuid4().hex}"
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
+            " customer_id, complaint_text, received_at, published)"
+            " VALUES (%s, %s, %s, %s, %s, %s, now(), %s)",
+            (
+                key,
+                body_sha256(ComplaintRequest(**payload)),
+                dispute_id,
+                payload["order_id"],
+                payload["customer_id"],
+                payload["text"],
+                published,
+            ),
+        )
+    return dispute_id
 
 
 def end_offsets(kafka: str, topic: str) -> dict[int, int]:

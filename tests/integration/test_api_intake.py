@@ -18,8 +18,6 @@ from refund_bench import topics as t
 from refund_bench.codec import Codec
 from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
-from services.api.intake import body_sha256
-from services.api.models import ComplaintRequest
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
@@ -28,6 +26,7 @@ from tests.e2e.conftest_api import (
     end_offsets,
     event_codec,
     read_window,
+    record_intake,
     running_api,
     seed_article_dispute,
     sign_in,
@@ -261,21 +260,7 @@ def test_a_retry_publishes_what_a_crash_left_unpublished(
     A retry with the same key and body publishes that same dispute (not a new one)."""
     key = str(uuid.uuid4())
     payload = body(key)
-    dispute_id = f"d-{uuid.uuid4().hex}"
-    with psycopg.connect(api.database_url) as conn:
-        conn.execute(
-            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
-            " customer_id, complaint_text, received_at, published)"
-            " VALUES (%s, %s, %s, %s, %s, %s, now(), false)",
-            (
-                key,
-                body_sha256(ComplaintRequest(**payload)),
-                dispute_id,
-                payload["order_id"],
-                payload["customer_id"],
-                payload["text"],
-            ),
-        )
+    dispute_id = record_intake(api.database_url, key, payload, published=False)
     start = end_offsets(stack.kafka, TOPIC)
     with api.client() as client:
         retry = client.post(

@@ -21,8 +21,6 @@ from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
-from services.api.intake import body_sha256
-from services.api.models import ComplaintRequest
 from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
@@ -30,6 +28,7 @@ from tests.e2e.conftest_api import (
     dispute_events,
     end_offsets,
     event_codec,
+    record_intake,
     running_api,
 )
 from tests.ledger_rows import paid_round, read_round
@@ -99,23 +98,7 @@ def complaint(
 
 def record_published(database_url: str, key: str) -> str:
     """A complaint published before Kafka went away, as its intake row; its dispute id."""
-    dispute_id = f"d-{uuid.uuid4().hex}"
-    payload = complaint_body(key)
-    with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
-            " customer_id, complaint_text, received_at, published)"
-            " VALUES (%s, %s, %s, %s, %s, %s, now(), true)",
-            (
-                key,
-                body_sha256(ComplaintRequest(**payload)),
-                dispute_id,
-                payload["order_id"],
-                payload["customer_id"],
-                payload["text"],
-            ),
-        )
-    return dispute_id
+    return record_intake(database_url, key, complaint_body(key), published=True)
 
 
 def test_waiting_publishers_leave_the_other_requests_their_connections(

@@ -27,7 +27,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -45,6 +44,7 @@ from refund_bench.kafka_acls import (
     acl_bindings,
     apply_acls,
     client_grants,
+    exact_filter,
     principal_filter,
     stage_grants,
 )
@@ -96,18 +96,7 @@ def test_stage_rules(sasl_bootstrap: str) -> Iterator[Callable[[frozenset[Grant]
         granted.extend(bindings)
 
     yield grant
-    filters = [
-        AclBindingFilter(
-            b.restype,
-            b.name,
-            b.resource_pattern_type,
-            b.principal,
-            b.host,
-            b.operation,
-            b.permission_type,
-        )
-        for b in granted
-    ]
+    filters = [exact_filter(binding) for binding in granted]
     if filters:
         for future in admin.delete_acls(filters).values():
             future.result()
