@@ -200,10 +200,21 @@ def bench_codec(framing: Framing, *topics: str) -> Codec:
 
 
 def start_selftest(
-    kind: str, *args: str, kafka: str, registry_url: str, log_path: Path | None = None
+    kind: str,
+    *args: str,
+    kafka: str,
+    registry_url: str,
+    log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a selftest stage (``passthrough``/``counter``) as its own process."""
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka, "SCHEMA_REGISTRY_URL": registry_url}
+    """Start a selftest stage (``passthrough``/``counter``) as its own process (``env``: more
+    of its environment, e.g. how it signs in)."""
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka,
+        "SCHEMA_REGISTRY_URL": registry_url,
+        **(env or {}),
+    }
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
         [sys.executable, "-m", "refund_bench.runtime.selftest", kind, *args],

@@ -7,7 +7,9 @@
   (``seq``) with every record, so a reader can check the final counts are exact.
 
 Run as ``python -m refund_bench.runtime.selftest passthrough --input A --output B ...``; the
-crash, fencing and benchmark scripts start them as separate processes.
+crash, fencing and benchmark scripts start them as separate processes. They sign in to Kafka
+from the same settings as the services (``KAFKA_SECURITY_PROTOCOL``, ``KAFKA_SASL_*``,
+``KAFKA_SSL_*``), so they can check the runtime on a secured cluster too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated
 import typer
 
 from refund_bench.codec import framing_from_registry_url
+from refund_bench.config import StackSettings
 from refund_bench.runtime.messages import Context, Emit, Guarantee, Message
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.service import configure_logging
@@ -81,6 +84,8 @@ def _run(
         guarantee=guarantee,
         batch_max_records=batch,
         group_instance_id=instance_id or None,
+        # Signed in as the services are: KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*.
+        kafka_security=StackSettings().kafka_security_config(),
     )
     runner = StageRunner(spec, config, framing_from_registry_url(registry_url))
     import signal

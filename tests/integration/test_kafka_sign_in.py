@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,13 @@ from refund_bench.topics import TopicSpec, ensure_topics
 from services.api.publisher import KafkaPublisher
 from tests.conftest import Stack, TopicFactory, unavailable
 from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME, sasl_settings
-from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
+from tests.kafka_helpers import (
+    StageThread,
+    bench_codec,
+    produce_values,
+    read_committed,
+    start_selftest,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -210,3 +217,42 @@ def test_the_api_publishes_signed_in(
 
 def _topics(kafka: str) -> set[str]:
     return set(AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).topics)
+
+
+def test_the_selftest_stage_signs_in_from_the_services_settings(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, sasl_bootstrap: str
+) -> None:
+    """``python -m refund_bench.runtime.selftest``, pointed at the SASL listener with the
+    services' sign-in variables, passes records through exactly once."""
+    source, sink = new_topic("selftest-in", partitions=2), new_topic("selftest-out", partitions=2)
+    codec = bench_codec(framing, source, sink)
+    records = [(f"k{i}", {"id": f"r{i}", "seq": i, "payload": "x"}) for i in range(20)]
+    produce_values(stack.kafka, source, records, codec)
+    group = f"selftest-{uuid.uuid4().hex[:8]}"
+    sign_in = {
+        "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "KAFKA_SASL_MECHANISM": "PLAIN",
+        "KAFKA_SASL_USERNAME": SASL_USERNAME,
+        "KAFKA_SASL_PASSWORD": SASL_PASSWORD,
+    }
+    args = ("--input", source, "--output", sink, "--group", group, "--txn-id", f"{group}-0")
+    proc = start_selftest(
+        "passthrough",
+        *args,
+        kafka=sasl_bootstrap,
+        registry_url=stack.registry_url,
+        env=sign_in,
+    )
+    try:
+        out = read_committed(
+            stack.kafka,
+            sink,
+            until=lambda rs: len(rs) >= len(records),
+            timeout_s=60,
+            settle_s=1.0,
+            decode=lambda raw: codec.decode(sink, raw),
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert sorted(r.value["seq"] for r in out) == list(range(len(records)))
