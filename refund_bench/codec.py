@@ -54,12 +54,14 @@ without a registry needs to read records written before a compatible change
 (``python -m refund_bench.schema_compat --write-history`` adds them from git)."""
 
 
-def earlier_schemas(name: str, history_dir: Path = HISTORY_DIR) -> list[Schema]:
-    """Every earlier version of contract ``name`` kept in ``history_dir``."""
-    return [
+@cache
+def earlier_schemas(name: str, history_dir: Path = HISTORY_DIR) -> tuple[Schema, ...]:
+    """Every earlier version of contract ``name`` kept in ``history_dir`` (read once, like
+    :func:`load_schema`)."""
+    return tuple(
         json.loads(path.read_text(encoding="utf-8"))
         for path in sorted((history_dir / name).glob("*.avsc"))
-    ]
+    )
 
 
 def schema_names(schema_dir: Path = SCHEMA_DIR) -> list[str]:

@@ -24,6 +24,12 @@ customer doing something first). ``pending`` counts as paid: Stripe has taken th
 reports a later failure through its webhook (:mod:`services.api.refund_failures`)."""
 
 
+def not_refunded_code(status: str) -> str:
+    """The error code of a round whose refund Stripe answered, or later reported, with
+    ``status`` (one of :data:`NOT_REFUNDED_STATUSES`): ``refund_<status>``."""
+    return f"refund_{status}"
+
+
 ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
 """The error code of a round the ledger opened FAILED because another dispute of the same
 payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
@@ -41,7 +47,7 @@ UNMENDABLE_FAILURES = {
     " round would be held the same way",
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"
     " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
-    "refund_requires_action": "Stripe's refund waits for the customer and may still go"
+    not_refunded_code("requires_action"): "Stripe's refund waits for the customer and may still go"
     " through: let it complete, or cancel it at Stripe and pay another way",
     "charge_already_refunded": "Stripe has refunded the payment in full already",
     "charge_disputed": "the customer disputed the payment with their bank (a chargeback), and"

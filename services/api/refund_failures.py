@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES
+from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES, not_refunded_code
 from services.api.store import OutboxTable
 
 REFUND_EVENT_TYPES = frozenset({"refund.failed", "refund.updated", "charge.refund.updated"})
@@ -193,7 +193,7 @@ class RefundFailures:
                 return Outcome.ALREADY_FAILED
             if ledger["status"] != "SUCCEEDED":
                 return Outcome.NOT_SETTLED
-            code, message = f"refund_{report.refund_status}", _error_message(report)
+            code, message = not_refunded_code(report.refund_status), _error_message(report)
             await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
             await conn.execute(
                 _INSERT,

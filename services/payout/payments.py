@@ -11,7 +11,7 @@ from typing import Protocol
 import aiohttp
 import stripe
 
-from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES
+from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES, not_refunded_code
 from refund_bench.errors import RefundBenchError, TransientError
 
 
@@ -111,6 +111,7 @@ def _accepted(refund: stripe.Refund) -> str:
     if status in NOT_REFUNDED_STATUSES:
         why = f": {refund.failure_reason}" if getattr(refund, "failure_reason", None) else ""
         raise PaymentRejected(
-            f"refund_{status}", f"Stripe answered refund {refund.id} with status {status}{why}"
+            not_refunded_code(status),
+            f"Stripe answered refund {refund.id} with status {status}{why}",
         )
     return str(refund.id)

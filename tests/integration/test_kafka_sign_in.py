@@ -136,6 +136,36 @@ def test_tls_without_the_ca_a_certificate_or_its_password_is_refused(
     assert ensure_topics(tls.address, [TopicSpec(name)], 1, security=right) == [name]
 
 
+RECORDS = 20
+"""Records each pass-through check sends."""
+
+
+def _topics_with_records(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> tuple[str, str, Codec]:
+    """A new input topic holding :data:`RECORDS` records (``seq`` 0, 1, ...), a new output
+    topic, and their codec."""
+    source, sink = new_topic("sign-in", partitions=2), new_topic("sign-out", partitions=2)
+    codec = bench_codec(framing, source, sink)
+    records = [(f"k{i}", {"id": f"r{i}", "seq": i, "payload": "x"}) for i in range(RECORDS)]
+    produce_values(stack.kafka, source, records, codec)
+    return source, sink, codec
+
+
+def _seqs_out(stack: Stack, codec: Codec, sink: str) -> list[int]:
+    """The ``seq`` of every committed output record, sorted, once there are :data:`RECORDS`
+    (then a second more, so duplicates would show)."""
+    out = read_committed(
+        stack.kafka,
+        sink,
+        until=lambda rs: len(rs) >= RECORDS,
+        timeout_s=60,
+        settle_s=1.0,
+        decode=lambda raw: codec.decode(sink, raw),
+    )
+    return sorted(r.value["seq"] for r in out)
+
+
 def _runs_exactly_once(
     stack: Stack,
     framing: Framing,
@@ -143,29 +173,18 @@ def _runs_exactly_once(
     settings: StageSettings,
     secret: str,
 ) -> None:
-    """A stage built by the production ``runtime_config()`` from ``settings`` passes 20
+    """A stage built by the production ``runtime_config()`` from ``settings`` passes the
     records through exactly once; ``secret`` is not in its config's repr."""
-    source, sink = new_topic("sign-in", partitions=2), new_topic("sign-out", partitions=2)
-    codec = bench_codec(framing, source, sink)
-    records = [(f"k{i}", {"id": f"r{i}", "seq": i, "payload": "x"}) for i in range(20)]
-    produce_values(stack.kafka, source, records, codec)
-
+    source, sink, codec = _topics_with_records(stack, framing, new_topic)
     group = f"sign-in-{uuid.uuid4().hex[:8]}"
     config = runtime_config(settings, group)
     assert secret not in repr(config)
     stage = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start()
     try:
-        out = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= len(records),
-            timeout_s=60,
-            settle_s=1.0,
-            decode=lambda raw: codec.decode(sink, raw),
-        )
+        seqs = _seqs_out(stack, codec, sink)
     finally:
         assert stage.stop() is None
-    assert sorted(r.value["seq"] for r in out) == list(range(len(records)))
+    assert seqs == list(range(RECORDS))
 
 
 def test_provisioning_signs_in_and_a_wrong_password_is_refused(
@@ -224,10 +243,7 @@ def test_the_selftest_stage_signs_in_from_the_services_settings(
 ) -> None:
     """``python -m refund_bench.runtime.selftest``, pointed at the SASL listener with the
     services' sign-in variables, passes records through exactly once."""
-    source, sink = new_topic("selftest-in", partitions=2), new_topic("selftest-out", partitions=2)
-    codec = bench_codec(framing, source, sink)
-    records = [(f"k{i}", {"id": f"r{i}", "seq": i, "payload": "x"}) for i in range(20)]
-    produce_values(stack.kafka, source, records, codec)
+    source, sink, codec = _topics_with_records(stack, framing, new_topic)
     group = f"selftest-{uuid.uuid4().hex[:8]}"
     sign_in = {
         "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
@@ -244,15 +260,8 @@ def test_the_selftest_stage_signs_in_from_the_services_settings(
         env=sign_in,
     )
     try:
-        out = read_committed(
-            stack.kafka,
-            sink,
-            until=lambda rs: len(rs) >= len(records),
-            timeout_s=60,
-            settle_s=1.0,
-            decode=lambda raw: codec.decode(sink, raw),
-        )
+        seqs = _seqs_out(stack, codec, sink)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    assert sorted(r.value["seq"] for r in out) == list(range(len(records)))
+    assert seqs == list(range(RECORDS))
