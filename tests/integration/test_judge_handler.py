@@ -7,24 +7,27 @@ grievance of an unknown category is dead-lettered; wrong settings (a 401) still 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
-from refund_bench.llm.client import LlmRejected
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
 from services.judge.handler import JudgeHandler, Seat
+from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -187,3 +190,59 @@ def test_a_grievance_handled_twice_at_once_pays_for_each_seat_once(
     assert sorted(outcomes) == ["cached"] * 3 + ["made"] * 3
     assert [_ruled(r) for r in second] == [_ruled(r) for r in first]
     assert [r["raw_response"] for r in second] == [r["raw_response"] for r in first]
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (
+            {"ruling": "REJECTED", "evidence_cited": ["order.packaging_notes"]},
+            "a rejection resting on a record that is absent",
+        ),
+        (
+            {"ruling": "REJECTED", "evidence_cited": ["delivered_at", "packaging_notes"]},
+            "a rejection resting in part on an absent record",
+        ),
+        ({"ruling": "UPHELD", "evidence_cited": []}, "an upheld claim grounded in nothing"),
+        (
+            {"ruling": "UPHELD", "evidence_cited": ["order.customer_mood"]},
+            "an upheld claim citing a field the snapshot does not have",
+        ),
+    ],
+)
+def test_a_model_ruling_on_silent_or_no_evidence_is_cast_as_escalate(
+    redis_url: str, answer: dict[str, Any], why: str
+) -> None:
+    """The judge's code, not the model, keeps "missing evidence is never REJECTED": whatever a
+    model answers, the ruling cast is ESCALATE, and the model's word is kept for audit."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    content = json.dumps({**answer, "confidence": 0.9, "reasoning": why})
+
+    async def go(port: int) -> list[Mapping[str, Any]]:
+        redis = Redis.from_url(redis_url)
+        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
+        llm = LlmClient(
+            LlmEndpoint(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key=SecretStr("k"),
+                model="any-model",
+                temperature=0.7,
+                timeout_seconds=5,
+            )
+        )
+        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
+        try:
+            emits = await handler.handle(_grievance(dispute, "PACKAGING"), Context(None))
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+        return [e.value for e in emits]
+
+    with FixedAnswerServer(completion(content)) as server:
+        rulings = asyncio.run(go(server.port))
+
+    assert len(server.requests) == 3, "three seats asked"
+    assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3, why
+    assert [r["model_ruling"] for r in rulings] == [answer["ruling"]] * 3
+    assert all(r["raw_response"] == content for r in rulings), "the raw answer is kept"

@@ -29,7 +29,6 @@ from refund_bench.llm.cache import (
     sha256_hex,
 )
 from refund_bench.llm.client import (
-    DISPUTE_HEADER,
     LlmClient,
     LlmEndpoint,
     LlmRejected,
@@ -39,6 +38,7 @@ from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.retry import RetryPolicy
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
+from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 from tests.standin import Standin
 
@@ -433,48 +433,14 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
     assert "not JSON" in caught.value.reason
 
 
-class _FixedAnswer(JsonAnswerHandler):
-    """Answers a POST with the server's next status (200 once they are used up) and its
-    ``body``; records what it was sent."""
-
-    server: _FixedAnswerServer
-
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
-        length = int(self.headers.get("Content-Length", "0"))
-        self.server.requests.append(
-            (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
-        )
-        self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
-        self.server.credentials.append(self.headers.get("Authorization", ""))
-        self.answer_json(
-            self.server.statuses.pop(0) if self.server.statuses else 200, self.server.body
-        )
-
-
-class _FixedAnswerServer(LoopbackServer):
-    def __init__(self, body: bytes, statuses: list[int] | None = None) -> None:
-        super().__init__(_FixedAnswer)
-        self.body = body
-        self.statuses = list(statuses or [])
-        self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
-        self.disputes: list[str] = []  # the dispute header of each request
-        self.credentials: list[str] = []  # the Authorization header of each request
-
-
-def _completion(content: str | None, finish_reason: str | None) -> bytes:
-    message = {"role": "assistant", "content": content}
-    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
-    return json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
-
-
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
         (b"<html>gateway</html>", "not a chat completion"),
         (b'{"object": "chat.completion"}', "not a chat completion"),
         (b'{"choices": []}', "no choices"),
-        (_completion('{"ruling": "UP', "length"), "finish_reason is 'length'"),
-        (_completion(None, "stop"), "empty"),
+        (completion('{"ruling": "UP', "length"), "finish_reason is 'length'"),
+        (completion(None, "stop"), "empty"),
     ],
 )
 def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
@@ -486,7 +452,7 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
         async with LlmClient(target, sleep=sleep) as client:
             return await ask(client, judge_request(), 1000, "d-200")
 
-    with _FixedAnswerServer(body) as server, pytest.raises(roles.MalformedAnswer) as caught:
+    with FixedAnswerServer(body) as server, pytest.raises(roles.MalformedAnswer) as caught:
         run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert reason in caught.value.reason
     assert sleep.delays == []
@@ -500,7 +466,7 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
 
 
 def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
-    answer = _completion('{"ruling": "ESCALATE"}', "stop")
+    answer = completion('{"ruling": "ESCALATE"}', "stop")
     sleep = RecordedSleep()
 
     async def scenario(target: LlmEndpoint) -> list[str]:
@@ -509,7 +475,7 @@ def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
             second = await ask(client, judge_request(), 1001, "d-next")
             return [first, second]
 
-    with _FixedAnswerServer(answer, statuses=[503, 502]) as server:
+    with FixedAnswerServer(answer, statuses=[503, 502]) as server:
         answers = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
     assert answers == ['{"ruling": "ESCALATE"}'] * 2
     assert len(sleep.delays) == 2, "two server errors, two backoffs"
@@ -533,7 +499,7 @@ class _HeldAnswer(JsonAnswerHandler):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.server.ports.append(self.client_address[1])
         self.server.together.wait()  # raises BrokenBarrierError after its timeout
-        self.answer_json(200, _completion('{"ruling": "ESCALATE"}', "stop"))
+        self.answer_json(200, completion('{"ruling": "ESCALATE"}', "stop"))
 
 
 class _HeldAnswerServer(LoopbackServer):

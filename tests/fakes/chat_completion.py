@@ -1,0 +1,50 @@
+"""An OpenAI-compatible endpoint that gives one fixed answer, for tests of what code does with
+an answer the stand-in's rules would never give."""
+
+from __future__ import annotations
+
+import json
+
+from refund_bench.llm.client import DISPUTE_HEADER
+from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
+
+
+def completion(content: str | None, finish_reason: str | None = "stop") -> bytes:
+    """A chat completion's body whose one choice says ``content``."""
+    message = {"role": "assistant", "content": content}
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+    return json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
+
+
+class _FixedAnswer(JsonAnswerHandler):
+    """Answers a POST with the server's next status (200 once they are used up) and its
+    ``body``; records what it was sent."""
+
+    server: FixedAnswerServer
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        length = int(self.headers.get("Content-Length", "0"))
+        self.server.requests.append(
+            (self.path, self.headers.get("Content-Type", ""), self.rfile.read(length))
+        )
+        self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
+        self.server.credentials.append(self.headers.get("Authorization", ""))
+        self.answer_json(
+            self.server.statuses.pop(0) if self.server.statuses else 200, self.server.body
+        )
+
+
+class FixedAnswerServer(LoopbackServer):
+    """Answers every POST with ``body``, after the given ``statuses`` (with the same body)."""
+
+    def __init__(self, body: bytes, statuses: list[int] | None = None) -> None:
+        super().__init__(_FixedAnswer)
+        self.body = body
+        self.statuses = list(statuses or [])
+        self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
+        self.disputes: list[str] = []  # the dispute header of each request
+        self.credentials: list[str] = []  # the Authorization header of each request
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
