@@ -1,5 +1,28 @@
 """End-to-end fixtures: the whole pipeline running against the real stack."""
 
-from tests.e2e.pipeline import pipeline
+from collections.abc import Iterator
 
-__all__ = ["pipeline"]
+import pytest
+
+from tests.e2e.pipeline import Pipeline, pipeline
+
+
+@pytest.fixture(autouse=True)
+def no_service_crashed(pipeline: Pipeline) -> Iterator[None]:
+    """Fails a test during which a service exited on its own and was restarted.
+
+    A stage that crashes is restarted and handles its input again from the cache, so a story
+    can still end right while a stage crash-loops: this makes such a test fail instead. (A
+    test's own restarts, :meth:`Pipeline.restart`, are not counted.)
+    """
+    before = dict(pipeline.launcher.restarts)
+    yield
+    crashed = {
+        name: count - before.get(name, 0)
+        for name, count in pipeline.launcher.restarts.items()
+        if count > before.get(name, 0)
+    }
+    assert not crashed, f"services exited on their own and were restarted: {crashed}"
+
+
+__all__ = ["no_service_crashed", "pipeline"]

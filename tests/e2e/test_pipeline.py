@@ -191,30 +191,58 @@ def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: 
     assert pipeline.llm_calls(dispute) == 2, "one extraction, one reply, no judges"
 
 
+# What each of these sample complaints is owed when every model answer is clean.
+FAULT_FREE_PAYABLE = {"article": 68900, "billing": 3000, "injection": 6000}
+FAULT_KINDS = ("429", "5xx", "malformed", "timeout")
+
+
 def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) -> None:
+    """A storm of 429s first (the next 40 calls), then random faults of every kind.
+
+    No dispute is lost, no amount grows, and a dispute paid less than its fault-free amount
+    shows why: a seat's answer that could not be read (ESCALATE), or an extraction sent to a
+    human, and what was not paid waits in the review queue.
+    """
+    injected_before = Counter(pipeline.llm_stats()["faults_injected"])
     pipeline.set_llm_faults(
-        rate_429=0.25, rate_5xx=0.1, rate_malformed=0.1, rate_timeout=0.05, timeout_seconds=10
+        next_faults=["429"] * 40,
+        rate_429=0.25,
+        rate_5xx=0.1,
+        rate_malformed=0.1,
+        rate_timeout=0.05,
+        timeout_seconds=10,
     )
+    labels = ("article", "billing", "injection") * 3
     try:
-        disputes = [_submit(pipeline, label) for label in ("article", "billing", "injection") * 3]
+        disputes = [_submit(pipeline, label) for label in labels]
         stories = [pipeline.wait_final(d, timeout_s=240) for d in disputes]
     finally:
-        pipeline.set_llm_faults(rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0)
-    faults = pipeline.llm_stats()["faults_injected"]
-    assert sum(faults.values()) > 0, "faults were injected"
-    paid = 0
-    for story in stories:
-        assert story.is_final()
+        pipeline.set_llm_faults(
+            next_faults=[], rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0
+        )
+    injected = Counter(pipeline.llm_stats()["faults_injected"]) - injected_before
+    assert all(injected[kind] > 0 for kind in FAULT_KINDS), f"every kind injected: {injected}"
+    assert injected["429"] >= 40, "the storm"
+
+    paid_in_full = 0
+    for label, story in zip(labels, stories, strict=True):
         latest = story.latest_round
         assert latest is not None
-        if latest["decision"] in ("AUTO_APPROVED", "REVIEW_APPROVED"):
-            assert [p["outcome"] for p in story.payouts] == ["COMPLETED"]
-            assert story.payouts[0]["amount_minor"] == latest["payable_minor"]
-            paid += 1
-        else:
-            # A dispute the noise made undecidable is not dropped: it waits for a human.
-            assert any(i["status"] == "OPEN" for i in story.review_items), latest
-    assert paid >= 6, f"only {paid} of {len(stories)} disputes paid under faults"
+        owed = FAULT_FREE_PAYABLE[label]
+        assert latest["payable_minor"] <= owed, (label, latest)
+        if latest["payable_minor"] > 0:
+            assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [
+                ("COMPLETED", latest["payable_minor"])
+            ]
+        if latest["payable_minor"] == owed:
+            paid_in_full += 1
+            continue
+        # Paid less: the noise made something undecidable, and a human has it.
+        unreadable = [r for r in story.rulings if r["model_ruling"] == "UNREADABLE"]
+        extraction = [i for i in story.review_items if i["kind"] == "EXTRACTION"]
+        assert unreadable or extraction, (label, latest, story.rulings)
+        assert any(i["status"] == "OPEN" for i in story.review_items), (label, latest)
+    assert paid_in_full >= 6, f"only {paid_in_full} of {len(stories)} paid in full under faults"
 
 
 def _dead_letter(pipeline: Pipeline, dispute: str) -> Any:
