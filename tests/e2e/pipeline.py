@@ -24,6 +24,7 @@ from refund_bench.provision import provision_stack
 from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from tests.conftest import Stack
+from tests.fakes.counting_proxy import CountingProxy, Forwarded
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -32,6 +33,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 class Pipeline:
     stack: Stack
     launcher: Launcher
+    stripe: CountingProxy
+    """What the stages sent Stripe (stripe-mock behind a proxy that records each request)."""
 
     def __post_init__(self) -> None:
         self._publisher = ComplaintPublisher(self.stack.kafka, self.stack.registry_url)
@@ -113,6 +116,15 @@ class Pipeline:
     def set_llm_faults(self, **faults: Any) -> None:
         httpx.post(f"{self._standin()}/admin/faults", json=faults, timeout=5).raise_for_status()
 
+    def stripe_refunds(self, payment_reference: str | None = None) -> list[Forwarded]:
+        """The refund requests that reached Stripe (for one payment, or all)."""
+        return [
+            r
+            for r in self.stripe.requests
+            if (r.method, r.path) == ("POST", "/v1/refunds")
+            and payment_reference in (None, r.form.get("payment_intent"))
+        ]
+
     def restart(self, *, kill: bool = False) -> None:
         """Stop every service (SIGTERM, or SIGKILL with ``kill``) and start them again."""
         self.launcher.stop(kill=kill)
@@ -125,6 +137,8 @@ def pipeline(stack: Stack) -> Iterator[Pipeline]:
     if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
         pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
     provision_stack(stack.kafka, stack.database_url)
+    # The stages reach stripe-mock through a proxy that records what they sent.
+    stripe = CountingProxy(stack.stripe_api_base)
     launcher = Launcher(
         log_dir=ARTIFACTS / "pipeline-logs",
         env={
@@ -132,16 +146,17 @@ def pipeline(stack: Stack) -> Iterator[Pipeline]:
             "SCHEMA_REGISTRY_URL": stack.registry_url,
             "DATABASE_URL": stack.database_url,
             "REDIS_URL": stack.redis_url,
-            "STRIPE_API_BASE": stack.stripe_api_base,
+            "STRIPE_API_BASE": stripe.url,
             "LLM_BASE_URL": stack.llm_base_url,
             "LOG_LEVEL": "INFO",
             # Short enough that the stand-in's hung requests become client-side timeouts.
             "LLM_TIMEOUT_SECONDS": "5",
         },
     )
-    launcher.start()
-    try:
-        launcher.wait_ready()
-        yield Pipeline(stack, launcher)
-    finally:
-        launcher.stop()
+    with stripe:
+        launcher.start()
+        try:
+            launcher.wait_ready()
+            yield Pipeline(stack, launcher, stripe)
+        finally:
+            launcher.stop()

@@ -66,6 +66,8 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     [ledger] = story.ledger
     assert (ledger["status"], ledger["attempts"]) == ("SUCCEEDED", 1)
     assert ledger["stripe_refund_id"].startswith("re_")
+    [sent] = pipeline.stripe_refunds(ledger["payment_reference"])
+    assert (sent.form["amount"], sent.idempotency_key) == ("68900", ledger["idempotency_key"])
     [reply] = story.replies
     assert "INR 689" in reply["text"]
     assert reply["amount_minor"] == 68900
@@ -103,6 +105,8 @@ def test_a_second_complaint_about_a_paid_order_goes_to_a_human_not_to_stripe(
     assert [(r["status"], r["attempts"], r["stripe_refund_id"]) for r in story.ledger] == [
         ("FAILED", 0, None)
     ]
+    [sent] = pipeline.stripe_refunds(paid.ledger[0]["payment_reference"])
+    assert sent.idempotency_key == paid.ledger[0]["idempotency_key"], "the first dispute's only"
 
 
 def test_two_complaints_about_one_order_at_once_promise_and_pay_one_refund(
