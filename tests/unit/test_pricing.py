@@ -449,19 +449,28 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
     amounts += [x for ln in priced.lines for x in (ln.amount_minor, ln.proposed_minor)]
     assert all(type(a) is int and a >= 0 for a in amounts)
 
+    pay_lines = sum(ln.amount_minor for ln in priced.lines if ln.status is LineStatus.PAY)
+    assert priced.total_minor == min(pay_lines, order.charged_total_minor)
     assert priced.total_minor <= order.charged_total_minor
     assert priced.payable_minor + priced.already_paid_minor <= order.charged_total_minor
     assert priced.payable_minor <= priced.total_minor
+    approved = overrides.dispute is ReviewDecision.APPROVE and (
+        overrides.approved_total_minor is None
+        or priced.total_minor <= overrides.approved_total_minor
+    )
     if priced.payable_minor > 0:
-        approved = overrides.dispute is ReviewDecision.APPROVE and (
-            overrides.approved_total_minor is None
-            or priced.total_minor <= overrides.approved_total_minor
-        )
         assert priced.total_minor <= priced.cap_minor or approved
         assert priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
+    if priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED):
+        # What earlier rounds approved is never paid again.
+        assert priced.payable_minor == max(0, priced.total_minor - priced.already_paid_minor)
+    if priced.decision is Decision.AUTO_APPROVED:
+        assert priced.payable_minor > 0
     if overrides.dispute is ReviewDecision.DECLINE:
         assert priced.payable_minor == 0
         assert priced.decision is Decision.DECLINED
+    elif priced.total_minor > priced.cap_minor and not approved:
+        assert (priced.decision, priced.payable_minor) == (Decision.HELD_FOR_REVIEW, 0)
 
     for line in priced.lines:
         if line.outcome is not U:
@@ -481,6 +490,34 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
             per_item[line.item_name] = per_item.get(line.item_name, 0) + line.amount_minor
     for item in order.line_items:
         assert per_item.get(item.name, 0) <= item.unit_price_minor * item.quantity
+
+
+@given(cases(), st.data())
+def test_a_later_round_pays_only_what_earlier_rounds_did_not(
+    case: dict[str, Any], data: st.DataObject
+) -> None:
+    """Round 1 is priced with nothing approved before; round 2 (a reviewer's decisions on the
+    same verdicts) with what round 1 approved: together they never pay more than round 2's
+    total, nor more than the order cost."""
+    order: OrderRecord = case["order"]
+    snapshot = build_snapshot(order)
+    first = price_refund(case["verdicts"], snapshot, cap_minor=case["cap_minor"])
+    approved_before = (
+        first.payable_minor
+        if first.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
+        else 0
+    )
+    cap = data.draw(st.integers(min_value=0, max_value=200_000))
+    second = price_refund(
+        case["verdicts"],
+        snapshot,
+        cap_minor=cap,
+        already_approved_minor=approved_before,
+        overrides=case["overrides"],
+    )
+    paid = approved_before + second.payable_minor
+    assert paid <= order.charged_total_minor
+    assert second.payable_minor == 0 or paid == second.total_minor
 
 
 @given(cases())
