@@ -28,7 +28,7 @@ from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
-from services.extractor.handler import ExtractorHandler
+from services.extractor.handler import REVIEW_REASON, ExtractorHandler
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -223,3 +223,50 @@ def test_an_endpoint_that_refuses_the_key_stops_the_stage(
         _handle(database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}")
     assert caught.value.status == 401
     assert not caught.value.refused_input
+
+
+def test_a_malformed_answer_is_repaired_once_and_the_repair_is_used(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The first answer is cut off; the repair call's answer is valid: the article's four
+    grievances, after exactly two calls, and a redelivery asks nothing more."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["malformed"])
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+
+    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+
+    for outcome in (emits, again):
+        assert [e.topic for e in outcome] == [t.GRIEVANCE_EXTRACTED.name] * 4
+    assert [e.value["category"] for e in emits] == [
+        "LATE_DELIVERY",
+        "MISSING_ITEM",
+        "PACKAGING",
+        "PARTNER_CONDUCT",
+    ]
+    assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
+
+
+def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Malformed twice: no third call, no grievances, and the complaint is not dropped: it is
+    priced as held for review with the reason, on this delivery and the next."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["malformed", "malformed"])
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+
+    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+
+    for outcome in (emits, again):
+        assert [e.topic for e in outcome] == [t.REFUND_PRICED.name]
+        priced = outcome[0].value
+        assert (priced["decision"], priced["payable_minor"], priced["lines"]) == (
+            "HELD_FOR_REVIEW",
+            0,
+            [],
+        )
+        assert priced["reason"] == REVIEW_REASON
+    assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
