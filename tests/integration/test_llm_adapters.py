@@ -161,7 +161,9 @@ def test_put_if_absent_race_has_one_winner(redis_url: str) -> None:
         assert stored in (f"answer-a-{index}", f"answer-b-{index}")
 
 
-def test_cached_call_computes_once_and_racing_replicas_agree(redis_url: str) -> None:
+def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_computes_nothing(
+    redis_url: str,
+) -> None:
     prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
     key = judge_cache_key("dispute:1", "g1", 2, "m", sha256_hex("snapshot"), "judge/v1")
     computed: list[str] = []
@@ -381,11 +383,16 @@ def test_a_timeout_is_retried_like_any_transient_error(standin: Standin) -> None
 
     async def scenario() -> str:
         async with LlmClient(
-            endpoint(standin, timeout=0.3), retry=RetryPolicy(attempts=2), sleep=RecordedSleep()
+            endpoint(standin, timeout=0.3), retry=RetryPolicy(attempts=2), sleep=sleep
         ) as client:
             return await ask(client, judge_request(), 1000, "d-timeout-2")
 
+    sleep = RecordedSleep()
+    started = time.monotonic()
     roles.parse_judge_ruling(run(scenario))
+    assert time.monotonic() - started < 2.5, "the client gave up at its own 0.3 s timeout"
+    assert len(sleep.delays) == 1, "one backoff before the second attempt"
+    assert standin.stats()["by_dispute"]["d-timeout-2"] == 2
 
 
 def test_connection_refused_is_transient() -> None:
@@ -555,8 +562,10 @@ def test_inflight_gauge_rises_and_returns_to_zero(standin: Standin) -> None:
     assert seen[-1] == 0
 
 
-def test_the_article_dispute_end_to_end_takes_fourteen_calls(standin: Standin) -> None:
-    """1 extraction + 4 grievances x 3 seats + 1 reply, with the article's 2-1 split on g3."""
+def test_the_standin_gives_the_articles_answers_to_the_real_prompts(standin: Standin) -> None:
+    """The article's dispute asked role by role with the shipped prompts: four grievances, the
+    2-1 split on g3 and a reply naming the amount once (the stages' own count of 14 calls is
+    the end-to-end test's)."""
     dispute = f"d-article-{uuid.uuid4().hex[:8]}"
     snapshot = freeze(ORDER)
 

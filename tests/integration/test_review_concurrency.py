@@ -119,7 +119,7 @@ def test_two_reviewers_at_once_make_one_decision_and_one_event(
         delete_dispute(api.database_url, dispute_id)
 
 
-def test_an_unpublished_decision_is_published_once_at_startup(
+def test_an_unpublished_decision_is_published_once_by_two_instances_draining(
     stack: Stack, codec: Codec, api: ApiServer
 ) -> None:
     dispute_id = f"d-test-{uuid.uuid4().hex}"
