@@ -34,7 +34,7 @@ from services.api.formatting import money, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
 from services.api.outbox import Outbox, review_decided
-from services.api.passwords import ReviewerDirectory, parse_reviewers
+from services.api.passwords import PasswordChecks, ReviewerDirectory, parse_reviewers
 from services.api.publisher import KafkaPublisher
 from services.api.refund_failures import REFUND_FAILURES, RefundFailures, payout_failed
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
@@ -181,6 +181,11 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         metrics=metrics,
         tokens=tokens,
         reviewers=reviewers,
+        password_checks=PasswordChecks(
+            reviewers,
+            threads=settings.desk_password_threads,
+            waiting=settings.desk_password_queue,
+        ),
         templates=_templates(),
         clock=deps.clock,
         new_id=deps.new_id,
@@ -218,6 +223,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            ctx.password_checks.close()
             await asyncio.to_thread(deps.publisher.close)
             await deps.publish_pool.close()
             await deps.pool.close()

@@ -14,7 +14,7 @@ from starlette.templating import Jinja2Templates
 
 from refund_bench import events as ev
 from services.api.metrics import ApiMetrics
-from services.api.passwords import ReviewerDirectory
+from services.api.passwords import PasswordChecks, ReviewerDirectory
 from services.api.publisher import Publisher
 from services.api.settings import ApiSettings
 from services.api.store import Store
@@ -46,8 +46,9 @@ class AppContext:
     store: Store
     publisher: Publisher
     metrics: ApiMetrics
-    tokens: tuple[bytes, ...]
+    tokens: tuple[bytes, ...] = field(repr=False)
     reviewers: ReviewerDirectory
+    password_checks: PasswordChecks
     templates: Jinja2Templates
     clock: Callable[[], datetime]
     new_id: Callable[[], str]

@@ -8,7 +8,6 @@ the loser gets 409 "already decided by ..."), then published as ``review.decided
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import re
@@ -52,6 +51,10 @@ PAGE_HEADERS = {
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
 """No script runs on desk pages at all; forms post only to the desk."""
+
+
+BUSY_RETRY_AFTER_S = 5
+"""What a sign-in refused because every password check slot is taken is told to wait."""
 
 
 def _safe_next(target: str) -> str:
@@ -173,6 +176,19 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         target = quote(request.url.path, safe="/")
         return RedirectResponse(f"/review/login?next={target}", status_code=303)
 
+    def sign_in_busy(request: Request, target: str) -> HTMLResponse:
+        """429 for a sign-in that found every password-check slot taken (nothing checked)."""
+        ctx.metrics.logins.labels("busy").inc()
+        page = render(
+            request,
+            "login.html",
+            429,
+            next=target,
+            error="The desk is busy signing people in. Try again in a few seconds.",
+        )
+        page.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
+        return page
+
     @router.get("/login")
     async def login_page(request: Request, next: str = "/review") -> Response:
         if reviewer(request):
@@ -197,6 +213,8 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 next=target,
                 error="The sign-in form expired. Please try again.",
             )
+        if ctx.password_checks.busy:
+            return sign_in_busy(request, target)
         window = await ctx.store.count_login_attempt(username, ctx.settings.desk_login_window_s)
         if window.attempts > ctx.settings.desk_login_attempts:
             # Refused before the password is checked: guessing gets nothing but this answer.
@@ -211,7 +229,9 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             )
             page.headers["Retry-After"] = str(window.seconds_left)
             return page
-        ok = await asyncio.to_thread(ctx.reviewers.verify, username, password)
+        ok = await ctx.password_checks.verify(username, password)
+        if ok is None:
+            return sign_in_busy(request, target)
         if not ok:
             ctx.metrics.logins.labels("failed").inc()
             return render(

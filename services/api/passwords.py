@@ -7,12 +7,15 @@ iteration count travels in the hash: raising the default later keeps old hashes 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import re
 import secrets
+import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 SCHEME = "pbkdf2-sha256"
@@ -120,3 +123,52 @@ class ReviewerDirectory:
                 "sha256", password.encode(), stored.salt, self._most - stored.iterations
             )
         return matched and stored is not self._decoy
+
+
+class PasswordChecks:
+    """:meth:`ReviewerDirectory.verify` on threads of its own, at most ``threads`` at a time
+    and ``waiting`` more queued; a check beyond that is refused at once.
+
+    The per-user-name limit cannot count a flood of sign-ins under ever new names, and every
+    check costs the full key derivations. Bounded here, such a flood costs these threads'
+    CPU and refused sign-ins, never the default thread pool the rest of the API (its Kafka
+    readiness check) runs on. A slot is freed when its check ends, not when its caller gives up:
+    a client that disconnects cannot queue more derivations than the bound.
+    """
+
+    def __init__(self, directory: ReviewerDirectory, *, threads: int = 1, waiting: int = 8) -> None:
+        if threads < 1 or waiting < 0:
+            raise ValueError("threads must be at least 1 and waiting at least 0")
+        self._directory = directory
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="password-check")
+        self._limit = threads + waiting
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        """True while a new check would be refused."""
+        with self._lock:
+            return self._taken >= self._limit
+
+    async def verify(self, name: str, password: str) -> bool | None:
+        """The directory's answer, or ``None`` when every slot is taken (nothing was checked)."""
+        with self._lock:
+            if self._taken >= self._limit:
+                return None
+            self._taken += 1
+        try:
+            future = self._executor.submit(self._directory.verify, name, password)
+        except BaseException:
+            self._free()
+            raise
+        future.add_done_callback(lambda _: self._free())
+        return await asyncio.wrap_future(future)
+
+    def _free(self) -> None:
+        with self._lock:
+            self._taken -= 1
+
+    def close(self) -> None:
+        """Drop queued checks and let running ones finish on their own."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

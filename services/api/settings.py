@@ -32,6 +32,10 @@ class ApiSettings(StackSettings):
     desk_login_attempts: int = Field(default=5, ge=1)
     """Sign-in attempts per user name and window; further ones get 429 until it closes."""
     desk_login_window_s: int = Field(default=900, ge=1)
+    desk_password_threads: int = Field(default=1, ge=1, le=16)
+    """Threads that check sign-in passwords (each check costs the hashes' key derivations)."""
+    desk_password_queue: int = Field(default=8, ge=0, le=1000)
+    """Sign-ins that may wait for a password thread; one more is answered 429 at once."""
     max_complaint_chars: int = Field(default=5000, ge=1, le=1_000_000)
     publish_timeout_s: float = Field(default=10.0, gt=0)
     outbox_interval_s: float = Field(default=5.0, gt=0)

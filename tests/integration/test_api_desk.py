@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import psycopg
 import pytest
+from pydantic import SecretStr
 
+from services.api.passwords import hash_password
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     PASSWORDS,
@@ -420,3 +424,46 @@ def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
         shown = client.get(settled.headers["location"]).text
     assert "the failed round is closed; nothing more is paid" in shown
     assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
+
+
+def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_threads(
+    stack: Stack,
+) -> None:
+    """New names each time pass the per-name limit, and each check costs a slow hash: with one
+    password thread and no queue, sign-ins arriving while a check runs get 429 at once."""
+    slow = hash_password("pw", iterations=4_000_000)  # about a second per check
+    with running_api(
+        stack,
+        reviewers=SecretStr(f"alice:{slow}"),
+        desk_password_threads=1,
+        desk_password_queue=0,
+    ) as api:
+        clients = [api.client() for _ in range(3)]
+        tokens = [csrf_of(c.get("/review/login").text) for c in clients]
+        together = threading.Barrier(len(clients))
+
+        def attempt(index: int) -> httpx.Response:
+            together.wait(timeout=10)
+            return clients[index].post(
+                "/review/login",
+                data={
+                    "username": f"flood-{uuid.uuid4().hex}",
+                    "password": "x",
+                    "csrf_token": tokens[index],
+                },
+            )
+
+        try:
+            with ThreadPoolExecutor(len(clients)) as pool:
+                answers = list(pool.map(attempt, range(len(clients))))
+        finally:
+            for client in clients:
+                client.close()
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [401, 429, 429], "one checked, the others refused unchecked"
+        for busy in (a for a in answers if a.status_code == 429):
+            assert "busy signing people in" in busy.text
+            assert busy.headers["retry-after"] == "5"
+        with api.client() as client:
+            metrics = client.get("/metrics").text
+        assert 'api_desk_logins_total{outcome="busy"} 2.0' in metrics

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from services.api.passwords import (
     MIN_ITERATIONS,
+    PasswordChecks,
     PasswordHash,
     ReviewerDirectory,
     hash_password,
@@ -55,3 +57,51 @@ def test_every_sign_in_costs_the_strongest_hashs_work_whoever_is_named() -> None
     strongest = _cpu_seconds(directory, "bob")
     for name in ("alice", "nobody"):
         assert _cpu_seconds(directory, name) > strongest / 2, name
+
+
+def _slow_directory() -> ReviewerDirectory:
+    """One reviewer whose hash takes the default (OWASP) work: every check costs it."""
+    return ReviewerDirectory(parse_reviewers(f"alice:{hash_password('pw')}"))
+
+
+def test_checks_beyond_the_threads_and_queue_are_refused_at_once() -> None:
+    checks = PasswordChecks(_slow_directory(), threads=1, waiting=1)
+
+    async def flood() -> list[bool | None]:
+        return list(
+            await asyncio.gather(
+                checks.verify("alice", "pw"),  # runs
+                checks.verify("mallory", "x"),  # waits for the thread
+                checks.verify("trudy", "y"),  # refused: nothing checked
+            )
+        )
+
+    try:
+        assert asyncio.run(flood()) == [True, False, None]
+        assert not checks.busy, "every slot is free once the checks are done"
+    finally:
+        checks.close()
+
+
+def test_a_caller_that_gives_up_keeps_its_slot_until_its_check_ends() -> None:
+    """A client disconnecting mid-check cannot start more derivations than the bound."""
+    checks = PasswordChecks(_slow_directory(), threads=1, waiting=0)
+
+    async def give_up() -> tuple[bool, bool | None]:
+        running = asyncio.ensure_future(checks.verify("mallory", "x"))
+        await asyncio.sleep(0)  # let it take its slot
+        running.cancel()
+        still_busy = checks.busy
+        refused = await checks.verify("trudy", "y")
+        return still_busy, refused
+
+    try:
+        still_busy, refused = asyncio.run(give_up())
+        assert still_busy
+        assert refused is None
+        deadline = time.monotonic() + 10
+        while checks.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not checks.busy, "freed when the abandoned check ended"
+    finally:
+        checks.close()
