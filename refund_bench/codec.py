@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from refund_bench.errors import InvalidInput, TransientError
+from refund_bench.errors import InvalidInput, TransientError, error_summary
 from refund_bench.retry import RetryPolicy
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "avro"
@@ -270,7 +270,7 @@ class Codec:
             except Exception as exc:  # fastavro raises several types for a schema it cannot use
                 raise InvalidInput(
                     f"the writer schema named by header {data[:start].hex()} cannot be read"
-                    f" as Avro: {exc!r}"
+                    f" as Avro: {error_summary(exc)}"
                 ) from exc
             self._readers[reader_key] = pair
         try:
@@ -278,7 +278,8 @@ class Codec:
             buf.seek(start)
             value = fastavro.schemaless_reader(buf, pair[0], pair[1])
         except Exception as exc:
-            raise InvalidInput(f"cannot decode {topic} value as Avro: {exc!r}") from exc
+            why = error_summary(exc)
+            raise InvalidInput(f"cannot decode {topic} value as Avro: {why}") from exc
         if not isinstance(value, dict):
             raise InvalidInput(f"{topic} value is not a record")
         if buf.tell() != len(data):

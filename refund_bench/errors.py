@@ -37,3 +37,23 @@ class Fenced(RefundBenchError):  # noqa: N818
 
 class UndeclaredOutput(RefundBenchError):  # noqa: N818
     """A stage emitted to a topic it did not declare: a bug in the stage; it must stop."""
+
+
+REASON_LIMIT = 300
+"""The most characters of a library's error message a reason quotes."""
+
+
+def error_summary(exc: BaseException) -> str:
+    """What went wrong, for a dead letter's reason or a log line: never the data itself.
+
+    A text-coding error names the codec, the problem and the position (its repr would quote the
+    whole text, a complaint's customer words among it); any other error gives its type and the
+    start of its message (a schema error's message can be thousands of characters long).
+    """
+    if isinstance(exc, UnicodeError) and hasattr(exc, "reason") and hasattr(exc, "start"):
+        encoding = getattr(exc, "encoding", "?")
+        return f"{type(exc).__name__}: {encoding} {exc.reason} at position {exc.start}"
+    message = str(exc)
+    if len(message) > REASON_LIMIT:
+        message = message[:REASON_LIMIT] + "..."
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

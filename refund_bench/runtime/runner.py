@@ -38,7 +38,7 @@ import uvloop
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from refund_bench.codec import Codec, Framing
-from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput
+from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput, error_summary
 from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep
 from refund_bench.runtime.dlq import DlqBudget, dead_letter
 from refund_bench.runtime.health import Heartbeat
@@ -586,7 +586,8 @@ class StageRunner:
         try:
             encoded = [(emit, emit.key.encode(), self._encode(emit)) for emit in result]
         except UnicodeEncodeError as exc:
-            reason = f"an output of this record holds text that cannot be encoded: {exc!r}"
+            why = error_summary(exc)
+            reason = f"an output of this record holds text that cannot be encoded: {why}"
             outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
             return
         for emit, key, value in encoded:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from refund_bench.domain import LineItem, OrderRecord
-from refund_bench.errors import InvalidInput
+from refund_bench.errors import InvalidInput, error_summary
 
 SNAPSHOT_VERSION = "1"
 
@@ -207,7 +207,7 @@ def load_snapshot(snapshot_json: str, expected_sha256: str) -> dict[str, Any]:
         data = json.loads(snapshot_json)
         canonical = canonical_json(data)
     except (ValueError, TypeError, RecursionError) as exc:
-        raise InvalidInput(f"snapshot_json is not canonical JSON: {exc!r}") from exc
+        raise InvalidInput(f"snapshot_json is not canonical JSON: {error_summary(exc)}") from exc
     if canonical != snapshot_json or not isinstance(data, dict):
         raise InvalidInput("snapshot_json is not the canonical JSON of an object")
     if data.get("snapshot_version") != SNAPSHOT_VERSION:

@@ -14,7 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refund_bench.codec import Codec, FingerprintFraming
-from refund_bench.errors import DlqLimitExceeded, InvalidInput, TransientError
+from refund_bench.errors import (
+    REASON_LIMIT,
+    DlqLimitExceeded,
+    InvalidInput,
+    TransientError,
+    error_summary,
+)
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime.dlq import (
@@ -326,6 +332,26 @@ def test_fingerprint_codec_round_trips_and_rejects_garbage() -> None:
             codec.decode("t", bad)
     with pytest.raises(InvalidInput, match="trailing"):
         codec.decode("t", codec.encode("t", value) + b"\x00")
+
+
+def test_a_value_that_cannot_be_decoded_is_described_without_its_text() -> None:
+    """A dead letter's reason (logged, and in a header) says what and where, never the words:
+    the repr of a text-decoding error would quote the whole complaint."""
+    codec = Codec(FingerprintFraming(), {"t": "bench.record"})
+    words = "Priya Sharma, priya@example.com, card ending 4242"
+    good = codec.encode("t", {"id": "r1", "seq": 5, "payload": words})
+    bad = good.replace(b"card", b"c\xffrd")
+    with pytest.raises(InvalidInput) as caught:
+        codec.decode("t", bad)
+    assert caught.value.reason == (
+        "cannot decode t value as Avro: UnicodeDecodeError: utf-8 invalid start byte at position 34"
+    )
+    assert "priya" not in caught.value.reason.casefold()
+
+
+def test_a_long_library_message_is_cut_in_a_reason() -> None:
+    summary = error_summary(ValueError("x" * 5000))
+    assert summary == f"ValueError: {'x' * REASON_LIMIT}..."
 
 
 def test_tune_gc_freezes_start_up_and_raises_only_the_young_threshold() -> None:
