@@ -98,7 +98,8 @@ def stripe_webhook_router(
         body = await request.body()
         try:
             stripe.WebhookSignature.verify_header(body, signature, secret, tolerance=tolerance_s)
-        except (stripe.SignatureVerificationError, UnicodeDecodeError):
+        except (stripe.SignatureVerificationError, UnicodeDecodeError, TypeError):
+            # TypeError: a non-ASCII signature, which hmac.compare_digest refuses to compare.
             raise refuse(
                 400, "invalid", f"the {SIGNATURE_HEADER} header is missing, stale or wrong"
             ) from None

@@ -172,7 +172,13 @@ def test_events_that_are_no_failure_of_a_paid_round_change_nothing(
 
 @pytest.mark.parametrize(
     "fault",
-    ["no signature", "another secret", "an hour old", "the body changed after signing"],
+    [
+        "no signature",
+        "another secret",
+        "an hour old",
+        "the body changed after signing",
+        "a signature that is not ASCII",
+    ],
 )
 def test_an_event_stripe_did_not_sign_just_now_is_refused(api: ApiServer, fault: str) -> None:
     dispute, refund_id = paid_round(api.database_url)
@@ -184,6 +190,8 @@ def test_an_event_stripe_did_not_sign_just_now_is_refused(api: ApiServer, fault:
     )
     if fault == "no signature":
         del headers["Stripe-Signature"]
+    if fault == "a signature that is not ASCII":
+        headers["Stripe-Signature"] = f"t={int(time.time())},v1=\u00e9".encode()  # type: ignore[assignment]
     if fault == "the body changed after signing":
         body = body.replace(b'"round": "1"', b'"round": "2"')
         assert b'"round": "2"' in body
