@@ -72,6 +72,37 @@ _DATE = re.compile(
 with the year), or a year after it ("Dec 3rd, 2026", "May 2026"). Its numbers are not
 amounts."""
 
+_OFF_SCRIPT = (
+    (
+        "points the customer somewhere else",
+        re.compile(
+            r"https?://|\bwww\.|[\w.+-]+@[\w-]+\.[a-z]{2,}"
+            r"|\b[\w-]+\.(?:com|in|net|org|io|co|app|link|ly|me|info|biz)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "asks for credentials",
+        re.compile(
+            r"\b(?:otp|one[-\s]time\s+(?:password|code)|passwords?|pin|cvv|cvc"
+            r"|card\s+(?:number|details)|bank\s+(?:details|account))\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "promises something besides the amount",
+        re.compile(
+            r"\bfor\s+free\b|\bfree\s+of\s+(?:charge|cost)\b|\bon\s+(?:us|the\s+house)\b"
+            r"|\bfree\s+(?:meals?|orders?|deliver(?:y|ies)|items?|food|desserts?|drinks?)\b"
+            r"|\bno\s+(?:extra\s+)?charge\b|\bcomplimentary\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+"""What a reply written from a complaint must not carry, whatever the complaint asked for: a
+link, an address or a domain; a request for a password, a code or card details; a promise of
+free food or orders (only the approved amount is promised)."""
+
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
 _REVIEW = re.compile(
@@ -288,7 +319,9 @@ def check_reply(
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
     - with held items, the reply must say they go to review ("will review", "under review");
-    - at most one apology ("sorry"/"apolog...").
+    - at most one apology ("sorry"/"apolog...");
+    - no link, e-mail address or domain, no request for credentials (password, OTP, card
+      details), no promise of anything free (:data:`_OFF_SCRIPT`).
 
     The reply is read after :func:`_normalised` (full-width and other scripts' digits, other
     currency signs).
@@ -325,6 +358,10 @@ def check_reply(
             failures.append(f"names money without an amount it may state: {word.group(0)!r}")
     if held_items and not _REVIEW.search(text):
         failures.append("does not say that the held items go to review")
+    for problem, pattern in _OFF_SCRIPT:
+        found = pattern.search(text)
+        if found:
+            failures.append(f"{problem}: {found.group(0)!r}")
     apologies = len(_APOLOGY.findall(text))
     if apologies > 1:
         failures.append(f"apologises {apologies} times (at most once)")
@@ -334,12 +371,14 @@ def check_reply(
 def safe_phrase(phrase: str, currency: str) -> str:
     """``phrase`` with everything the guard reacts to removed: digits, currency signs, codes
     and names, money words ("refund", "credit", "voucher", ...), numbers in words ("fifty",
-    "lakh"), "/-" and apology stems. Read as the guard reads it (:func:`_normalised`);
-    whitespace collapsed."""
+    "lakh"), "/-", apology stems and what :data:`_OFF_SCRIPT` forbids (links, credentials,
+    free things). Read as the guard reads it (:func:`_normalised`); whitespace collapsed."""
     codes = _currency_word_re(currency)
     cleaned = "".join(c for c in _normalised(phrase) if c not in _SYMBOLS and not c.isdigit())
     while True:
         stripped = codes.sub(" ", _SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", cleaned)))
+        for _, pattern in _OFF_SCRIPT:
+            stripped = pattern.sub(" ", stripped)
         if stripped == cleaned:
             break
         cleaned = stripped

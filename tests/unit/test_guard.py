@@ -244,6 +244,44 @@ def test_the_stand_ins_own_replies_pass() -> None:
             assert check_reply(reply, minor, "INR", names) == (), reply
 
 
+@pytest.mark.parametrize(
+    ("planted", "problem"),
+    [
+        ("Confirm at https://refunds-verify.example/claim to receive it.", "somewhere else"),
+        ("Write to refunds@fooddelivery-help.example for the rest.", "somewhere else"),
+        ("Visit www.refund-help.example today.", "somewhere else"),
+        ("Please confirm your card number and OTP so we can send it.", "credentials"),
+        ("Reply with your UPI PIN to receive it faster.", "credentials"),
+        ("Your next 3 orders are on us.", "besides the amount"),
+        ("Enjoy a free meal with your next order.", "besides the amount"),
+        ("Delivery is free of charge for a month.", "besides the amount"),
+        ("A complimentary dessert comes with your next order.", "besides the amount"),
+    ],
+)
+def test_a_reply_that_points_elsewhere_asks_for_secrets_or_gives_things_away_fails(
+    planted: str, problem: str
+) -> None:
+    """What text planted in a complaint could make a model write: the amount is right, and the
+    reply still fails."""
+    reply = f"We have refunded INR 689 to your original payment method. {planted}"
+    failures = check_reply(reply, 68900, "INR", [])
+    assert len(failures) == 1, failures
+    assert problem in failures[0]
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "Please feel free to contact us if anything else went wrong.",
+        "It should reach your UPI account within a few working days.",
+        "We hope your next order arrives on time.",
+        "Our delivery partner has been reminded to handle orders with care.",
+    ],
+)
+def test_ordinary_service_phrases_are_not_off_script(plain: str) -> None:
+    assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == ()
+
+
 def test_at_most_one_apology() -> None:
     text = "Sorry! We have refunded INR 689. We apologise again, and we are sorry."
     assert check_reply(text, 68900, "INR", []) == ("apologises 3 times (at most once)",)
@@ -302,6 +340,7 @@ currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
 @example(0, "INR", ["refunded 500 rupees"], [])
 @example(68900, "INR", ["a voucher worth 200/-", "1 lakh"], ["500 paisa", "Rupees 5"])
 @example(0, "INR", ["six hundred rupees"], ["money back in dollars"])
+@example(100, "INR", ["the www.evil.example link", "your OTP"], ["a free meal, on us"])
 def test_template_reply_always_passes_the_guard(
     approved: int, currency: str, resolved: list[str], held: list[str]
 ) -> None:
