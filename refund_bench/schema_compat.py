@@ -1,5 +1,7 @@
-"""Backward-compatibility check of the Avro contracts: the current schema must read what every
-earlier version wrote (new readers, old data), so consumers can be upgraded first.
+"""Full compatibility check of the Avro contracts, as the registry's FULL_TRANSITIVE rule: the
+current schema must read what every earlier version wrote (new readers, old data), and every
+earlier version must read what the current one writes (old readers, new data), so writers and
+readers can be upgraded in either order.
 
 ``python -m refund_bench.schema_compat`` checks every ``schemas/avro/*.avsc`` against each of
 its versions in git history; the unit tests run the same check. With ``--write-history`` it
@@ -70,13 +72,15 @@ def historical_versions(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def check_all(schema_dir: Path = SCHEMA_DIR) -> dict[str, list[str]]:
-    """Problems per schema file, against each of its earlier committed versions."""
+    """Problems per schema file, both ways against each of its earlier committed versions."""
     report: dict[str, list[str]] = {}
     for path in sorted(schema_dir.glob("*.avsc")):
         current = json.loads(path.read_text(encoding="utf-8"))
         for commit, old in historical_versions(path):
             for problem in incompatibilities(old, current):
-                report.setdefault(path.name, []).append(f"vs {commit[:10]}: {problem}")
+                report.setdefault(path.name, []).append(f"reads {commit[:10]}: {problem}")
+            for problem in incompatibilities(current, old):
+                report.setdefault(path.name, []).append(f"read by {commit[:10]}: {problem}")
     return report
 
 

@@ -291,8 +291,10 @@ start_registry() {
   # verifies), snapshot and events topics itself. While Kafka is unreachable it hangs before
   # opening any port, so it is started only once Kafka answers. A poll timeout of 1 s instead
   # of 5 s cuts ~10 s of idle waits from its boot. mem = in-memory H2 only (Apicurio's default).
-  # The dir only holds temp files. Global compatibility BACKWARD = Confluent Schema Registry's
-  # default (Apicurio's own default is NONE).
+  # The dir only holds temp files. Global compatibility FULL_TRANSITIVE: a new version must read
+  # every earlier one's records and be readable by every earlier reader, since writers and
+  # readers upgrade apart (upstream publishers of complaint.received most of all; BACKWARD
+  # alone would let one drop a field the extractor needs). Apicurio's own default is NONE.
   local storage=()
   case "$REGISTRY_STORAGE" in
     kafkasql)
@@ -317,7 +319,7 @@ start_registry() {
     -Dquarkus.http.host="$HOST" -Dquarkus.http.port="$REGISTRY_PORT" \
     -Dquarkus.management.host="$HOST" -Dquarkus.management.port="$REGISTRY_MGMT_PORT" \
     -Dquarkus.http.access-log.enabled=false \
-    -Dapicurio.rules.global.compatibility=BACKWARD \
+    -Dapicurio.rules.global.compatibility=FULL_TRANSITIVE \
     -Dapicurio.storage.snapshot.location="$rdir/tmp" -Dapicurio.import.work-dir="$rdir/tmp" \
     "${storage[@]}" -jar "$APICURIO_HOME/quarkus-run.jar")
   STARTED+=(schema-registry)

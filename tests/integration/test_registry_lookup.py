@@ -4,6 +4,7 @@ valid records. Registering a schema at start is retried the same way."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
@@ -115,3 +117,33 @@ def test_registering_a_schema_through_an_outage_is_retried_then_transient(
     with pytest.raises(TransientError, match="schema registry"):
         _framing(failing_registry).header_for("t", load_schema("bench.record"))
     assert _Failing.calls == QUICK.attempts
+
+
+def test_the_registry_refuses_a_complaint_schema_the_extractor_could_not_read(
+    stack: Stack,
+) -> None:
+    """Upstream services write complaint.received and the extractor reads it: a publisher's new
+    schema that drops a field the contract needs (which BACKWARD alone would allow: a new reader
+    can skip an old field) is refused at registration, before any record is written with it."""
+    client = SchemaRegistryClient({"url": stack.registry_url})
+    subject = f"test-{uuid.uuid4().hex}-value"
+    contract = load_schema("complaint.received")
+    client.register_schema(subject, Schema(json.dumps(contract), "AVRO"))
+    without_text = {**contract, "fields": [f for f in contract["fields"] if f["name"] != "text"]}
+    with_a_new_optional_field = {
+        **contract,
+        "fields": [
+            *contract["fields"],
+            {"name": "submitted_via", "type": "string", "default": "app"},
+        ],
+    }
+    try:
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema(subject, Schema(json.dumps(without_text), "AVRO"))
+        assert refused.value.http_status_code == 409
+        assert client.register_schema(
+            subject, Schema(json.dumps(with_a_new_optional_field), "AVRO")
+        )
+    finally:
+        client.delete_subject(subject, permanent=False)
+        client.delete_subject(subject, permanent=True)

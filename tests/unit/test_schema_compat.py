@@ -1,4 +1,4 @@
-"""Every contract stays backward compatible with each of its committed versions."""
+"""Every contract stays compatible both ways with each of its committed versions."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from refund_bench.codec import (
 from refund_bench.schema_compat import check_all, incompatibilities, missing_history
 
 
-def test_every_schema_reads_all_its_earlier_versions() -> None:
+def test_every_schema_reads_and_is_read_by_all_its_earlier_versions() -> None:
     assert check_all() == {}
 
 
@@ -33,6 +33,16 @@ def test_adding_an_optional_field_is_compatible_and_a_required_one_is_not(name: 
     required: dict[str, Any] = copy.deepcopy(old)
     required["fields"].append({"name": "added_later", "type": "string"})
     assert incompatibilities(old, required) != []
+
+
+def test_dropping_a_required_field_breaks_the_readers_that_need_it() -> None:
+    """A new reader can skip an old field, so one direction alone would pass it; an old reader
+    (the extractor, for an upstream publisher's new complaint schema) cannot fill it in."""
+    old = load_schema("complaint.received")
+    dropped: dict[str, Any] = copy.deepcopy(old)
+    dropped["fields"] = [f for f in dropped["fields"] if f["name"] != "text"]
+    assert incompatibilities(old, dropped) == []
+    assert incompatibilities(dropped, old) != []
 
 
 def test_the_history_holds_every_earlier_version_of_each_contract() -> None:
