@@ -7,6 +7,7 @@ datetimes (Avro ``timestamp-millis``); money is ``int`` minor units.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,6 +27,13 @@ MAX_NAME_CHARS = 128
 """A reviewer's name, at most."""
 
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
+_REFUSED = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+"""Control characters other than tab and line breaks (NUL: PostgreSQL text cannot hold one), and
+the bidirectional overrides that can make a reviewer read the text in another order."""
+_INVISIBLE = r"\s\u200b-\u200d\u2060\ufeff"
+TEXT_PATTERN = rf"^[^{_REFUSED}]*[^{_REFUSED}{_INVISIBLE}][^{_REFUSED}]*$"
+"""Complaint text: none of the refused characters, and something visible (zero-width characters
+alone are blank; inside text they stay, as in emoji sequences). The API and the event alike."""
 
 
 class Event(BaseModel):
@@ -92,11 +100,31 @@ def _without_nul(value: str | None) -> str | None:
     return value
 
 
+_REFUSED_CHAR = re.compile(f"[{_REFUSED}]")
+_VISIBLE_CHAR = re.compile(f"[^{_REFUSED}{_INVISIBLE}]")
+
+
+def _readable_text(value: str) -> str:
+    """Complaint text as :data:`TEXT_PATTERN` has it, with a reason that says what is wrong
+    and where, never the words."""
+    _without_nul(value)
+    refused = _REFUSED_CHAR.search(value)
+    if refused:
+        raise ValueError(
+            f"holds U+{ord(refused.group()):04X} at position {refused.start()}: a control"
+            " character or a bidirectional override"
+        )
+    if not _VISIBLE_CHAR.search(value):
+        raise ValueError("is blank")
+    return value
+
+
 class ComplaintReceived(Event):
-    """What an upstream service publishes. Its ids follow :data:`ID_PATTERN`, as the API's do.
-    Its text fields go to PostgreSQL as they are, so one that holds a NUL character (which
-    PostgreSQL text cannot store) is invalid here, where it goes to the dead-letter topic alone,
-    not in the database call it shares with other complaints."""
+    """What an upstream service publishes. Its ids follow :data:`ID_PATTERN` and its text
+    :data:`TEXT_PATTERN`, as the API's do (its length is the extractor's ``MAX_COMPLAINT_CHARS``
+    to check). Its text fields go to PostgreSQL as they are, so one that holds a NUL character
+    (which PostgreSQL text cannot store) is invalid here, where it goes to the dead-letter topic
+    alone, not in the database call it shares with other complaints."""
 
     dispute_id: Id
     order_id: Id
@@ -105,9 +133,8 @@ class ComplaintReceived(Event):
     received_at: datetime
     channel: str = "api"
 
-    _storable = field_validator("dispute_id", "order_id", "customer_id", "text", "channel")(
-        _without_nul
-    )
+    _storable = field_validator("dispute_id", "order_id", "customer_id", "channel")(_without_nul)
+    _readable = field_validator("text")(_readable_text)
 
 
 class GrievanceExtracted(Event):

@@ -12,7 +12,7 @@ from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
-from services.extractor.handler import ExtractorHandler
+from services.extractor.handler import DEFAULT_MAX_COMPLAINT_CHARS, ExtractorHandler
 from services.pricing.table import DEFAULT_CAP_MINOR
 
 
@@ -22,6 +22,10 @@ class Settings(LlmStageSettings):
     extractor_base_url: str = ""
     extractor_prompt_version: str = EXTRACTOR_PROMPT_VERSION
     auto_approve_cap_minor: int = Field(default=DEFAULT_CAP_MINOR, ge=0)
+    max_complaint_chars: int = Field(default=DEFAULT_MAX_COMPLAINT_CHARS, ge=1, le=1_000_000)
+    """Longest complaint text judged; a longer one is dead-lettered before any model call (the
+    API's setting of the same name refuses it at intake; this guards what is published to
+    Kafka directly)."""
 
 
 def main() -> None:
@@ -44,6 +48,7 @@ def main() -> None:
         load_prompt(settings.extractor_prompt_version),
         settings.auto_approve_cap_minor,
         on_call=call_counter(metrics),
+        max_complaint_chars=settings.max_complaint_chars,
     )
     spec = dataclasses.replace(
         handler.spec(),

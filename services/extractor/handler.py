@@ -51,6 +51,8 @@ from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
+DEFAULT_MAX_COMPLAINT_CHARS = 5000
+"""The API's default limit too: a complaint the intake would take is never refused here."""
 
 
 class ExtractorHandler:
@@ -62,7 +64,9 @@ class ExtractorHandler:
         prompt: Prompt,
         cap_minor: int = DEFAULT_CAP_MINOR,
         on_call: OnCall | None = None,
+        max_complaint_chars: int = DEFAULT_MAX_COMPLAINT_CHARS,
     ) -> None:
+        self._max_chars = max_complaint_chars
         self._orders = OrderReader(pool)
         self._disputes = DisputeFreezer(pool)
         self._llm = llm
@@ -77,6 +81,12 @@ class ExtractorHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         complaint = ev.parse(ev.ComplaintReceived, message.value)
+        if len(complaint.text) > self._max_chars:
+            # Every model call would carry it (the repair and each judge's span too).
+            raise InvalidInput(
+                f"complaint text is {len(complaint.text)} characters, more than the"
+                f" {self._max_chars} MAX_COMPLAINT_CHARS allows"
+            )
         order = await self._orders.get(complaint.order_id)
         if order is None:
             raise InvalidInput(f"unknown order {complaint.order_id!r}")

@@ -270,3 +270,34 @@ def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
         )
         assert priced["reason"] == REVIEW_REASON
     assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
+
+
+def test_a_complaint_longer_than_the_limit_is_invalid_input_before_any_model_call(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Published straight to Kafka past the intake's limit: every model call would carry it."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    text = "The biryani was cold. " * 300  # 6,600 characters
+
+    async def go() -> None:
+        pool = pg_pool(database)
+        await pool.open()
+        redis = Redis.from_url(redis_url)
+        llm = standin.client("standin-extractor", temperature=0.0)
+        cache = RedisResponseCache(redis, f"test-extractor-{uuid.uuid4().hex}:", 600)
+        handler = ExtractorHandler(
+            pool, llm, cache, load_prompt(EXTRACTOR_PROMPT_VERSION), max_complaint_chars=5000
+        )
+        try:
+            await handler.handle(_complaint(dispute, text), Context(None))
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+            await pool.close()
+
+    with pytest.raises(InvalidInput) as caught:
+        asyncio.run(go())
+    assert str(caught.value) == (
+        "complaint text is 6600 characters, more than the 5000 MAX_COMPLAINT_CHARS allows"
+    )
+    assert standin.stats()["by_dispute"].get(dispute, 0) == 0

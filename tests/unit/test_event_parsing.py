@@ -42,6 +42,34 @@ def test_a_nul_character_in_a_complaint_is_invalid_input_naming_the_field(field:
     )
 
 
+ODD_TEXTS = {
+    "empty": ("", "is blank"),
+    "blank": (" \n\t ", "is blank"),
+    "zero-width only": ("\u200b\u200d", "is blank"),
+    "a bell": (f"cold \x07{SECRET_WORDS}", "holds U+0007 at position 5"),
+    "a right-to-left override": (
+        f"refund \u202e{SECRET_WORDS}",
+        "holds U+202E at position 7",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "why"), ODD_TEXTS.values(), ids=ODD_TEXTS.keys())
+def test_complaint_text_the_api_would_refuse_is_invalid_input_too(text: str, why: str) -> None:
+    """Published straight to Kafka, a complaint meets the intake's text rules: blank text, or
+    characters that can make a reviewer misread it, go to the dead-letter topic."""
+    with pytest.raises(InvalidInput) as caught:
+        ev.parse(ev.ComplaintReceived, _complaint(text=text))
+    reason = str(caught.value)
+    assert reason.startswith(f"ComplaintReceived failed validation: text: Value error, {why}")
+    assert SECRET_WORDS not in reason
+
+
+def test_complaint_text_with_emoji_and_line_breaks_is_fine() -> None:
+    text = "Cold biryani \U0001f469\u200d\U0001f373\nsecond line\ttabbed"
+    assert ev.parse(ev.ComplaintReceived, _complaint(text=text)).text == text
+
+
 ODD_IDS = {
     "empty": "",
     "129 characters": "d" * 129,
