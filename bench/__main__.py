@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bench import llm_client, pipeline_throughput, runtime_passthrough, stripe_client
+from bench import cli, llm_client, pipeline_throughput, runtime_passthrough, stripe_client
 
 
 def main() -> None:
+    """Every benchmark on the running stack, then one table of the figures (about 9 min)."""
     print("LLM client: CPU per call, openai create vs the project's adapter (alternating runs)")
     rows = llm_client.main()
     print("Stripe client: CPU per refund, requests in threads vs aiohttp (alternating runs)")
@@ -24,4 +25,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from bench import cli
 from bench import pipeline_throughput as pt
 from refund_bench import topics as t
 
@@ -104,4 +105,4 @@ def main(bursts: int = 3, complaints: int = 1200) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

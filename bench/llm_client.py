@@ -30,7 +30,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import SecretStr
 
-from bench import side_by_side
+from bench import cli, side_by_side
 from refund_bench.domain import Category
 from refund_bench.llm import roles
 from refund_bench.llm.client import _OMIT, DISPUTE_HEADER, LlmClient, LlmEndpoint, _answer
@@ -197,5 +197,4 @@ def main(calls: int = 2000, rounds: int = 3) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    for name, value in main():
-        print(f"{name:50s} {value}")
+    cli.run(main)

@@ -47,7 +47,7 @@ import httpx
 import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench import cpu
+from bench import cli, cpu
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.config import StackSettings
@@ -385,7 +385,7 @@ def judge_scaling(stack: Endpoints, latency_ms: int, n: int) -> list[tuple[int, 
 
 def main(
     complaints: int = 1200,
-    latencies: tuple[int, ...] = (0, 300),
+    latencies: list[int] | None = None,
     paced_rate: float = 10.0,
     paced_seconds: float = 30.0,
     sustained_rate: float = 100.0,
@@ -397,6 +397,7 @@ def main(
     (throughput: the median burst), then a paced run at ``paced_rate``/s for ``paced_seconds``
     (latency below saturation). Then, with the LLM at 0 ms, ``sustained_rate``/s for
     ``sustained_seconds`` (can the pipeline keep up?)."""
+    latencies = [0, 300] if latencies is None else latencies
     rows: list[tuple[str, str]] = []
     with running_pipeline() as stack:
         try:
@@ -475,5 +476,4 @@ def main(
 
 
 if __name__ == "__main__":
-    for name, value in main():
-        print(f"{name:50s} {value}")
+    cli.run(main)

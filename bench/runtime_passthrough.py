@@ -23,6 +23,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
+from bench import cli
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.topics import TopicSpec, ensure_topics
 
@@ -161,5 +162,4 @@ def main(records: int = 50_000, rounds: int = 3, partitions: int = 12) -> list[t
 
 
 if __name__ == "__main__":
-    for name, value in main():
-        print(f"{name:50s} {value}")
+    cli.run(main)

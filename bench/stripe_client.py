@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import stripe
 import uvloop
 
-from bench import side_by_side
+from bench import cli, side_by_side
 from services.payout.payments import StripePayments
 
 CONCURRENCY = 8
@@ -88,5 +88,4 @@ def main(refunds: int = 600, rounds: int = 3) -> list[tuple[str, str]]:
 
 
 if __name__ == "__main__":
-    for name, value in main():
-        print(f"{name:50s} {value}")
+    cli.run(main)

@@ -1,10 +1,16 @@
-"""The settings the benchmark gives its services, read as the stages read them."""
+"""The benchmarks' command lines, and the settings they give their services, read as the
+stages read them."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
 from bench.pipeline_throughput import SERVICE_ENV
+from refund_bench.launcher import REPO
 from refund_bench.llm_setup import LlmStageSettings
 
 
@@ -19,3 +25,30 @@ def test_the_benchmarks_services_keep_their_answers_an_hour(
     assert settings.llm_cache_ttl_seconds == 3600
     default = LlmStageSettings.model_fields["llm_cache_ttl_seconds"].default
     assert settings.llm_cache_ttl_seconds < default
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "bench",
+        "bench.broker_requests",
+        "bench.burst_timeline",
+        "bench.llm_client",
+        "bench.pipeline_throughput",
+        "bench.runtime_passthrough",
+        "bench.stripe_client",
+    ],
+)
+def test_a_benchmark_answers_help_without_running(module: str) -> None:
+    """``--help`` prints the options and exits: it starts no stage, sends no complaint."""
+    shown = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert f"Usage: python -m {module} [OPTIONS]" in shown.stdout
