@@ -59,7 +59,7 @@ class ApiSettings(StackSettings):
         if len(self.session_secret.get_secret_value()) < MIN_SESSION_SECRET_CHARS:
             raise ValueError(
                 f"SESSION_SECRET must be set to at least {MIN_SESSION_SECRET_CHARS} characters"
-                " (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+                " (e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
             )
         return self
 
