@@ -24,6 +24,12 @@ class PaymentRejected(RefundBenchError):  # noqa: N818
         self.message = message
 
 
+class PaymentsRefusedUs(RefundBenchError):  # noqa: N818 - named for what happened
+    """The provider refused our credentials (401) or their permissions (403): the settings, not
+    the refund. Not a payout failure: it stops the stage (and alerts), and the round stays
+    PENDING in the ledger, to be paid under the same key once the key is fixed."""
+
+
 class Payments(Protocol):
     async def refund(
         self,
@@ -37,7 +43,8 @@ class Payments(Protocol):
         """Create (or replay) the refund; returns the provider's refund id.
 
         Raises :class:`TransientError` for 429/5xx/connection failures (safe to retry with the
-        same key) and :class:`PaymentRejected` for failures a retry cannot fix, a refund the
+        same key), :class:`PaymentsRefusedUs` when the provider refuses our key (401/403), and
+        :class:`PaymentRejected` for failures of this refund a retry cannot fix, a refund the
         provider answered as failed, canceled or needing action among them.
         """
         ...
@@ -99,6 +106,11 @@ class StripePayments:
             status = exc.http_status or 0
             if status == 429 or status >= 500:
                 raise TransientError(f"stripe: HTTP {status}") from exc
+            if status in (401, 403):
+                raise PaymentsRefusedUs(
+                    f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"
+                    " its permissions (refunds: write)"
+                ) from exc
             code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
         return _accepted(refund)

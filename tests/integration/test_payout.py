@@ -24,7 +24,7 @@ from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message
 from services.payout.handler import PayoutHandler
 from services.payout.ledger import PayoutLedger
-from services.payout.payments import PaymentRejected, StripePayments
+from services.payout.payments import PaymentRejected, PaymentsRefusedUs, StripePayments
 from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import read_round, seed_round
@@ -450,3 +450,30 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"condition not met in {timeout_s}s"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize("key", ["sk_live_revoked", "not a key"])
+def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
+    database: str, stack: Stack, key: str
+) -> None:
+    """A wrong or revoked STRIPE_API_KEY is the settings, not the refund: the payout stage stops
+    (and crash-loops until fixed) instead of failing every round into the review queue; the
+    round stays PENDING, to be paid under its key once the key is right."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+
+    async def go() -> None:
+        pool = pg_pool(database)
+        await pool.open()
+        payments = StripePayments(key, stack.stripe_api_base)
+        try:
+            handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy(attempts=1))
+            await handler.handle(_request(dispute), Context(None))
+        finally:
+            await payments.aclose()
+            await pool.close()
+
+    with pytest.raises(PaymentsRefusedUs, match="HTTP 401 AuthenticationError"):
+        asyncio.run(go())
+    assert _ledger_statuses(database, dispute) == ["PENDING"]
+    [completed] = _run(database, stack.stripe_api_base, _request(dispute))
+    assert [o.topic for o in completed] == ["payout.completed"], "paid once the key is right"
