@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 
 def pg_pool(conninfo: str, max_size: int = 10) -> AsyncConnectionPool[Any]:
@@ -18,6 +18,25 @@ def pg_pool(conninfo: str, max_size: int = 10) -> AsyncConnectionPool[Any]:
     return AsyncConnectionPool(
         conninfo, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True}
     )
+
+
+POOL_OPEN_TIMEOUT_S = 15.0
+
+
+def opened(pool: AsyncConnectionPool[Any]) -> Callable[[], Awaitable[None]]:
+    """A startup hook that opens ``pool`` and waits for its first connection: a stage whose
+    ``DATABASE_URL`` is wrong or unreachable stops at start with that reason (and crash-loops
+    until it is fixed) instead of turning ready and failing at its first record."""
+
+    async def open_and_wait() -> None:
+        try:
+            await pool.open(wait=True, timeout=POOL_OPEN_TIMEOUT_S)
+        except PoolTimeout as exc:
+            raise RuntimeError(
+                f"PostgreSQL (DATABASE_URL) gave no connection in {POOL_OPEN_TIMEOUT_S:g} s"
+            ) from exc
+
+    return open_and_wait
 
 
 def lifecycle(

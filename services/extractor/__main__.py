@@ -9,7 +9,7 @@ from pydantic import Field
 
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
-from refund_bench.resources import lifecycle, pg_pool
+from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
 from services.extractor.handler import DEFAULT_MAX_COMPLAINT_CHARS, ExtractorHandler
@@ -52,7 +52,7 @@ def main() -> None:
     )
     spec = dataclasses.replace(
         handler.spec(),
-        startup=lifecycle(pool.open),
+        startup=lifecycle(opened(pool), role.redis.ping),
         shutdown=lifecycle(pool.close, *role.closers()),
     )
     run_stage(spec, settings, registry, metrics)

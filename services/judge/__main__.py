@@ -57,7 +57,11 @@ def main() -> None:
         on_call=call_counter(metrics),
     )
     closers = [llm.aclose for llm in clients]
-    spec = dataclasses.replace(handler.spec(), shutdown=lifecycle(*closers, redis.aclose))
+    spec = dataclasses.replace(
+        handler.spec(),
+        startup=lifecycle(redis.ping),
+        shutdown=lifecycle(*closers, redis.aclose),
+    )
     run_stage(spec, settings, registry, metrics)
 
 

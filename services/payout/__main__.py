@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field, SecretStr
 
 from refund_bench.config import StageSettings
-from refund_bench.resources import lifecycle, pg_pool
+from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.retry import RetryPolicy
 from refund_bench.service import configure_logging, run_stage
 from services.payout.handler import PayoutHandler
@@ -36,7 +36,7 @@ def main() -> None:
     handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy())
     spec = dataclasses.replace(
         handler.spec(),
-        startup=lifecycle(pool.open),
+        startup=lifecycle(opened(pool)),
         shutdown=lifecycle(pool.close, payments.aclose),
     )
     run_stage(spec, settings, CollectorRegistry())

@@ -69,3 +69,41 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
             process.wait(5)
     assert code == 0, process.stderr.read().decode()[-2000:] if process.stderr else ""
     assert elapsed < 30
+
+
+@pytest.mark.parametrize(
+    ("stage", "setting", "reason"),
+    [
+        ("extractor", "DATABASE_URL", "PostgreSQL (DATABASE_URL) gave no connection"),
+        ("judge", "REDIS_URL", "Connection refused"),
+    ],
+)
+def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
+    stack: Stack, stage: str, setting: str, reason: str
+) -> None:
+    """Not ready first and failing at its first record: it exits before consuming, so
+    Kubernetes shows the crash loop and its log the reason."""
+    unreachable = {
+        "DATABASE_URL": "postgresql://refund:refund@127.0.0.1:1/refund_bench",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }[setting]
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
+        "SCHEMA_REGISTRY_URL": stack.registry_url,
+        "METRICS_HOST": "127.0.0.1",
+        "METRICS_PORT": str(PORT),
+        "TRANSACTIONAL_ID": f"{stage}-unreachable-{uuid.uuid4().hex[:6]}",
+        setting: unreachable,
+    }
+    finished = subprocess.run(
+        [sys.executable, "-m", f"services.{stage}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert finished.returncode != 0
+    assert reason in finished.stdout + finished.stderr
