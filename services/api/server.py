@@ -13,6 +13,10 @@ import uvicorn
 from services.api.app import build_deps, create_app
 from services.api.settings import ApiSettings
 
+GRACEFUL_SHUTDOWN_S = 20
+"""How long uvicorn lets in-flight requests finish after SIGTERM (deploy/k8s/api.yaml's grace
+period covers it)."""
+
 
 def serve(settings: ApiSettings) -> None:
     """Run until SIGTERM/SIGINT; uvicorn finishes in-flight requests, then the app's
@@ -26,7 +30,7 @@ def serve(settings: ApiSettings) -> None:
         http="httptools",
         proxy_headers=False,
         server_header=False,
-        timeout_graceful_shutdown=20,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     uvicorn.Server(config).run()
 

@@ -26,6 +26,7 @@ from refund_bench.config import StackSettings, StageSettings
 from refund_bench.kafka_acls import client_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
+from services.api.server import GRACEFUL_SHUTDOWN_S
 from services.api.settings import ApiSettings
 from services.extractor.__main__ import Settings as ExtractorSettings
 from services.payout.__main__ import Settings as PayoutSettings
@@ -390,3 +391,15 @@ def test_each_stage_and_the_api_sign_in_to_kafka_as_their_own_user() -> None:
         signed_in[name] = user
     assert signed_in == {name: f"refund-bench-{name}" for name in signed_in}
     assert set(signed_in.values()) == users
+
+
+def test_the_api_leaves_the_load_balancer_before_it_stops_and_has_time_to_finish() -> None:
+    """Its endpoints are removed while preStop sleeps, so no request meets a closed listener;
+    the grace period covers that, uvicorn's graceful shutdown and the producer's flush."""
+    [(template, container)] = [(t, c) for n, t, c in _workloads() if n == "api"]
+    sleep = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    settings = _settings(container)
+    assert isinstance(settings, ApiSettings)
+    assert sleep >= 5
+    needed = sleep + GRACEFUL_SHUTDOWN_S + settings.publish_timeout_s
+    assert template["spec"]["terminationGracePeriodSeconds"] >= needed
