@@ -130,7 +130,8 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
         answers = [f.result(timeout=PUBLISH_TIMEOUT_S + 10) for f in waiting]
 
     assert status.status_code == 404, status.text
-    assert ready.status_code == 503
+    # Still ready: the desk, the status API and the webhook work without Kafka.
+    assert ready.status_code == 200
     assert ready.json()["checks"]["postgres"] == "ok"
     assert ready.json()["checks"]["kafka"] != "ok"
     assert login.status_code == 200
