@@ -79,6 +79,19 @@ def _handle(
     return asyncio.run(go())
 
 
+def _delivered_twice(
+    database: str, redis_url: str, standin: Standin, faults: list[str]
+) -> tuple[str, Sequence[Emit], Sequence[Emit]]:
+    """A new dispute's complaint handled, then redelivered (one cache), with the stand-in's next
+    answers given ``faults``; (the dispute, what each delivery emitted)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=faults)
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    return dispute, first, again
+
+
 def _extract(database: str, redis_url: str, standin: Standin, *disputes: str) -> list[list[Any]]:
     """The grievance.extracted values the handler emits for each dispute, handled together."""
     return [
@@ -197,12 +210,7 @@ def test_a_refused_repair_holds_the_complaint_on_every_delivery(
 ) -> None:
     """The first answer is malformed, the repair request is refused: held for review, and a
     redelivery reuses both (no third call, no grievances)."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    standin.faults(next_faults=["malformed", "400"])
-
-    cache = f"test-extractor-{uuid.uuid4().hex}:"
-    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
-    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    dispute, emits, again = _delivered_twice(database, redis_url, standin, ["malformed", "400"])
 
     for outcome in (emits, again):
         assert [e.topic for e in outcome] == [t.REFUND_PRICED.name]
@@ -230,12 +238,7 @@ def test_a_malformed_answer_is_repaired_once_and_the_repair_is_used(
 ) -> None:
     """The first answer is cut off; the repair call's answer is valid: the article's four
     grievances, after exactly two calls, and a redelivery asks nothing more."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    standin.faults(next_faults=["malformed"])
-    cache = f"test-extractor-{uuid.uuid4().hex}:"
-
-    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
-    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    dispute, emits, again = _delivered_twice(database, redis_url, standin, ["malformed"])
 
     for outcome in (emits, again):
         assert [e.topic for e in outcome] == [t.GRIEVANCE_EXTRACTED.name] * 4
@@ -253,12 +256,9 @@ def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
 ) -> None:
     """Malformed twice: no third call, no grievances, and the complaint is not dropped: it is
     priced as held for review with the reason, on this delivery and the next."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    standin.faults(next_faults=["malformed", "malformed"])
-    cache = f"test-extractor-{uuid.uuid4().hex}:"
-
-    (emits,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
-    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    dispute, emits, again = _delivered_twice(
+        database, redis_url, standin, ["malformed", "malformed"]
+    )
 
     for outcome in (emits, again):
         assert [e.topic for e in outcome] == [t.REFUND_PRICED.name]
