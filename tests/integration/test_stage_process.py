@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -76,17 +77,33 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
     [
         ("extractor", "DATABASE_URL", "PostgreSQL (DATABASE_URL) gave no connection"),
         ("judge", "REDIS_URL", "Connection refused"),
+        ("settler", "REDIS_URL (silent)", "Timeout"),
     ],
 )
 def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
     stack: Stack, stage: str, setting: str, reason: str
 ) -> None:
     """Not ready first and failing at its first record: it exits before consuming, so
-    Kubernetes shows the crash loop and its log the reason."""
-    unreachable = {
-        "DATABASE_URL": "postgresql://refund:refund@127.0.0.1:1/refund_bench",
-        "REDIS_URL": "redis://127.0.0.1:1/0",
-    }[setting]
+    Kubernetes shows the crash loop and its log the reason. A Redis address that accepts
+    connections and never answers fails the start-up PING after the client's read timeout
+    (redis-py's default, 5 s), not a hang."""
+    with socket.socket() as silent:  # accepts (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        unreachable = {
+            "DATABASE_URL": "postgresql://refund:refund@127.0.0.1:1/refund_bench",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+            "REDIS_URL (silent)": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+        }[setting]
+        finished = _run_stage(stack, stage, setting.split()[0], unreachable)
+    assert finished.returncode != 0
+    assert reason in finished.stdout + finished.stderr
+
+
+def _run_stage(
+    stack: Stack, stage: str, setting: str, value: str
+) -> subprocess.CompletedProcess[str]:
+    """``services.<stage>`` run to its end (90 s at most) with ``setting`` set to ``value``."""
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
@@ -94,9 +111,9 @@ def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
         "METRICS_HOST": "127.0.0.1",
         "METRICS_PORT": str(PORT),
         "TRANSACTIONAL_ID": f"{stage}-unreachable-{uuid.uuid4().hex[:6]}",
-        setting: unreachable,
+        setting: value,
     }
-    finished = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", f"services.{stage}"],
         cwd=REPO,
         env=env,
@@ -105,5 +122,3 @@ def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
         timeout=90,
         check=False,
     )
-    assert finished.returncode != 0
-    assert reason in finished.stdout + finished.stderr
