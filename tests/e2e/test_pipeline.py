@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from refund_bench.disputes import Story
 from refund_bench.domain import MAX_ORDER_MINOR
 from refund_bench.events import ID_PATTERN
+from refund_bench.llm_setup import JudgePanelSettings
 from refund_bench.runtime.dlq import MAX_KEY_BYTES
 from refund_bench.samples import SAMPLE_COMPLAINTS, SampleComplaint
 from tests.e2e.pipeline import Pipeline
@@ -198,14 +200,48 @@ def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: 
 # What each of these sample complaints is owed when every model answer is clean.
 FAULT_FREE_PAYABLE = {"article": 68900, "billing": 3000, "injection": 6000}
 FAULT_KINDS = ("429", "5xx", "malformed", "timeout")
+# The stand-in's dissent: a draw whose seed is a multiple of 3 upholds a claim the snapshot is
+# silent on ("Taking the customer at their word", confidence 0.35). First draws use the seeds
+# 1000 + seat, so on a clean run only this seat dissents.
+_SEED_BASE: int = JudgePanelSettings.model_fields["judge_seed_base"].default
+CLEAN_RUN_DISSENTERS = frozenset(seat for seat in range(3) if (_SEED_BASE + seat) % 3 == 0)
+
+
+def _took_at_word(ruling: dict[str, Any]) -> bool:
+    reasoning: str = ruling["reasoning"]
+    return ruling["model_ruling"] == "UPHELD" and reasoning.endswith(
+        "Taking the customer at their word."
+    )
+
+
+def _paid_more_by_a_redraw(story: Story, latest: dict[str, Any], owed: int) -> bool:
+    """Whether all of what ``latest`` pays above ``owed`` is on lines a redrawn seat upheld.
+
+    A seat whose answer could not be read draws again with another seed; the new draw is a
+    fresh sample, as a model's would be, and may take the customer at their word where the
+    seat's first draw would not have. That can pay a silent-evidence grievance the clean run
+    held, and nothing else.
+    """
+    redrawn = {
+        r["grievance_id"]
+        for r in story.rulings
+        if _took_at_word(r) and r["judge_seat"] not in CLEAN_RUN_DISSENTERS
+    }
+    extra = sum(
+        line["amount_minor"]
+        for line in latest["lines"]
+        if line["grievance_id"] in redrawn and line["status"] == "PAY"
+    )
+    return bool(redrawn) and latest["payable_minor"] - owed <= extra
 
 
 def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) -> None:
     """A storm of 429s first (the next 40 calls), then random faults of every kind.
 
-    No dispute is lost, no amount grows, and a dispute paid less than its fault-free amount
-    shows why: a seat's answer that could not be read (ESCALATE), or an extraction sent to a
-    human, and what was not paid waits in the review queue.
+    No dispute is lost. A dispute paid less than its fault-free amount shows why: a seat's
+    answer that could not be read (ESCALATE), or an extraction sent to a human, and what was
+    not paid waits in the review queue. A dispute paid more owes all of the excess to a seat
+    that was redrawn after an unreadable answer and upheld a silent-evidence claim.
     """
     injected_before = Counter(pipeline.llm_stats()["faults_injected"])
     pipeline.set_llm_faults(
@@ -233,12 +269,13 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
         latest = story.latest_round
         assert latest is not None
         owed = FAULT_FREE_PAYABLE[label]
-        assert latest["payable_minor"] <= owed, (label, latest)
         if latest["payable_minor"] > 0:
             assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [
                 ("COMPLETED", latest["payable_minor"])
             ]
-        if latest["payable_minor"] == owed:
+        if latest["payable_minor"] > owed:
+            assert _paid_more_by_a_redraw(story, latest, owed), (label, latest, story.rulings)
+        if latest["payable_minor"] >= owed:
             paid_in_full += 1
             continue
         # Paid less: the noise made something undecidable, and a human has it.
