@@ -82,6 +82,11 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 outside the desk (a corrected complaint)."""
 
 
+def round_half_up_div(numerator: int, denominator: int) -> int:
+    """round(numerator / denominator), halves up, in integers; numerator >= 0, denominator > 0."""
+    return (2 * numerator + denominator) // (2 * denominator)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -113,12 +118,12 @@ class OrderRecord(_Frozen):
     currency: str = "INR"
     placed_at: str
     delivered_at: str | None
-    delivery_sla_minutes: int | None
+    delivery_sla_minutes: int | None = Field(ge=1)
     line_items: tuple[LineItem, ...]
     delivery_fee_minor: MinorUnits = Field(default=0, ge=0, le=MAX_ORDER_MINOR)
     charged_total_minor: MinorUnits = Field(ge=0, le=MAX_ORDER_MINOR)
-    pickup_weight_expected_g: int | None = None
-    pickup_weight_actual_g: int | None = None
+    pickup_weight_expected_g: int | None = Field(default=None, ge=0)
+    pickup_weight_actual_g: int | None = Field(default=None, ge=0)
     partner_rating_at_handover: int | None = None
     packaging_condition_recorded: bool = False
     packaging_notes: str | None = None
@@ -132,6 +137,14 @@ class OrderRecord(_Frozen):
                 f"the line items come to {self.items_total_minor}, above {MAX_ORDER_MINOR}"
             )
         return self
+
+    @property
+    def pickup_shortfall_g(self) -> int | None:
+        """Expected minus actual pickup weight (negative: heavier than expected); ``None``
+        unless both are recorded."""
+        if self.pickup_weight_expected_g is None or self.pickup_weight_actual_g is None:
+            return None
+        return self.pickup_weight_expected_g - self.pickup_weight_actual_g
 
     @property
     def items_total_minor(self) -> MinorUnits:

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 ITEM_KEY = re.compile(m.ID_PATTERN)
 """A review item's key (grievance:g3, dispute:round2) is an id like the others."""
 KIND_LABELS = {
-    "GRIEVANCE": "Escalated grievances",
+    "GRIEVANCE": "Grievances to decide",
     "DISPUTE": "Disputes held by the cap",
     "PAYOUT": "Payout failures",
     "EXTRACTION": "Extraction failures",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from refund_bench.domain import LineItem, OrderRecord
+from refund_bench.domain import LineItem, OrderRecord, round_half_up_div
 from refund_bench.errors import InvalidInput, error_summary
 
 SNAPSHOT_VERSION = "1"
@@ -81,15 +81,10 @@ def _parse_instant(name: str, value: str) -> datetime:
     return instant
 
 
-def _round_half_up_div(numerator: int, denominator: int) -> int:
-    """round(numerator / denominator) for numerator >= 0, denominator > 0, in integers."""
-    return (2 * numerator + denominator) // (2 * denominator)
-
-
 def _missing_units(shortfall_g: int, item: LineItem) -> int | None:
     if item.unit_weight_g is None or item.unit_weight_g == 0:
         return None
-    estimate = _round_half_up_div(max(0, shortfall_g), item.unit_weight_g)
+    estimate = round_half_up_div(max(0, shortfall_g), item.unit_weight_g)
     return min(estimate, item.quantity)
 
 
@@ -132,10 +127,9 @@ def derive(order: OrderRecord) -> dict[str, Any]:
             minutes_over_sla = max(0, delay_minutes - order.delivery_sla_minutes)
             sla_exceeded = delay_minutes > order.delivery_sla_minutes
 
-    shortfall_g: int | None = None
+    shortfall_g = order.pickup_shortfall_g
     missing_units: dict[str, int | None] | None = None
-    if order.pickup_weight_expected_g is not None and order.pickup_weight_actual_g is not None:
-        shortfall_g = order.pickup_weight_expected_g - order.pickup_weight_actual_g
+    if shortfall_g is not None:
         missing_units = {item.name: _missing_units(shortfall_g, item) for item in order.line_items}
 
     items_total = order.items_total_minor

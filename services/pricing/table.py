@@ -7,6 +7,9 @@ ever taken from a model's output. Safety bounds, in order:
 - a line pays only when its (reviewed) outcome is UPHELD; ESCALATE lines are HELD and pay 0;
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
+- the missing units the bench upheld are paid only as far as the pickup-weight shortfall
+  explains them together (each item's estimate in the snapshot explains it alone): a line
+  beyond that is HELD for a reviewer, whose UPHOLD pays it;
 - the total never exceeds what the order cost (``charged_total_minor``);
 - a total above the cap is never paid automatically: it waits for a reviewer's APPROVE;
 - what is payable this round is the total minus what earlier rounds approved, never below 0.
@@ -29,6 +32,7 @@ from refund_bench.domain import (
     OrderRecord,
     ReviewDecision,
     Ruling,
+    round_half_up_div,
 )
 from refund_bench.errors import InvalidInput
 
@@ -240,11 +244,41 @@ def _rule(
 
 
 class _Bounds:
-    """Per-item budgets and per-dispute categories already paid."""
+    """Per-item budgets, per-dispute categories already paid, and the pickup-weight shortfall
+    the missing units paid so far account for."""
 
     def __init__(self, order: OrderRecord) -> None:
         self.left = {item.name: item.unit_price_minor * item.quantity for item in order.line_items}
         self.paid_by: dict[Category, str] = {}
+        self.shortfall_g = order.pickup_shortfall_g
+        self.missing_g = 0
+        """Weight of the missing units paid so far (those of weighed items)."""
+
+    def unexplained(self, verdict: GrievanceVerdict, rule: _Rule, item: LineItem | None) -> str:
+        """Why the shortfall cannot explain this upheld MISSING_ITEM line's units on top of
+        those paid so far, or ``""`` when it can, or the weights are not recorded.
+
+        Units are explained while, all together, they weigh no more than the shortfall plus
+        half of one of this line's units: for a single line, exactly when the snapshot's
+        estimate (shortfall / unit weight, rounded half up) is at least the quantity.
+        """
+        if (
+            verdict.category is not Category.MISSING_ITEM
+            or self.shortfall_g is None
+            or item is None
+            or not item.unit_weight_g
+            or not rule.quantity
+        ):
+            return ""
+        weight = item.unit_weight_g
+        if 2 * (self.missing_g + rule.quantity * weight) <= 2 * self.shortfall_g + weight:
+            return ""
+        explained = round_half_up_div(max(0, self.shortfall_g - self.missing_g), weight)
+        return (
+            f"{rule.text}; held: the pickup weight was {self.shortfall_g} g short, "
+            f"{self.missing_g} g of it is paid on other lines, and the rest explains "
+            f"{min(explained, rule.quantity)} of these {rule.quantity} units"
+        )
 
     def bound(self, verdict: GrievanceVerdict, rule: _Rule) -> _Rule:
         category = verdict.category
@@ -257,17 +291,23 @@ class _Bounds:
                 return _Rule(left, text, rule.quantity)
         return rule
 
-    def consume(self, verdict: GrievanceVerdict, amount: int) -> None:
+    def consume(
+        self, verdict: GrievanceVerdict, amount: int, rule: _Rule, item: LineItem | None
+    ) -> None:
         if amount <= 0:
             return
+        if verdict.category is Category.MISSING_ITEM and item is not None and item.unit_weight_g:
+            self.missing_g += (rule.quantity or 0) * item.unit_weight_g
         if verdict.category in _ONCE_PER_DISPUTE:
             self.paid_by[verdict.category] = verdict.grievance_id
         if verdict.category in _ITEM_PRICED and verdict.item_name is not None:
             self.left[verdict.item_name] -= amount
 
 
-def _line(verdict: GrievanceVerdict, outcome: Ruling, rule: _Rule) -> PricedLine:
-    if outcome is Ruling.UPHELD:
+def _line(
+    verdict: GrievanceVerdict, outcome: Ruling, rule: _Rule, held: bool = False
+) -> PricedLine:
+    if outcome is Ruling.UPHELD and not held:
         status = LineStatus.PAY if rule.amount > 0 else LineStatus.ZERO
         amount = rule.amount
     elif outcome is Ruling.REJECTED:
@@ -350,6 +390,10 @@ def price_refund(
         v.grievance_id: overrides.grievances.get(v.grievance_id, v.outcome) for v in ordered
     }
     bounds = _Bounds(order)
+
+    def upheld_by_review(verdict: GrievanceVerdict) -> bool:
+        return overrides.grievances.get(verdict.grievance_id) is Ruling.UPHELD
+
     lines: dict[str, PricedLine] = {}
     # Upheld lines claim the per-item budgets first; the rest are proposed against what is left.
     for upheld_pass in (True, False):
@@ -359,8 +403,13 @@ def price_refund(
                 continue
             item = items.get(verdict.item_name) if verdict.item_name is not None else None
             rule = bounds.bound(verdict, _rule(verdict, order, derived, item))
-            line = _line(verdict, outcome, rule)
-            bounds.consume(verdict, line.amount_minor)
+            # The bench's UPHELD is bounded by the weights; a reviewer's UPHOLD is not.
+            bench_upheld = upheld_pass and not upheld_by_review(verdict)
+            why_held = bounds.unexplained(verdict, rule, item) if bench_upheld else ""
+            if why_held:
+                rule = _Rule(rule.amount, why_held, rule.quantity)
+            line = _line(verdict, outcome, rule, held=bool(why_held))
+            bounds.consume(verdict, line.amount_minor, rule, item)
             lines[verdict.grievance_id] = line
     priced = tuple(lines[v.grievance_id] for v in ordered)
     return _decide(priced, order, cap_minor, already_approved_minor, overrides)

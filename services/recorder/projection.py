@@ -18,7 +18,7 @@ from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_item
-from refund_bench.domain import Decision, Ruling
+from refund_bench.domain import Decision, LineStatus, Ruling
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,6 +281,7 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
             ),
         )
     ]
+    rows += _line_review_rows(e)
     if e.decision == Decision.HELD_FOR_REVIEW and not e.lines:
         rows.append(
             (REVIEW_ITEMS, (e.dispute_id, "extraction", "EXTRACTION", None, e.reason, e.priced_at))
@@ -310,6 +311,39 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
                 " reason = reason || ' (the dispute was declined)' WHERE dispute_id = %s"
                 " AND kind = 'GRIEVANCE' AND status = 'OPEN'",
                 (e.priced_at, e.dispute_id),
+            )
+        )
+    return rows
+
+
+def _line_review_rows(e: ev.RefundPriced) -> list[Statement]:
+    """The review items of a round's lines. A line the bench upheld but pricing held (its units
+    beyond what the pickup weight explains) opens a grievance item, as an ESCALATE verdict
+    does; an open grievance item whose line no longer waits (another decision freed what held
+    it) is settled by the round."""
+    rows: list[Statement] = [
+        (
+            REVIEW_ITEMS,
+            (
+                e.dispute_id,
+                f"grievance:{line.grievance_id}",
+                "GRIEVANCE",
+                line.grievance_id,
+                f"upheld, held by pricing: {line.rule}",
+                e.priced_at,
+            ),
+        )
+        for line in e.lines
+        if line.status == LineStatus.HELD and line.outcome == Ruling.UPHELD
+    ]
+    settled = [line.grievance_id for line in e.lines if line.status != LineStatus.HELD]
+    if settled:
+        rows.append(
+            (
+                "UPDATE review_items SET status = 'DECIDED', decided_at = %s,"
+                " reason = reason || %s WHERE dispute_id = %s AND kind = 'GRIEVANCE'"
+                " AND status = 'OPEN' AND grievance_id = ANY(%s)",
+                (e.priced_at, f" (settled by round {e.round})", e.dispute_id, settled),
             )
         )
     return rows

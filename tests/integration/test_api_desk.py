@@ -292,7 +292,7 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     created = re.findall(r'data-created="([^"]+)"', everything)
     assert created == sorted(created), "the queue is oldest first"
     assert f'href="/review/disputes/{dispute}"' in queue
-    assert "Escalated grievances" in queue
+    assert "Grievances to decide" in queue
     assert "Disputes held by the cap" in queue
     assert "<strong>PACKAGING</strong>" in queue
     assert (

@@ -24,7 +24,27 @@ def _message(topic: str, dispute_id: str, value: Any) -> Message:
     return Message(topic, 0, 0, dispute_id, value, {}, 0)
 
 
-def _priced(dispute_id: str, round_: int, decision: str = "HELD_FOR_REVIEW") -> Message:
+def _line(grievance_id: str, status: str) -> ev.PricedLineEvent:
+    paid = 150000 if status == "PAY" else 0
+    return ev.PricedLineEvent(
+        grievance_id=grievance_id,
+        category="MISSING_ITEM",
+        outcome="UPHELD",
+        status=status,
+        amount_minor=paid,
+        proposed_minor=150000,
+        rule="MISSING_ITEM: 1 x 150000 (Thali)",
+        item_name="Thali",
+        quantity=1,
+    )
+
+
+def _priced(
+    dispute_id: str,
+    round_: int,
+    decision: str = "HELD_FOR_REVIEW",
+    lines: list[ev.PricedLineEvent] | None = None,
+) -> Message:
     priced = ev.RefundPriced(
         dispute_id=dispute_id,
         order_id="order-1840",
@@ -32,19 +52,7 @@ def _priced(dispute_id: str, round_: int, decision: str = "HELD_FOR_REVIEW") -> 
         pricing_version="v1",
         currency="INR",
         order_total_minor=500000,
-        lines=[
-            ev.PricedLineEvent(
-                grievance_id="g1",
-                category="MISSING_ITEM",
-                outcome="UPHELD",
-                status="PAY",
-                amount_minor=150000,
-                proposed_minor=150000,
-                rule="MISSING_ITEM: unit price x missing quantity",
-                item_name="Thali",
-                quantity=1,
-            )
-        ],
+        lines=[_line("g1", "PAY")] if lines is None else lines,
         total_minor=150000,
         payable_minor=0,
         cap_minor=100000,
@@ -187,6 +195,44 @@ def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout
         [_priced(dispute, 3, decision="DECLINED")],
     )
     assert queue == {"grievance:g2": "DECIDED", "payout:round2": "OPEN"}
+
+
+@pytest.mark.parametrize("batches", [[[1], [2]], [[1, 2]]], ids=["two batches", "one batch"])
+def test_a_line_pricing_held_waits_for_a_reviewer_until_a_round_pays_it(
+    database: str, batches: list[list[int]]
+) -> None:
+    """The bench upheld g2, but its units are beyond what the pickup weight explains next to
+    g1's: round 1 holds it and opens its grievance item; round 2 (a reviewer rejected g1, say)
+    pays it, and settles the item."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    rounds = {
+        1: _priced(dispute, 1, "AUTO_APPROVED", [_line("g1", "PAY"), _line("g2", "HELD")]),
+        2: _priced(dispute, 2, "AUTO_APPROVED", [_line("g1", "REJECTED"), _line("g2", "PAY")]),
+    }
+    first = _queue(database, [rounds[1]])
+    assert first == {"grievance:g2": "OPEN"}
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT kind, grievance_id, reason FROM review_items WHERE dispute_id = %s",
+            (dispute,),
+        ).fetchone()
+    assert row == ("GRIEVANCE", "g2", "upheld, held by pricing: MISSING_ITEM: 1 x 150000 (Thali)")
+
+    other = f"d-{uuid.uuid4().hex[:12]}"
+    replayed = {
+        r: _message(m.topic, other, {**m.value, "dispute_id": other}) for r, m in rounds.items()
+    }
+    assert _queue(database, *[[replayed[r] for r in batch] for batch in batches]) == {
+        "grievance:g2": "DECIDED"
+    }
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT reason FROM review_items WHERE dispute_id = %s", (other,)
+        ).fetchone()
+    assert row is not None
+    assert row[0].endswith("(settled by round 2)")
+    # Redelivered, round 1 does not reopen it.
+    assert _queue(database, [replayed[1]]) == {"grievance:g2": "DECIDED"}
 
 
 @pytest.mark.parametrize(

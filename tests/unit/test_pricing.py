@@ -32,6 +32,8 @@ from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA, article_order
 
 U, R, E = Ruling.UPHELD, Ruling.REJECTED, Ruling.ESCALATE
 SNAPSHOT = build_snapshot(ARTICLE_ORDER)
+EMPTY_BAG = build_snapshot(article_order(pickup_weight_actual_g=0))
+"""The article's order handed over weighing nothing: the shortfall explains every unit."""
 
 
 def verdict(
@@ -120,7 +122,7 @@ def test_the_snapshot_read_back_from_json_prices_the_same() -> None:
 @pytest.mark.parametrize(
     ("category", "kw", "amount", "rule"),
     [
-        (Category.MISSING_ITEM, {"item": BIRYANI, "quantity": 9}, 128000, "claimed 9, ordered 4"),
+        (Category.WRONG_ITEM, {"item": BIRYANI, "quantity": 9}, 128000, "claimed 9, ordered 4"),
         (Category.MISSING_ITEM, {"item": BIRYANI}, 32000, "1 x 32000"),
         (Category.WRONG_ITEM, {"item": RAITA}, 6000, "WRONG_ITEM: 1 x 6000 (Raita)"),
         (Category.WRONG_ITEM, {"item": BIRYANI, "quantity": 3}, 96000, "3 x 32000"),
@@ -209,13 +211,105 @@ def test_lines_naming_one_item_never_pay_more_than_its_line_total() -> None:
             verdict("g2", Category.QUALITY, item=BIRYANI, quantity=4),
             verdict("g3", Category.PACKAGING, E, item=BIRYANI),
         ],
-        SNAPSHOT,
+        EMPTY_BAG,
         cap_minor=200_000,
     )
     assert [ln.amount_minor for ln in priced.lines] == [96000, 32000, 0]
     assert "capped at 32000 left" in priced.lines[1].rule
     assert priced.lines[2].proposed_minor == 0  # nothing of the biryani line is left
     assert priced.total_minor == 128000
+
+
+TWO_DISHES = article_order(
+    line_items=(
+        LineItem(name="Paneer Tikka", quantity=1, unit_price_minor=28000, unit_weight_g=350),
+        LineItem(name="Dal Makhani", quantity=2, unit_price_minor=22000, unit_weight_g=400),
+        LineItem(name="Butter Naan", quantity=2, unit_price_minor=5000, unit_weight_g=90),
+    ),
+    charged_total_minor=82000,
+    pickup_weight_expected_g=1330,
+    pickup_weight_actual_g=930,
+)
+"""400 g short: one Dal Makhani's worth, or a Paneer Tikka's (350 g, the rest within half a
+naan), but not both; each alone is what the snapshot's per-item estimate shows."""
+
+
+def missing(gid: str, item: str, quantity: int, outcome: Ruling = U) -> GrievanceVerdict:
+    return verdict(gid, Category.MISSING_ITEM, outcome, item=item, quantity=quantity)
+
+
+def test_upheld_missing_units_are_paid_only_as_far_as_the_weight_shortfall_explains_them() -> None:
+    snapshot = build_snapshot(TWO_DISHES)
+    estimates = snapshot["derived"]["missing_units_estimate"]
+    assert (estimates["Paneer Tikka"], estimates["Dal Makhani"]) == (1, 1)  # each alone: yes
+    priced = price_refund(
+        [missing("g1", "Paneer Tikka", 1), missing("g2", "Dal Makhani", 1)], snapshot
+    )
+    tikka, dal = priced.lines
+    assert (tikka.status, tikka.amount_minor) == (LineStatus.PAY, 28000)
+    assert (dal.outcome, dal.status, dal.amount_minor, dal.proposed_minor) == (
+        U,
+        LineStatus.HELD,
+        0,
+        22000,
+    )
+    assert dal.rule == (
+        "MISSING_ITEM: 1 x 22000 (Dal Makhani); held: the pickup weight was 400 g short, "
+        "350 g of it is paid on other lines, and the rest explains 0 of these 1 units"
+    )
+    assert (priced.total_minor, priced.payable_minor) == (28000, 28000)
+    assert priced.held_grievances == ("g2",)
+    assert priced.decision is Decision.AUTO_APPROVED
+
+
+def test_the_shortfall_explains_units_up_to_half_a_unit_over() -> None:
+    snapshot = build_snapshot(TWO_DISHES)
+    # 350 g + 90 g = 440 g: within 400 g and half a naan (45 g).
+    priced = price_refund(
+        [missing("g1", "Paneer Tikka", 1), missing("g2", "Butter Naan", 1)], snapshot
+    )
+    assert [ln.status for ln in priced.lines] == [LineStatus.PAY, LineStatus.PAY]
+    # Two naan on top (530 g) are not.
+    priced = price_refund(
+        [missing("g1", "Paneer Tikka", 1), missing("g2", "Butter Naan", 2)], snapshot
+    )
+    assert [ln.status for ln in priced.lines] == [LineStatus.PAY, LineStatus.HELD]
+    assert priced.lines[1].rule.endswith("explains 1 of these 2 units")
+    # More units of one dish than the shortfall explains: held, as the judges' estimate shows.
+    [dal] = price_refund([missing("g1", "Dal Makhani", 2)], snapshot).lines
+    assert (dal.status, dal.quantity) == (LineStatus.HELD, 2)
+    assert dal.rule.endswith("explains 1 of these 2 units")
+
+
+def test_a_reviewers_uphold_pays_a_line_the_weights_held() -> None:
+    snapshot = build_snapshot(TWO_DISHES)
+    verdicts = [missing("g1", "Paneer Tikka", 1), missing("g2", "Dal Makhani", 1)]
+    overrides = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g2")
+    priced = price_refund(verdicts, snapshot, already_approved_minor=28000, overrides=overrides)
+    assert [(ln.status, ln.amount_minor) for ln in priced.lines] == [
+        (LineStatus.PAY, 28000),
+        (LineStatus.PAY, 22000),
+    ]
+    assert (priced.total_minor, priced.payable_minor) == (50000, 22000)
+    assert priced.held_grievances == ()
+    # A reviewer rejecting the paid dish frees its weight: the bench's UPHELD dal then pays.
+    rejected = ReviewOverrides().with_review(ReviewDecision.REJECT, "g1")
+    priced = price_refund(verdicts, snapshot, already_approved_minor=28000, overrides=rejected)
+    assert [(ln.status, ln.amount_minor) for ln in priced.lines] == [
+        (LineStatus.REJECTED, 0),
+        (LineStatus.PAY, 22000),
+    ]
+
+
+def test_no_weight_bound_without_recorded_weights() -> None:
+    unweighed = build_snapshot(TWO_DISHES.model_copy(update={"pickup_weight_expected_g": None}))
+    priced = price_refund(
+        [missing("g1", "Paneer Tikka", 1), missing("g2", "Dal Makhani", 2)], unweighed
+    )
+    assert [(ln.status, ln.amount_minor) for ln in priced.lines] == [
+        (LineStatus.PAY, 28000),
+        (LineStatus.PAY, 44000),
+    ]
 
 
 def test_total_never_exceeds_what_the_order_cost() -> None:
@@ -232,7 +326,7 @@ def test_total_never_exceeds_what_the_order_cost() -> None:
 
 def test_over_the_cap_is_held_and_nothing_is_paid_automatically() -> None:
     priced = price_refund(
-        [verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=4)], SNAPSHOT
+        [verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=4)], EMPTY_BAG
     )
     assert priced.total_minor == 128000
     assert priced.decision is Decision.HELD_FOR_REVIEW
@@ -248,7 +342,7 @@ def test_reviewer_approval_lifts_the_cap_but_not_the_order_total() -> None:
             verdict("g2", Category.WRONG_ITEM, item=RAITA),
             verdict("g3", Category.LATE_DELIVERY),
         ],
-        SNAPSHOT,
+        EMPTY_BAG,
         overrides=overrides,
     )
     assert priced.decision is Decision.REVIEW_APPROVED
@@ -264,7 +358,7 @@ def test_an_approval_covers_the_total_approved_not_a_larger_one() -> None:
         verdict("g2", Category.WRONG_ITEM, item=RAITA, outcome=E),
     ]
     approved = ReviewOverrides(dispute=ReviewDecision.APPROVE, approved_total_minor=128000)
-    first = price_refund(lines, SNAPSHOT, overrides=approved)
+    first = price_refund(lines, EMPTY_BAG, overrides=approved)
     assert (first.decision, first.total_minor, first.payable_minor) == (
         Decision.REVIEW_APPROVED,
         128000,
@@ -272,7 +366,7 @@ def test_an_approval_covers_the_total_approved_not_a_larger_one() -> None:
     )
     upheld = approved.with_review(ReviewDecision.UPHOLD, "g2")
     assert upheld.approved_total_minor == 128000
-    later = price_refund(lines, SNAPSHOT, already_approved_minor=128000, overrides=upheld)
+    later = price_refund(lines, EMPTY_BAG, already_approved_minor=128000, overrides=upheld)
     assert (later.decision, later.total_minor, later.payable_minor) == (
         Decision.HELD_FOR_REVIEW,
         134000,
@@ -280,7 +374,7 @@ def test_an_approval_covers_the_total_approved_not_a_larger_one() -> None:
     )
     assert "the total 128000 a reviewer approved" in later.reason
     again = upheld.with_review(ReviewDecision.APPROVE, None, approved_total_minor=134000)
-    last = price_refund(lines, SNAPSHOT, already_approved_minor=128000, overrides=again)
+    last = price_refund(lines, EMPTY_BAG, already_approved_minor=128000, overrides=again)
     assert (last.decision, last.payable_minor) == (Decision.REVIEW_APPROVED, 6000)
 
 
@@ -383,8 +477,13 @@ def orders(draw: st.DrawFn) -> OrderRecord:
     charged = draw(st.integers(min_value=0, max_value=items_total + fee + 20_000))
     delay = draw(st.none() | st.integers(min_value=0, max_value=240))
     delivered = None if delay is None else (PLACED + timedelta(minutes=delay)).isoformat()
+    weighed = draw(st.booleans())
+    expected_g = draw(st.integers(min_value=0, max_value=5_000)) if weighed else None
+    actual_g = draw(st.integers(min_value=0, max_value=5_000)) if weighed else None
     return OrderRecord(
         order_id="o",
+        pickup_weight_expected_g=expected_g,
+        pickup_weight_actual_g=actual_g,
         customer_id="c",
         currency=draw(st.sampled_from(["INR", "USD"])),
         placed_at=PLACED.isoformat(),
@@ -484,6 +583,22 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
     assert priced.held_grievances == tuple(
         ln.grievance_id for ln in priced.lines if ln.status is LineStatus.HELD
     )
+    # The missing units the bench upheld and pricing paid weigh, together, no more than the
+    # pickup-weight shortfall plus half of the heaviest of their units.
+    shortfall = order.pickup_shortfall_g
+    if shortfall is not None:
+        weights = {i.name: i.unit_weight_g for i in order.line_items if i.unit_weight_g}
+        paid = [
+            ln
+            for ln in priced.lines
+            if ln.category is Category.MISSING_ITEM
+            and ln.status is LineStatus.PAY
+            and ln.grievance_id not in overrides.grievances
+            and ln.item_name in weights
+        ]
+        paid_g = sum((ln.quantity or 0) * weights[ln.item_name or ""] for ln in paid)
+        heaviest = max((weights[ln.item_name or ""] for ln in paid), default=0)
+        assert 2 * paid_g <= 2 * max(shortfall, 0) + heaviest
     per_item: dict[str, int] = {}
     for line in priced.lines:
         if line.item_name is not None and line.category in ITEM_PRICED:
