@@ -99,22 +99,57 @@ class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
 REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})
 """The statuses with which an endpoint refuses one request for what it carries (too long for
 the context window, blocked by a content policy, unprocessable), not for who sent it."""
+SETTING_PARAMS = frozenset(
+    {
+        "model",
+        "temperature",
+        "top_p",
+        "seed",
+        "n",
+        "stop",
+        "stream",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "tools",
+        "tool_choice",
+        "logprobs",
+        "reasoning_effort",
+    }
+)
+"""Request settings an error's ``param`` may name: the same for every request of a role, so
+a 400 naming one would refuse every input (OpenAI names ``messages`` for an input too long)."""
+SETTING_CODES = frozenset(
+    {"unsupported_parameter", "unsupported_value", "model_not_found", "invalid_api_key"}
+)
+"""Error codes that are about the settings or the account, never one input."""
 
 
 class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
-    """The endpoint refused the request (a 4xx other than 408/429). Retrying cannot help."""
+    """The endpoint refused the request (a 4xx other than 408/429). Retrying cannot help.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``code`` and ``param`` are the error body's (OpenAI's shape), when it has them."""
+
+    def __init__(
+        self, status: int, message: str, code: str | None = None, param: str | None = None
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+        self.code = code
+        self.param = param
 
     @property
     def refused_input(self) -> bool:
         """True when this one request was refused for its content (400, 413, 422): the stage
-        sends that input to a person. False for 401, 403, 404 and the like: the settings are
-        wrong for every request, and the stage stops so that its alerts fire."""
-        return self.status in REFUSED_INPUT_STATUSES
+        sends that input to a person, and caches the refusal. False for 401, 403, 404 and the
+        like, and for a 400 whose ``param`` or ``code`` is about a setting (a temperature the
+        model does not take, a schema it cannot honour): the settings are wrong for every
+        request, and the stage stops so that its alerts fire, instead of sending every input
+        to a person."""
+        if self.status not in REFUSED_INPUT_STATUSES:
+            return False
+        return self.param not in SETTING_PARAMS and self.code not in SETTING_CODES
 
 
 class JsonCompleter(Protocol):
@@ -197,8 +232,12 @@ def _classify(exc: openai.APIError) -> RefundBenchError:
             return LlmUnavailable("timeout", exc.message, status)
         if status >= 500:
             return LlmUnavailable("server_error", exc.message, status)
-        return LlmRejected(status, exc.message)
+        return LlmRejected(status, exc.message, _text(exc.code), _text(exc.param))
     return LlmRejected(0, f"{type(exc).__name__}: {exc.message}")
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class _OpenAIClient(openai.AsyncOpenAI):

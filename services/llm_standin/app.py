@@ -27,8 +27,8 @@ from starlette.types import Receive, Scope, Send
 
 from services.llm_standin.rules import ROLE_BY_SCHEMA, RuleError, answer, schema_errors
 
-FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "401"]
-"""The random faults are the first four; ``400`` and ``401`` are only scripted (``next_faults``)."""
+FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", "401"]
+"""The random faults are the first four; the 400s and ``401`` only come scripted."""
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DISPUTE_HEADER = b"x-refund-bench-dispute"
@@ -134,8 +134,18 @@ class Answer:
     headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
-def _error(status: int, message: str, kind: str, retry_after: str | None = None) -> Answer:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+def _error(
+    status: int,
+    message: str,
+    kind: str,
+    retry_after: str | None = None,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+) -> Answer:
+    """An error in OpenAI's shape: ``type`` (``kind``), ``code`` and ``param`` (the request
+    setting at fault, if one is)."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     headers = ((b"retry-after", retry_after.encode()),) if retry_after is not None else ()
     return Answer(status, orjson.dumps(body), headers)
 
@@ -167,13 +177,16 @@ def _completion(state: StandinState, model: str, content: str, prompt_chars: int
 def _schema_of(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     response_format = payload.get("response_format")
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
-        raise RuleError("response_format must be {'type': 'json_schema', 'json_schema': {...}}")
+        raise RuleError(
+            "response_format must be {'type': 'json_schema', 'json_schema': {...}}",
+            "response_format",
+        )
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise RuleError("response_format.json_schema.name is required")
+        raise RuleError("response_format.json_schema.name is required", "response_format")
     schema = spec.get("schema")
     if not isinstance(schema, dict):
-        raise RuleError("response_format.json_schema.schema must be an object")
+        raise RuleError("response_format.json_schema.schema must be an object", "response_format")
     return spec["name"], schema
 
 
@@ -181,7 +194,7 @@ def _number_or_none(value: object, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RuleError(f"{name} must be a number")
+        raise RuleError(f"{name} must be a number", name)
     return float(value)
 
 
@@ -208,7 +221,7 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
         if seed_value is not None and (
             isinstance(seed_value, bool) or not isinstance(seed_value, int)
         ):
-            raise RuleError("seed must be an integer")
+            raise RuleError("seed must be an integer", "seed")
         temperature = _number_or_none(payload.get("temperature"), "temperature")
         model = payload.get("model")
         model = model if isinstance(model, str) else MODEL_ID
@@ -216,7 +229,7 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
         result = answer(schema_name, messages, seed=seed_value, temperature=temperature)
     except RuleError as exc:
         stats.rejected += 1
-        return _error(400, exc.message, "invalid_request_error")
+        return _error(400, exc.message, "invalid_request_error", param=exc.param)
 
     fault = state.draw_fault()
     if state.faults.latency_ms:
@@ -232,9 +245,25 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
             return _error(504, "stand-in: gateway timeout (injected)", "timeout")
         if fault == "400":
             message = "stand-in: the request is too long for the model's context (injected)"
-            return _error(400, message, "context_length_exceeded")
+            return _error(
+                400,
+                message,
+                "invalid_request_error",
+                code="context_length_exceeded",
+                param="messages",
+            )
+        if fault == "400_setting":
+            message = "stand-in: unsupported value: 'temperature' with this model (injected)"
+            return _error(
+                400, message, "invalid_request_error", code="unsupported_value", param="temperature"
+            )
         if fault == "401":
-            return _error(401, "stand-in: invalid API key (injected)", "invalid_api_key")
+            return _error(
+                401,
+                "stand-in: invalid API key (injected)",
+                "invalid_request_error",
+                code="invalid_api_key",
+            )
 
     content = orjson.dumps(result).decode()
     problems = schema_errors(result, schema)
@@ -245,6 +274,7 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
             400,
             f"stand-in cannot honour the {schema_name!r} schema sent: {detail}",
             "invalid_request_error",
+            param="response_format",
         )
     if fault == "malformed":
         content = content[: max(1, len(content) // 2)]  # truncated JSON, as if cut off

@@ -63,11 +63,14 @@ class ReplyAnswer(TypedDict):
 
 
 class RuleError(Exception):
-    """The request cannot be answered: the server turns this into an HTTP 400 with ``message``."""
+    """The request cannot be answered: the server turns this into an HTTP 400 with ``message``
+    and, when a request setting (not the messages) is at fault, that setting's name as the
+    error's ``param``, as OpenAI does."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.param = param
 
 
 # --------------------------------------------------------------------------- numbers and times
@@ -959,12 +962,14 @@ def answer(
     if schema_name not in ROLE_BY_SCHEMA:
         raise RuleError(
             f"unknown response_format.json_schema.name {schema_name!r}: the stand-in answers "
-            f"{sorted(ROLE_BY_SCHEMA)}"
+            f"{sorted(ROLE_BY_SCHEMA)}",
+            "response_format",
         )
     if schema_name == "judge_ruling" and temperature is not None and temperature <= 0:
         raise RuleError(
             "judge_ruling requests must use temperature > 0: at temperature 0 the K judges "
-            "are one opinion counted K times"
+            "are one opinion counted K times",
+            "temperature",
         )
     document = _user_document(messages)
     if schema_name == "grievance_extraction":

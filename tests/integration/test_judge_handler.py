@@ -146,6 +146,22 @@ def test_a_wrong_api_key_stops_the_judge(redis_url: str, standin: Standin) -> No
     assert caught.value.status == 401
 
 
+def test_a_setting_the_model_refuses_stops_the_judge_and_caches_nothing(
+    redis_url: str, standin: Standin
+) -> None:
+    """A 400 naming a setting (here ``temperature``) would refuse every grievance: raised, so
+    the stage stops and alerts, instead of casting ESCALATE for everything and caching that
+    (a refusal is counted, and cached, as ``refused``)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["400_setting"])
+    outcomes: list[CallOutcome] = []
+    with pytest.raises(LlmRejected) as caught:
+        _deliver(redis_url, standin, _grievance(dispute), outcomes)
+    assert (caught.value.status, caught.value.param) == (400, "temperature")
+    assert not caught.value.refused_input
+    assert "refused" not in outcomes
+
+
 def test_an_unknown_category_is_invalid_input_and_calls_no_model(
     redis_url: str, standin: Standin
 ) -> None:
