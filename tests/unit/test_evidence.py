@@ -297,3 +297,21 @@ def test_an_order_whose_lines_come_to_more_than_any_order_is_refused() -> None:
     article_order(line_items=(line,), charged_total_minor=MAX_ORDER_MINOR)  # at the bound: fine
     with pytest.raises(ValidationError, match=f"the line items come to {2 * MAX_ORDER_MINOR}"):
         article_order(line_items=(line, line), charged_total_minor=MAX_ORDER_MINOR)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"delivery_sla_minutes": 0}, "delivery_sla_minutes"),
+        ({"delivery_sla_minutes": -45}, "delivery_sla_minutes"),
+        ({"pickup_weight_expected_g": -1}, "pickup_weight_expected_g"),
+        ({"pickup_weight_actual_g": -1200}, "pickup_weight_actual_g"),
+    ],
+)
+def test_an_order_with_an_impossible_sla_or_weight_is_refused(
+    changes: dict[str, Any], field: str
+) -> None:
+    """A zero SLA would make every delivery late, a negative weight a shortfall no bag had: the
+    order store's record is wrong, and the complaint goes to the DLQ naming the field."""
+    with pytest.raises(ValidationError, match=field):
+        article_order(**changes)
