@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from typing import Literal, Self
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -44,6 +45,20 @@ class StackSettings(BaseSettings):
         "postgresql://refund_bench:refund_bench@127.0.0.1:15432/refund_bench"
     )
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
+    pg_statement_timeout_ms: int = Field(default=30_000, ge=0)
+    """PostgreSQL's ``statement_timeout`` on the services' connections (0: none). A statement
+    stuck behind a lock or a sick disk fails instead of holding its batch, and the batch is
+    redelivered; an ``options`` in ``DATABASE_URL`` that sets it wins."""
+
+    def database_conninfo(self) -> str:
+        """``DATABASE_URL`` with ``PG_STATEMENT_TIMEOUT_MS`` added to its ``options`` (first,
+        so that a ``statement_timeout`` the URL sets itself wins). Holds the password."""
+        url = self.database_url.get_secret_value()
+        if not self.pg_statement_timeout_ms:
+            return url
+        ours = f"-c statement_timeout={self.pg_statement_timeout_ms}"
+        theirs = conninfo_to_dict(url).get("options")
+        return make_conninfo(url, options=f"{ours} {theirs}" if theirs else ours)
 
     @model_validator(mode="after")
     def _kafka_sign_in_complete(self) -> Self:

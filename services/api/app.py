@@ -59,7 +59,7 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
 
     def pool(name: str, max_size: int) -> AsyncConnectionPool[Any]:
         return AsyncConnectionPool(
-            settings.database_url.get_secret_value(),
+            settings.database_conninfo(),
             min_size=1,
             max_size=max_size,
             open=False,

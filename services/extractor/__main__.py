@@ -40,7 +40,7 @@ def main() -> None:
         temperature=settings.extractor_temperature,
         base_url=settings.extractor_base_url,
     )
-    pool = pg_pool(settings.database_url.get_secret_value())
+    pool = pg_pool(settings.database_conninfo())
     handler = ExtractorHandler(
         pool,
         role.llm,

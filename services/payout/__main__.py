@@ -27,7 +27,7 @@ class Settings(StageSettings):
 def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
-    pool = pg_pool(settings.database_url.get_secret_value(), max_size=20)
+    pool = pg_pool(settings.database_conninfo(), max_size=20)
     payments = StripePayments(
         settings.stripe_api_key.get_secret_value(),
         settings.stripe_api_base,

@@ -20,7 +20,7 @@ class Settings(StageSettings):
 def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
-    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+    with psycopg.connect(settings.database_conninfo(), autocommit=True) as conn:
         handler = PricingHandler(SnapshotReader(conn).get, settings.auto_approve_cap_minor)
         run_stage(handler.spec(), settings, CollectorRegistry())
 

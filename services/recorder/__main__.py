@@ -20,7 +20,7 @@ class Settings(StageSettings):
 def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
-    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+    with psycopg.connect(settings.database_conninfo(), autocommit=True) as conn:
         recorder = Recorder(conn)
         run_stage(recorder.spec(), settings, CollectorRegistry())
 

@@ -34,7 +34,7 @@ def main() -> None:
         temperature=settings.settler_temperature,
         base_url=settings.settler_base_url,
     )
-    pool = pg_pool(settings.database_url.get_secret_value())
+    pool = pg_pool(settings.database_conninfo())
     handler = SettlerHandler(
         pool,
         role.llm,
