@@ -176,6 +176,7 @@ class RulingCast(Event):
     snapshot_sha256: str
     raw_response: str
     cast_at: datetime
+    seed: int | None = None
 
 
 class RulingSummary(Event):

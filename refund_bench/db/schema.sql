@@ -81,8 +81,22 @@ CREATE TABLE IF NOT EXISTS rulings (
     snapshot_sha256 text NOT NULL,
     raw_response   text NOT NULL,
     cast_at        timestamptz NOT NULL,
+    seed           bigint,  -- the draw's (null: refused, or cast before rulings carried it)
     PRIMARY KEY (dispute_id, grievance_id, judge_seat)
 );
+
+-- A table created before rulings carried their seed gets the column once (the catalog says
+-- whether it has it; no lock is taken after that).
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'rulings'::regclass AND attname = 'seed' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE rulings ADD COLUMN seed bigint;
+    END IF;
+END
+$$;
 
 CREATE TABLE IF NOT EXISTS verdicts (
     dispute_id     text NOT NULL,

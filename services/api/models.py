@@ -134,6 +134,9 @@ class RulingRecord(BaseModel):
     snapshot_sha256: str
     raw_response: str
     cast_at: datetime
+    seed: int | None = None
+    """The draw's seed; null when the endpoint refused the request, and in rulings cast before
+    rulings carried it."""
 
 
 class VerdictRecord(BaseModel):

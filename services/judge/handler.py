@@ -59,6 +59,27 @@ def redraw_seed(seed: int, attempt: int) -> int:
     return seed + attempt * REDRAW_SEED_STRIDE
 
 
+_SEALED_PREFIX = "seed="
+
+
+def seal(raw: str, seed: int) -> str:
+    """The cache value of a seat's answer: ``raw`` with the seed it was drawn with, so that a
+    redelivery served from the cache names the same seed."""
+    return f"{_SEALED_PREFIX}{seed}\n{raw}"
+
+
+def unseal(value: str) -> tuple[str, int | None]:
+    """``(raw answer, seed)`` of a cache value; seed ``None`` for a value cached before values
+    carried it (the bare answer, a JSON object)."""
+    if not value.startswith(_SEALED_PREFIX):
+        return value, None
+    head, _, raw = value.partition("\n")
+    try:
+        return raw, int(head.removeprefix(_SEALED_PREFIX))
+    except ValueError:
+        return value, None
+
+
 @dataclass(frozen=True)
 class Seat:
     index: int
@@ -112,14 +133,15 @@ class JudgeHandler:
 
         async def draw() -> str:
             nonlocal drawn
-            raw = ""
+            raw, seed = "", seat.seed
             for attempt in range(DRAWS_PER_SEAT):
+                seed = redraw_seed(seat.seed, attempt)
                 try:
                     raw = await seat.llm.complete_json(
                         request.messages,
                         request.schema_name,
                         request.schema,
-                        redraw_seed(seat.seed, attempt),
+                        seed,
                         grievance.dispute_id,
                     )
                 except MalformedAnswer as exc:  # cut short or empty: draw again
@@ -130,7 +152,7 @@ class JudgeHandler:
                     break
                 except MalformedAnswer:
                     continue
-            return raw
+            return seal(raw, seed)
 
         key = judge_cache_key(
             grievance.dispute_id,
@@ -140,14 +162,16 @@ class JudgeHandler:
             grievance.snapshot_sha256,
             self._prompt.version,
         )
+        seed: int | None = None
         try:
-            raw, from_cache = await cached_call(
+            sealed, from_cache = await cached_call(
                 self._cache, key, draw, self._on_call, keep_refusals=True, in_flight=self._in_flight
             )
         except RefusedBefore as exc:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.
             raw, fields = "", _refused_fields(str(exc))
         else:
+            raw, seed = unseal(sealed)
             fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
@@ -164,6 +188,7 @@ class JudgeHandler:
             snapshot_sha256=grievance.snapshot_sha256,
             raw_response=raw,
             cast_at=ev.now(),
+            seed=seed,
             **fields,
         )
 

@@ -96,6 +96,7 @@ RULINGS = Table(
         ("snapshot_sha256", "text"),
         ("raw_response", "text"),
         ("cast_at", "timestamptz"),
+        ("seed", "bigint"),
     ),
     ("dispute_id", "grievance_id", "judge_seat"),
 )
@@ -215,6 +216,7 @@ def ruling_rows(e: ev.RulingCast) -> list[Statement]:
                 e.snapshot_sha256,
                 e.raw_response,
                 e.cast_at,
+                e.seed,
             ),
         )
     ]

@@ -21,6 +21,9 @@ from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
 
+_SEED_BASE: int = JudgePanelSettings.model_fields["judge_seed_base"].default
+"""Seat k's first draw uses seed _SEED_BASE + k (the judge's default JUDGE_SEED_BASE)."""
+
 
 def _sample(label: str) -> SampleComplaint:
     return next(s for s in SAMPLE_COMPLAINTS if s.label == label)
@@ -44,6 +47,9 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     missing = story.grievances[1]
     assert (missing["item_name"], missing["item_quantity"]) == ("Hyderabadi Biryani", 2)
     assert len(story.rulings) == 12, "4 grievances x 3 judges"
+    assert {(r["judge_seat"], r["seed"]) for r in story.rulings} == {
+        (seat, _SEED_BASE + seat) for seat in range(3)
+    }, "every ruling names its seat's seed"
     assert {r["snapshot_sha256"] for r in story.rulings} == {story.dispute["snapshot_sha256"]}  # type: ignore[index]
 
     verdicts = {v["grievance_id"]: v for v in story.verdicts}
@@ -200,32 +206,23 @@ def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: 
 # What each of these sample complaints is owed when every model answer is clean.
 FAULT_FREE_PAYABLE = {"article": 68900, "billing": 3000, "injection": 6000}
 FAULT_KINDS = ("429", "5xx", "malformed", "timeout")
-# The stand-in's dissent: a draw whose seed is a multiple of 3 upholds a claim the snapshot is
-# silent on ("Taking the customer at their word", confidence 0.35). First draws use the seeds
-# 1000 + seat, so on a clean run only this seat dissents.
-_SEED_BASE: int = JudgePanelSettings.model_fields["judge_seed_base"].default
-CLEAN_RUN_DISSENTERS = frozenset(seat for seat in range(3) if (_SEED_BASE + seat) % 3 == 0)
-
-
-def _took_at_word(ruling: dict[str, Any]) -> bool:
-    reasoning: str = ruling["reasoning"]
-    return ruling["model_ruling"] == "UPHELD" and reasoning.endswith(
-        "Taking the customer at their word."
-    )
 
 
 def _paid_more_by_a_redraw(story: Story, latest: dict[str, Any], owed: int) -> bool:
     """Whether all of what ``latest`` pays above ``owed`` is on lines a redrawn seat upheld.
 
-    A seat whose answer could not be read draws again with another seed; the new draw is a
-    fresh sample, as a model's would be, and may take the customer at their word where the
-    seat's first draw would not have. That can pay a silent-evidence grievance the clean run
+    A seat whose answer could not be read draws again with another seed (its ruling names it);
+    the new draw is a fresh sample, as a model's would be. The stand-in upholds a claim the
+    snapshot is silent on for a seed that is a multiple of 3: on a clean run only seat 2 does,
+    after a redraw another seat may too. That can pay a silent-evidence grievance the clean run
     held, and nothing else.
     """
     redrawn = {
         r["grievance_id"]
         for r in story.rulings
-        if _took_at_word(r) and r["judge_seat"] not in CLEAN_RUN_DISSENTERS
+        if r["model_ruling"] == "UPHELD"
+        and r["seed"] is not None
+        and r["seed"] != _SEED_BASE + r["judge_seat"]
     }
     extra = sum(
         line["amount_minor"]
@@ -284,6 +281,9 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
         assert unreadable or extraction, (label, latest, story.rulings)
         assert any(i["status"] == "OPEN" for i in story.review_items), (label, latest)
     assert paid_in_full >= 6, f"only {paid_in_full} of {len(stories)} paid in full under faults"
+    seeds = [(r["judge_seat"], r["seed"]) for story in stories for r in story.rulings]
+    redraws = [seed for seat, seed in seeds if seed is not None and seed != _SEED_BASE + seat]
+    assert redraws, "answers cut short were drawn again, and the rulings name the new seeds"
 
 
 def _dead_letter(pipeline: Pipeline, dispute: str) -> Any:

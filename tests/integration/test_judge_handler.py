@@ -26,7 +26,7 @@ from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
-from services.judge.handler import JudgeHandler, Seat
+from services.judge.handler import REDRAW_SEED_STRIDE, JudgeHandler, Seat
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
@@ -136,6 +136,24 @@ def test_a_seat_given_another_model_draws_anew_and_names_it(
     assert [r["raw_response"] for r in replay] == [r["raw_response"] for r in first]
     assert {r["model"] for r in first + replay} == {"standin-judge"}
     assert {r["model"] for r in changed} == {"standin-judge-2"}
+
+
+def test_a_seat_whose_answer_is_cut_short_draws_again_with_its_next_seed(
+    redis_url: str, standin: Standin
+) -> None:
+    """The ruling names the seed of the draw it comes from; a redelivery served from the cache
+    names the same seeds."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["malformed"])
+    first, again = _deliver(redis_url, standin, _grievance(dispute), [], deliveries=2)
+
+    offsets = sorted(r["seed"] - (1000 + r["judge_seat"]) for r in first)
+    assert offsets == [0, 0, REDRAW_SEED_STRIDE], "one seat drew a second time"
+    assert all(r["model_ruling"] != "UNREADABLE" for r in first)
+    assert [(r["judge_seat"], r["seed"]) for r in again] == [
+        (r["judge_seat"], r["seed"]) for r in first
+    ]
+    assert standin.stats()["by_dispute"][dispute] == 4
 
 
 def test_a_wrong_api_key_stops_the_judge(redis_url: str, standin: Standin) -> None:

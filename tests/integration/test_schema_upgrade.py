@@ -85,3 +85,51 @@ def test_review_decisions_made_before_payout_decisions_take_them_after_the_upgra
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:
         assert _checks(conn) == widened, "the second start changes no constraint"
+
+
+RULINGS_BEFORE_SEEDS = """
+CREATE TABLE rulings (
+    dispute_id     text NOT NULL,
+    grievance_id   text NOT NULL,
+    judge_seat     integer NOT NULL,
+    ruling         text NOT NULL,
+    model_ruling   text NOT NULL,
+    confidence     double precision NOT NULL,
+    evidence_cited jsonb NOT NULL,
+    reasoning      text NOT NULL,
+    model          text NOT NULL,
+    prompt_version text NOT NULL,
+    snapshot_sha256 text NOT NULL,
+    raw_response   text NOT NULL,
+    cast_at        timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, grievance_id, judge_seat)
+)
+"""
+
+
+def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_column_once(
+    earlier_database: str,
+) -> None:
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(RULINGS_BEFORE_SEEDS)
+        conn.execute(
+            "INSERT INTO rulings VALUES ('d-1', 'g1', 0, 'UPHELD', 'UPHELD', 0.9, '[]', 'r',"
+            " 'm', 'judge/v2', 'sha', '{}', now())"
+        )
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        assert conn.execute("SELECT dispute_id, seed FROM rulings").fetchall() == [("d-1", None)]
+        attnum = conn.execute(
+            "SELECT attnum FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
+            " AND attname = 'seed'"
+        ).fetchone()
+    assert attnum is not None
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        again = conn.execute(
+            "SELECT attnum FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
+            " AND attname = 'seed'"
+        ).fetchone()
+    assert again == attnum, "the second start adds nothing"

@@ -89,3 +89,13 @@ def test_each_draw_of_each_seat_has_a_seed_of_its_own() -> None:
     assert [redraw_seed(panel.seat_seed(seat), 0) for seat in range(15)] == [
         panel.seat_seed(seat) for seat in range(15)
     ]
+
+
+def test_a_cached_answer_keeps_the_seed_it_was_drawn_with() -> None:
+    from services.judge.handler import seal, unseal
+
+    raw = '{"ruling": "UPHELD",\n "confidence": 0.9, "evidence_cited": [], "reasoning": "x"}'
+    assert unseal(seal(raw, 1_001_003)) == (raw, 1_001_003)
+    assert unseal(seal("", 1000)) == ("", 1000)
+    assert unseal(raw) == (raw, None), "an answer cached before answers carried their seed"
+    assert unseal("seed=x\n{}") == ("seed=x\n{}", None)
