@@ -28,7 +28,7 @@ from refund_bench.domain import Category, Ruling
 from refund_bench.errors import RefundBenchError
 from refund_bench.events import GrievanceExtracted
 
-EXTRACTOR_PROMPT_VERSION: Final = "extractor/v1"
+EXTRACTOR_PROMPT_VERSION: Final = "extractor/v2"
 JUDGE_PROMPT_VERSION: Final = "judge/v2"
 SETTLER_PROMPT_VERSION: Final = "settler/v1"
 
