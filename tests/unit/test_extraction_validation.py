@@ -214,7 +214,6 @@ def test_duplicates_by_category_and_item_and_by_text() -> None:
     )
 
 
-
 def test_the_prompt_asks_for_what_the_duplicate_check_enforces() -> None:
     """Two claims of one category about one item are a duplicate to the check: the model is told
     to merge them, so such a complaint does not cost a repair call, or a reviewer's time."""
@@ -223,6 +222,7 @@ def test_the_prompt_asks_for_what_the_duplicate_check_enforces() -> None:
     text = " ".join(load_prompt(EXTRACTOR_PROMPT_VERSION).text.split())
     assert "At most one grievance per `category` and `item_name`" in text
     assert "write one grievance whose `text` states both" in text
+
 
 def test_too_many_grievances() -> None:
     answer = {"grievances": [ARTICLE_ANSWER["grievances"][1]] * 3}
