@@ -53,18 +53,24 @@ def produce_values(
     return count
 
 
-def produce_raw(kafka: str, topic: str, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-    """Produce raw bytes (for poison input)."""
+def produce_raw(
+    kafka: str,
+    topic: str,
+    records: Iterable[tuple[bytes, bytes | None]],
+    **extra: Any,
+) -> None:
+    """Produce raw bytes (for poison input); ``extra``: more ``produce`` arguments for every
+    record (``headers``, ``timestamp``)."""
     producer = Producer({"bootstrap.servers": kafka, "partitioner": "murmur2_random"})
     for key, value in records:
-        _produce(producer, topic, key, value)
+        _produce(producer, topic, key, value, **extra)
     assert producer.flush(30) == 0
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes | None) -> None:
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes | None, **extra: Any) -> None:
     while True:
         try:
-            producer.produce(topic, key=key, value=value)
+            producer.produce(topic, key=key, value=value, **extra)
             return
         except BufferError:
             producer.poll(0.05)

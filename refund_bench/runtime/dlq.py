@@ -16,6 +16,11 @@ letter's own key). Keys are dispute ids of at most 128 characters; a longer one 
 MAX_ORIGINAL_BYTES = 900_000
 """Below the producer's default ``message.max.bytes`` (1,000,000) with room for the rest of the
 envelope, its key and its headers."""
+MAX_ORIGINAL_HEADER_BYTES = 64 * 1024
+"""Of the source record's headers (names and values), at most this much is kept: with
+:data:`MAX_ORIGINAL_BYTES` and two keys, the dead letter still fits in one record."""
+
+Header = tuple[str, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ def dead_letter(
     value: bytes | None,
     reason: str,
     error_type: str,
+    timestamp_ms: int | None = None,
+    original_headers: list[Header] | None = None,
 ) -> DeadLetter:
     """The dead letter for one unprocessable record, keyed by its source key.
 
@@ -44,9 +51,10 @@ def dead_letter(
     twice (the record's key and ``original_key``): a reason longer than
     :data:`MAX_REASON_CHARS` is cut; a key longer than :data:`MAX_KEY_BYTES` and a value longer
     than :data:`MAX_ORIGINAL_BYTES` are kept in part (the reason says so, and the headers
-    ``dlq.original.key.bytes`` and ``dlq.original.bytes`` give their full sizes). The whole
-    record stays in its source topic at ``offset`` until that topic's retention, for a replay
-    from there.
+    ``dlq.original.key.bytes`` and ``dlq.original.bytes`` give their full sizes). The source
+    record's ``timestamp_ms`` and ``original_headers`` are kept in the envelope, the headers up to
+    :data:`MAX_ORIGINAL_HEADER_BYTES` in order. The whole record stays in its source topic at
+    ``offset`` until that topic's retention, for a replay from there.
     """
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
@@ -58,6 +66,10 @@ def dead_letter(
     if value is not None and size > MAX_ORIGINAL_BYTES:
         value = value[:MAX_ORIGINAL_BYTES]
         reason += f" [original value cut to {MAX_ORIGINAL_BYTES} of {size} bytes]"
+    kept, dropped = _headers_within_budget(original_headers or [])
+    if dropped:
+        total = len(original_headers or [])
+        reason += f" [{dropped} of {total} original headers left out: over 64 KiB]"
     envelope = {
         "stage": stage,
         "source_topic": topic,
@@ -68,6 +80,8 @@ def dead_letter(
         "original_key": key,
         "original_value": value,
         "failed_at": int(time.time() * 1000),
+        "original_timestamp": timestamp_ms,
+        "original_headers": [{"name": name, "value": value} for name, value in kept],
     }
     headers = {
         "dlq.reason": reason.encode(),
@@ -80,6 +94,19 @@ def dead_letter(
         "dlq.original.bytes": str(size).encode(),
     }
     return DeadLetter(key or b"", envelope, headers)
+
+
+def _headers_within_budget(headers: list[Header]) -> tuple[list[Header], int]:
+    """The headers kept (the first ones, in order, while they fit) and how many were not."""
+    kept: list[Header] = []
+    used = 0
+    for name, value in headers:
+        size = len(name.encode()) + (len(value) if value is not None else 0)
+        if used + size > MAX_ORIGINAL_HEADER_BYTES:
+            break
+        used += size
+        kept.append((name, value))
+    return kept, len(headers) - len(kept)
 
 
 @dataclass

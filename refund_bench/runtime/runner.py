@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import uvloop
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput, error_summary
@@ -689,6 +696,8 @@ class StageRunner:
             value=msg.value(),
             reason=exc.reason,
             error_type=type(exc).__name__,
+            timestamp_ms=_timestamp_ms(msg),
+            original_headers=_header_list(msg),
         )
         log.warning(
             "%s: %s[%d]@%d -> %s: %s",
@@ -760,6 +769,20 @@ def _text_key(key: bytes | None) -> str | None:
         return key.decode()
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"record key is not UTF-8: {exc.reason} at byte {exc.start}") from exc
+
+
+def _timestamp_ms(msg: Any) -> int | None:
+    """The record's timestamp, or ``None`` when it has none."""
+    kind, stamp = msg.timestamp()
+    return None if kind == TIMESTAMP_NOT_AVAILABLE else int(stamp)
+
+
+def _header_list(msg: Any) -> list[tuple[str, bytes | None]]:
+    """The record's headers, in order, repeated names and all."""
+    return [
+        (name, value.encode() if isinstance(value, str) else value)
+        for name, value in msg.headers() or []
+    ]
 
 
 def _headers(msg: Any) -> dict[str, bytes]:

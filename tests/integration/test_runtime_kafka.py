@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -700,7 +701,15 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     good = codec.encode(source, {"id": "good-1", "seq": 1, "payload": ""})
     header = good[: len(good) - len(_avro_body(codec, source))]
     produce_raw(stack.kafka, source, [(b"k", good)])
-    produce_raw(stack.kafka, source, [(b"k", b"\xff\xfe not avro at all")])
+    # Upstream's headers (a name may repeat, a value may be null) and timestamp travel along.
+    upstream = [("traceparent", b"00-abc-01"), ("hop", b"1"), ("hop", b"2"), ("empty", None)]
+    produce_raw(
+        stack.kafka,
+        source,
+        [(b"k", b"\xff\xfe not avro at all")],
+        headers=upstream,
+        timestamp=1_764_000_000_123,
+    )
     # Right header, but a body that does not fit the contract (a string where a long belongs).
     produce_raw(stack.kafka, source, [(b"k", header + b"\x04ab\x06abc")])
     produce_raw(stack.kafka, source, [(b"k", None)])
@@ -735,6 +744,9 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert dead[2].value["reason"] == "record has no value"
     assert dead[3].value["reason"] == "record key is not UTF-8: invalid start byte at byte 0"
     assert dead[0].value["original_value"] == b"\xff\xfe not avro at all"
+    assert [(h["name"], h["value"]) for h in dead[0].value["original_headers"]] == upstream
+    assert dead[0].value["original_timestamp"] == datetime.fromtimestamp(1_764_000_000.123, UTC)
+    assert dead[2].value["original_headers"] == []
     assert dead[4].value["reason"].endswith("[original key cut to 1024 of 600000 bytes]")
     assert dead[4].value["original_key"] == huge_key[:1024]
     assert dead[4].value["original_value"] == garbage

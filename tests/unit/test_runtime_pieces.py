@@ -441,6 +441,25 @@ def test_a_dead_letter_fits_one_record_even_for_a_key_that_filled_most_of_one() 
     assert sizes < 1_000_000
 
 
+def test_a_dead_letter_keeps_the_headers_that_fit_and_still_fits_one_record() -> None:
+    """Upstream's headers are kept in order up to 64 KiB; with the largest key and value kept
+    too, the dead letter is still one record."""
+    big = [(f"h{i}", b"v" * 10_000) for i in range(10)]
+    letter = dead_letter(
+        stage="judge", topic="grievance.extracted", partition=3, offset=41, key=b"k" * 5000,
+        value=b"\x00" * 999_000, reason="x" * 50_000, error_type="InvalidInput",
+        timestamp_ms=1_764_000_000_123, original_headers=big,
+    )  # fmt: skip
+    kept = letter.envelope["original_headers"]
+    assert [h["name"] for h in kept] == [f"h{i}" for i in range(6)], "6 x 10,002 bytes fit"
+    assert letter.envelope["reason"].endswith("[4 of 10 original headers left out: over 64 KiB]")
+    assert letter.envelope["original_timestamp"] == 1_764_000_000_123
+    codec = Codec(FingerprintFraming(), {"grievance.extracted.dlq": "dead_letter"})
+    record = codec.encode("grievance.extracted.dlq", letter.envelope)
+    sizes = len(letter.key) + len(record) + sum(len(k) + len(v) for k, v in letter.headers.items())
+    assert sizes < 1_000_000
+
+
 def test_a_small_dead_letter_is_kept_whole() -> None:
     letter = dead_letter(
         stage="s", topic="t", partition=0, offset=0, key=None, value=b"abc", reason="bad",
@@ -450,6 +469,10 @@ def test_a_small_dead_letter_is_kept_whole() -> None:
     assert (letter.key, letter.envelope["original_key"]) == (b"", None)
     assert letter.headers["dlq.original.bytes"] == b"3"
     assert letter.headers["dlq.original.key.bytes"] == b"0"
+    assert (letter.envelope["original_headers"], letter.envelope["original_timestamp"]) == (
+        [],
+        None,
+    )
 
 
 def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
