@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ def dead_letter(
     reason: str,
     error_type: str,
     timestamp_ms: int | None = None,
-    original_headers: list[Header] | None = None,
+    original_headers: Sequence[Header] | None = None,
 ) -> DeadLetter:
     """The dead letter for one unprocessable record, keyed by its source key.
 
@@ -96,7 +97,7 @@ def dead_letter(
     return DeadLetter(key or b"", envelope, headers)
 
 
-def _headers_within_budget(headers: list[Header]) -> tuple[list[Header], int]:
+def _headers_within_budget(headers: Sequence[Header]) -> tuple[list[Header], int]:
     """The headers kept (the first ones, in order, while they fit) and how many were not."""
     kept: list[Header] = []
     used = 0
