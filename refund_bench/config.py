@@ -102,6 +102,9 @@ class StageSettings(StackSettings):
     batch_max_wait_ms: int = Field(default=50, ge=1)
     max_inflight: int = Field(default=512, ge=1)
     max_pending_records: int = Field(default=2000, ge=1)
+    drain_timeout_s: float = Field(default=20.0, gt=0)
+    """Async stages: how long the records in flight may take to finish after SIGTERM; the rest
+    are left uncommitted for the partitions' next owner. Below the pod's grace period (30 s)."""
     transactional_id: str = ""
     group_instance_id: str = ""
     state_retention_hours: float | None = Field(default=None, gt=0)

@@ -31,6 +31,7 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         batch_max_wait_s=settings.batch_max_wait_ms / 1000,
         max_inflight=settings.max_inflight,
         max_pending_records=settings.max_pending_records,
+        drain_timeout_s=settings.drain_timeout_s,
         group_instance_id=settings.group_instance_id or None,
         state_retention_s=None if hours is None else hours * 3600,
         kafka_security=settings.kafka_security_config(),

@@ -128,6 +128,10 @@ class RuntimeConfig:
     """Async stages: records polled but not yet committed, at most (back-pressure)."""
     async_poll_interval_s: float = 0.005
     """Async stages: how often the loop polls for more records while batches are in flight."""
+    drain_timeout_s: float = 20.0
+    """Async stages: after :meth:`StageRunner.stop`, how long the batches in flight may take to
+    finish and commit. Those still running then are cancelled, uncommitted: their records go to
+    the partitions' next owner. Keep it below the pod's termination grace period."""
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
@@ -230,6 +234,9 @@ class StageRunner:
         self.batches_committed = 0
         self.records_released = 0
         """Polled records left uncommitted because their partition was revoked meanwhile."""
+        self.records_abandoned = 0
+        """Polled records left uncommitted because they were still in flight when the drain
+        after a stop ran out (``drain_timeout_s``)."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -481,9 +488,12 @@ class StageRunner:
         self._limit = asyncio.Semaphore(self.config.max_inflight)
         consumer = cast(Consumer, self._consumer)
         pending: deque[_InFlight] = deque()
+        drain_until: float | None = None
         try:
             while True:
                 self.heartbeat.beat()
+                if self._stopping and drain_until is None:
+                    drain_until = time.monotonic() + self.config.drain_timeout_s
                 room = self.config.max_pending_records - sum(b.size for b in pending)
                 if not self._stopping and room > 0:
                     # Idle: block in the poll (nothing else needs the loop). Busy: just look.
@@ -501,6 +511,16 @@ class StageRunner:
                     if self._stopping:
                         return
                     continue
+                if drain_until is not None and time.monotonic() >= drain_until:
+                    log.warning(
+                        "%s: %d records still in flight %g s after the stop: left uncommitted"
+                        " for the partitions' next owner",
+                        self.spec.name,
+                        sum(b.size for b in pending),
+                        self.config.drain_timeout_s,
+                    )
+                    self.records_abandoned += sum(b.size for b in pending)
+                    return
                 # Wake up for the head batch, for the next poll, or at least every second so
                 # the heartbeat shows the loop alive while long calls are in flight.
                 polling = not self._stopping and room > 0

@@ -259,6 +259,49 @@ def test_records_of_a_partition_revoked_in_flight_are_left_to_the_new_owner(
     assert set(ids) == {f"r{i}" for i in range(total)}
 
 
+def test_a_stop_waits_for_the_records_in_flight_only_until_the_drain_timeout(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """An async stage whose calls hang is stopped: it exits after ``drain_timeout_s``, leaves
+    the records uncommitted, and the next instance of the group processes each of them once."""
+    total = 50
+    source, sink = new_topic("drain-in", 1), new_topic("drain-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    started = 0
+
+    async def hangs(message: Message, _ctx: Context) -> Sequence[Emit]:
+        nonlocal started
+        started += 1
+        await asyncio.Event().wait()  # a call that never answers
+        return []
+
+    async def at_once(message: Message, _ctx: Context) -> Sequence[Emit]:
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"drain-{uuid.uuid4().hex[:8]}"
+    inputs = (Topic(source, "bench.record"),)
+
+    def runner(handler: Any) -> StageRunner:
+        config = _config(stack.kafka, group, drain_timeout_s=1.0)
+        return StageRunner(StageSpec("drain", inputs, (out,), handler), config, framing)
+
+    first = StageThread(runner(hangs)).start()
+    wait_for(lambda: started >= total, 60, "every record to be in flight")
+    stopped_at = time.monotonic()
+    assert first.stop(timeout_s=15) is None
+    assert time.monotonic() - stopped_at < 10, "exits after the drain timeout, not never"
+    assert first.runner.records_abandoned == total
+
+    second = StageThread(runner(at_once)).start()
+    try:
+        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=1.0)
+    finally:
+        assert second.stop() is None
+    assert sorted(r.value["seq"] for r in records) == list(range(total))
+
+
 def test_aborted_transaction_is_never_visible_to_read_committed(
     stack: Stack, new_topic: TopicFactory
 ) -> None:
