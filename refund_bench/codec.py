@@ -196,9 +196,11 @@ def _asked(call: Callable[[], _T]) -> _T:
     except SchemaRegistryError as exc:
         if 400 <= exc.http_status_code < 500:
             raise
-        raise TransientError(f"schema registry: {exc}") from exc
+        raise TransientError(f"schema registry: {exc}", dependency="schema_registry") from exc
     except Exception as exc:
-        raise TransientError(f"schema registry unreachable: {exc!r}") from exc
+        raise TransientError(
+            f"schema registry unreachable: {exc!r}", dependency="schema_registry"
+        ) from exc
 
 
 @dataclass

@@ -20,6 +20,7 @@ from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
+from refund_bench.retry import OnRetry, retry_kind
 from refund_bench.runtime.metrics import Metrics
 
 
@@ -73,7 +74,10 @@ def client(
     redis: Redis,
     base_url: str = "",
     on_inflight: Callable[[int], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> LlmClient:
+    """The role's (or seat's) client; with ``metrics``, its retries are counted in
+    ``retries`` by kind (``llm_rate_limited``, ``llm_server_error``, ...)."""
     endpoint = LlmEndpoint(
         base_url=base_url or settings.llm_base_url,
         api_key=settings.llm_api_key,
@@ -85,6 +89,7 @@ def client(
         endpoint,
         rate_limiter=rate_limiter(settings, redis),
         on_inflight=on_inflight,
+        on_retry=None if metrics is None else retry_counter(metrics),
         max_connections=settings.llm_max_connections,
     )
 
@@ -127,6 +132,11 @@ class JudgePanelSettings(LlmStageSettings):
         return self.judge_seed_base + seat
 
 
+def retry_counter(metrics: Metrics) -> OnRetry:
+    """Counts each retried failure in ``retries`` by its kind."""
+    return lambda exc: metrics.incr("retries", kind=retry_kind(exc))
+
+
 def call_counter(metrics: Metrics) -> OnCall:
     """The handlers' ``on_call``: counts ``llm_calls`` by outcome (made, cached, refused)."""
 
@@ -165,5 +175,6 @@ def single_role(
         redis=redis,
         base_url=base_url,
         on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
+        metrics=metrics,
     )
     return RoleWiring(llm=llm, cache=response_cache(settings, redis), redis=redis)

@@ -23,6 +23,8 @@ T = TypeVar("T")
 
 SyncSleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
+OnRetry = Callable[[BaseException], None]
+"""Told of each failure that is retried, before the wait (e.g. to count it)."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,19 @@ class RetryPolicy:
         backoff = min(self.max_seconds, self.base_seconds * 2.0 ** (retry_number - 1))
         return float(backoff + self.rng.uniform(0, self.jitter_seconds))
 
-    def _after_first_try(self, retry_on: tuple[type[BaseException], ...]) -> dict[str, Any]:
+    def _after_first_try(
+        self, retry_on: tuple[type[BaseException], ...], on_retry: OnRetry | None
+    ) -> dict[str, Any]:
         """tenacity's arguments once the first try has failed: its attempt n is our n + 1."""
-        return {
+        options: dict[str, Any] = {
             "stop": tenacity.stop_after_attempt(self.attempts - 1),
             "wait": lambda state: self.delay(state.attempt_number + 1),
             "retry": tenacity.retry_if_exception_type(retry_on),
             "reraise": True,
         }
+        if on_retry is not None:
+            options["before_sleep"] = lambda state: _tell(on_retry, state)
+        return options
 
     def run(
         self,
@@ -58,15 +65,19 @@ class RetryPolicy:
         *,
         sleep: SyncSleep = time.sleep,
         retry_on: tuple[type[BaseException], ...] = (TransientError,),
+        on_retry: OnRetry | None = None,
     ) -> T:
-        """Call ``fn`` until it returns, retrying ``retry_on`` errors; re-raise the last one."""
+        """Call ``fn`` until it returns, retrying ``retry_on`` errors; re-raise the last one.
+        ``on_retry`` is told of each failure that is retried."""
         try:
             return fn()  # the common case, without building a retry state machine
-        except retry_on:
+        except retry_on as exc:
             if self.attempts < 2:
                 raise
+            if on_retry is not None:
+                on_retry(exc)
         sleep(self.delay(1))
-        return tenacity.Retrying(sleep=sleep, **self._after_first_try(retry_on))(fn)
+        return tenacity.Retrying(sleep=sleep, **self._after_first_try(retry_on, on_retry))(fn)
 
     async def run_async(
         self,
@@ -74,15 +85,18 @@ class RetryPolicy:
         *,
         sleep: AsyncSleep = asyncio.sleep,
         retry_on: tuple[type[BaseException], ...] = (TransientError,),
+        on_retry: OnRetry | None = None,
     ) -> T:
         """Async twin of :meth:`run`."""
         try:
             return await fn()
-        except retry_on:
+        except retry_on as exc:
             if self.attempts < 2:
                 raise
+            if on_retry is not None:
+                on_retry(exc)
         await sleep(self.delay(1))
-        retrying = tenacity.AsyncRetrying(sleep=sleep, **self._after_first_try(retry_on))
+        retrying = tenacity.AsyncRetrying(sleep=sleep, **self._after_first_try(retry_on, on_retry))
 
         async def attempt() -> T:
             # tenacity awaits only coroutine *functions*; a lambda returning an awaitable
@@ -90,3 +104,14 @@ class RetryPolicy:
             return await fn()
 
         return await retrying(attempt)
+
+
+def _tell(on_retry: OnRetry, state: tenacity.RetryCallState) -> None:
+    failed = state.outcome.exception() if state.outcome is not None else None
+    if failed is not None:
+        on_retry(failed)
+
+
+def retry_kind(exc: BaseException) -> str:
+    """The ``kind`` label under which a retry of ``exc`` is counted."""
+    return exc.retry_kind if isinstance(exc, TransientError) else type(exc).__name__

@@ -42,7 +42,7 @@ from refund_bench.errors import RefundBenchError, TransientError
 from refund_bench.llm.http import AioHttpClient
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
-from refund_bench.retry import AsyncSleep, RetryPolicy
+from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,13 @@ class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
     """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any."""
 
     def __init__(self, kind: UnavailableKind, message: str, status: int | None = None) -> None:
-        super().__init__(f"{kind}: {message}")
+        super().__init__(f"{kind}: {message}", dependency="llm")
         self.kind: UnavailableKind = kind
         self.status = status
+
+    @property
+    def retry_kind(self) -> str:
+        return f"llm_{self.kind}"
 
 
 REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})
@@ -293,7 +297,8 @@ class LlmClient:
     Safe for many concurrent calls from one event loop. Close it with :meth:`aclose` or use it
     as an async context manager. ``on_inflight`` is called with the number of
     :meth:`complete_json` calls in progress (rate-limit waits and backoff included) each time
-    it changes; wire it to a gauge.
+    it changes; wire it to a gauge. ``on_retry`` is called with each transient failure that is
+    retried; wire it to a counter.
     """
 
     def __init__(
@@ -304,6 +309,7 @@ class LlmClient:
         retry: RetryPolicy | None = None,
         sleep: AsyncSleep = asyncio.sleep,
         on_inflight: Callable[[int], None] | None = None,
+        on_retry: OnRetry | None = None,
         max_connections: int = 128,
     ) -> None:
         self._endpoint = endpoint
@@ -311,6 +317,7 @@ class LlmClient:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._on_inflight = on_inflight
+        self._on_retry = on_retry
         self._inflight = 0
         # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
         # warm connections instead of opening (and closing) one per request. The requests go
@@ -421,6 +428,6 @@ class LlmClient:
 
         self._track(+1)
         try:
-            return await self._retry.run_async(attempt, sleep=self._sleep)
+            return await self._retry.run_async(attempt, sleep=self._sleep, on_retry=self._on_retry)
         finally:
             self._track(-1)

@@ -46,7 +46,7 @@ from confluent_kafka import (
 
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput, error_summary
-from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep
+from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep, retry_kind
 from refund_bench.runtime.dlq import DlqBudget, dead_letter
 from refund_bench.runtime.health import Heartbeat
 from refund_bench.runtime.messages import (
@@ -584,7 +584,7 @@ class StageRunner:
             return handler(message, ctx)
 
         try:
-            return self.config.retry.run(attempt, sleep=self._sleep)
+            return self.config.retry.run(attempt, sleep=self._sleep, on_retry=self._count_retry)
         except InvalidInput as exc:
             return exc
         finally:
@@ -659,7 +659,9 @@ class StageRunner:
                 self.metrics.set("inflight_handlers", self._inflight)
                 try:
                     return await self.config.retry.run_async(
-                        lambda: handler(message, ctx), sleep=self._async_sleep
+                        lambda: handler(message, ctx),
+                        sleep=self._async_sleep,
+                        on_retry=self._count_retry,
                     )
                 except InvalidInput as exc:
                     return exc
@@ -703,6 +705,10 @@ class StageRunner:
                     break
                 except BufferError:
                     producer.poll(0.05)
+
+    def _count_retry(self, exc: BaseException) -> None:
+        """A handler's transient failure that is retried, by what failed."""
+        self.metrics.incr("retries", kind=retry_kind(exc))
 
     def _dead_letter(self, msg: Any, exc: InvalidInput) -> _Outgoing:
         """The dead letter for ``msg`` (to be produced in its batch's transaction)."""

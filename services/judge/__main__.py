@@ -44,6 +44,7 @@ def main() -> None:
             redis=redis,
             base_url=settings.seat_base_url(seat),
             on_inflight=track(seat),
+            metrics=metrics,
         )
         for seat in range(settings.judge_count)
     ]

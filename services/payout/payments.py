@@ -95,17 +95,21 @@ class StripePayments:
                 options={"idempotency_key": idempotency_key},
             )
         except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
-            raise TransientError(f"stripe: {type(exc).__name__}") from exc
+            raise TransientError(f"stripe: {type(exc).__name__}", dependency="stripe") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             # The client wraps a failed request, not a body that breaks off or stalls after
             # the headers; Stripe may have taken the refund on, so retry under the same key.
-            raise TransientError(f"stripe: the answer broke off ({type(exc).__name__})") from exc
+            raise TransientError(
+                f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
+            ) from exc
         except stripe.APIError as exc:
-            raise TransientError(f"stripe: {exc.http_status} {type(exc).__name__}") from exc
+            raise TransientError(
+                f"stripe: {exc.http_status} {type(exc).__name__}", dependency="stripe"
+            ) from exc
         except stripe.StripeError as exc:
             status = exc.http_status or 0
             if status == 429 or status >= 500:
-                raise TransientError(f"stripe: HTTP {status}") from exc
+                raise TransientError(f"stripe: HTTP {status}", dependency="stripe") from exc
             if status in (401, 403):
                 raise PaymentsRefusedUs(
                     f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"

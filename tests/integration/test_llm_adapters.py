@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
@@ -35,7 +36,9 @@ from refund_bench.llm.client import (
     LlmUnavailable,
 )
 from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.llm_setup import retry_counter
 from refund_bench.retry import RetryPolicy
+from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
 from tests.fakes.chat_completion import FixedAnswerServer, completion
@@ -310,13 +313,19 @@ def test_acquire_sleeps_what_the_bucket_says(redis_url: str) -> None:
 
 
 def test_client_retries_429_then_succeeds(standin: Standin) -> None:
+    """Each retry is counted for the SREs by what failed (``llm_rate_limited``)."""
     standin.faults(next_faults=["429", "429"])
     limiter, sleep = CountingLimiter(), RecordedSleep()
     dispute = f"d-{uuid.uuid4().hex[:8]}"
+    registry = CollectorRegistry()
 
     async def scenario() -> str:
         async with LlmClient(
-            endpoint(standin), rate_limiter=limiter, retry=RetryPolicy(attempts=5), sleep=sleep
+            endpoint(standin),
+            rate_limiter=limiter,
+            retry=RetryPolicy(attempts=5),
+            sleep=sleep,
+            on_retry=retry_counter(PrometheusMetrics("judge", registry)),
         ) as client:
             return await ask(client, judge_request(), 1000, dispute)
 
@@ -329,6 +338,8 @@ def test_client_retries_429_then_succeeds(standin: Standin) -> None:
     assert len(sleep.delays) == 2
     assert 1.0 <= sleep.delays[0] <= 1.5
     assert 2.0 <= sleep.delays[1] <= 2.5
+    retries = {"stage": "judge", "topic": "", "kind": "llm_rate_limited"}
+    assert registry.get_sample_value("refund_bench_retries_total", retries) == 2
 
 
 def test_client_gives_up_on_persistent_429_with_a_transient_error(standin: Standin) -> None:

@@ -12,6 +12,7 @@ import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.errors import (
@@ -22,7 +23,8 @@ from refund_bench.errors import (
     error_summary,
 )
 from refund_bench.gc_tuning import tune_gc
-from refund_bench.retry import RetryPolicy
+from refund_bench.llm.client import LlmUnavailable
+from refund_bench.retry import RetryPolicy, retry_kind
 from refund_bench.runtime.dlq import (
     MAX_KEY_BYTES,
     MAX_ORIGINAL_BYTES,
@@ -31,6 +33,7 @@ from refund_bench.runtime.dlq import (
     dead_letter,
 )
 from refund_bench.runtime.messages import Context, Emit, Message
+from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.runtime.selftest import counter_spec
 from refund_bench.runtime.state import BatchState, RecordState, StateStore, encode_state
@@ -77,6 +80,46 @@ def test_retry_returns_after_transient_failures_and_never_retries_invalid_input(
     with pytest.raises(InvalidInput):
         RetryPolicy().run(invalid, sleep=slept.append)
     assert calls == 1
+
+
+def test_each_retried_failure_is_told_by_what_failed_and_the_last_one_is_not() -> None:
+    """``on_retry`` sees the failures that are retried (4 of 5 attempts), sync and async; the
+    kind names the dependency, never the message."""
+    import asyncio
+
+    failures = [
+        TransientError("HTTP 503", dependency="stripe"),
+        LlmUnavailable("rate_limited", "slow down", 429),
+        TransientError("schema registry: down", dependency="schema_registry"),
+        TransientError("who knows"),
+        TransientError("the last one", dependency="stripe"),
+    ]
+    told: list[str] = []
+
+    def fails() -> None:
+        raise failures[len(told)] if len(told) < 4 else failures[4]
+
+    with pytest.raises(TransientError, match="the last one"):
+        RetryPolicy().run(
+            fails, sleep=lambda _: None, on_retry=lambda e: told.append(retry_kind(e))
+        )
+    assert told == ["stripe", "llm_rate_limited", "schema_registry", "other"]
+
+    told.clear()
+
+    async def fails_async() -> None:
+        fails()
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    with pytest.raises(TransientError, match="the last one"):
+        asyncio.run(
+            RetryPolicy().run_async(
+                fails_async, sleep=no_wait, on_retry=lambda e: told.append(retry_kind(e))
+            )
+        )
+    assert told == ["stripe", "llm_rate_limited", "schema_registry", "other"]
 
 
 async def _never() -> None:
@@ -478,7 +521,7 @@ def test_a_small_dead_letter_is_kept_whole() -> None:
 def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
     """A handler that counts, then fails on a dependency, is retried: the retry counts from the
     committed value, not from what the failed attempt staged."""
-    failures = [TransientError("the order store is briefly away")]
+    failures = [TransientError("the order store is briefly away", dependency="orders")]
 
     def count_then_look_up(message: Message, ctx: Context) -> Sequence[Emit]:
         state = ctx.store()
@@ -489,11 +532,18 @@ def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
 
     records = Topic("in", "bench.record"), Topic("out", "bench.record")
     spec = StageSpec("c", records[:1], records[1:], count_then_look_up, store="counts")
+    registry = CollectorRegistry()
     runner = StageRunner(
-        spec, RuntimeConfig("localhost:9", "g", "t"), FingerprintFraming(), sleep=lambda _: None
+        spec,
+        RuntimeConfig("localhost:9", "g", "t"),
+        FingerprintFraming(),
+        metrics=PrometheusMetrics("c", registry),
+        sleep=lambda _: None,
     )
     batch = BatchState(_store_with(0, {"n": 5}))
     ctx = Context(RecordState(batch, 0))
     emitted = runner._handle_sync(Message("in", 0, 0, "k", {}, {}, 0), ctx)
     assert emitted == [Emit("out", "k", {"seq": 6})]
     assert failures == [], "the first attempt failed and was retried"
+    retried = {"stage": "c", "topic": "", "kind": "orders"}
+    assert registry.get_sample_value("refund_bench_retries_total", retried) == 1
