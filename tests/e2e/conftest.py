@@ -4,7 +4,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import Stack
+from tests.e2e.conftest_api import ApiServer, running_api
 from tests.e2e.pipeline import Pipeline, pipeline
+
+
+@pytest.fixture(scope="module")
+def api_server(stack: Stack) -> Iterator[ApiServer]:
+    """The API (intake, desk, status) on a free loopback port, one per test module."""
+    with running_api(stack) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -25,4 +34,4 @@ def no_service_crashed(pipeline: Pipeline) -> Iterator[None]:
     assert not crashed, f"services exited on their own and were restarted: {crashed}"
 
 
-__all__ = ["no_service_crashed", "pipeline"]
+__all__ = ["api_server", "no_service_crashed", "pipeline"]

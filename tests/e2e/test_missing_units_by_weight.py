@@ -5,7 +5,6 @@ a reviewer, whose UPHOLD pays it in a second round."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -13,8 +12,7 @@ import pytest
 from refund_bench.db.orders import upsert_orders
 from refund_bench.domain import LineItem
 from refund_bench.samples import ON_TIME_ORDER, own_copy
-from tests.conftest import Stack
-from tests.e2e.conftest_api import ApiServer, running_api, sign_in
+from tests.e2e.conftest_api import ApiServer, sign_in
 from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
@@ -32,12 +30,6 @@ TWO_DISHES = ON_TIME_ORDER.model_copy(
     }
 )
 COMPLAINT = "The Paneer Tikka never arrived. The Dal Makhani was missing too."
-
-
-@pytest.fixture(scope="module")
-def api_server(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack) as server:
-        yield server
 
 
 def test_missing_dishes_the_weights_cannot_both_explain_wait_for_a_reviewer(

@@ -17,8 +17,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from refund_bench.samples import ARTICLE_COMPLAINT
-from tests.conftest import Stack, unavailable
-from tests.e2e.conftest_api import PASSWORDS, ApiServer, running_api
+from tests.conftest import unavailable
+from tests.e2e.conftest_api import PASSWORDS, ApiServer
 from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
@@ -34,12 +34,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-@pytest.fixture(scope="module")
-def api_server(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from refund_bench.samples import ARTICLE_COMPLAINT
-from tests.conftest import Stack
-from tests.e2e.conftest_api import ApiServer, running_api, sign_in
+from tests.e2e.conftest_api import ApiServer, sign_in
 from tests.e2e.drain import WITH_RECORDER, wait_drained
 from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture(scope="module")
-def api_server(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack) as server:
-        yield server
 
 
 def test_two_reviewers_at_once_pay_the_difference_once(
