@@ -126,8 +126,9 @@ class ExtractorHandler:
         except RefusedBefore as exc:
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
-        if grievances is None:
-            return [self._unpriced(complaint, snapshot, snapshot_sha, REVIEW_REASON)]
+        if isinstance(grievances, ExtractionInvalid):
+            reason = f"{REVIEW_REASON}: {_problems_in_short(grievances.problems)}"
+            return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if not grievances:
             return [self._unpriced(complaint, snapshot, snapshot_sha, None)]
         extracted_at = ev.now()
@@ -159,8 +160,9 @@ class ExtractorHandler:
 
     async def _extract(
         self, complaint: ev.ComplaintReceived, snapshot_sha: str, items: list[LineItem]
-    ) -> tuple[ExtractedGrievance, ...] | None:
-        """The validated grievances, or ``None`` when even the repaired answer is invalid."""
+    ) -> tuple[ExtractedGrievance, ...] | ExtractionInvalid:
+        """The validated grievances, or what is wrong with the repaired answer when even that
+        is invalid."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(
             complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha, self._prompt.version
@@ -173,8 +175,8 @@ class ExtractorHandler:
             raw = await self._call(f"{key}:repair", repair, complaint.dispute_id)
             try:
                 return validate_extraction(_json(raw), complaint.text, items)
-            except ExtractionInvalid:
-                return None
+            except ExtractionInvalid as second:
+                return second
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
         """The answer cached under ``key``, or the endpoint's (then cached). Raises
@@ -224,6 +226,19 @@ class ExtractorHandler:
             priced_at=ev.now(),
         )
         return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
+
+
+PROBLEMS_SHOWN = 3
+PROBLEM_CHARS = 160
+
+
+def _problems_in_short(problems: Sequence[str]) -> str:
+    """The first few problems of an invalid answer, each cut short: a reviewer sees why the
+    extraction failed, and a model's runaway output does not fill the review queue."""
+    shown = [p if len(p) <= PROBLEM_CHARS else p[: PROBLEM_CHARS - 1] + "…" for p in problems]
+    more = len(problems) - PROBLEMS_SHOWN
+    text = "; ".join(shown[:PROBLEMS_SHOWN])
+    return text + (f" (and {more} more)" if more > 0 else "")
 
 
 def _json(raw: str) -> object:

@@ -268,7 +268,7 @@ def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
             0,
             [],
         )
-        assert priced["reason"] == REVIEW_REASON
+        assert priced["reason"].startswith(f"{REVIEW_REASON}: the answer is not JSON: ")
     assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
 
 

@@ -348,3 +348,22 @@ def test_arbitrary_json_never_crashes_only_validates_or_lists_problems(answer: o
         assert problems
     assert isinstance(result, tuple)
     assert all(isinstance(p, str) and p for p in problems)
+
+
+def test_a_reviewer_sees_the_first_problems_of_an_answer_still_invalid_cut_short() -> None:
+    from services.extractor.handler import PROBLEM_CHARS, _problems_in_short
+
+    problems = [
+        "grievance 1: unknown category " + repr("X" * 500),
+        "grievance 2: span 4..4 is empty",
+        "grievance 3: text is empty",
+        "grievance 4: text is empty",
+        "grievance 5: text is empty",
+    ]
+    short = _problems_in_short(problems)
+    first, second, third = short.split("; ")
+    assert len(first) == PROBLEM_CHARS
+    assert first.endswith("…")
+    assert second == "grievance 2: span 4..4 is empty"
+    assert third == "grievance 3: text is empty (and 2 more)"
+    assert _problems_in_short(["the answer is not JSON: x"]) == "the answer is not JSON: x"
