@@ -5,6 +5,7 @@ Money is always an ``int`` of minor units (paise for INR). No float ever holds a
 
 from __future__ import annotations
 
+import unicodedata
 from enum import StrEnum
 from typing import Self
 
@@ -80,6 +81,12 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 }
 """What a reviewer may decide per kind of review item. EXTRACTION items are shown but resolved
 outside the desk (a corrected complaint)."""
+
+
+def name_key(name: str) -> str:
+    """What two spellings of one item name have in common: Unicode NFC form, case folded,
+    runs of whitespace as one space, no space at either end."""
+    return " ".join(unicodedata.normalize("NFC", name).casefold().split())
 
 
 def round_half_up_div(numerator: int, denominator: int) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from refund_bench.domain import LineItem, OrderRecord, round_half_up_div
+from refund_bench.domain import LineItem, OrderRecord, name_key, round_half_up_div
 from refund_bench.errors import InvalidInput, error_summary
 
 SNAPSHOT_VERSION = "1"
@@ -91,7 +91,7 @@ def _missing_units(shortfall_g: int, item: LineItem) -> int | None:
 def _check_unique_names(order: OrderRecord) -> None:
     seen: set[str] = set()
     for item in order.line_items:
-        key = item.name.casefold().strip()
+        key = name_key(item.name)
         if key in seen:
             raise InvalidInput(
                 f"order {order.order_id} has two line items named {item.name!r}; "

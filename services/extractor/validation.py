@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from refund_bench.domain import Category, LineItem
+from refund_bench.domain import Category, LineItem, name_key
 from refund_bench.errors import InvalidInput
 
 REQUIRED_KEYS = ("text", "category", "span_start", "span_end", "item_name", "item_quantity")
@@ -49,7 +49,7 @@ class ExtractionInvalid(InvalidInput):
 
 
 def _norm(text: str) -> str:
-    return " ".join(text.casefold().split())
+    return name_key(text)
 
 
 def _norm_statement(text: str) -> str:
@@ -80,7 +80,7 @@ _FILLER = frozenset(
 
 
 def _words(text: str) -> frozenset[str]:
-    return frozenset(_singular(word) for word in _WORD.findall(text.casefold()))
+    return frozenset(_singular(word) for word in _WORD.findall(name_key(text)))
 
 
 def _claim_words(text: str) -> frozenset[str]:

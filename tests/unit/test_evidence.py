@@ -165,6 +165,17 @@ def test_overcharge_is_charged_minus_items_and_fee_never_negative() -> None:
             },
             "two line items",
         ),
+        (
+            {
+                "line_items": (
+                    LineItem(name="Cr\u00e8me Br\u00fbl\u00e9e", quantity=1, unit_price_minor=1),
+                    LineItem(
+                        name="Cre\u0300me  Bru\u0302le\u0301e", quantity=1, unit_price_minor=1
+                    ),
+                )
+            },
+            "two line items",
+        ),
     ],
 )
 def test_inconsistent_orders_are_invalid_input(changes: dict[str, Any], message: str) -> None:

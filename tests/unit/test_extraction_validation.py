@@ -251,6 +251,18 @@ def test_item_names_resolve_to_the_exact_line_item(claimed: str, expected: str) 
     assert problem == ""
 
 
+def test_a_name_in_another_unicode_form_resolves_to_the_same_item() -> None:
+    """A model may write "é" as e + combining accent where the order store has one code point
+    (or the other way round): the same name, so the same item."""
+    composed, decomposed = "Cr\u00e8me Br\u00fbl\u00e9e", "Cre\u0300me Bru\u0302le\u0301e"
+    items = (
+        LineItem(name=composed, quantity=1, unit_price_minor=1),
+        LineItem(name="Raita", quantity=1, unit_price_minor=1),
+    )
+    assert resolve_item(decomposed, items) == (items[0], "")
+    assert resolve_item("the cre\u0300me bru\u0302le\u0301es", items) == (items[0], "")
+
+
 def test_ambiguous_unknown_and_empty_item_names() -> None:
     items = (
         LineItem(name="Chicken Biryani", quantity=1, unit_price_minor=1),
