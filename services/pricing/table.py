@@ -391,21 +391,24 @@ def price_refund(
     }
     bounds = _Bounds(order)
 
-    def upheld_by_review(verdict: GrievanceVerdict) -> bool:
-        return overrides.grievances.get(verdict.grievance_id) is Ruling.UPHELD
+    def pass_of(verdict: GrievanceVerdict) -> int:
+        """0: upheld by the bench, 1: upheld by a reviewer, 2: not upheld."""
+        if outcomes[verdict.grievance_id] is not Ruling.UPHELD:
+            return 2
+        return 1 if overrides.grievances.get(verdict.grievance_id) is Ruling.UPHELD else 0
 
     lines: dict[str, PricedLine] = {}
     # Upheld lines claim the per-item budgets first; the rest are proposed against what is left.
-    for upheld_pass in (True, False):
+    # The bench's UPHELD is bounded by the weights, a reviewer's UPHOLD is not, and comes after:
+    # upholding one line never holds another that a round before paid.
+    for current in (0, 1, 2):
         for verdict in ordered:
-            outcome = outcomes[verdict.grievance_id]
-            if (outcome is Ruling.UPHELD) != upheld_pass:
+            if pass_of(verdict) != current:
                 continue
+            outcome = outcomes[verdict.grievance_id]
             item = items.get(verdict.item_name) if verdict.item_name is not None else None
             rule = bounds.bound(verdict, _rule(verdict, order, derived, item))
-            # The bench's UPHELD is bounded by the weights; a reviewer's UPHOLD is not.
-            bench_upheld = upheld_pass and not upheld_by_review(verdict)
-            why_held = bounds.unexplained(verdict, rule, item) if bench_upheld else ""
+            why_held = bounds.unexplained(verdict, rule, item) if current == 0 else ""
             if why_held:
                 rule = _Rule(rule.amount, why_held, rule.quantity)
             line = _line(verdict, outcome, rule, held=bool(why_held))

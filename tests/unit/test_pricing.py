@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refund_bench.domain import (
@@ -299,6 +299,25 @@ def test_a_reviewers_uphold_pays_a_line_the_weights_held() -> None:
         (LineStatus.REJECTED, 0),
         (LineStatus.PAY, 22000),
     ]
+
+
+def test_a_reviewers_uphold_never_holds_a_line_the_bench_upheld_and_a_round_paid() -> None:
+    """The dal was escalated, the tikka upheld and paid in round 1; upholding the dal takes no
+    weight from the tikka: round 2 pays the dal, and the tikka stays paid."""
+    snapshot = build_snapshot(TWO_DISHES)
+    verdicts = [missing("g1", "Dal Makhani", 1, outcome=E), missing("g2", "Paneer Tikka", 1)]
+    first = price_refund(verdicts, snapshot)
+    assert [(ln.status, ln.amount_minor) for ln in first.lines] == [
+        (LineStatus.HELD, 0),
+        (LineStatus.PAY, 28000),
+    ]
+    overrides = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g1")
+    second = price_refund(verdicts, snapshot, already_approved_minor=28000, overrides=overrides)
+    assert [(ln.status, ln.amount_minor) for ln in second.lines] == [
+        (LineStatus.PAY, 22000),
+        (LineStatus.PAY, 28000),
+    ]
+    assert (second.total_minor, second.payable_minor, second.held_grievances) == (50000, 22000, ())
 
 
 def test_no_weight_bound_without_recorded_weights() -> None:
@@ -633,6 +652,37 @@ def test_a_later_round_pays_only_what_earlier_rounds_did_not(
     paid = approved_before + second.payable_minor
     assert paid <= order.charged_total_minor
     assert second.payable_minor == 0 or paid == second.total_minor
+
+
+@settings(max_examples=1000)
+@given(cases(), st.data())
+def test_a_reviewers_uphold_changes_no_line_the_bench_upheld(
+    case: dict[str, Any], data: st.DataObject
+) -> None:
+    """Upholding a line the bench escalated or rejected leaves every line the bench upheld as it
+    was: its status and its amount (reviewers' lines come after the bench's for the weights and
+    the item budgets)."""
+    overrides: ReviewOverrides = case["overrides"]
+    open_lines = [
+        v.grievance_id
+        for v in case["verdicts"]
+        if v.outcome is not U and v.grievance_id not in overrides.grievances
+    ]
+    if not open_lines:
+        return
+    chosen = data.draw(st.sampled_from(open_lines))
+    snapshot = build_snapshot(case["order"])
+    before = price_refund(case["verdicts"], snapshot, overrides=overrides)
+    after = price_refund(
+        case["verdicts"],
+        snapshot,
+        overrides=overrides.with_review(ReviewDecision.UPHOLD, chosen),
+    )
+    bench = {v.grievance_id for v in case["verdicts"] if v.outcome is U}
+    bench -= set(overrides.grievances)
+    for old, new in zip(before.lines, after.lines, strict=True):
+        if old.grievance_id in bench:
+            assert (new.status, new.amount_minor) == (old.status, old.amount_minor)
 
 
 @given(cases())
