@@ -26,17 +26,13 @@ class InvalidInput(RefundBenchError):  # noqa: N818 - the policy name reads bett
 class TransientError(RefundBenchError):
     """A retryable failure of a dependency (429, 5xx, timeout, connection reset).
 
-    ``dependency`` names what failed (``stripe``, ``schema_registry``, ...): the retries are
-    counted by it (``refund_bench_retries_total{kind}``), never by anything in the message."""
+    ``dependency`` names what failed (``stripe``, ``schema_registry``, ``llm_rate_limited``,
+    ...): the retries are counted by it (``refund_bench_retries_total{kind}``), never by
+    anything in the message."""
 
     def __init__(self, message: str = "", *, dependency: str = "other") -> None:
         super().__init__(message)
         self.dependency = dependency
-
-    @property
-    def retry_kind(self) -> str:
-        """The ``kind`` label of this failure's retries."""
-        return self.dependency
 
 
 class DlqLimitExceeded(RefundBenchError):  # noqa: N818

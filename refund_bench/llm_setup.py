@@ -20,8 +20,7 @@ from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
-from refund_bench.retry import OnRetry, retry_kind
-from refund_bench.runtime.metrics import Metrics
+from refund_bench.runtime.metrics import Metrics, retry_counter
 
 
 class LlmStageSettings(StageSettings):
@@ -130,11 +129,6 @@ class JudgePanelSettings(LlmStageSettings):
 
     def seat_seed(self, seat: int) -> int:
         return self.judge_seed_base + seat
-
-
-def retry_counter(metrics: Metrics) -> OnRetry:
-    """Counts each retried failure in ``retries`` by its kind."""
-    return lambda exc: metrics.incr("retries", kind=retry_kind(exc))
 
 
 def call_counter(metrics: Metrics) -> OnCall:

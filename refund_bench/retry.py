@@ -114,4 +114,4 @@ def _tell(on_retry: OnRetry, state: tenacity.RetryCallState) -> None:
 
 def retry_kind(exc: BaseException) -> str:
     """The ``kind`` label under which a retry of ``exc`` is counted."""
-    return exc.retry_kind if isinstance(exc, TransientError) else type(exc).__name__
+    return exc.dependency if isinstance(exc, TransientError) else type(exc).__name__

@@ -91,13 +91,9 @@ class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
     """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any."""
 
     def __init__(self, kind: UnavailableKind, message: str, status: int | None = None) -> None:
-        super().__init__(f"{kind}: {message}", dependency="llm")
+        super().__init__(f"{kind}: {message}", dependency=f"llm_{kind}")
         self.kind: UnavailableKind = kind
         self.status = status
-
-    @property
-    def retry_kind(self) -> str:
-        return f"llm_{self.kind}"
 
 
 REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})

@@ -9,6 +9,8 @@ from typing import Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from refund_bench.retry import OnRetry, retry_kind
+
 CounterName = Literal[
     "records_in",
     "records_out",
@@ -122,3 +124,8 @@ class PrometheusMetrics:
 
     def set(self, name: GaugeName, value: float) -> None:
         self._gauge_children[name].set(value)
+
+
+def retry_counter(metrics: Metrics) -> OnRetry:
+    """An ``on_retry`` that counts each retried failure in ``retries`` by what failed."""
+    return lambda exc: metrics.incr("retries", kind=retry_kind(exc))

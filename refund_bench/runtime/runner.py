@@ -46,7 +46,7 @@ from confluent_kafka import (
 
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import Fenced, InvalidInput, UndeclaredOutput, error_summary
-from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep, retry_kind
+from refund_bench.retry import AsyncSleep, RetryPolicy, SyncSleep
 from refund_bench.runtime.dlq import DlqBudget, dead_letter
 from refund_bench.runtime.health import Heartbeat
 from refund_bench.runtime.messages import (
@@ -57,7 +57,7 @@ from refund_bench.runtime.messages import (
     Message,
     SyncHandler,
 )
-from refund_bench.runtime.metrics import Metrics, NullMetrics
+from refund_bench.runtime.metrics import Metrics, NullMetrics, retry_counter
 from refund_bench.runtime.state import BatchState, RecordState, StateStore
 from refund_bench.stages import StageTopics
 from refund_bench.topics import Topic, changelog_topic
@@ -200,6 +200,8 @@ class StageRunner:
         self.spec = spec
         self.config = config
         self.metrics: Metrics = metrics or NullMetrics()
+        self._count_retry = retry_counter(self.metrics)
+        """Counts a handler's retried transient failures, by what failed."""
         self.heartbeat = heartbeat or Heartbeat()
         self._sleep = sleep
         self._async_sleep = async_sleep
@@ -705,10 +707,6 @@ class StageRunner:
                     break
                 except BufferError:
                     producer.poll(0.05)
-
-    def _count_retry(self, exc: BaseException) -> None:
-        """A handler's transient failure that is retried, by what failed."""
-        self.metrics.incr("retries", kind=retry_kind(exc))
 
     def _dead_letter(self, msg: Any, exc: InvalidInput) -> _Outgoing:
         """The dead letter for ``msg`` (to be produced in its batch's transaction)."""

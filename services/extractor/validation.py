@@ -48,12 +48,8 @@ class ExtractionInvalid(InvalidInput):
         super().__init__("; ".join(self.problems))
 
 
-def _norm(text: str) -> str:
-    return name_key(text)
-
-
 def _norm_statement(text: str) -> str:
-    return _norm(text).rstrip(".!?;:, ")
+    return name_key(text).rstrip(".!?;:, ")
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -97,10 +93,10 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced Tea" still
     resolves to an order's only "Tea": the judges and the item's price bound what follows.
     """
-    wanted = _norm(claimed)
+    wanted = name_key(claimed)
     if not wanted:
         return None, "item_name is empty (use null when the claim names no item)"
-    exact = [item for item in line_items if _norm(item.name) == wanted]
+    exact = [item for item in line_items if name_key(item.name) == wanted]
     if len(exact) == 1:
         return exact[0], ""
     words = _claim_words(claimed)

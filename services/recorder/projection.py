@@ -322,7 +322,8 @@ def _line_review_rows(e: ev.RefundPriced) -> list[Statement]:
     """The review items of a round's lines. A line the bench upheld but pricing held (its units
     beyond what the pickup weight explains) opens a grievance item, as an ESCALATE verdict
     does; an open grievance item whose line no longer waits (another decision freed what held
-    it) is settled by the round."""
+    it) is settled by the round. Round 1 follows no decision, so it settles nothing (and costs
+    no statement)."""
     rows: list[Statement] = [
         (
             REVIEW_ITEMS,
@@ -339,7 +340,7 @@ def _line_review_rows(e: ev.RefundPriced) -> list[Statement]:
         if line.status == LineStatus.HELD and line.outcome == Ruling.UPHELD
     ]
     settled = [line.grievance_id for line in e.lines if line.status != LineStatus.HELD]
-    if settled:
+    if settled and e.round > 1:
         rows.append(
             (
                 "UPDATE review_items SET status = 'DECIDED', decided_at = %s,"

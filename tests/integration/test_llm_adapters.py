@@ -36,9 +36,8 @@ from refund_bench.llm.client import (
     LlmUnavailable,
 )
 from refund_bench.llm.ratelimit import RedisTokenBucket
-from refund_bench.llm_setup import retry_counter
 from refund_bench.retry import RetryPolicy
-from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
 from refund_bench.samples import ARTICLE_COMPLAINT
 from services.extractor.evidence import freeze
 from tests.fakes.chat_completion import FixedAnswerServer, completion
