@@ -20,6 +20,7 @@ def seed_round(
     error_code: str | None = None,
     refund_id: str | None = None,
     age: str = "0 seconds",
+    paid_elsewhere: bool = False,
 ) -> None:
     """Round 1 of ``dispute`` in the ledger, against the dispute's own payment unless
     ``payment`` is given, opened ``age`` ago."""
@@ -27,8 +28,8 @@ def seed_round(
         conn.execute(
             "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
             " payment_reference, idempotency_key, status, attempts, error_code,"
-            " stripe_refund_id, created_at)"
-            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, %s, now() - %s::interval)",
+            " stripe_refund_id, created_at, paid_elsewhere)"
+            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, %s, now() - %s::interval, %s)",
             (
                 dispute,
                 amount,
@@ -39,6 +40,7 @@ def seed_round(
                 error_code,
                 refund_id,
                 age,
+                paid_elsewhere,
             ),
         )
 

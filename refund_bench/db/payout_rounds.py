@@ -3,11 +3,11 @@ the reservation the settler makes before its reply promises money.
 
 The ledger (``payout_ledger``, one row per dispute and settlement round) decides which dispute
 of an order is paid automatically: the first whose round is opened while no other dispute of
-the same payment has one that is not FAILED. The settler reserves the round (the database
-function ``payout_claim_round`` without a provider call) before it writes the reply, and the
-reply promises the money only if the reservation is PENDING. The payout then finds the same
-row, so the reply and the payment cannot disagree, however close together two disputes of one
-order come.
+the same payment has one that may have refunded it (any but a FAILED one that moved no money).
+The settler reserves the round (the database function ``payout_claim_round`` without a provider
+call) before it writes the reply, and the reply promises the money only if the reservation is
+PENDING. The payout then finds the same row, so the reply and the payment cannot disagree,
+however close together two disputes of one order come.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ def not_refunded_code(status: str) -> str:
 
 ORDER_ALREADY_REFUNDED = "ORDER_ALREADY_REFUNDED"
 """The error code of a round the ledger opened FAILED because another dispute of the same
-payment has a round that is not FAILED (``payout_claim_round``): no refund was attempted."""
+payment has a round that may have refunded it (any round but a FAILED one that moved no money,
+see :data:`MAY_HAVE_REFUNDED`; ``payout_claim_round``): no refund was attempted."""
+
+IDEMPOTENCY_REFUSED = "IdempotencyError"
+"""The error code of a round whose idempotency key Stripe refused: it had taken the key with other
+parameters, so an earlier call under it may have created a refund."""
 
 LEDGER_CONFLICT = "LEDGER_CONFLICT"
 """The error code of a payout request for a round the ledger holds with another amount or
@@ -49,11 +54,21 @@ UNMENDABLE_FAILURES = {
     " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
     not_refunded_code("requires_action"): "Stripe's refund waits for the customer and may still go"
     " through: let it complete, or cancel it at Stripe and pay another way",
+    IDEMPOTENCY_REFUSED: "Stripe had taken this round's key for another request, which may have"
+    " created a refund; find a refund with this dispute_id and round in its metadata at Stripe,"
+    " and pay by hand only if there is none",
     "charge_already_refunded": "Stripe has refunded the payment in full already",
     "charge_disputed": "the customer disputed the payment with their bank (a chargeback), and"
     " Stripe refunds nothing on a disputed payment",
 }
 """Error codes of a FAILED round that paying again cannot mend, and why (for the review desk)."""
+
+MAY_HAVE_REFUNDED = frozenset(
+    {STALE_PENDING, not_refunded_code("requires_action"), IDEMPOTENCY_REFUSED}
+)
+"""Error codes of a FAILED round under which money may still have gone back: such a round holds
+the order's other disputes for a payment operator, as a paid one does (the database function
+``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE)."""
 
 
 def why_not_repayable(status: str | None, error_code: str | None) -> str | None:

@@ -165,11 +165,37 @@ CREATE TABLE IF NOT EXISTS payout_ledger (
 
 CREATE INDEX IF NOT EXISTS payout_ledger_payment ON payout_ledger (payment_reference);
 
+-- A FAILED round a payment operator settled by hand (a PAID_ELSEWHERE decision on its review
+-- item, set by the review desk in the decision's transaction): money went back after all. Added
+-- once to a ledger created before it (the catalog says whether it has it; no lock after that).
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'payout_ledger'::regclass AND attname = 'paid_elsewhere'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE payout_ledger ADD COLUMN paid_elsewhere boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$$;
+
+-- Whether a round FAILED with this error code may still have moved money: a call that reached
+-- Stripe and was never settled (STALE_PENDING), a refund that waits for the customer
+-- (refund_requires_action), a key Stripe had already taken with other parameters
+-- (IdempotencyError). Kept equal to refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED.
+CREATE OR REPLACE FUNCTION payout_failure_may_have_refunded(p_error_code text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT COALESCE(p_error_code IN ('STALE_PENDING', 'refund_requires_action',
+                                     'IdempotencyError'), false)
+$$;
+
 -- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s its
 -- age); else a new row, opened = true. The new row is PENDING, unless another dispute of the same
--- payment (the same order) already has a round that is not FAILED: then it is FAILED with
--- ORDER_ALREADY_REFUNDED, naming that round, and nothing is paid automatically (a second
--- complaint about one order is a payment operator's call). Rounds of one payment are opened one
+-- payment (the same order) already has a round that may have refunded it (any round but a
+-- FAILED one that moved no money: see payout_failure_may_have_refunded and paid_elsewhere): then
+-- it is FAILED with ORDER_ALREADY_REFUNDED, naming that round, and nothing is paid automatically
+-- (a second complaint about one order is a payment operator's call). Rounds of one payment are opened one
 -- at a time (an advisory lock on the payment reference).
 --
 -- p_provider_call: the caller is about to call the provider, so the call is counted (attempts).
@@ -214,10 +240,12 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
-    SELECT l.dispute_id, l.round, l.status, l.stripe_refund_id INTO earlier
+    SELECT l.dispute_id, l.round, l.status, l.error_code, l.paid_elsewhere, l.stripe_refund_id
+    INTO earlier
     FROM payout_ledger l
     WHERE l.payment_reference = p_payment_reference AND l.dispute_id <> p_dispute_id
-      AND l.status <> 'FAILED'
+      AND (l.status <> 'FAILED' OR l.paid_elsewhere
+           OR payout_failure_may_have_refunded(l.error_code))
     ORDER BY l.created_at LIMIT 1;
     blocked := FOUND;
     RETURN QUERY
@@ -232,7 +260,10 @@ BEGIN
                 CASE WHEN NOT blocked THEN NULL ELSE format(
                     'the order''s payment already has a refund of dispute %s (round %s, %s%s);'
                     ' a second dispute of one order is not paid automatically: a payment'
-                    ' operator decides', earlier.dispute_id, earlier.round, earlier.status,
+                    ' operator decides', earlier.dispute_id, earlier.round,
+                    earlier.status || CASE WHEN earlier.status <> 'FAILED' THEN ''
+                        WHEN earlier.paid_elsewhere THEN ' and paid elsewhere'
+                        ELSE ' ' || earlier.error_code || ' and may have been paid' END,
                     COALESCE(', refund ' || earlier.stripe_refund_id, '')) END)
         RETURNING l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key,
                   l.status, l.stripe_refund_id, l.error_code, l.error_message, true,

@@ -68,7 +68,8 @@ REPRICED = "pricing re-prices the dispute."
 AFTER_DECISION = {
     ReviewDecision.REPAY.value: "pricing re-prices the dispute, and a new round pays the failed"
     " amount again.",
-    ReviewDecision.PAID_ELSEWHERE.value: "the failed round is closed; nothing more is paid.",
+    ReviewDecision.PAID_ELSEWHERE.value: "the failed round is closed; nothing more is paid, and"
+    " the order's other disputes now go to a payment operator as after a paid round.",
 }
 """What follows a published decision, where it is not a re-pricing alone (the flash message)."""
 

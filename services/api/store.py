@@ -366,6 +366,14 @@ class Store:
             )
             if await cur.fetchone() is None:
                 raise AlreadyDecided(await self._decision_for(cur, new))
+            if new.decision == ReviewDecision.PAID_ELSEWHERE.value:
+                # Money went back by hand: the round now holds the order's other disputes for
+                # a payment operator, as a paid round does (payout_claim_round).
+                await cur.execute(
+                    "UPDATE payout_ledger SET paid_elsewhere = true, updated_at = now()"
+                    " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'",
+                    (new.dispute_id, payout_item_round(new.item_key)),
+                )
         return replace(new, kind=item["kind"], grievance_id=item["grievance_id"])
 
     @staticmethod

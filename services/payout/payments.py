@@ -11,7 +11,11 @@ from typing import Protocol
 import aiohttp
 import stripe
 
-from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES, not_refunded_code
+from refund_bench.db.payout_rounds import (
+    IDEMPOTENCY_REFUSED,
+    NOT_REFUNDED_STATUSES,
+    not_refunded_code,
+)
 from refund_bench.errors import RefundBenchError, TransientError
 
 
@@ -115,7 +119,12 @@ class StripePayments:
                     f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"
                     " its permissions (refunds: write)"
                 ) from exc
-            code = exc.code or type(exc).__name__
+            # A refused key is named by its type, whatever its code: the ledger reads it as a
+            # round that may have refunded (MAY_HAVE_REFUNDED).
+            if isinstance(exc, stripe.IdempotencyError):
+                code = IDEMPOTENCY_REFUSED
+            else:
+                code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
         return _accepted(refund)
 

@@ -393,6 +393,7 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
         ("FAILED", "charge_already_refunded", "Stripe has refunded the payment in full already"),
         ("FAILED", "STALE_PENDING", "an earlier call to Stripe may have created its refund"),
         ("FAILED", "refund_requires_action", "waits for the customer and may still go through"),
+        ("FAILED", "IdempotencyError", "for another request, which may have created a refund"),
     ],
 )
 def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
@@ -424,6 +425,13 @@ def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
         shown = client.get(settled.headers["location"]).text
     assert "the failed round is closed; nothing more is paid" in shown
     assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
+    with psycopg.connect(api.database_url) as conn:
+        marked = conn.execute(
+            "SELECT paid_elsewhere FROM payout_ledger WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchone()
+    # Money went back by hand for a FAILED round; a round Stripe paid is left as it is.
+    assert marked == (status == "FAILED",)
 
 
 def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_threads(

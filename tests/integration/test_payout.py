@@ -14,6 +14,9 @@ import pytest
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
+    IDEMPOTENCY_REFUSED,
+    MAY_HAVE_REFUNDED,
+    UNMENDABLE_FAILURES,
     Reservation,
     RoundToReserve,
     idempotency_key,
@@ -267,7 +270,7 @@ def test_a_reused_key_with_other_parameters_is_rejected(fake: FakeStripeServer) 
     )
     assert isinstance(first, str)
     assert isinstance(reused, PaymentRejected)
-    assert "dempotency" in reused.code  # IdempotencyError, or its code
+    assert reused.code == IDEMPOTENCY_REFUSED
     assert len(fake.fake.refunds) == 1
 
 
@@ -316,9 +319,14 @@ def test_a_second_dispute_of_one_order_goes_to_review_not_to_stripe(
     assert _attempts(database, second) == 0
 
 
+@pytest.mark.parametrize(
+    "error_code",
+    ["card_declined", "refund_failed", "refund_canceled", "ORDER_ALREADY_REFUNDED", None],
+)
 def test_a_failed_payout_of_an_order_does_not_hold_back_its_next_dispute(
-    database: str, fake: FakeStripeServer
+    database: str, fake: FakeStripeServer, error_code: str | None
 ) -> None:
+    """A round that FAILED without moving money leaves the order's next dispute to be paid."""
     declined, next_one = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
     payment = f"pi_{uuid.uuid4().hex[:12]}"
     seed_round(
@@ -327,10 +335,60 @@ def test_a_failed_payout_of_an_order_does_not_hold_back_its_next_dispute(
         status="FAILED",
         amount=4900,
         payment=payment,
-        error_code="card_declined",
+        error_code=error_code,
     )
     [outputs] = _run(database, fake.url, _request(next_one, reference=payment))
     assert [o.topic for o in outputs] == ["payout.completed"]
+
+
+@pytest.mark.parametrize(
+    ("error_code", "paid_elsewhere", "named"),
+    [
+        *((code, False, f"FAILED {code} and may have been paid") for code in MAY_HAVE_REFUNDED),
+        ("card_declined", True, "FAILED and paid elsewhere"),
+    ],
+)
+def test_a_failed_round_that_may_have_refunded_holds_back_the_next_dispute(
+    database: str,
+    fake: FakeStripeServer,
+    error_code: str,
+    paid_elsewhere: bool,
+    named: str,
+) -> None:
+    """A round FAILED while its refund may still go through (it waits for the customer, a call
+    that reached Stripe was never settled, Stripe had the key already), or one an operator paid
+    by hand, is money back for the order: the next dispute is held as after a paid round."""
+    first, next_one = f"d-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
+    payment = f"pi_{uuid.uuid4().hex[:12]}"
+    seed_round(
+        database,
+        first,
+        status="FAILED",
+        amount=4900,
+        payment=payment,
+        error_code=error_code,
+        paid_elsewhere=paid_elsewhere,
+    )
+    [outputs] = _run(database, fake.url, _request(next_one, reference=payment))
+    assert [o.topic for o in outputs] == ["payout.failed"]
+    assert outputs[0].value["error_code"] == "ORDER_ALREADY_REFUNDED"
+    assert f"dispute {first} (round 1, {named});" in outputs[0].value["reason"]
+    assert fake.fake.requests == 0
+    assert _attempts(database, next_one) == 0
+
+
+def test_the_ledger_and_the_code_agree_on_which_failures_may_have_refunded(
+    database: str,
+) -> None:
+    codes = [*MAY_HAVE_REFUNDED, *UNMENDABLE_FAILURES, "card_declined", "refund_failed", None]
+    with psycopg.connect(database, autocommit=True) as conn:
+        held = {
+            code
+            for code in codes
+            if conn.execute("SELECT payout_failure_may_have_refunded(%s)", (code,)).fetchone()
+            == (True,)
+        }
+    assert held == MAY_HAVE_REFUNDED
 
 
 def test_a_dispute_opened_while_another_of_its_order_is_being_opened_waits_for_it(
