@@ -42,20 +42,25 @@ _INEXACT_AFTER = re.compile(
 """After a currency amount: a scale ("INR 689 thousand") or a range ("INR 689-700")."""
 _TIMES_AFTER = re.compile(
     r"\s*(?:each\b|apiece\b|a\s+piece\b|per\b|for\s+(?:each|every)\b|x\s*[0-9]|\u00d7|times\b"
-    r"|twice\b|thrice\b)",
+    r"|twice\b|thrice\b|again\b|more\b|extra\b|a\s+(?:day|week|month)\b"
+    r"|(?:daily|weekly|monthly)\b)",
     re.IGNORECASE,
 )
 _TIMES_BEFORE = re.compile(
-    r"(?:[0-9]\s*x|\b(?:times|twice|thrice|double|triple|each|per|x)|\u00d7)\s*$", re.IGNORECASE
+    r"(?:[0-9]\s*x|\b(?:times|twice|thrice|double|triple|each|per|x|half(?:\s+of)?"
+    r"|quarter(?:\s+of)?|another|additional|extra|further)|\u00d7)\s*$",
+    re.IGNORECASE,
 )
-"""Around an amount: a multiple of it ("3 x INR 689", "INR 689 for each item")."""
+"""Around an amount: a multiple, a part or a repetition of it ("3 x INR 689", "INR 689 for
+each item", "half of INR 689", "another 689", "INR 689 again", "INR 689 a day")."""
 _NOT_MONEY_UNIT = re.compile(
     r"(?:\s*(?:-|\u2013|to)\s*[0-9]+)?\s*(?:(?:working|business|calendar)\s+)?"
     r"(?:minutes?|mins?|hours?|hrs?|days?|weeks?|months?|seconds?|secs?|items?|pieces?"
-    r"|portions?|plates?|grams?|g|kg|ml|km|%|percent)(?!" + _LETTER + r")",
+    r"|portions?|plates?|grams?|g|kg|ml|km)(?!" + _LETTER + r")",
     re.IGNORECASE,
 )
-"""After a number (or a range, "24-48"): a unit that makes it a time, a count or a weight."""
+"""After a number (or a range, "24-48"): a unit that makes it a time, a count or a weight. Not
+a percentage: "50% of your order" is an amount the guard cannot check."""
 _DAY = r"(?:[12][0-9]|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _MONTHS = (
     r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|june?|july?|aug(?:ust)?"
@@ -130,6 +135,10 @@ _PROMISES = tuple(
         r"\brefund\s+(?:is\s+|has\s+been\s+)?(?:on\s+(?:its|the)\s+way|being\s+processed"
         r"|processed|initiated|approved)",
         r"\bmoney\s+back\b",
+        r"\breimburs",
+        r"\bcompensat(?:e|ed|ing)\b",
+        r"\bpay(?:ing)?\s+(?:you\s+)?back\b|\bpaid\s+(?:you\s+)?back\b",
+        r"\b(?:send|sending|sent)\s+(?:\w+\s+){0,2}refund",
     )
 )
 # What a caller-supplied phrase may never carry into a template reply: every stem the guard
@@ -313,9 +322,12 @@ def check_reply(
     """The guard's failures for one reply; empty means it may be sent.
 
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
-      approved == 0: the reply must not promise money ("refunded", "will refund", "credited"...);
+      approved == 0: the reply must not promise money ("refunded", "will refund", "credited",
+      "reimburse", "compensated", "pay you back", "sending your refund"...);
     - no other amount (:func:`find_amounts`), and no amount in another currency, may appear;
-    - no amount may be multiplied ("INR 689 each", "3 x INR 689");
+    - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
+    - no amount may be multiplied, divided or repeated ("INR 689 each", "3 x INR 689", "half of
+      INR 689", "another 689", "INR 689 again", "INR 689 a day");
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
     - with held items, the reply must say they go to review ("will review", "under review");
@@ -340,13 +352,17 @@ def check_reply(
         if promises:
             failures.append(f"promises money although nothing is approved: {promises[0]!r}")
     located = _located_amounts(text, currency)
+    statements = _statements(text, located, approved_minor, _tag(currency))
+    if approved_minor > 0 and statements > 1:
+        # "INR 689 for the biryanis and INR 689 for the delay" reads as twice the money.
+        failures.append(f"states the approved amount {statements} times (at most once)")
     for start, end, mention in located:
         if mention.currency is not None and mention.currency != _tag(currency):
             failures.append(f"names an amount in another currency: {mention.text!r}")
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
         if _TIMES_AFTER.match(text, end) or _TIMES_BEFORE.search(text, 0, start):
-            failures.append(f"multiplies an amount: {mention.text!r}")
+            failures.append(f"multiplies, divides or repeats an amount: {mention.text!r}")
     for word in _SUM_WORDS.finditer(text):
         inside = any(start <= word.start() < end for start, end, _ in located)
         if not inside and not _NOT_MONEY_UNIT.match(text, word.end()):
@@ -366,6 +382,26 @@ def check_reply(
     if apologies > 1:
         failures.append(f"apologises {apologies} times (at most once)")
     return tuple(dict.fromkeys(failures))
+
+
+_RESTATED = re.compile(r"\s*\(\s*[^()0-9.;!?]{0,20}")
+"""Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
+(₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one."""
+
+
+def _statements(
+    text: str, located: Sequence[tuple[int, int, MoneyMention]], approved_minor: int, tag: str
+) -> int:
+    """How many times ``located`` states the approved amount, a bracketed restatement right
+    after a statement not counted."""
+    count, last_end = 0, None
+    for start, end, mention in located:
+        if mention.minor != approved_minor or mention.currency not in (None, tag):
+            continue
+        if last_end is None or not _RESTATED.fullmatch(text, last_end, start):
+            count += 1
+        last_end = end
+    return count
 
 
 def safe_phrase(phrase: str, currency: str) -> str:

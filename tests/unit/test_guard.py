@@ -161,6 +161,15 @@ def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
         "We have refunded INR 689 and a decent 20 as goodwill.",
         "We have refunded INR 689; you may 30 more.",
         "We have refunded INR 689, and a further 20 may follow.",
+        "We have refunded INR 689 for the biryanis and INR 689 for the late delivery.",
+        "We have refunded INR 689 now and INR 689 again next week.",
+        "We have refunded INR 689, and another 689 will follow.",
+        "We have refunded INR 689 and will also refund 50% of your order.",
+        "We have refunded INR 689 and 100 percent of the delivery fee.",
+        "We have refunded half of INR 689.",
+        "We have refunded INR 689 a day for the delay.",
+        "We have refunded INR 689 again.",
+        "We have refunded INR 689 daily until it arrives.",
     ],
 )
 def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
@@ -185,6 +194,19 @@ def test_times_counts_and_identifiers_are_not_amounts(plain: str) -> None:
     assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == (), plain
 
 
+def test_the_approved_amount_said_once_with_other_words_around_it_passes() -> None:
+    """Only a second statement of the amount, or words that scale or repeat it, fail: the
+    sentence around a single statement may say "again" or "more" elsewhere."""
+    text = (
+        "We have refunded INR 689 to your original payment method. Again, thank you for"
+        " telling us; we will do more to deliver on time."
+    )
+    assert check_reply(text, 68900, "INR", []) == ()
+    assert check_reply(f"{text} The INR 689 reaches you soon.", 68900, "INR", []) == (
+        "states the approved amount 2 times (at most once)",
+    )
+
+
 def test_numbers_far_from_refund_are_not_amounts() -> None:
     text = (
         "We have refunded INR 689. Your order of 4 biryanis placed at 20:15 arrived 85 minutes "
@@ -205,6 +227,10 @@ def test_nothing_approved_means_no_promise_of_money() -> None:
         "You will receive a full refund.",
         "Your refund has been initiated.",
         "You will get your money back.",
+        "We will reimburse you for the missing biryanis.",
+        "We will pay you back for the missing biryanis.",
+        "You will be compensated for the biryanis.",
+        "We are sending your refund today.",
     ):
         assert any("promises money" in f for f in check_reply(promise, 0, "INR", [])), promise
     assert any(
