@@ -71,14 +71,36 @@ the order's other disputes for a payment operator, as a paid one does (the datab
 ``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE)."""
 
 
-def why_not_repayable(status: str | None, error_code: str | None) -> str | None:
+PRICING_KEEPS_PAID_S = 35 * 24 * 3600.0
+"""How long pricing keeps a settled dispute that counts money paid after its last round: Stripe
+may report a refund failed up to 30 days after taking it on, and a REPAY needs the dispute
+there (pricing prices the new round)."""
+REPAY_WINDOW_S = PRICING_KEEPS_PAID_S - 24 * 3600.0
+"""How long after a dispute's last priced round the desk records a REPAY: a day less than
+pricing keeps it, so that a REPAY recorded reaches pricing while it still has the dispute."""
+
+
+def why_not_repayable(
+    status: str | None, error_code: str | None, last_priced_age_s: float | None = None
+) -> str | None:
     """``None`` when paying a round again (a new round for its amount) can mend it: the round is
-    FAILED in the ledger for a reason that may pass. Otherwise why not, as a reviewer reads it.
-    FAILED is final (nothing turns a FAILED row back), so the answer holds once given."""
+    FAILED in the ledger for a reason that may pass, and the dispute's last round was priced
+    less than :data:`REPAY_WINDOW_S` ago (``last_priced_age_s``). Otherwise why not, as a
+    reviewer reads it. FAILED is final (nothing turns a FAILED row back), and the age only
+    grows, so the answer holds once given."""
     if status != "FAILED":
         held = "not in the payout ledger" if status is None else f"{status} in the payout ledger"
         return f"it is {held}, and only a FAILED refund can be paid again"
-    return UNMENDABLE_FAILURES.get(error_code or "")
+    unmendable = UNMENDABLE_FAILURES.get(error_code or "")
+    if unmendable is not None:
+        return unmendable
+    if last_priced_age_s is not None and last_priced_age_s > REPAY_WINDOW_S:
+        return (
+            f"its dispute was last priced {last_priced_age_s / 86400:.0f} days ago, and pricing"
+            f" keeps a paid dispute {PRICING_KEEPS_PAID_S / 86400:.0f} days, so it could not"
+            " price the new round"
+        )
+    return None
 
 
 _PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")

@@ -75,20 +75,26 @@ AFTER_DECISION = {
 
 
 def failed_round(
-    item: m.ReviewItemRecord, ledger: Mapping[int, m.LedgerRecord]
+    item: m.ReviewItemRecord,
+    ledger: Mapping[int, m.LedgerRecord],
+    last_priced_age_s: float | None = None,
 ) -> dict[str, Any] | None:
     """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
-    it can; the desk offers REPAY only then, and the store checks again when it records one)."""
+    it can; the desk offers REPAY only then, and the store checks again when it records one).
+    ``last_priced_age_s``: seconds since the dispute's last priced round."""
     round_ = payout_item_round(item.item_key) if item.kind == "PAYOUT" else None
     row = None if round_ is None else ledger.get(round_)
     if row is None:
         return None
-    return {"ledger": row, "why_not": why_not_repayable(row.status, row.error_code)}
+    why_not = why_not_repayable(row.status, row.error_code, last_priced_age_s)
+    return {"ledger": row, "why_not": why_not}
 
 
-def case_view(story: m.DisputeStory) -> dict[str, Any]:
-    """The case page's context: the story regrouped per grievance, spans cut for <mark>."""
+def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:
+    """The case page's context at ``now``: the story regrouped per grievance, spans cut for
+    <mark>."""
     last_round = story.priced_rounds[-1] if story.priced_rounds else None
+    priced_age_s = None if last_round is None else (now - last_round.priced_at).total_seconds()
     lines = {line.grievance_id: line for line in last_round.lines} if last_round else {}
     decisions = {d.item_key: d for d in story.review_decisions}
     items_by_grievance = {
@@ -114,7 +120,11 @@ def case_view(story: m.DisputeStory) -> dict[str, Any]:
         )
     ledger = {row.round: row for row in story.payouts.ledger}
     other_items = [
-        {"item": i, "decision": decisions.get(i.item_key), "failed": failed_round(i, ledger)}
+        {
+            "item": i,
+            "decision": decisions.get(i.item_key),
+            "failed": failed_round(i, ledger, priced_age_s),
+        }
         for i in story.review_items
         if i.kind != "GRIEVANCE"
     ]
@@ -298,7 +308,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 title="No such dispute",
                 message=f"There is no dispute {dispute_id!r}.",
             )
-        return render(request, "case.html", status, error=error, **case_view(story))
+        return render(request, "case.html", status, error=error, **case_view(story, ctx.clock()))
 
     @router.get("/disputes/{dispute_id}")
     async def case(

@@ -389,7 +389,13 @@ class Store:
         )
         row = await cur.fetchone()
         status, error_code = (row["status"], row["error_code"]) if row else (None, None)
-        why = why_not_repayable(status, error_code)
+        await cur.execute(
+            "SELECT EXTRACT(EPOCH FROM now() - max(priced_at))::float8 AS age_s"
+            " FROM priced_refunds WHERE dispute_id = %s",
+            (dispute_id,),
+        )
+        priced = await cur.fetchone()
+        why = why_not_repayable(status, error_code, priced["age_s"] if priced else None)
         if why is not None:
             raise NotDecidable(
                 f"Round {round_} cannot be paid again: {why}. Settle it with the customer"

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.payout_rounds import payout_item_round
+from refund_bench.db.payout_rounds import PRICING_KEEPS_PAID_S, payout_item_round
 from refund_bench.db.snapshots import payment_reference
 from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
 from refund_bench.errors import InvalidInput
@@ -46,9 +46,10 @@ warning in the log) and expires unused."""
 SETTLED_RETENTION_S = 7 * 24 * 3600.0
 """How long a settled dispute's state (its last round held nothing for review) that counts no
 money paid outlives its last write: long enough to ignore redelivered verdicts."""
-PAID_RETENTION_S = 35 * 24 * 3600.0
+PAID_RETENTION_S = PRICING_KEEPS_PAID_S
 """The same for a settled dispute that counts money paid: Stripe may report a refund failed up
-to 30 days after taking it on, and a payment operator's REPAY then needs the dispute here."""
+to 30 days after taking it on, and a payment operator's REPAY then needs the dispute here (the
+desk records a REPAY only within :data:`~refund_bench.db.payout_rounds.REPAY_WINDOW_S`)."""
 SnapshotLookup = Callable[[str], Mapping[str, Any]]
 StateLookup = Callable[[str], dict[str, Any] | None]
 

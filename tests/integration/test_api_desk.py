@@ -356,6 +356,37 @@ def fail_round_one(database_url: str, dispute_id: str, error_code: str) -> None:
         )
 
 
+def test_a_failed_refund_of_a_dispute_pricing_no_longer_keeps_is_only_settled_elsewhere(
+    api: ApiServer, dispute: str
+) -> None:
+    """Pricing keeps a paid dispute 35 days after its last round: a REPAY after that would be
+    dead-lettered there while the desk closed the item, so the desk neither offers nor records
+    it, and says why."""
+    fail_round_one(api.database_url, dispute, "refund_failed")
+    with psycopg.connect(api.database_url) as conn:
+        aged = conn.execute(
+            "UPDATE priced_refunds SET priced_at = now() - interval '40 days'"
+            " WHERE dispute_id = %s",
+            (dispute,),
+        ).rowcount
+    assert aged >= 1
+    why = "its dispute was last priced 40 days ago, and pricing keeps a paid dispute 35 days"
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        assert 'value="REPAY"' not in case
+        assert why in case
+        form = {"item_key": "payout:round1", "note": "card re-issued", "csrf_token": token}
+        refused = client.post(url, data={**form, "decision": "REPAY"})
+        assert refused.status_code == 422
+        assert why in refused.text
+        assert decisions(api, dispute) == []
+        settled = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
+        assert settled.status_code == 303
+    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
+
+
 def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:
     fail_round_one(api.database_url, dispute, "refund_failed")
     url = f"/review/disputes/{dispute}/decisions"

@@ -1,0 +1,42 @@
+"""Which failed payout rounds the desk may pay again (pure rules, no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from refund_bench.db.payout_rounds import (
+    MAY_HAVE_REFUNDED,
+    PRICING_KEEPS_PAID_S,
+    REPAY_WINDOW_S,
+    UNMENDABLE_FAILURES,
+    why_not_repayable,
+)
+from services.pricing.handler import PAID_RETENTION_S
+
+
+def test_a_failed_round_within_the_window_can_be_paid_again() -> None:
+    assert why_not_repayable("FAILED", "card_declined") is None
+    assert why_not_repayable("FAILED", "refund_failed", REPAY_WINDOW_S) is None
+
+
+def test_a_failed_round_past_the_window_cannot() -> None:
+    why = why_not_repayable("FAILED", "refund_failed", REPAY_WINDOW_S + 1)
+    assert why is not None
+    assert "last priced 34 days ago, and pricing keeps a paid dispute 35 days" in why
+
+
+def test_the_window_closes_before_pricing_lets_the_dispute_go() -> None:
+    assert PAID_RETENTION_S == PRICING_KEEPS_PAID_S
+    assert REPAY_WINDOW_S < PRICING_KEEPS_PAID_S
+
+
+@pytest.mark.parametrize("status", [None, "PENDING", "SUCCEEDED"])
+def test_only_a_failed_round_can_be_paid_again(status: str | None) -> None:
+    why = why_not_repayable(status, None, 0.0)
+    assert why is not None
+    assert "only a FAILED refund can be paid again" in why
+
+
+def test_a_round_that_may_have_refunded_is_never_paid_again() -> None:
+    for code in MAY_HAVE_REFUNDED:
+        assert why_not_repayable("FAILED", code, 0.0) == UNMENDABLE_FAILURES[code]
