@@ -356,6 +356,28 @@ def fail_round_one(database_url: str, dispute_id: str, error_code: str) -> None:
         )
 
 
+def refuse_repay_then_settle_elsewhere(api: ApiServer, dispute: str, why: str) -> str:
+    """On the desk: round 1's case offers no REPAY and says why; a REPAY posted anyway is
+    refused (422, the reason, nothing recorded); PAID_ELSEWHERE is recorded. The page shown
+    after it."""
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        assert 'value="REPAY"' not in case
+        assert "Paying again cannot mend this round: " in case
+        form = {"item_key": "payout:round1", "note": "refunded", "csrf_token": token}
+        refused = client.post(url, data={**form, "decision": "REPAY"})
+        assert refused.status_code == 422
+        assert why in refused.text
+        assert decisions(api, dispute) == []
+        settled = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
+        assert settled.status_code == 303
+        shown = client.get(settled.headers["location"]).text
+    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
+    return shown
+
+
 def test_a_failed_refund_of_a_dispute_pricing_no_longer_keeps_is_only_settled_elsewhere(
     api: ApiServer, dispute: str
 ) -> None:
@@ -370,21 +392,11 @@ def test_a_failed_refund_of_a_dispute_pricing_no_longer_keeps_is_only_settled_el
             (dispute,),
         ).rowcount
     assert aged >= 1
-    why = "its dispute was last priced 40 days ago, and pricing keeps a paid dispute 35 days"
-    url = f"/review/disputes/{dispute}/decisions"
-    with api.client() as client:
-        token = sign_in(client, "carol")
-        case = client.get(f"/review/disputes/{dispute}").text
-        assert 'value="REPAY"' not in case
-        assert why in case
-        form = {"item_key": "payout:round1", "note": "card re-issued", "csrf_token": token}
-        refused = client.post(url, data={**form, "decision": "REPAY"})
-        assert refused.status_code == 422
-        assert why in refused.text
-        assert decisions(api, dispute) == []
-        settled = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
-        assert settled.status_code == 303
-    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
+    refuse_repay_then_settle_elsewhere(
+        api,
+        dispute,
+        "its dispute was last priced 40 days ago, and pricing keeps a paid dispute 35 days",
+    )
 
 
 def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:
@@ -440,22 +452,8 @@ def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
             " WHERE dispute_id = %s AND round = 1",
             (status, error_code, dispute),
         )
-    url = f"/review/disputes/{dispute}/decisions"
-    with api.client() as client:
-        token = sign_in(client, "carol")
-        case = client.get(f"/review/disputes/{dispute}").text
-        assert 'value="REPAY"' not in case
-        assert "Paying again cannot mend this round: " in case
-        form = {"item_key": "payout:round1", "note": "refunded", "csrf_token": token}
-        refused = client.post(url, data={**form, "decision": "REPAY"})
-        assert refused.status_code == 422
-        assert why in refused.text
-        assert decisions(api, dispute) == []
-        settled = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
-        assert settled.status_code == 303
-        shown = client.get(settled.headers["location"]).text
+    shown = refuse_repay_then_settle_elsewhere(api, dispute, why)
     assert "the failed round is closed; nothing more is paid" in shown
-    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
     with psycopg.connect(api.database_url) as conn:
         marked = conn.execute(
             "SELECT paid_elsewhere FROM payout_ledger WHERE dispute_id = %s AND round = 1",
