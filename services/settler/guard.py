@@ -429,23 +429,32 @@ def _listing(phrases: Sequence[str], currency: str) -> str:
 
 
 def template_reply(
-    approved_minor: int, currency: str, resolved: Sequence[str], held: Sequence[str]
+    approved_minor: int,
+    currency: str,
+    resolved: Sequence[str],
+    held: Sequence[str],
+    *,
+    earlier_refund: bool = False,
 ) -> str:
     """A plain, deterministic reply that passes :func:`check_reply` by construction.
 
     ``resolved`` and ``held`` are short descriptions ("the late delivery", "the Raita"); they are
     passed through :func:`safe_phrase` and kept away from the amount sentence.
+    ``earlier_refund``: an earlier round of the dispute paid money (a later round's reply must
+    not read as if nothing had been refunded, nor as if this amount covered everything).
     """
     done = _listing(resolved, currency)
     waiting = _listing(held, currency)
     sentences: list[str] = []
     if approved_minor > 0:
+        besides = ", in addition to our earlier refund for this order" if earlier_refund else ""
         sentences.append(
             f"We have refunded {format_amount(approved_minor, currency)} to your original "
-            "payment method; it should reach you within a few working days."
+            f"payment method{besides}; it should reach you within a few working days."
         )
         if done:
-            sentences.append(f"This covers {done}.")
+            covers = "Together they cover" if earlier_refund else "This covers"
+            sentences.append(f"{covers} {done}.")
     else:
         sentences.append("We have looked into your complaint about this order.")
         if done:
@@ -454,6 +463,8 @@ def template_reply(
         subject = waiting or "the rest of your complaint"
         sentences.append(f"A colleague will review {subject} and get back to you with the outcome.")
     sentences.append("We are sorry for the trouble with this order.")
-    if approved_minor <= 0 and not held:
+    if approved_minor <= 0 and earlier_refund:
+        sentences.append("What our earlier reply said about this order still stands.")
+    elif approved_minor <= 0 and not held:
         sentences.append("We are not able to offer a refund for this order.")
     return " ".join(sentences)

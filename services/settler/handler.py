@@ -232,7 +232,10 @@ class SettlerHandler:
         if not failures:
             return text, "MODEL", []
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
-        return template_reply(approved, priced.currency, done, held), "TEMPLATE", failures
+        reply = template_reply(
+            approved, priced.currency, done, held, earlier_refund=priced.already_paid_minor > 0
+        )
+        return reply, "TEMPLATE", failures
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:
         """Each round's :data:`Inputs`, in the order asked for (a round asked for twice is read

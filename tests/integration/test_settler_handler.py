@@ -48,6 +48,8 @@ def _priced(
     cap: int = 100000,
     snapshot: FrozenSnapshot | None = None,
     payment_reference: str | None = None,
+    round_: int = 1,
+    already_paid: int = 0,
 ) -> Message:
     """The article's priced round for ``dispute_id``, against ``snapshot`` (default: the
     article's order); with no ``payment_reference``, as pricing wrote it before the event
@@ -56,7 +58,7 @@ def _priced(
     priced = ev.RefundPriced(
         dispute_id=dispute_id,
         order_id=ARTICLE_ORDER.order_id,
-        round=1,
+        round=round_,
         pricing_version="v1",
         currency="INR",
         order_total_minor=ARTICLE_ORDER.charged_total_minor,
@@ -75,6 +77,7 @@ def _priced(
             for gid, category, outcome, status, amount, item in LINES
         ],
         total_minor=68900,
+        already_paid_minor=already_paid,
         payable_minor=payable,
         cap_minor=cap,
         decision=decision,
@@ -197,6 +200,21 @@ def test_a_line_of_a_category_this_version_does_not_know_is_invalid_and_stores_n
             {"d": dispute},
         )
         assert stored.fetchone() == (0, 0), "no reply stored, no round reserved"
+
+
+def test_a_later_rounds_template_reply_does_not_deny_the_earlier_refund(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Round 2 of a dispute round 1 paid, with nothing more to pay and the model's answer
+    unreadable: the template does not tell the customer that no refund is offered."""
+    standin.faults(next_faults=["malformed"])
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "NOTHING_TO_PAY", 0, round_=2, already_paid=68900)
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert reply["source"] == "TEMPLATE"
+    assert "not able to offer a refund" not in reply["text"]
+    assert "What our earlier reply said about this order still stands." in reply["text"]
 
 
 def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standin: Standin) -> None:

@@ -370,9 +370,21 @@ currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
 def test_template_reply_always_passes_the_guard(
     approved: int, currency: str, resolved: list[str], held: list[str]
 ) -> None:
-    reply = template_reply(approved, currency, resolved, held)
-    assert check_reply(reply, approved, currency, held) == ()
-    assert reply == template_reply(approved, currency, resolved, held)
+    for earlier in (False, True):
+        reply = template_reply(approved, currency, resolved, held, earlier_refund=earlier)
+        assert check_reply(reply, approved, currency, held) == ()
+        assert reply == template_reply(approved, currency, resolved, held, earlier_refund=earlier)
+
+
+def test_a_later_rounds_template_keeps_the_earlier_refund_in_view() -> None:
+    """Round 2 of a dispute round 1 paid: with nothing more to pay it does not say that no
+    refund is offered; with more it does not say that this amount covers everything."""
+    nothing_more = template_reply(0, "INR", ["the Raita"], [], earlier_refund=True)
+    assert "not able to offer a refund" not in nothing_more
+    assert "What our earlier reply said about this order still stands." in nothing_more
+    more = template_reply(6000, "INR", ["the late delivery", "the Raita"], [], earlier_refund=True)
+    assert "We have refunded INR 60 to your original payment method, in addition to our" in more
+    assert "Together they cover the late delivery and the Raita." in more
 
 
 @given(st.integers(min_value=0, max_value=10**9), currencies)
