@@ -133,3 +133,60 @@ def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_column_once(
             " AND attname = 'seed'"
         ).fetchone()
     assert again == attnum, "the second start adds nothing"
+
+
+PAYOUT_LEDGER_BEFORE_PAID_ELSEWHERE = """
+CREATE TABLE payout_ledger (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    amount_minor     bigint NOT NULL CHECK (amount_minor > 0),
+    currency         text NOT NULL,
+    payment_reference text NOT NULL,
+    idempotency_key  text NOT NULL UNIQUE,
+    status           text NOT NULL CHECK (status IN ('PENDING', 'SUCCEEDED', 'FAILED')),
+    stripe_refund_id text,
+    error_code       text,
+    error_message    text,
+    attempts         integer NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (dispute_id, round)
+)
+"""
+
+
+def _paid_elsewhere_column(conn: psycopg.Connection[tuple[object, ...]]) -> object:
+    return conn.execute(
+        "SELECT attnum FROM pg_attribute WHERE attrelid = 'payout_ledger'::regclass"
+        " AND attname = 'paid_elsewhere' AND NOT attisdropped"
+    ).fetchone()
+
+
+def test_ledger_rows_written_before_paid_elsewhere_keep_their_rows_and_gain_it_once(
+    earlier_database: str,
+) -> None:
+    """An older ledger gains the column (false for its rows, which then hold nothing more than
+    before) on the first start, and nothing on the next."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(PAYOUT_LEDGER_BEFORE_PAID_ELSEWHERE)
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, error_code)"
+            " VALUES ('d-1', 1, 4900, 'INR', 'pi_1', 'k-1', 'FAILED', 'card_declined')"
+        )
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        rows = conn.execute("SELECT dispute_id, paid_elsewhere FROM payout_ledger").fetchall()
+        assert rows == [("d-1", False)]
+        attnum = _paid_elsewhere_column(conn)
+        # The declined round moved no money: the order's next dispute is opened PENDING.
+        opened = conn.execute(
+            "SELECT status FROM payout_claim_round('d-2', 1, 4900, 'INR', 'pi_1', 'k-2', false)"
+        ).fetchone()
+    assert attnum is not None
+    assert opened == ("PENDING",)
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        assert _paid_elsewhere_column(conn) == attnum, "the second start adds nothing"
