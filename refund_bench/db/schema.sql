@@ -195,8 +195,8 @@ $$;
 -- payment (the same order) already has a round that may have refunded it (any round but a
 -- FAILED one that moved no money: see payout_failure_may_have_refunded and paid_elsewhere): then
 -- it is FAILED with ORDER_ALREADY_REFUNDED, naming that round, and nothing is paid automatically
--- (a second complaint about one order is a payment operator's call). Rounds of one payment are opened one
--- at a time (an advisory lock on the payment reference).
+-- (a second complaint about one order is a payment operator's call). Rounds of one payment are
+-- opened one at a time (an advisory lock on the payment reference).
 --
 -- p_provider_call: the caller is about to call the provider, so the call is counted (attempts).
 -- The settler opens (reserves) a round without a call before its reply promises the money, so
