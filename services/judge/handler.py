@@ -14,6 +14,7 @@ code does not know goes to the dead-letter topic.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,6 +58,29 @@ def redraw_seed(seed: int, attempt: int) -> int:
     """The seed of a seat's ``attempt``-th draw (0: its own seed). A redraw with the same
     request and seed would most likely repeat the unreadable answer it replaces."""
     return seed + attempt * REDRAW_SEED_STRIDE
+
+
+MAX_REASONING_CHARS = 2_000
+"""A ruling keeps this much of the model's reasoning (and, after it, any note code adds)."""
+MAX_CITATIONS = 16
+"""A ruling keeps this many of the fields the model cited (all of them count)."""
+MAX_CITATION_CHARS = 200
+MAX_RAW_CHARS = 64_000
+"""A ruling keeps this much of the model's raw answer. With the limits above, a ruling, and a
+verdict of the largest bench (``MAX_JUDGES`` seats), fit one Kafka record whatever the model
+writes: one that did not would be dead-lettered, and its grievance would never be decided."""
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str, limit: int) -> str:
+    """``text`` as a ruling keeps it: at most ``limit`` characters (and a note of how many more
+    there were), with each NUL or half of a surrogate pair replaced by U+FFFD. An unreadable
+    answer may hold either; PostgreSQL text cannot store a NUL, and UTF-8 cannot encode a
+    lone surrogate, so the ruling could be neither recorded nor sent."""
+    if len(text) > limit:
+        text = f"{text[:limit]} [... {len(text) - limit} more characters not kept]"
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 _SEALED_PREFIX = "seed="
@@ -186,7 +210,7 @@ class JudgeHandler:
             model=seat.llm.model,
             prompt_version=self._prompt.version,
             snapshot_sha256=grievance.snapshot_sha256,
-            raw_response=raw,
+            raw_response=storable(raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=seed,
             **fields,
@@ -219,7 +243,10 @@ def _refused_fields(reason: str) -> dict[str, Any]:
         "model_ruling": "REFUSED",
         "confidence": 0.0,
         "evidence_cited": [],
-        "reasoning": f"The model endpoint refused the request ({reason}); counted as ESCALATE.",
+        "reasoning": storable(
+            f"The model endpoint refused the request ({reason}); counted as ESCALATE.",
+            MAX_REASONING_CHARS,
+        ),
     }
 
 
@@ -235,20 +262,25 @@ def _ruling_fields(
             "model_ruling": "UNREADABLE",
             "confidence": 0.0,
             "evidence_cited": [],
-            "reasoning": (
-                f"The model's answer could not be read ({exc.reason}); counted as ESCALATE."
+            "reasoning": storable(
+                f"The model's answer could not be read ({exc.reason}); counted as ESCALATE.",
+                MAX_REASONING_CHARS,
             ),
         }
     normalised = normalise(
         answer.ruling.value, answer.evidence_cited, allowed.fields, allowed.silent
     )
-    reasoning = answer.reasoning
+    reasoning = storable(answer.reasoning, MAX_REASONING_CHARS)
+    cited = answer.evidence_cited
+    if len(cited) > MAX_CITATIONS:
+        reasoning += f" [{len(cited) - MAX_CITATIONS} more citations not kept]"
     if normalised.changed:
-        reasoning = f"{reasoning} [counted as {normalised.ruling.value}: {normalised.reason}]"
+        note = f"counted as {normalised.ruling.value}: {normalised.reason}"
+        reasoning += f" [{storable(note, MAX_REASONING_CHARS)}]"
     return {
         "ruling": normalised.ruling.value,
         "model_ruling": answer.ruling.value,
         "confidence": answer.confidence,
-        "evidence_cited": list(answer.evidence_cited),
+        "evidence_cited": [storable(c, MAX_CITATION_CHARS) for c in cited[:MAX_CITATIONS]],
         "reasoning": reasoning,
     }

@@ -38,9 +38,16 @@ class NormalisedRuling:
         return self.ruling.value != self.model_ruling.strip().upper()
 
 
-def _citations(evidence_cited: Sequence[str]) -> list[str]:
+def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[str]:
+    """The fields ``evidence_cited`` names: an entry that is a field of the snapshot as it
+    stands (an item name may hold a comma), else each part of it split on commas, semicolons
+    and newlines."""
     out: list[str] = []
     for entry in evidence_cited:
+        whole = entry.strip(_STRIP)
+        if _key(whole) in allowed:
+            out.append(whole)
+            continue
         for part in _SPLIT.split(entry):
             cleaned = part.strip(_STRIP)
             if cleaned:
@@ -70,12 +77,12 @@ def normalise(
 ) -> NormalisedRuling:
     """Normalise one answer; see :func:`normalise_ruling` for the rule.
 
-    Ruling words are matched case-insensitively after trimming. Citations are split on commas,
-    semicolons and newlines, trimmed of quotes, and compared case-insensitively, with an optional
-    ``evidence.`` or ``snapshot.`` prefix ignored.
+    Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
+    and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
+    ignored; an entry that names no field whole is split on commas, semicolons and newlines.
     """
     allowed = _keys(allowed_fields)
-    cited = _citations(evidence_cited)
+    cited = _citations(evidence_cited, allowed)
     known = tuple(c for c in cited if _key(c) in allowed)
     unknown = tuple(c for c in cited if _key(c) not in allowed)
 

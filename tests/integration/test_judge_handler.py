@@ -19,6 +19,8 @@ from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.codec import Codec, FingerprintFraming
+from refund_bench.domain import MAX_JUDGES
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
@@ -26,7 +28,13 @@ from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
-from services.judge.handler import REDRAW_SEED_STRIDE, JudgeHandler, Seat
+from services.judge.handler import (
+    DRAWS_PER_SEAT,
+    MAX_CITATIONS,
+    REDRAW_SEED_STRIDE,
+    JudgeHandler,
+    Seat,
+)
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
@@ -51,6 +59,10 @@ def _grievance(dispute_id: str, category: str = "LATE_DELIVERY") -> Message:
         extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
     ).to_avro()
     return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
+
+
+def _dispute() -> str:
+    return f"d-{uuid.uuid4().hex[:12]}"
 
 
 def _deliver(
@@ -226,6 +238,34 @@ def test_a_grievance_handled_twice_at_once_pays_for_each_seat_once(
     assert [r["raw_response"] for r in second] == [r["raw_response"] for r in first]
 
 
+def _rulings_for_answer(redis_url: str, port: int, message: Message) -> list[Mapping[str, Any]]:
+    """The rulings a three-seat bench casts for ``message`` when the endpoint on ``port``
+    gives every seat the same answer."""
+
+    async def go() -> list[Mapping[str, Any]]:
+        redis = Redis.from_url(redis_url)
+        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
+        llm = LlmClient(
+            LlmEndpoint(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key=SecretStr("k"),
+                model="any-model",
+                temperature=0.7,
+                timeout_seconds=5,
+            )
+        )
+        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
+        try:
+            emits = await handler.handle(message, Context(None))
+        finally:
+            await llm.aclose()
+            await redis.aclose()
+        return [e.value for e in emits]
+
+    return asyncio.run(go())
+
+
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
@@ -252,31 +292,65 @@ def test_a_model_ruling_on_silent_or_no_evidence_is_cast_as_escalate(
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     content = json.dumps({**answer, "confidence": 0.9, "reasoning": why})
 
-    async def go(port: int) -> list[Mapping[str, Any]]:
-        redis = Redis.from_url(redis_url)
-        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
-        llm = LlmClient(
-            LlmEndpoint(
-                base_url=f"http://127.0.0.1:{port}/v1",
-                api_key=SecretStr("k"),
-                model="any-model",
-                temperature=0.7,
-                timeout_seconds=5,
-            )
-        )
-        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
-        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
-        try:
-            emits = await handler.handle(_grievance(dispute, "PACKAGING"), Context(None))
-        finally:
-            await llm.aclose()
-            await redis.aclose()
-        return [e.value for e in emits]
-
     with FixedAnswerServer(completion(content)) as server:
-        rulings = asyncio.run(go(server.port))
+        rulings = _rulings_for_answer(redis_url, server.port, _grievance(dispute, "PACKAGING"))
 
     assert len(server.requests) == 3, "three seats asked"
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3, why
     assert [r["model_ruling"] for r in rulings] == [answer["ruling"]] * 3
     assert all(r["raw_response"] == content for r in rulings), "the raw answer is kept"
+
+
+def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> None:
+    """An answer cut short may hold a NUL, which PostgreSQL text cannot take; the ruling keeps
+    the raw answer with it replaced by U+FFFD, so that the recorder can store it, instead of
+    failing the audit record on every redelivery."""
+    content = '{"ruling": "UPH\x00ELD", "reasoning": "late'
+    with FixedAnswerServer(completion(content)) as server:
+        rulings = _rulings_for_answer(redis_url, server.port, _grievance(_dispute()))
+
+    assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain"
+    assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
+    assert [r["raw_response"] for r in rulings] == [content.replace("\x00", "\ufffd")] * 3
+
+
+def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_writes(
+    redis_url: str,
+) -> None:
+    """A model that writes on and on (reasoning of 300,000 four-byte characters, a thousand
+    citations) still yields a ruling, and a verdict of the largest bench, that fit one Kafka
+    record: one that did not would be dead-lettered and its grievance never decided. Every
+    citation still counts: the rejection rests in part on a missing record."""
+    cited = ["order.placed_at"] * 999 + ["order.packaging_notes"]
+    answer = {"ruling": "REJECTED", "confidence": 0.9, "evidence_cited": cited}
+    content = json.dumps({**answer, "reasoning": "\U0001f642" * 300_000})
+    with FixedAnswerServer(completion(content)) as server:
+        rulings = _rulings_for_answer(redis_url, server.port, _grievance(_dispute(), "PACKAGING"))
+
+    assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
+    ruling = rulings[0]
+    assert len(ruling["evidence_cited"]) == MAX_CITATIONS
+    assert f"[{1000 - MAX_CITATIONS} more citations not kept]" in ruling["reasoning"]
+    assert "missing evidence is never a rejection" in ruling["reasoning"]
+    limit = 1_000_000 - 512  # the producer's message.max.bytes, less the runner's margin
+    cast = Codec(FingerprintFraming(), {t.RULING_CAST.name: t.RULING_CAST.schema})
+    assert len(cast.encode(t.RULING_CAST.name, ruling)) < limit
+    summary = {field: ruling[field] for field in ev.RulingSummary.model_fields}
+    verdict = ev.VerdictDecided(
+        dispute_id=ruling["dispute_id"],
+        order_id=ruling["order_id"],
+        grievance_id="g1",
+        grievance_total=1,
+        category="PACKAGING",
+        snapshot_sha256=ruling["snapshot_sha256"],
+        outcome="ESCALATE",
+        votes_upheld=0,
+        votes_rejected=0,
+        votes_escalate=MAX_JUDGES,
+        split=f"0-0-{MAX_JUDGES}",
+        unanimous=True,
+        rulings=[ev.RulingSummary(**{**summary, "judge_seat": seat}) for seat in range(MAX_JUDGES)],
+        decided_at=datetime(2026, 12, 5, tzinfo=UTC),
+    )
+    decided = Codec(FingerprintFraming(), {t.VERDICT_DECIDED.name: t.VERDICT_DECIDED.schema})
+    assert len(decided.encode(t.VERDICT_DECIDED.name, verdict.to_avro())) < limit

@@ -151,3 +151,34 @@ def test_silent_fields_are_exactly_the_empty_records() -> None:
     assert {"order.delivered_at", "derived.delay_minutes", "order.partner_conduct_reports"} <= (
         SILENT
     )
+
+
+COMMA_ITEM = "Biryani, large"
+COMMA_ORDER = article_order(
+    line_items=[
+        {"name": COMMA_ITEM, "quantity": 4, "unit_price_minor": 32000, "unit_weight_g": None},
+        {"name": "Raita", "quantity": 1, "unit_price_minor": 6000, "unit_weight_g": 200},
+    ]
+)
+COMMA_SNAPSHOT = build_snapshot(COMMA_ORDER)
+
+
+def test_a_field_named_after_an_item_with_a_comma_is_cited_whole() -> None:
+    """An item's name may hold a comma: the field it keys is one citation, not two unknown
+    halves. A rejection citing it where it holds no record (no unit weight, so no estimate)
+    rests on missing evidence; an upheld claim citing its line total is grounded."""
+    fields, silent = evidence_fields(COMMA_SNAPSHOT), silent_fields(COMMA_SNAPSHOT)
+    estimate = f"derived.missing_units_estimate.{COMMA_ITEM}"
+    assert estimate in silent
+
+    rejected = normalise("REJECTED", ["order.placed_at", estimate], fields, silent)
+    assert rejected.ruling is Ruling.ESCALATE
+    assert rejected.cited_known == ("order.placed_at", estimate)
+    assert "missing evidence is never a rejection" in rejected.reason
+
+    upheld = normalise("UPHELD", [f"line_totals_minor.{COMMA_ITEM}"], fields, silent)
+    assert upheld.ruling is Ruling.UPHELD
+    assert upheld.cited_unknown == ()
+    # An entry that is no field whole is still read as a list.
+    listed = normalise("UPHELD", [f"placed_at, {estimate}"], fields, silent)
+    assert listed.cited_known == ("placed_at",)
