@@ -239,6 +239,12 @@ class StageRunner:
         self.records_abandoned = 0
         """Polled records left uncommitted because they were still in flight when the drain
         after a stop ran out (``drain_timeout_s``)."""
+        self._failing_until: float | None = None
+        """Async stages: set at the first fatal error, until when the handlers still running
+        may finish (and no new one starts)."""
+        self._fatal: BaseException | None = None
+        """Async stages: the first fatal error, raised in place of the :class:`_NotStartedError` of
+        handlers it kept from starting."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -497,7 +503,7 @@ class StageRunner:
                 if self._stopping and drain_until is None:
                     drain_until = time.monotonic() + self.config.drain_timeout_s
                 room = self.config.max_pending_records - sum(b.size for b in pending)
-                if not self._stopping and room > 0:
+                if not self._stopping and self._failing_until is None and room > 0:
                     # Idle: block in the poll (nothing else needs the loop). Busy: just look.
                     timeout = self.config.batch_max_wait_s if not pending else 0
                     msgs = consumer.consume(min(room, self.config.batch_max_records), timeout)
@@ -528,10 +534,33 @@ class StageRunner:
                 polling = not self._stopping and room > 0
                 wake = self.config.async_poll_interval_s if polling else 1.0
                 await asyncio.wait([pending[0].task], timeout=wake)
+        except Exception as exc:
+            await self._let_finish([b.task for b in pending], exc)
+            if isinstance(exc, _NotStartedError) and self._fatal is not None:
+                raise self._fatal from None
+            raise
         finally:
             for batch in pending:
                 batch.task.cancel()
             await asyncio.gather(*(b.task for b in pending), return_exceptions=True)
+
+    async def _let_finish(self, tasks: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
+        """After a fatal ``error``: wait for the handlers still running, until ``drain_timeout_s``
+        after the first such error, so that calls already paid for (an LLM's answer) finish and
+        are cached for the replay. Their results are not committed; no new handler starts."""
+        if self._failing_until is None:
+            self._failing_until = time.monotonic() + self.config.drain_timeout_s
+        if self._fatal is None and not isinstance(error, _NotStartedError):
+            self._fatal = error
+        running = [task for task in tasks if not task.done()]
+        if running:
+            log.warning(
+                "%s: a fatal error; letting %d handlers still running finish (until the drain"
+                " timeout) before stopping",
+                self.spec.name,
+                len(running),
+            )
+            await asyncio.wait(running, timeout=max(0.0, self._failing_until - time.monotonic()))
 
     def _launch(self, msgs: list[Any]) -> _InFlight:
         records = self._decode_all(msgs)
@@ -648,7 +677,8 @@ class StageRunner:
     ) -> list[Sequence[Emit] | InvalidInput]:
         """Every message's result, handled concurrently (at most ``max_inflight`` at once).
 
-        A fatal error in one handler cancels the others and is raised.
+        A fatal error in one handler is raised once the others have finished, or the drain
+        timeout has run out (those still running are then cancelled): see :meth:`_let_finish`.
         """
         handler = cast(AsyncHandler, self.spec.handler)
         limit = cast(asyncio.Semaphore, self._limit)
@@ -656,6 +686,8 @@ class StageRunner:
 
         async def one(message: Message) -> Sequence[Emit] | InvalidInput:
             async with limit:
+                if self._failing_until is not None:
+                    raise _NotStartedError  # a fatal error elsewhere: nothing of this is committed
                 started = time.perf_counter()
                 self._inflight += 1
                 self.metrics.set("inflight_handlers", self._inflight)
@@ -672,9 +704,22 @@ class StageRunner:
                     self.metrics.set("inflight_handlers", self._inflight)
                     self.metrics.observe("handler_seconds", time.perf_counter() - started)
 
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(m)) for m in messages]
-        return [t.result() for t in tasks]
+        tasks = [asyncio.ensure_future(one(m)) for m in messages]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            failed = [
+                error
+                for t in tasks
+                if t.done() and not t.cancelled() and (error := t.exception()) is not None
+            ]
+            if failed:
+                await self._let_finish(tasks, failed[0])
+                raise failed[0]
+            return [t.result() for t in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _encode(self, emit: Emit) -> bytes:
         """The output's value in its topic's contract. An undeclared output topic is a bug in
@@ -782,6 +827,10 @@ class StageRunner:
             producer.abort_transaction(self.config.commit_timeout_s)
         except KafkaException as exc:
             log.warning("abort_transaction failed: %s", exc)
+
+
+class _NotStartedError(Exception):
+    """A handler not started because a fatal error stops the stage."""
 
 
 def _text_key(key: bytes | None) -> str | None:

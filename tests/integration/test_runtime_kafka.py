@@ -34,6 +34,7 @@ from tests.kafka_helpers import (
     produce_raw,
     produce_values,
     read_committed,
+    read_to_end,
     start_selftest,
     wait_for,
 )
@@ -300,6 +301,52 @@ def test_a_stop_waits_for_the_records_in_flight_only_until_the_drain_timeout(
     finally:
         assert second.stop() is None
     assert sorted(r.value["seq"] for r in records) == list(range(total))
+
+
+def test_a_fatal_error_lets_the_handlers_in_flight_finish_then_stops_the_stage(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """One handler fails fatally (a refused API key) while the others' slow calls are in flight,
+    in its batch and in later ones: those finish first, so that an answer already paid for is
+    cached for the replay instead of being paid for again, and only a call that never answers
+    is cut off at the drain timeout. Nothing is committed, and the error raised is the handler's
+    own."""
+    total, drain_s = 30, 3.0
+    source, sink = new_topic("fatal-in", 1), new_topic("fatal-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    started: set[str] = set()
+    finished: set[str] = set()
+    all_started = asyncio.Event()
+
+    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        record_id = str(message.value["id"])
+        started.add(record_id)
+        if len(started) == total:
+            all_started.set()
+        if record_id == "r5":
+            await all_started.wait()
+            raise RuntimeError("the model endpoint refused the API key")
+        if record_id == "r7":
+            await asyncio.Event().wait()  # a call that never answers
+        await asyncio.sleep(0.5)  # a slow call: still running when r5 fails
+        finished.add(record_id)
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"fatal-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec("fatal", (Topic(source, "bench.record"),), (out,), handler)
+    config = _config(stack.kafka, group, batch_max_records=10, drain_timeout_s=drain_s)
+    stage = StageThread(StageRunner(spec, config, framing)).start()
+    wait_for(lambda: len(started) == total, 60, "every record to be in flight")
+    failed_at = time.monotonic()
+    error = stage.join(60)
+
+    assert finished == {f"r{i}" for i in range(total)} - {"r5", "r7"}
+    assert isinstance(error, RuntimeError), error
+    assert str(error) == "the model endpoint refused the API key"
+    assert time.monotonic() - failed_at < drain_s + 10, "the hung call is cut off, not awaited"
+    assert read_to_end(stack.kafka, sink, timeout_s=30) == [], "nothing is committed"
 
 
 def test_aborted_transaction_is_never_visible_to_read_committed(
