@@ -39,10 +39,15 @@ from services.pricing.table import (
 log = logging.getLogger(__name__)
 
 RETENTION_S = 90 * 24 * 3600.0
-"""How long a dispute's state outlives its last write while a reviewer may still act on it: a
-dispute-level review decision that comes later finds no dispute and goes to the dead-letter
-topic with that reason; a grievance-level one is kept as if it came before the verdicts (with a
-warning in the log) and expires unused."""
+"""How long a dispute's state outlives its last write while it waits for its verdicts (or was
+last priced before states said whether anything is held): a dispute-level review decision that
+comes later finds no dispute and goes to the dead-letter topic with that reason; a
+grievance-level one is kept as if it came before the verdicts (with a warning in the log) and
+expires unused."""
+HELD_RETENTION_S = 10 * 365 * 24 * 3600.0
+"""How long a dispute whose last round held anything for review outlives its last write: in
+effect until a reviewer decides it, however long the queue takes, since a decision that came
+after pricing forgot the dispute would be dead-lettered or kept unused instead of re-pricing."""
 SETTLED_RETENTION_S = 7 * 24 * 3600.0
 """How long a settled dispute's state (its last round held nothing for review) that counts no
 money paid outlives its last write: long enough to ignore redelivered verdicts."""
@@ -86,15 +91,11 @@ class PricingHandler:
             return ()
         dispute_id, state, reprice, note = taken
         outputs: list[Emit] = []
-        retention: float | None = None
         complete = len(state["verdicts"]) == state["grievance_total"]
         if complete and (state["round"] == 0 or reprice):
-            priced, open_for_review = self._price(dispute_id, state, note)
+            priced, state["held"] = self._price(dispute_id, state, note)
             outputs.append(priced)
-            if not open_for_review:
-                paid = state["approved_minor"] > 0
-                retention = PAID_RETENTION_S if paid else SETTLED_RETENTION_S
-        store.put(dispute_id, state, retention_s=retention)
+        store.put(dispute_id, state, retention_s=_retention(state))
         return outputs
 
     def _take_verdict(self, message: Message, stored: StateLookup) -> Taken | None:
@@ -173,6 +174,17 @@ class PricingHandler:
         )
         held = bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
         return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro()), held
+
+
+def _retention(state: Mapping[str, Any]) -> float | None:
+    """How long the dispute's state outlives this write (``None``: :data:`RETENTION_S`): held
+    for review, :data:`HELD_RETENTION_S`; settled, as long as a refund of it may still fail if
+    it paid anything, else as long as redeliveries come."""
+    if state["round"] == 0 or "held" not in state:
+        return None
+    if state["held"]:
+        return HELD_RETENTION_S
+    return PAID_RETENTION_S if state["approved_minor"] > 0 else SETTLED_RETENTION_S
 
 
 def to_event(

@@ -16,7 +16,12 @@ from refund_bench.errors import InvalidInput
 from refund_bench.runtime.messages import Context, Message
 from refund_bench.runtime.state import RETENTION_HEADER, BatchState, RecordState, StateStore
 from services.extractor.evidence import build_snapshot
-from services.pricing.handler import PAID_RETENTION_S, SETTLED_RETENTION_S, PricingHandler
+from services.pricing.handler import (
+    HELD_RETENTION_S,
+    PAID_RETENTION_S,
+    SETTLED_RETENTION_S,
+    PricingHandler,
+)
 from tests.records import with_fields
 from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA
 
@@ -110,11 +115,15 @@ def test_a_dispute_that_paid_nothing_is_kept_only_as_long_as_redeliveries_come()
     assert settled == {RETENTION_HEADER: repr(SETTLED_RETENTION_S).encode()}
 
 
-def test_a_dispute_waiting_for_a_reviewer_keeps_the_long_retention_until_decided() -> None:
+def test_a_dispute_waiting_for_a_reviewer_is_kept_until_decided() -> None:
+    """However long the queue takes: a decision that came after pricing forgot the dispute
+    would be dead-lettered or kept unused, never priced."""
     store, handler = _handler()
     for gid in ("g1", "g2", "g3"):
-        _headers(store, handler, _verdict(gid, "ESCALATE"))
-    assert _headers(store, handler, _verdict("g4", "ESCALATE")) == {}, "the raita line is held"
+        assert _headers(store, handler, _verdict(gid, "ESCALATE")) == {}, "not priced yet"
+    held = _headers(store, handler, _verdict("g4", "ESCALATE"))
+    assert held == {RETENTION_HEADER: repr(HELD_RETENTION_S).encode()}, "the raita line is held"
+    assert HELD_RETENTION_S >= 10 * 365 * 86400
     decided = _headers(store, handler, _review("UPHOLD"))
     assert decided == {RETENTION_HEADER: repr(PAID_RETENTION_S).encode()}
 
@@ -391,6 +400,15 @@ def test_a_round_settled_elsewhere_prices_nothing_and_stays_paid() -> None:
         68900,
         6000,
     )
+
+
+def test_a_decision_that_prices_nothing_keeps_a_held_dispute_until_decided() -> None:
+    """Round 1 paid 68900 and holds the raita line; its refund failed and was settled by hand.
+    That decision re-prices nothing, and the raita line still waits for a reviewer."""
+    store, handler = _handler()
+    _article_paid(store, handler)
+    settled = _headers(store, handler, _decided("r-1", "PAYOUT", "PAID_ELSEWHERE", "payout:round1"))
+    assert settled == {RETENTION_HEADER: repr(HELD_RETENTION_S).encode()}
 
 
 def test_repaying_an_approved_round_above_the_cap_stays_within_the_approval() -> None:
