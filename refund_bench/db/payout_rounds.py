@@ -53,7 +53,8 @@ UNMENDABLE_FAILURES = {
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"
     " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
     not_refunded_code("requires_action"): "Stripe's refund waits for the customer and may still go"
-    " through: let it complete, or cancel it at Stripe and pay another way",
+    " through: let it complete, or cancel it at Stripe (once Stripe reports it canceled, the"
+    " round can be paid again here)",
     IDEMPOTENCY_REFUSED: "Stripe had taken this round's key for another request, which may have"
     " created a refund; find a refund with this dispute_id and round in its metadata at Stripe,"
     " and pay by hand only if there is none",

@@ -54,7 +54,7 @@ class ApiMetrics:
         )
         self.stripe_events = Counter(
             "api_stripe_events_total",
-            "Stripe webhook events by outcome: recorded, already_failed, not_settled,"
+            "Stripe webhook events by outcome: recorded, already_failed, now_final, not_settled,"
             " unknown_round, other_refund, ignored, invalid, not_configured.",
             ["outcome"],
             registry=registry,

@@ -9,8 +9,11 @@ for the round (error code ``refund_<status>``, as the payout stage uses for a re
 once). The recorder puts it in the review queue for a payment operator.
 
 Stripe delivers an event at least once and may report one failure in several events; the round
-is recorded and published once. A refund not made by the payout stage (no ``dispute_id`` and
-``round`` in its metadata, or another refund id than the ledger's) changes nothing.
+is recorded and published once. A refund that waited for the customer (``requires_action``) may
+still refund, so the desk does not pay its round again; when Stripe later reports that refund
+failed or canceled, the ledger's error code says so instead, and the desk offers REPAY. A
+refund not made by the payout stage (no ``dispute_id`` and ``round`` in its metadata, or
+another refund id than the ledger's) changes nothing.
 """
 
 from __future__ import annotations
@@ -111,6 +114,10 @@ class Outcome(enum.StrEnum):
     """The round was paid in the ledger; it is FAILED now, and its payout.failed is queued."""
     ALREADY_FAILED = "already_failed"
     """The round was FAILED before (by an earlier event, or by the payout stage itself)."""
+    NOW_FINAL = "now_final"
+    """The round was FAILED with its refund waiting for the customer, which may still have
+    refunded; Stripe now reports that refund failed or canceled: no money went back, so the
+    ledger says so, and a payment operator may pay the round again."""
     NOT_SETTLED = "not_settled"
     """The payout stage has not recorded the refund yet: Stripe should deliver again later."""
     UNKNOWN_ROUND = "unknown_round"
@@ -147,8 +154,14 @@ REFUND_FAILURES = OutboxTable(
     make=lambda row: RefundFailureRecord(**row),
 )
 _LEDGER_ROW = """
-SELECT status, stripe_refund_id, amount_minor, currency, idempotency_key
+SELECT status, error_code, stripe_refund_id, amount_minor, currency, idempotency_key
 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
+"""
+_WAITING = not_refunded_code("requires_action")
+_FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
+_LEDGER_FINAL = """
+UPDATE payout_ledger SET error_code = %s, error_message = %s, updated_at = now()
+WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
 """
 _LEDGER_FAIL = """
 UPDATE payout_ledger SET status = 'FAILED', error_code = %s, error_message = %s,
@@ -179,7 +192,9 @@ class RefundFailures:
 
     async def record(self, report: RefundFailureReport, at: datetime) -> Outcome:
         """Mark the round FAILED in the ledger and queue its ``payout.failed``, in one
-        transaction, if the ledger paid it with this refund; otherwise change nothing."""
+        transaction, if the ledger paid it with this refund; record a refund that waited for
+        the customer as failed for good once Stripe reports so (:attr:`Outcome.NOW_FINAL`, no
+        second ``payout.failed``: the desk reads the ledger); otherwise change nothing."""
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_LEDGER_ROW, (report.dispute_id, report.round))
@@ -189,11 +204,16 @@ class RefundFailures:
             paid_with = ledger["stripe_refund_id"]
             if paid_with is not None and paid_with != report.stripe_refund_id:
                 return Outcome.OTHER_REFUND
+            code, message = not_refunded_code(report.refund_status), _error_message(report)
             if ledger["status"] == "FAILED":
-                return Outcome.ALREADY_FAILED
+                if ledger["error_code"] != _WAITING or report.refund_status not in _FINAL_STATUSES:
+                    return Outcome.ALREADY_FAILED
+                await conn.execute(
+                    _LEDGER_FINAL, (code, message, report.dispute_id, report.round, _WAITING)
+                )
+                return Outcome.NOW_FINAL
             if ledger["status"] != "SUCCEEDED":
                 return Outcome.NOT_SETTLED
-            code, message = not_refunded_code(report.refund_status), _error_message(report)
             await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
             await conn.execute(
                 _INSERT,

@@ -120,6 +120,14 @@ def stripe_webhook_router(
                 f"the payout of {where} has not recorded refund {report.stripe_refund_id} yet",
             )
         counted.labels(outcome.value).inc()
+        if outcome is Outcome.NOW_FINAL:
+            log.warning(
+                "Stripe reported refund %s %s after it waited for the customer: %s may be paid"
+                " again",
+                report.stripe_refund_id,
+                report.refund_status,
+                where,
+            )
         if outcome is Outcome.RECORDED:
             log.warning(
                 "Stripe reported refund %s %s: %s is FAILED, sent to review",
@@ -138,6 +146,8 @@ def stripe_webhook_router(
 _DETAIL = {
     Outcome.RECORDED: "{} is FAILED in the ledger; payout.failed sends it to review",
     Outcome.ALREADY_FAILED: "{} was already FAILED in the ledger",
+    Outcome.NOW_FINAL: "{} was FAILED waiting for the customer; the ledger now records that"
+    " no money went back, and the desk offers to pay it again",
     Outcome.UNKNOWN_ROUND: "no payout of {} in the ledger",
     Outcome.OTHER_REFUND: "{} was paid with another refund; this one changes nothing",
 }

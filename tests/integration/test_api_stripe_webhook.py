@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec
-from refund_bench.db.payout_rounds import idempotency_key
+from refund_bench.db.payout_rounds import idempotency_key, why_not_repayable
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
@@ -108,6 +108,38 @@ def test_a_canceled_or_stuck_refund_is_a_failure_too(api: ApiServer, status: str
     )
     assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded")
     assert read_round(api.database_url, dispute) == ("FAILED", 1, f"refund_{status}")
+
+
+@pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
+def test_a_refund_that_waited_for_the_customer_and_then_failed_may_be_paid_again(
+    api: ApiServer, reported: str
+) -> None:
+    """A refund waiting for the customer may still go through, so its FAILED round is not paid
+    again and holds the order's other disputes. Once Stripe reports that refund failed, no
+    money went back: the ledger records it (once), so the desk offers REPAY and the round holds
+    nothing more. The round is in the review queue already: no second payout.failed."""
+    if reported == "by an earlier event":
+        dispute, refund_id = paid_round(api.database_url)
+        waiting = refund_event(
+            refund_id, dispute_id=dispute, status="requires_action", event_type="refund.updated"
+        )
+        assert deliver(api, waiting).json()["outcome"] == "recorded"
+        queued = [(refund_id, "refund_requires_action")]
+    else:  # the payout stage failed the round itself, keeping no refund id
+        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
+        queued = []
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_requires_action")
+    assert why_not_repayable("FAILED", "refund_requires_action") is not None
+
+    final = deliver(api, refund_event(refund_id, dispute_id=dispute, status="canceled"))
+    assert (final.status_code, final.json()["outcome"]) == (200, "now_final"), final.text
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_canceled")
+    assert why_not_repayable("FAILED", "refund_canceled") is None
+    again = deliver(api, refund_event(refund_id, dispute_id=dispute, status="failed"))
+    assert again.json()["outcome"] == "already_failed"
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_canceled")
+    assert [row[:2] for row in published_rows(api.database_url, dispute)] == queued
 
 
 def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(api: ApiServer) -> None:
