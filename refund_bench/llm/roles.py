@@ -30,7 +30,7 @@ from refund_bench.events import GrievanceExtracted
 
 EXTRACTOR_PROMPT_VERSION: Final = "extractor/v2"
 JUDGE_PROMPT_VERSION: Final = "judge/v2"
-SETTLER_PROMPT_VERSION: Final = "settler/v1"
+SETTLER_PROMPT_VERSION: Final = "settler/v2"
 
 EXTRACTION_SCHEMA_NAME: Final = "grievance_extraction"
 JUDGE_SCHEMA_NAME: Final = "judge_ruling"
@@ -289,8 +289,10 @@ def build_settler_request(
     held_for_review: Sequence[HeldForReply],
     *,
     prompt: Prompt,
+    earlier_refund: bool = False,
 ) -> LlmRequest:
-    """The settler's request. ``approved_amount`` is display text formatted by code ("INR 689").
+    """The settler's request. ``approved_amount`` is display text formatted by code ("INR 689");
+    ``earlier_refund``: an earlier round of the dispute paid money (its amount is not given).
 
     The model only words the reply; the product's reply guard checks the result.
     """
@@ -298,6 +300,7 @@ def build_settler_request(
     payload = {
         "complaint_text": complaint_text,
         "approved_amount": approved_amount,
+        "earlier_refund": earlier_refund,
         "resolved": [entry.model_dump(mode="json") for entry in resolved],
         "held_for_review": [entry.model_dump(mode="json") for entry in held_for_review],
     }

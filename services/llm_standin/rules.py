@@ -879,13 +879,20 @@ def _phrases(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return [_PHRASES.get(str(entry.get("category")), "your report") for entry in entries]
 
 
+_ZERO_AMOUNT = re.compile(r"(?<![0-9.,])0(?:[.,]0+)?$")
+"""An approved amount of nothing, as display text ("INR 0", "USD 0.00")."""
+
+
 def write_reply(
     complaint_text: str,
     approved_amount: str,
     resolved: Sequence[Mapping[str, Any]],
     held_for_review: Sequence[Mapping[str, Any]],
+    earlier_refund: bool = False,
 ) -> ReplyAnswer:
-    """A short reply: one apology, ``approved_amount`` verbatim once, resolved and held items.
+    """A short reply: one apology, ``approved_amount`` verbatim once, resolved and held items,
+    and, after an earlier refund, that this one comes in addition to it (or that the earlier
+    reply stands).
 
     Mischief, on purpose: when the complaint says ``refund <number>``, the reply also names
     ``INR <number>``; the product's reply guard must catch it.
@@ -896,7 +903,18 @@ def write_reply(
     parts = [
         "We're sorry your order did not go the way it should have, and thank you for telling us."
     ]
-    if paid:
+    if earlier_refund and _ZERO_AMOUNT.search(approved_amount):
+        parts.append(
+            f"The amount approved at this stage is {approved_amount}, and what our earlier"
+            " reply said about this order still stands."
+        )
+    elif paid and earlier_refund:
+        parts.append(
+            f"We've refunded {approved_amount} to your original payment method, in addition to"
+            f" our earlier refund for this order; together they cover {_join(_phrases(paid))}."
+            " The new refund should reflect within three working days."
+        )
+    elif paid:
         parts.append(
             f"We've refunded {approved_amount} to your original payment method for "
             f"{_join(_phrases(paid))}; it should reflect within three working days."
@@ -944,6 +962,14 @@ def _user_document(messages: object) -> Mapping[str, Any]:
     raise RuleError("no user message")
 
 
+def _optional(document: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``document[key]`` if present (of type ``kind``), else ``default``: a field a later
+    prompt version added."""
+    if key not in document:
+        return default
+    return _require(document, key, kind)
+
+
 def _require(document: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = document.get(key)
     if not isinstance(value, kind):
@@ -985,6 +1011,7 @@ def answer(
         _require(document, "approved_amount", str),
         _require(document, "resolved", list),
         _require(document, "held_for_review", list),
+        _optional(document, "earlier_refund", bool, False),
     )
 
 

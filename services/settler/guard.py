@@ -119,6 +119,10 @@ _REVIEW = re.compile(
 )
 """A review still to come ("will review", "under review", "pending review", "is reviewing"),
 not one done ("we reviewed")."""
+_EARLIER = re.compile(
+    r"\b(?:earlier|previous|prior|first)\s+(?:refunds?|repl(?:y|ies)|payments?)\b", re.IGNORECASE
+)
+"""A mention of the refund an earlier round paid ("our earlier refund", "our previous reply")."""
 _TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
 _PROMISES = tuple(
     re.compile(pattern, re.IGNORECASE)
@@ -317,7 +321,12 @@ def _not_money(text: str, start: int, end: int) -> bool:
 
 
 def check_reply(
-    text: str, approved_minor: int, currency: str, held_items: Sequence[str]
+    text: str,
+    approved_minor: int,
+    currency: str,
+    held_items: Sequence[str],
+    *,
+    earlier_refund: bool = False,
 ) -> tuple[str, ...]:
     """The guard's failures for one reply; empty means it may be sent.
 
@@ -331,6 +340,9 @@ def check_reply(
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
     - with held items, the reply must say they go to review ("will review", "under review");
+    - after an earlier round paid money (``earlier_refund``), the reply must mention it ("our
+      earlier refund", "our previous reply"), so that it reads neither as all there is nor as
+      no refund at all;
     - at most one apology ("sorry"/"apolog...");
     - no link, e-mail address or domain, no request for credentials (password, OTP, card
       details), no promise of anything free (:data:`_OFF_SCRIPT`).
@@ -374,6 +386,8 @@ def check_reply(
             failures.append(f"names money without an amount it may state: {word.group(0)!r}")
     if held_items and not _REVIEW.search(text):
         failures.append("does not say that the held items go to review")
+    if earlier_refund and not _EARLIER.search(text):
+        failures.append("does not mention the refund an earlier round paid")
     for problem, pattern in _OFF_SCRIPT:
         found = pattern.search(text)
         if found:

@@ -190,6 +190,7 @@ class SettlerHandler:
     ) -> tuple[str, str, list[str]]:
         """(text, source, guard failures): the model's reply if it passes, else the template."""
         amount_text = format_amount(approved, priced.currency)
+        earlier_refund = priced.already_paid_minor > 0
         request = build_settler_request(
             complaint,
             amount_text,
@@ -204,6 +205,7 @@ class SettlerHandler:
                 for line in held_lines
             ],
             prompt=self._prompt,
+            earlier_refund=earlier_refund,
         )
         key = settler_cache_key(
             priced.dispute_id, priced.round, request.inputs_sha256(), self._prompt.version
@@ -220,7 +222,9 @@ class SettlerHandler:
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
             )
             text = parse_customer_reply(raw).reply
-            failures = list(check_reply(text, approved, priced.currency, held))
+            failures = list(
+                check_reply(text, approved, priced.currency, held, earlier_refund=earlier_refund)
+            )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
         except TransientError as exc:
@@ -232,9 +236,7 @@ class SettlerHandler:
         if not failures:
             return text, "MODEL", []
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
-        reply = template_reply(
-            approved, priced.currency, done, held, earlier_refund=priced.already_paid_minor > 0
-        )
+        reply = template_reply(approved, priced.currency, done, held, earlier_refund=earlier_refund)
         return reply, "TEMPLATE", failures
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:

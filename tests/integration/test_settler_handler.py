@@ -217,6 +217,29 @@ def test_a_later_rounds_template_reply_does_not_deny_the_earlier_refund(
     assert "What our earlier reply said about this order still stands." in reply["text"]
 
 
+def test_a_later_round_that_pays_more_says_it_comes_on_top_of_the_earlier_refund(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Round 2 of a dispute round 1 paid: the model is told of the earlier refund (not its
+    amount), and its reply, which the guard holds to mentioning it, says so, instead of
+    reading as if INR 60 were all the customer gets back."""
+    snapshot = freeze(
+        ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{uuid.uuid4().hex[:12]}"})
+    )
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(
+        dispute, "REVIEW_APPROVED", 6000, snapshot=snapshot, round_=2, already_paid=68900
+    )
+    emits = _settle(database, redis_url, standin, message, snapshot)
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert (reply["source"], reply["amount_minor"], reply["guard_failures"]) == ("MODEL", 6000, [])
+    assert (
+        "INR 60 to your original payment method, in addition to our earlier refund"
+        in (reply["text"])
+    )
+    assert "INR 689" not in reply["text"]
+
+
 def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standin: Standin) -> None:
     standin.faults(next_faults=["401"])
     dispute = f"d-{uuid.uuid4().hex[:12]}"

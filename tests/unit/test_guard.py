@@ -260,14 +260,34 @@ def test_held_items_need_a_mention_of_review() -> None:
 
 
 def test_the_stand_ins_own_replies_pass() -> None:
-    """The LLM stand-in's reply without mischief, paid or not, with items held or not."""
+    """The LLM stand-in's reply without mischief, paid or not (a later round's lines paid
+    earlier stay PAY), with items held or not, after an earlier refund or not."""
     paid = [{"category": "MISSING_ITEM", "outcome": "PAY"}]
     held = [{"category": "PACKAGING"}]
-    for amount, minor, resolved in (("INR 689", 68900, paid), ("INR 0", 0, [])):
+    for amount, minor, resolved in (("INR 689", 68900, paid), ("INR 0", 0, []), ("INR 0", 0, paid)):
         for holding in ([], held):
-            reply = write_reply("The biryanis were missing.", amount, resolved, holding)["reply"]
-            names = ["the raita"] if holding else []
-            assert check_reply(reply, minor, "INR", names) == (), reply
+            for earlier in (False, True):
+                if resolved and minor == 0 and not earlier:
+                    continue  # lines paid, nothing approved: only after an earlier refund
+                text = "The biryanis were missing."
+                reply = write_reply(text, amount, resolved, holding, earlier)["reply"]
+                names = ["the raita"] if holding else []
+                assert check_reply(reply, minor, "INR", names, earlier_refund=earlier) == (), reply
+
+
+def test_after_an_earlier_refund_the_reply_must_mention_it() -> None:
+    """A later round's reply that reads as if this amount were all there is, or as if
+    nothing had been refunded, fails; one that mentions the earlier refund or reply passes."""
+    alone = "We have refunded INR 60 to your original payment method for the Raita."
+    assert check_reply(alone, 6000, "INR", []) == ()
+    assert check_reply(alone, 6000, "INR", [], earlier_refund=True) == (
+        "does not mention the refund an earlier round paid",
+    )
+    for mention in ("in addition to our earlier refund", "on top of our previous refund"):
+        text = f"We have refunded INR 60 to your original payment method, {mention}."
+        assert check_reply(text, 6000, "INR", [], earlier_refund=True) == (), mention
+    stands = "We looked into the Raita. What our earlier reply said about this order still stands."
+    assert check_reply(stands, 0, "INR", [], earlier_refund=True) == ()
 
 
 @pytest.mark.parametrize(
@@ -372,7 +392,7 @@ def test_template_reply_always_passes_the_guard(
 ) -> None:
     for earlier in (False, True):
         reply = template_reply(approved, currency, resolved, held, earlier_refund=earlier)
-        assert check_reply(reply, approved, currency, held) == ()
+        assert check_reply(reply, approved, currency, held, earlier_refund=earlier) == ()
         assert reply == template_reply(approved, currency, resolved, held, earlier_refund=earlier)
 
 

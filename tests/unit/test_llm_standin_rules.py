@@ -386,6 +386,42 @@ def test_reply_mischief_echoes_a_demanded_amount() -> None:
     assert "INR 10000" in reply
 
 
+def test_a_later_rounds_reply_keeps_the_earlier_refund_in_view() -> None:
+    """Told of an earlier refund, the stand-in names this amount as in addition to it, or,
+    with nothing more approved, says the earlier reply stands; it never names the earlier
+    amount (it is not told it)."""
+    more = write_reply("The raita leaked.", "INR 60", RESOLVED, [], True)["reply"]
+    assert "INR 60 to your original payment method, in addition to our earlier refund" in more
+    assert more.count("INR") == 1
+    nothing = write_reply("The raita leaked.", "INR 0", RESOLVED, [], True)["reply"]
+    assert "what our earlier reply said about this order still stands" in nothing
+    assert "refunded" not in nothing
+
+
+def test_a_reply_request_reads_earlier_refund_when_given() -> None:
+    """``earlier_refund`` came with prompt settler/v2: absent, it is false; not a boolean, the
+    request is refused."""
+    document = {
+        "complaint_text": "The raita leaked.",
+        "approved_amount": "INR 60",
+        "resolved": RESOLVED,
+        "held_for_review": [],
+    }
+    plain = answer("customer_reply", _messages(document), seed=None, temperature=0.2)
+    assert "earlier refund" not in str(plain)
+    told = {**document, "earlier_refund": True}
+    assert "earlier refund" in str(
+        answer("customer_reply", _messages(told), seed=None, temperature=0.2)
+    )
+    with pytest.raises(RuleError, match="earlier_refund"):
+        answer(
+            "customer_reply",
+            _messages({**document, "earlier_refund": "yes"}),
+            seed=None,
+            temperature=0.2,
+        )
+
+
 # --------------------------------------------------------------------------- dispatch
 
 
