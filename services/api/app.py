@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, start_http_server
 from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.templating import Jinja2Templates
@@ -165,6 +165,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
 
     At startup it publishes what was recorded and left unpublished (review decisions, refunds
     Stripe reported failed: the outboxes), then keeps doing so every ``OUTBOX_INTERVAL_S``.
+    While it runs, ``/metrics`` is served on ``METRICS_HOST:METRICS_PORT`` from a thread (the
+    port bound is ``app.state.metrics_port``), apart from the routes clients and reviewers use.
     """
     tokens = settings.bearer_tokens()
     if not tokens:
@@ -199,7 +201,20 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     outboxes: tuple[Outbox[Any], ...] = (decisions, failures_outbox)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        scrape, _ = start_http_server(
+            settings.metrics_port, settings.metrics_host, registry=deps.registry
+        )
+        app.state.metrics_port = scrape.server_port
+        try:
+            async with serving(app):
+                yield
+        finally:
+            await asyncio.to_thread(scrape.shutdown)
+            scrape.server_close()
+
+    @contextlib.asynccontextmanager
+    async def serving(_app: FastAPI) -> AsyncIterator[None]:
         await deps.pool.open(wait=True, timeout=30.0)
         await deps.publish_pool.open(wait=True, timeout=30.0)
         deps.publisher.start()

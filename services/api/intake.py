@@ -17,10 +17,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request, Response, Security
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -271,7 +270,7 @@ def _received(row: IntakeRecord) -> ev.ComplaintReceived:
 
 
 def ops_router(ctx: AppContext) -> APIRouter:
-    """``/healthz``, ``/readyz`` and ``/metrics`` (no auth: probes and scrapers)."""
+    """``/healthz`` and ``/readyz`` (no auth: the probes; ``/metrics`` has its own port)."""
     router = APIRouter(tags=["operations"])
 
     @router.get("/healthz", response_model=m.Health, summary="Liveness")
@@ -307,14 +306,5 @@ def ops_router(ctx: AppContext) -> APIRouter:
         if not ready:
             response.status_code = 503
         return m.Readiness(status="ready" if ready else "not ready", checks=checks)
-
-    @router.get(
-        "/metrics",
-        response_class=PlainTextResponse,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-        summary="Prometheus metrics",
-    )
-    async def metrics() -> Response:
-        return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -11,8 +11,8 @@ MIN_SESSION_SECRET_CHARS = 32
 
 
 class ApiSettings(StackSettings):
-    """``API_HOST``, ``API_PORT``, ``API_TOKENS``, ``REVIEWERS``, ``SESSION_SECRET``,
-    ``STRIPE_WEBHOOK_SECRET``, ... .
+    """``API_HOST``, ``API_PORT``, ``METRICS_PORT``, ``API_TOKENS``, ``REVIEWERS``,
+    ``SESSION_SECRET``, ``STRIPE_WEBHOOK_SECRET``, ... .
 
     ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
     ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
@@ -23,6 +23,10 @@ class ApiSettings(StackSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
+    metrics_port: int = Field(default=9400, ge=0, le=65535)
+    """``/metrics`` is served here, not on ``API_PORT``: the port the Ingress publishes to
+    clients and reviewers does not show the service's counters (0: any free port)."""
     api_tokens: SecretStr = SecretStr("")
     reviewers: SecretStr = SecretStr("")
     session_secret: SecretStr = SecretStr("")

@@ -50,6 +50,8 @@ class ApiServer:
     settings: ApiSettings
     token: str
     database_url: str
+    metrics_url: str
+    """Where the app serves ``/metrics``: its own port, not the API's."""
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30.0, **kwargs)
@@ -76,6 +78,8 @@ def api_settings(stack: Stack, **overrides: Any) -> ApiSettings:
         "reviewers": SecretStr(",".join(f"{n}:{h}" for n, h in _HASHES.items())),
         "session_secret": SecretStr("s" * 48),
         "outbox_interval_s": 1.0,
+        "metrics_host": "127.0.0.1",
+        "metrics_port": 0,
         **overrides,
     }
     return ApiSettings(**values)
@@ -88,9 +92,11 @@ def running_api(stack: Stack, **overrides: Any) -> Iterator[ApiServer]:
         unavailable("PostgreSQL (DATABASE_URL)")
     prepare_database(stack.database_url)
     settings = api_settings(stack, **overrides)
-    server = BackgroundServer(create_app(settings, build_deps(settings))).start()
+    app = create_app(settings, build_deps(settings))
+    server = BackgroundServer(app).start()
+    metrics_url = f"http://127.0.0.1:{app.state.metrics_port}/metrics"
     try:
-        yield ApiServer(server.url, settings, API_TOKEN, stack.database_url)
+        yield ApiServer(server.url, settings, API_TOKEN, stack.database_url, metrics_url)
     finally:
         server.stop()
 

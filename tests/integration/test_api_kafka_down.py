@@ -151,8 +151,7 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
             "SELECT published FROM intake_requests WHERE idempotency_key = ANY(%s)", (keys,)
         ).fetchall()
     assert rows == [(False,)] * len(keys)  # recorded, for the retries to publish
-    with api.client() as client:
-        metrics = client.get("/metrics").text
+    metrics = httpx.get(api.metrics_url, timeout=10).text
     assert 'api_complaints_total{outcome="unpublished"} 3.0' in metrics
     assert 'api_publish_failures_total{topic="complaint.received"} 2.0' in metrics
 

@@ -260,19 +260,30 @@ def test_probes_and_scrapes_reach_the_port_the_process_serves(workload: str) -> 
         if name != workload or "ports" not in container:
             continue
         served = _settings(container)
-        if isinstance(served, ApiSettings):
-            port = served.api_port
-        else:
-            assert isinstance(served, StageSettings)
-            port = served.metrics_port
+        assert isinstance(served, ApiSettings | StageSettings)
+        probed = served.api_port if isinstance(served, ApiSettings) else served.metrics_port
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             target = container[probe]["httpGet"]
-            assert ports[target["port"]] == port, f"{workload} {probe}"
+            assert ports[target["port"]] == probed, f"{workload} {probe}"
             assert target["path"] in ("/healthz", "/readyz")
         annotations = template["metadata"].get("annotations", {})
         if annotations.get("prometheus.io/scrape") == "true":
-            assert annotations["prometheus.io/port"] == str(port), workload
+            assert annotations["prometheus.io/port"] == str(served.metrics_port), workload
+            assert served.metrics_port in ports.values(), workload
+
+
+def test_the_apis_counters_are_not_behind_the_service_clients_reach() -> None:
+    """The Service (and so the Ingress) carries the API's port, not its ``/metrics`` port."""
+    documents = list(yaml.safe_load_all((K8S / "api.yaml").read_text()))
+    (service,) = [d for d in documents if d["kind"] == "Service"]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    served = _settings(container)
+    assert isinstance(served, ApiSettings)
+    names = {p["containerPort"]: p["name"] for p in container["ports"]}
+    assert served.metrics_port != served.api_port
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [names[served.api_port]]
 
 
 def test_pods_run_unprivileged_and_read_only() -> None:
