@@ -16,11 +16,23 @@ from pydantic import ValidationError
 from refund_bench.coalesce import TickBatcher
 from refund_bench.domain import OrderRecord
 
-_ORDER_SQL = """
-SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_minutes,
-       delivery_fee_minor, charged_total_minor, pickup_weight_expected_g,
-       pickup_weight_actual_g, partner_rating_at_handover, packaging_condition_recorded,
-       packaging_notes, partner_conduct_reports, payment_reference,
+_READABLE_TIME = "BETWEEN '0002-01-01 00:00Z' AND '9998-12-31 00:00Z'"
+"""Instants Python's ``datetime`` holds in any session time zone. PostgreSQL also stores
+``infinity`` and years up to 294276, which the driver could not load: such a time is read as
+NULL and named in ``times_out_of_range``, so that only its order is unreadable."""
+
+_ORDER_SQL = f"""
+SELECT order_id, customer_id, currency,
+       CASE WHEN placed_at {_READABLE_TIME} THEN placed_at END AS placed_at,
+       CASE WHEN delivered_at {_READABLE_TIME} THEN delivered_at END AS delivered_at,
+       array_remove(ARRAY[
+           CASE WHEN NOT placed_at {_READABLE_TIME} THEN 'placed_at' END,
+           CASE WHEN NOT delivered_at {_READABLE_TIME} THEN 'delivered_at' END
+       ], NULL) AS times_out_of_range,
+       delivery_sla_minutes, delivery_fee_minor, charged_total_minor,
+       pickup_weight_expected_g, pickup_weight_actual_g, partner_rating_at_handover,
+       packaging_condition_recorded, packaging_notes,
+       partner_conduct_reports::text AS partner_conduct_reports_json, payment_reference,
        COALESCE((
            SELECT json_agg(json_build_object(
                'name', i.name, 'quantity', i.quantity,
@@ -29,7 +41,7 @@ SELECT order_id, customer_id, currency, placed_at, delivered_at, delivery_sla_mi
            FROM order_line_items i WHERE i.order_id = o.order_id
        ), '[]') AS line_items
 FROM orders o WHERE o.order_id = ANY(%s)
-"""
+"""  # noqa: S608 - _READABLE_TIME is a constant
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -40,24 +52,33 @@ def _iso(value: datetime | None) -> str | None:
 @dataclass(frozen=True)
 class UnreadableOrder:
     """An order the store holds with values the evidence model refuses (a quantity of 0, an
-    amount beyond any real order, ...): ``reason`` names the fields, not their values."""
+    amount beyond any real order, a time of ``infinity``, JSON nested too deep to read, ...):
+    ``reason`` names the fields, not their values."""
 
     order_id: str
     reason: str
 
 
 def _parse(row: dict[str, Any]) -> OrderRecord | UnreadableOrder:
+    order_id = row["order_id"]
+    if row["times_out_of_range"]:
+        names = ", ".join(row["times_out_of_range"])
+        return UnreadableOrder(order_id, f"{names}: not a time between the years 2 and 9998")
     try:
-        return _record(row)
+        reports = json.loads(row["partner_conduct_reports_json"])
+    except (ValueError, RecursionError):
+        return UnreadableOrder(order_id, "partner_conduct_reports: JSON too deeply nested to read")
+    try:
+        return _record(row, reports)
     except ValidationError as exc:
         fields = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'order'}: {e['msg']}"
             for e in exc.errors(include_input=False)[:3]
         )
-        return UnreadableOrder(row["order_id"], fields)
+        return UnreadableOrder(order_id, fields)
 
 
-def _record(row: dict[str, Any]) -> OrderRecord:
+def _record(row: dict[str, Any], partner_conduct_reports: Any) -> OrderRecord:
     # Validated as a whole, so that an error names its line (``line_items.1.quantity``).
     return OrderRecord.model_validate(
         {
@@ -77,7 +98,7 @@ def _record(row: dict[str, Any]) -> OrderRecord:
             "packaging_notes": row["packaging_notes"],
             # As stored (any JSON value fits a jsonb column): the model accepts a list of texts
             # only, never a string's characters or an object's keys.
-            "partner_conduct_reports": row["partner_conduct_reports"],
+            "partner_conduct_reports": partner_conduct_reports,
             "payment_reference": row["payment_reference"],
         }
     )

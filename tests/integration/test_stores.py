@@ -298,6 +298,47 @@ def test_conduct_reports_that_are_not_a_list_of_texts_make_the_order_unreadable_
     assert isinstance(good, OrderRecord)
 
 
+@pytest.mark.parametrize(
+    ("assignment", "named"),
+    [
+        ("placed_at = 'infinity'", "placed_at: not a time"),
+        ("delivered_at = '-infinity'", "delivered_at: not a time"),
+        ("delivered_at = '12026-01-01 00:00Z'", "delivered_at: not a time"),
+        (
+            "partner_conduct_reports = (repeat('[', 3000) || repeat(']', 3000))::jsonb",
+            "partner_conduct_reports: JSON too deeply nested",
+        ),
+    ],
+)
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati"])
+def test_a_time_or_json_python_cannot_hold_makes_the_order_unreadable_alone(
+    database: str, assignment: str, named: str, zone: str
+) -> None:
+    """PostgreSQL stores ``infinity``, years past 9999 and JSON nested thousands deep, which
+    the driver could not load: such an order is unreadable, and the orders looked up in the
+    same statement load (no error fails the whole batch, which would stop the stage on every
+    redelivery)."""
+    bad = own_copy(SAMPLE_ORDERS[0], uuid.uuid4().hex[:8])
+    with psycopg.connect(database, autocommit=True) as conn:
+        upsert_orders(conn, [bad])
+        conn.execute(
+            f"UPDATE orders SET {assignment} WHERE order_id = %s",
+            (bad.order_id,),
+        )
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        async with pool.connection() as conn:
+            await conn.execute("SELECT set_config('TimeZone', %s, false)", (zone,))
+            return await load_orders(conn, [bad.order_id, SAMPLE_ORDERS[0].order_id])
+
+    unreadable, good = _with_pool(database, work)
+    assert isinstance(unreadable, UnreadableOrder), unreadable
+    assert unreadable.order_id == bad.order_id
+    assert unreadable.reason.startswith(named), unreadable.reason
+    assert isinstance(good, OrderRecord)
+    assert good.order_id == SAMPLE_ORDERS[0].order_id
+
+
 def test_an_orders_snapshot_hash_does_not_depend_on_the_sessions_time_zone(
     database: str,
 ) -> None:
