@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
 from refund_bench.llm.client import LlmRejected
+from refund_bench.storable import storable
 
 CallOutcome = Literal["made", "cached", "refused"]
 """What one model call of a handler came to: answered by the model, served from the cache, or
@@ -117,27 +118,57 @@ class RedisResponseCache:
 
 _REFUSAL_FIELD = "refused_by_endpoint"
 """The one field of the record cached in an answer's place when the endpoint refused the
-request for its content. The roles' answers are JSON objects with other required fields, so no
-answer reads as one."""
+request for its content."""
+_ANSWER_PREFIX = "answer:\n"
+"""Before a cached answer that would otherwise read as a refusal record (or that begins with
+this prefix itself): an endpoint that does not hold the model to the schema may answer with
+anything, that record too, and its answer must stay an answer on every delivery."""
+REFUSAL_REASON_CHARS = 1_000
+"""How much of the endpoint's reason a refusal keeps (it reaches events and the review desk)."""
 
 
 class RefusedBefore(Exception):  # noqa: N818 - an outcome, not a fault
     """The endpoint refused this request for its content, now or on an earlier delivery (the
-    refusal is cached in the answer's place); ``str()`` is the endpoint's reason."""
+    refusal is cached in the answer's place); ``str()`` is the endpoint's reason, made
+    :func:`~refund_bench.storable.storable` (at most :data:`REFUSAL_REASON_CHARS`)."""
 
 
-def _refusal(raw: str) -> str | None:
-    """The endpoint's reason if ``raw`` is a cached refusal, else ``None``."""
-    if _REFUSAL_FIELD not in raw:
+def _refusal(value: str) -> str | None:
+    """The endpoint's reason if ``value`` is a cached refusal record, else ``None``."""
+    if _REFUSAL_FIELD not in value:
         return None
     try:
-        document = json.loads(raw)
-    except ValueError:
+        document = json.loads(value)
+    except (ValueError, RecursionError):
         return None
     if isinstance(document, dict) and list(document) == [_REFUSAL_FIELD]:
         reason = document[_REFUSAL_FIELD]
-        return reason if isinstance(reason, str) else None
+        return storable(reason, REFUSAL_REASON_CHARS) if isinstance(reason, str) else None
     return None
+
+
+def cache_value(answer: str) -> str:
+    """What the cache holds for ``answer``: the answer itself, unless :func:`cached_answer`
+    could take it for a refusal or strip a prefix from it."""
+    if answer.startswith(_ANSWER_PREFIX) or _refusal(answer) is not None:
+        return _ANSWER_PREFIX + answer
+    return answer
+
+
+def refusal_value(reason: str) -> str:
+    """What the cache holds in an answer's place for a request the endpoint refused."""
+    return json.dumps({_REFUSAL_FIELD: storable(reason, REFUSAL_REASON_CHARS)})
+
+
+def cached_answer(value: str) -> str:
+    """The answer a cached value holds (``cached_answer(cache_value(a)) == a``); raises
+    :class:`RefusedBefore` for a cached refusal."""
+    if value.startswith(_ANSWER_PREFIX):
+        return value[len(_ANSWER_PREFIX) :]
+    reason = _refusal(value)
+    if reason is not None:
+        raise RefusedBefore(reason)
+    return value
 
 
 class InFlight:
@@ -227,21 +258,19 @@ async def _cached_call(
                 on_call("refused")
             if not keep_refusals:
                 raise
-            refusal = json.dumps({_REFUSAL_FIELD: str(exc)})
+            refusal = refusal_value(str(exc))
             stored = await cache.put_if_absent(key, refusal)
             if stored == refusal:
-                raise RefusedBefore(str(exc)) from exc
-            return stored, True  # a concurrent call's answer was stored first: use it
-        stored = await cache.put_if_absent(key, fresh)
-        hit, from_cache = stored, stored != fresh
+                raise RefusedBefore(storable(str(exc), REFUSAL_REASON_CHARS)) from exc
+            return cached_answer(stored), True  # a concurrent call's answer was stored first
+        value = cache_value(fresh) if keep_refusals else fresh
+        hit = await cache.put_if_absent(key, value)
+        from_cache = hit != value
     else:
         from_cache = True
     if on_call is not None:
         on_call("cached" if from_cache else "made")
-    reason = _refusal(hit) if keep_refusals and from_cache else None
-    if reason is not None:
-        raise RefusedBefore(reason)
-    return hit, from_cache
+    return (cached_answer(hit) if keep_refusals else hit), from_cache
 
 
 def sha256_hex(text: str) -> str:

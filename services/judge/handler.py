@@ -14,7 +14,6 @@ code does not know goes to the dead-letter topic.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +43,7 @@ from refund_bench.llm.roles import (
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import JUDGE
+from refund_bench.storable import storable
 from services.extractor.evidence import evidence_fields, load_snapshot, silent_fields
 from services.judge.normalise import normalise
 
@@ -69,19 +69,6 @@ MAX_RAW_CHARS = 64_000
 """A ruling keeps this much of the model's raw answer. With the limits above, a ruling, and a
 verdict of the largest bench (``MAX_JUDGES`` seats), fit one Kafka record whatever the model
 writes: one that did not would be dead-lettered, and its grievance would never be decided."""
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(text: str, limit: int) -> str:
-    """``text`` as a ruling keeps it: at most ``limit`` characters (and a note of how many more
-    there were), with each NUL or half of a surrogate pair replaced by U+FFFD. An unreadable
-    answer may hold either; PostgreSQL text cannot store a NUL, and UTF-8 cannot encode a
-    lone surrogate, so the ruling could be neither recorded nor sent."""
-    if len(text) > limit:
-        text = f"{text[:limit]} [... {len(text) - limit} more characters not kept]"
-    return _UNSTORABLE.sub("\ufffd", text)
-
 
 _SEALED_PREFIX = "seed="
 

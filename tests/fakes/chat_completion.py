@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from refund_bench.llm.client import DISPUTE_HEADER
+from pydantic import SecretStr
+
+from refund_bench.llm.client import DISPUTE_HEADER, LlmClient, LlmEndpoint
 from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 
 
@@ -48,3 +50,15 @@ class FixedAnswerServer(LoopbackServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def client(self, temperature: float) -> LlmClient:
+        """A client of this endpoint for one role (close it with ``aclose``)."""
+        return LlmClient(
+            LlmEndpoint(
+                base_url=f"http://127.0.0.1:{self.port}/v1",
+                api_key=SecretStr("k"),
+                model="any-model",
+                temperature=temperature,
+                timeout_seconds=5,
+            )
+        )

@@ -7,6 +7,7 @@ the order's evidence changed before a redelivery.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.db.orders import OrderReader
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.domain import OrderRecord
@@ -28,7 +30,8 @@ from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
-from services.extractor.handler import REVIEW_REASON, ExtractorHandler
+from services.extractor.handler import REFUSED_REASON, REVIEW_REASON, ExtractorHandler
+from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
@@ -53,16 +56,21 @@ def _handle(
     on_call: OnCall | None = None,
     cache_prefix: str | None = None,
     text: str = ARTICLE_COMPLAINT,
+    endpoint: FixedAnswerServer | None = None,
 ) -> list[Sequence[Emit]]:
     """What the handler emits for each dispute's complaint (``text``), handled together; answers
     are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
-    redeliver)."""
+    redeliver). The model is the stand-in's, or ``endpoint``'s."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = Redis.from_url(redis_url)
-        llm = standin.client("standin-extractor", temperature=0.0)
+        llm = (
+            standin.client("standin-extractor", temperature=0.0)
+            if endpoint is None
+            else endpoint.client(temperature=0.0)
+        )
         prefix = cache_prefix or f"test-extractor-{uuid.uuid4().hex}:"
         cache = RedisResponseCache(redis, prefix, 600)
         prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
@@ -203,6 +211,48 @@ def test_a_complaint_the_endpoint_refuses_goes_to_review_and_stays_there(
     assert (replayed["decision"], replayed["reason"]) == (priced["decision"], priced["reason"])
     assert outcomes == ["refused", "cached"]
     assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+
+
+def test_an_answer_that_looks_like_a_cached_refusal_ends_the_same_on_every_delivery(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """An endpoint that does not hold the model to the schema answers with the very record the
+    cache keeps for a refusal. It is an invalid answer, repaired in vain, so the complaint is
+    held for review as unreadable; a redelivery reads the cached answers as answers, not as a
+    refusal, and ends the same way without asking again."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    content = json.dumps({"refused_by_endpoint": "policy\u0000x"})
+    with FixedAnswerServer(completion(content)) as server:
+        deliveries = [
+            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)
+            for _ in range(2)
+        ]
+    assert len(server.requests) == 2, "the answer and its repair, once"
+    reasons = [emits[0].value["reason"] for (emits,) in deliveries]
+    assert reasons[0] == reasons[1]
+    assert reasons[0].startswith(REVIEW_REASON), reasons[0]
+
+
+def test_an_endpoints_refusal_is_kept_storable_and_short(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The endpoint's reason for refusing a complaint is copied into the held outcome's reason,
+    which the recorder stores and the desk shows: a NUL or half of a surrogate pair in it would
+    stop the recorder on every redelivery (or dead-letter the complaint), and megabytes of it
+    would not fit one record."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = "blocked\u0000 by policy \ud83d " + "x" * 200_000
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+    with FixedAnswerServer(body.encode(), statuses=[400]) as server:
+        (emits,) = _handle(database, redis_url, standin, dispute, endpoint=server)
+
+    reason = emits[0].value["reason"]
+    assert reason.startswith(f"{REFUSED_REASON} (HTTP 400: "), reason[:200]
+    assert "blocked\ufffd by policy \ufffd x" in reason
+    assert len(reason) < 1_200
+    codec = Codec(FingerprintFraming(), {t.REFUND_PRICED.name: t.REFUND_PRICED.schema})
+    codec.encode(t.REFUND_PRICED.name, emits[0].value)
 
 
 def test_a_refused_repair_holds_the_complaint_on_every_delivery(

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
@@ -23,7 +22,7 @@ from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.domain import MAX_JUDGES
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
+from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
@@ -238,22 +237,16 @@ def test_a_grievance_handled_twice_at_once_pays_for_each_seat_once(
     assert [r["raw_response"] for r in second] == [r["raw_response"] for r in first]
 
 
-def _rulings_for_answer(redis_url: str, port: int, message: Message) -> list[Mapping[str, Any]]:
-    """The rulings a three-seat bench casts for ``message`` when the endpoint on ``port``
-    gives every seat the same answer."""
+def _rulings_for_answer(
+    redis_url: str, endpoint: FixedAnswerServer, message: Message
+) -> list[Mapping[str, Any]]:
+    """The rulings a three-seat bench casts for ``message`` when ``endpoint`` gives every seat
+    the same answer."""
 
     async def go() -> list[Mapping[str, Any]]:
         redis = Redis.from_url(redis_url)
         cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
-        llm = LlmClient(
-            LlmEndpoint(
-                base_url=f"http://127.0.0.1:{port}/v1",
-                api_key=SecretStr("k"),
-                model="any-model",
-                temperature=0.7,
-                timeout_seconds=5,
-            )
-        )
+        llm = endpoint.client(temperature=0.7)
         seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
         handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
         try:
@@ -293,7 +286,7 @@ def test_a_model_ruling_on_silent_or_no_evidence_is_cast_as_escalate(
     content = json.dumps({**answer, "confidence": 0.9, "reasoning": why})
 
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server.port, _grievance(dispute, "PACKAGING"))
+        rulings = _rulings_for_answer(redis_url, server, _grievance(dispute, "PACKAGING"))
 
     assert len(server.requests) == 3, "three seats asked"
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3, why
@@ -307,7 +300,7 @@ def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> 
     failing the audit record on every redelivery."""
     content = '{"ruling": "UPH\x00ELD", "reasoning": "late'
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server.port, _grievance(_dispute()))
+        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute()))
 
     assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain"
     assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
@@ -325,7 +318,7 @@ def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_wri
     answer = {"ruling": "REJECTED", "confidence": 0.9, "evidence_cited": cited}
     content = json.dumps({**answer, "reasoning": "\U0001f642" * 300_000})
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server.port, _grievance(_dispute(), "PACKAGING"))
+        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute(), "PACKAGING"))
 
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
     ruling = rulings[0]

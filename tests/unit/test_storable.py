@@ -1,11 +1,12 @@
-"""What a ruling keeps of a model's text: bounded, and storable in PostgreSQL and UTF-8."""
+"""What a stage keeps of a model's or an endpoint's text: bounded, and storable in PostgreSQL and
+UTF-8."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.judge.handler import storable
+from refund_bench.storable import storable
 
 _CHARACTERS = st.one_of(st.characters(), st.sampled_from(["\x00", "\ud83d", "\ude42"]))
 """Any character, and those a ruling cannot keep as they are: NUL and halves of a surrogate
