@@ -47,10 +47,14 @@ class FrozenDispute:
     def holds(self, dispute: DisputeToFreeze) -> bool:
         """True when ``dispute`` is the complaint stored (a redelivery), not another one that
         reuses its id."""
+        return self.is_for(dispute.order_id, dispute.customer_id, dispute.complaint_text)
+
+    def is_for(self, order_id: str, customer_id: str, complaint_text: str) -> bool:
+        """True when this is the dispute of that complaint."""
         return (self.order_id, self.customer_id, self.complaint_text) == (
-            dispute.order_id,
-            dispute.customer_id,
-            dispute.complaint_text,
+            order_id,
+            customer_id,
+            complaint_text,
         )
 
 
@@ -78,6 +82,14 @@ async def freeze_disputes(
     if lost:
         raise RuntimeError(f"disputes {lost} were not stored")
     return [frozen[d.dispute_id] for d in disputes]
+
+
+async def frozen_dispute(pool: AsyncConnectionPool[Any], dispute_id: str) -> FrozenDispute | None:
+    """The dispute as an earlier delivery stored it, or ``None`` if none did."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(_FROZEN_SQL, ([dispute_id],))
+        row = await cur.fetchone()
+    return None if row is None else FrozenDispute(*row[1:])
 
 
 async def freeze_dispute(pool: AsyncConnectionPool[Any], dispute: DisputeToFreeze) -> FrozenDispute:

@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
+from pydantic import ValidationError
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader, UnreadableOrder
-from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze
-from refund_bench.domain import Decision, LineItem
+from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze, frozen_dispute
+from refund_bench.domain import Decision, LineItem, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
     InFlight,
@@ -67,6 +68,7 @@ class ExtractorHandler:
         max_complaint_chars: int = DEFAULT_MAX_COMPLAINT_CHARS,
     ) -> None:
         self._max_chars = max_complaint_chars
+        self._pool = pool
         self._orders = OrderReader(pool)
         self._disputes = DisputeFreezer(pool)
         self._llm = llm
@@ -88,15 +90,18 @@ class ExtractorHandler:
                 f" {self._max_chars} MAX_COMPLAINT_CHARS allows"
             )
         order = await self._orders.get(complaint.order_id)
-        if order is None:
-            raise InvalidInput(f"unknown order {complaint.order_id!r}")
-        if isinstance(order, UnreadableOrder):
-            raise InvalidInput(
-                f"order {complaint.order_id!r} in the order store cannot be used as evidence:"
-                f" {order.reason}"
+        if not isinstance(order, OrderRecord) or order.customer_id != complaint.customer_id:
+            # A redelivery is judged against the evidence frozen the first time, whatever
+            # became of the order since; only a new dispute needs a usable order.
+            stored = await frozen_dispute(self._pool, complaint.dispute_id)
+            if stored is None or not stored.is_for(
+                complaint.order_id, complaint.customer_id, complaint.text
+            ):
+                raise InvalidInput(_unusable(complaint.order_id, order))
+            snapshot = load_snapshot(stored.snapshot_json, stored.snapshot_sha256)
+            return await self._outcome(
+                complaint, snapshot, stored.snapshot_json, stored.snapshot_sha256
             )
-        if order.customer_id != complaint.customer_id:
-            raise InvalidInput(f"order {complaint.order_id!r} belongs to another customer")
         fresh = freeze(order)
         dispute = DisputeToFreeze(
             dispute_id=complaint.dispute_id,
@@ -120,7 +125,25 @@ class ExtractorHandler:
         # before this one froze another (then it is read back and checked against its hash).
         fresh_kept = snapshot_sha == fresh.sha256 and snapshot_json == fresh.json
         snapshot = fresh.data if fresh_kept else load_snapshot(snapshot_json, snapshot_sha)
-        items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
+        return await self._outcome(complaint, snapshot, snapshot_json, snapshot_sha)
+
+    async def _outcome(
+        self,
+        complaint: ev.ComplaintReceived,
+        snapshot: dict[str, Any],
+        snapshot_json: str,
+        snapshot_sha: str,
+    ) -> Sequence[Emit]:
+        """The complaint's grievances judged against ``snapshot`` (the one its dispute keeps),
+        or its unpriced outcome."""
+        try:
+            items = [LineItem.model_validate(item) for item in snapshot["order"]["line_items"]]
+        except ValidationError as exc:
+            # Frozen by an older version whose bounds were looser: no redelivery can mend it.
+            raise InvalidInput(
+                f"the evidence snapshot {snapshot_sha} of dispute {complaint.dispute_id!r} has"
+                f" line items this version refuses: {exc.error_count()} error(s)"
+            ) from exc
         try:
             grievances = await self._extract(complaint, snapshot_sha, items)
         except RefusedBefore as exc:
@@ -226,6 +249,15 @@ class ExtractorHandler:
             priced_at=ev.now(),
         )
         return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
+
+
+def _unusable(order_id: str, order: OrderRecord | UnreadableOrder | None) -> str:
+    """Why the order store's ``order`` cannot be the evidence of a new dispute."""
+    if order is None:
+        return f"unknown order {order_id!r}"
+    if isinstance(order, UnreadableOrder):
+        return f"order {order_id!r} in the order store cannot be used as evidence: {order.reason}"
+    return f"order {order_id!r} belongs to another customer"
 
 
 PROBLEMS_SHOWN = 3

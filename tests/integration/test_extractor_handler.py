@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
-from refund_bench.db.orders import OrderReader
+from refund_bench.db.orders import OrderReader, upsert_orders
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.domain import OrderRecord
 from refund_bench.errors import InvalidInput
@@ -28,8 +30,8 @@ from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
-from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
-from services.extractor.evidence import FrozenSnapshot, freeze
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
+from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, snapshot_sha256
 from services.extractor.handler import REFUSED_REASON, REVIEW_REASON, ExtractorHandler
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
@@ -37,10 +39,12 @@ from tests.standin import Standin
 pytestmark = pytest.mark.stack
 
 
-def _complaint(dispute_id: str, text: str = ARTICLE_COMPLAINT) -> Message:
+def _complaint(
+    dispute_id: str, text: str = ARTICLE_COMPLAINT, order_id: str = ARTICLE_ORDER.order_id
+) -> Message:
     value = ev.ComplaintReceived(
         dispute_id=dispute_id,
-        order_id=ARTICLE_ORDER.order_id,
+        order_id=order_id,
         customer_id=ARTICLE_ORDER.customer_id,
         text=text,
         received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
@@ -57,6 +61,7 @@ def _handle(
     cache_prefix: str | None = None,
     text: str = ARTICLE_COMPLAINT,
     endpoint: FixedAnswerServer | None = None,
+    order_id: str = ARTICLE_ORDER.order_id,
 ) -> list[Sequence[Emit]]:
     """What the handler emits for each dispute's complaint (``text``), handled together; answers
     are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
@@ -77,7 +82,7 @@ def _handle(
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
             return await asyncio.gather(
-                *(handler.handle(_complaint(d, text), Context(None)) for d in disputes)
+                *(handler.handle(_complaint(d, text, order_id), Context(None)) for d in disputes)
             )
         finally:
             await llm.aclose()
@@ -85,6 +90,25 @@ def _handle(
             await pool.close()
 
     return asyncio.run(go())
+
+
+async def _freeze_article_complaint(
+    pool: AsyncConnectionPool[Any], dispute_id: str, snapshot_json: str, sha256: str
+) -> None:
+    """Store the article's complaint as ``dispute_id``, as a delivery before would have, with
+    the given snapshot."""
+    await freeze_dispute(
+        pool,
+        DisputeToFreeze(
+            dispute_id=dispute_id,
+            order_id=ARTICLE_ORDER.order_id,
+            customer_id=ARTICLE_ORDER.customer_id,
+            complaint_text=ARTICLE_COMPLAINT,
+            received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+            snapshot_json=snapshot_json,
+            snapshot_sha256=sha256,
+        ),
+    )
 
 
 def _delivered_twice(
@@ -122,18 +146,7 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
         try:
             order = await OrderReader(pool).get(ARTICLE_ORDER.order_id)
             assert isinstance(order, OrderRecord)
-            await freeze_dispute(
-                pool,
-                DisputeToFreeze(
-                    dispute_id=redelivered,
-                    order_id=ARTICLE_ORDER.order_id,
-                    customer_id=ARTICLE_ORDER.customer_id,
-                    complaint_text=ARTICLE_COMPLAINT,
-                    received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
-                    snapshot_json=earlier.json,
-                    snapshot_sha256=earlier.sha256,
-                ),
-            )
+            await _freeze_article_complaint(pool, redelivered, earlier.json, earlier.sha256)
             return freeze(order)
         finally:
             await pool.close()
@@ -149,6 +162,71 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in new} == {
         (current.sha256, current.json)
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (["UPDATE orders SET placed_at = 'infinity' WHERE order_id = %s"], "cannot be used"),
+        (["UPDATE orders SET customer_id = 'cust-else' WHERE order_id = %s"], "another customer"),
+        (
+            [
+                "DELETE FROM order_line_items WHERE order_id = %s",
+                "DELETE FROM orders WHERE order_id = %s",
+            ],
+            "unknown order",
+        ),
+    ],
+)
+def test_a_redelivery_is_judged_against_its_frozen_snapshot_whatever_became_of_the_order(
+    database: str, redis_url: str, standin: Standin, change: list[str], reason: str
+) -> None:
+    """The first delivery froze the evidence; then the order's row was edited into something
+    unusable, or deleted, before the complaint was redelivered (a crash before the commit). The
+    redelivery emits what the first did, from the snapshot the dispute keeps; only a new
+    dispute about that order is refused."""
+    order = own_copy(ARTICLE_ORDER, uuid.uuid4().hex[:8])
+    with psycopg.connect(database, autocommit=True) as conn:
+        upsert_orders(conn, [order])
+    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _handle(
+        database, redis_url, standin, dispute, cache_prefix=cache, order_id=order.order_id
+    )
+    with psycopg.connect(database, autocommit=True) as conn:
+        for statement in change:
+            conn.execute(statement, (order.order_id,))
+
+    (again,) = _handle(
+        database, redis_url, standin, dispute, cache_prefix=cache, order_id=order.order_id
+    )
+    assert len(first) == 4
+    assert [e.value["grievance_id"] for e in again] == [e.value["grievance_id"] for e in first]
+    assert {e.value["snapshot_sha256"] for e in again} == {first[0].value["snapshot_sha256"]}
+    with pytest.raises(InvalidInput, match=reason):
+        _handle(database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}", order_id=order.order_id)
+
+
+def test_a_snapshot_frozen_with_line_items_this_version_refuses_is_invalid_input(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A dispute frozen by an older version, whose bounds were looser (a quantity this one
+    refuses), is dead-lettered with its reason on redelivery, not a crash of the stage."""
+    snapshot = freeze(ARTICLE_ORDER).data
+    snapshot["order"]["line_items"][0]["quantity"] = 2_000_000
+    text = canonical_json(snapshot)
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+
+    async def froze() -> None:
+        pool = pg_pool(database)
+        await pool.open()
+        try:
+            await _freeze_article_complaint(pool, dispute, text, snapshot_sha256(text))
+        finally:
+            await pool.close()
+
+    asyncio.run(froze())
+    with pytest.raises(InvalidInput, match="has line items this version refuses"):
+        _handle(database, redis_url, standin, dispute)
 
 
 def test_a_second_complaint_under_a_dispute_id_in_use_is_invalid_input(
