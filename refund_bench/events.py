@@ -104,9 +104,9 @@ _REFUSED_CHAR = re.compile(f"[{_REFUSED}]")
 _VISIBLE_CHAR = re.compile(f"[^{_REFUSED}{_INVISIBLE}]")
 
 
-def _readable_text(value: str) -> str:
-    """Complaint text as :data:`TEXT_PATTERN` has it, with a reason that says what is wrong
-    and where, never the words."""
+def readable_text(value: str) -> str:
+    """``value`` if it is text as :data:`TEXT_PATTERN` has it; else ``ValueError`` with a reason
+    that says what is wrong and where, never the words."""
     _without_nul(value)
     refused = _REFUSED_CHAR.search(value)
     if refused:
@@ -134,7 +134,7 @@ class ComplaintReceived(Event):
     channel: str = "api"
 
     _storable = field_validator("dispute_id", "order_id", "customer_id", "channel")(_without_nul)
-    _readable = field_validator("text")(_readable_text)
+    _readable = field_validator("text")(readable_text)
 
 
 class GrievanceExtracted(Event):

@@ -17,10 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench.domain import Category, LineItem, name_key
 from refund_bench.errors import InvalidInput
+from refund_bench.events import readable_text
 
 REQUIRED_KEYS = ("text", "category", "span_start", "span_end", "item_name", "item_quantity")
 NEEDS_ITEM = frozenset({Category.MISSING_ITEM, Category.WRONG_ITEM})
 DEFAULT_MAX_GRIEVANCES = 20
+MAX_GRIEVANCE_TEXT_CHARS = 500
+"""A grievance's text restates one checkable claim; judges, reviewers and customers read it."""
 
 
 class ExtractedGrievance(BaseModel):
@@ -88,7 +91,9 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
 
     Case-insensitive; an exact name wins. Otherwise whole words, plurals made singular: the
     claim's words all in the item's name ("biryanis" -> "Hyderabadi Biryani"), or the name's
-    words all in the claim ("the Raita container" -> "Raita"), and only one item may match.
+    words all in the claim ("the Raita container" -> "Raita"), and only one item may match,
+    unless exactly one of them is named by the claim's words and no more ("the biryanis" ->
+    "Biryani", not "Chicken Biryani").
     The claim's numbers and filler words ("the", "my", "both of") are left out. Parts of words
     never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced Tea" still
     resolves to an order's only "Tea": the judges and the item's price bound what follows.
@@ -107,6 +112,10 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     ]
     if len(matches) == 1:
         return matches[0], ""
+    same = [item for item in matches if _words(item.name) == words]
+    if len(same) == 1:
+        # "my biryanis" on an order of "Biryani" and "Chicken Biryani": the name it states.
+        return same[0], ""
     if len(matches) > 1:
         listed = ", ".join(repr(item.name) for item in matches)
         return None, f"item_name {claimed!r} is ambiguous: it matches {listed}"
@@ -137,6 +146,16 @@ def _check_one(
         problems.append(f"{where}: text must be a string")
     elif not text.strip():
         problems.append(f"{where}: text is empty")
+    elif len(text) > MAX_GRIEVANCE_TEXT_CHARS:
+        problems.append(
+            f"{where}: text is {len(text)} characters, more than the"
+            f" {MAX_GRIEVANCE_TEXT_CHARS} of one short statement"
+        )
+    else:
+        try:
+            readable_text(text)
+        except ValueError as exc:
+            problems.append(f"{where}: text {exc}")
 
     category: Category | None = None
     if not isinstance(category_raw, str):

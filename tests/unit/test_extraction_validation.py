@@ -158,6 +158,26 @@ def test_every_problem_is_reported_at_once() -> None:
     assert caught.reason == "; ".join(problems)
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("Delivered late\u202e", "text holds U+202E at position 14"),
+        ("Delivered \x1b[2Jlate", "text holds U+001B at position 10"),
+        ("\u200b\u200b", "text is blank"),
+        ("late " * 101, "text is 505 characters, more than the 500 of one short statement"),
+    ],
+)
+def test_a_grievance_text_a_reader_could_be_misled_by_or_lost_in_is_a_problem(
+    text: str, problem: str
+) -> None:
+    """The text goes to the judges, the review desk and the reply: it follows the rule a
+    complaint's text does (no control characters or bidirectional overrides), and is one
+    short statement (a runaway one would not fit the event)."""
+    late = {**ARTICLE_ANSWER["grievances"][1], "text": text}
+    (found,) = problems_of({"grievances": [late]})
+    assert found.startswith(f"grievance 1: {problem}"), found
+
+
 def test_whitespace_only_span_is_empty() -> None:
     late = ARTICLE_ANSWER["grievances"][1]
     gap = ARTICLE_COMPLAINT.index(" ")
@@ -274,6 +294,24 @@ def test_ambiguous_unknown_and_empty_item_names() -> None:
     assert resolve_item("raita", items)[0] == items[2]  # an exact name beats containment
     assert "not on the order" in resolve_item("naan", items)[1]
     assert "empty" in resolve_item("  ", items)[1]
+
+
+@pytest.mark.parametrize(
+    ("claimed", "expected"),
+    [("the biryani", 0), ("my Biryanis", 0), ("chicken biryanis", 1), ("teas", 2)],
+)
+def test_the_item_the_claim_names_and_no_more_beats_a_longer_name(
+    claimed: str, expected: int
+) -> None:
+    """Both names hold the claim's words, but one holds nothing else: that is the item the
+    claim names (an item that adds a word is another dish)."""
+    items = (
+        LineItem(name="Biryani", quantity=1, unit_price_minor=1),
+        LineItem(name="Chicken Biryani", quantity=1, unit_price_minor=1),
+        LineItem(name="Tea", quantity=1, unit_price_minor=1),
+        LineItem(name="Iced Tea", quantity=1, unit_price_minor=1),
+    )
+    assert resolve_item(claimed, items) == (items[expected], "")
 
 
 @pytest.mark.parametrize("claimed", ["Steak", "Instead", "Biryan", "ai", "the", "2"])
