@@ -13,7 +13,7 @@ from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
 from services.extractor.handler import DEFAULT_MAX_COMPLAINT_CHARS, ExtractorHandler
-from services.pricing.table import DEFAULT_CAP_MINOR
+from services.pricing.table import DEFAULT_CAP_MINOR, CapMinor
 
 
 class Settings(LlmStageSettings):
@@ -21,7 +21,7 @@ class Settings(LlmStageSettings):
     extractor_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     extractor_base_url: str = ""
     extractor_prompt_version: str = EXTRACTOR_PROMPT_VERSION
-    auto_approve_cap_minor: int = Field(default=DEFAULT_CAP_MINOR, ge=0)
+    auto_approve_cap_minor: CapMinor = DEFAULT_CAP_MINOR
     max_complaint_chars: int = Field(default=DEFAULT_MAX_COMPLAINT_CHARS, ge=1, le=1_000_000)
     """Longest complaint text judged; a longer one is dead-lettered before any model call (the
     API's setting of the same name refuses it at intake; this guards what is published to

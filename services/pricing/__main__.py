@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import psycopg
 from prometheus_client import CollectorRegistry
-from pydantic import Field
 
 from refund_bench.config import StageSettings
 from refund_bench.db.snapshots import SnapshotReader
 from refund_bench.service import configure_logging, run_stage
 from services.pricing.handler import PricingHandler
-from services.pricing.table import DEFAULT_CAP_MINOR
+from services.pricing.table import DEFAULT_CAP_MINOR, CapMinor
 
 
 class Settings(StageSettings):
-    auto_approve_cap_minor: int = Field(default=DEFAULT_CAP_MINOR, ge=0)
+    auto_approve_cap_minor: CapMinor = DEFAULT_CAP_MINOR
 
 
 def main() -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from refund_bench.domain import (
+    MAX_ORDER_MINOR,
     Category,
     Decision,
     LineItem,
@@ -38,6 +39,9 @@ from refund_bench.errors import InvalidInput
 
 PRICING_VERSION = "2026-12-01.v1"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
+CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
+"""An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
+could not be written to Avro (a long)."""
 LATE_DELIVERY_FLAT_MINOR: Mapping[str, MinorUnits] = {"INR": 4900}
 """Flat late-delivery compensation per currency; a currency not listed pays 0 for lateness."""
 
