@@ -125,6 +125,9 @@ this prefix itself): an endpoint that does not hold the model to the schema may 
 anything, that record too, and its answer must stay an answer on every delivery."""
 REFUSAL_REASON_CHARS = 1_000
 """How much of the endpoint's reason a refusal keeps (it reaches events and the review desk)."""
+_READ_REASON_CHARS = REFUSAL_REASON_CHARS + 100
+"""A reason read back is cut only beyond what :func:`refusal_value` writes (the limit and its
+note): so it reads the same on every delivery; longer ones were cached before reasons were cut."""
 
 
 class RefusedBefore(Exception):  # noqa: N818 - an outcome, not a fault
@@ -143,7 +146,7 @@ def _refusal(value: str) -> str | None:
         return None
     if isinstance(document, dict) and list(document) == [_REFUSAL_FIELD]:
         reason = document[_REFUSAL_FIELD]
-        return storable(reason, REFUSAL_REASON_CHARS) if isinstance(reason, str) else None
+        return storable(reason, _READ_REASON_CHARS) if isinstance(reason, str) else None
     return None
 
 
@@ -258,11 +261,10 @@ async def _cached_call(
                 on_call("refused")
             if not keep_refusals:
                 raise
-            refusal = refusal_value(str(exc))
-            stored = await cache.put_if_absent(key, refusal)
-            if stored == refusal:
-                raise RefusedBefore(storable(str(exc), REFUSAL_REASON_CHARS)) from exc
-            return cached_answer(stored), True  # a concurrent call's answer was stored first
+            stored = await cache.put_if_absent(key, refusal_value(str(exc)))
+            # Read back as every later delivery reads it: RefusedBefore, with the same reason;
+            # or the answer a concurrent call stored first.
+            return cached_answer(stored), True
         value = cache_value(fresh) if keep_refusals else fresh
         hit = await cache.put_if_absent(key, value)
         from_cache = hit != value

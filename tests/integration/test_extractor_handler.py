@@ -318,14 +318,19 @@ def test_an_endpoints_refusal_is_kept_storable_and_short(
     """The endpoint's reason for refusing a complaint is copied into the held outcome's reason,
     which the recorder stores and the desk shows: a NUL or half of a surrogate pair in it would
     stop the recorder on every redelivery (or dead-letter the complaint), and megabytes of it
-    would not fit one record."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    would not fit one record. A redelivery gives the same reason, from the cache."""
+    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
     message = "blocked\u0000 by policy \ud83d " + "x" * 200_000
     body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
     with FixedAnswerServer(body.encode(), statuses=[400]) as server:
-        (emits,) = _handle(database, redis_url, standin, dispute, endpoint=server)
+        (emits,), (again,) = (
+            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)
+            for _ in range(2)
+        )
+    assert len(server.requests) == 1
 
     reason = emits[0].value["reason"]
+    assert again[0].value["reason"] == reason
     assert reason.startswith(f"{REFUSED_REASON} (HTTP 400: "), reason[:200]
     assert "blocked\ufffd by policy \ufffd x" in reason
     assert len(reason) < 1_200

@@ -48,3 +48,15 @@ def test_a_refusal_reads_back_as_one_with_a_reason_fit_to_store(reason: str) -> 
     assert "\x00" not in kept
     kept.encode("utf-8")  # no half of a surrogate pair
     assert len(kept) <= REFUSAL_REASON_CHARS + 60
+
+
+def test_a_long_reason_is_cut_once_and_reads_the_same_every_time() -> None:
+    value = refusal_value("policy " + "x" * 5_000)
+    with pytest.raises(RefusedBefore) as first:
+        cached_answer(value)
+    with pytest.raises(RefusedBefore) as again:
+        cached_answer(value)
+    assert str(first.value) == str(again.value)
+    assert str(first.value).endswith(
+        f"[... {5_007 - REFUSAL_REASON_CHARS} more characters not kept]"
+    )
