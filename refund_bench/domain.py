@@ -5,6 +5,7 @@ Money is always an ``int`` of minor units (paise for INR). No float ever holds a
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from enum import StrEnum
 from typing import Self
@@ -81,6 +82,37 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 }
 """What a reviewer may decide per kind of review item. EXTRACTION items are shown but resolved
 outside the desk (a corrected complaint)."""
+
+_ITEM_KEY_OF_KIND = {
+    "DISPUTE": re.compile(r"dispute:round[0-9]+"),
+    "PAYOUT": re.compile(r"payout:round[0-9]+"),
+}
+
+
+def review_problem(
+    kind: str, decision: str, grievance_id: str | None, item_key: str | None
+) -> str | None:
+    """Why a ``review.decided`` cannot be applied as it stands, or ``None``: a decision its kind
+    of review cannot make, or an item that is not of its kind (a GRIEVANCE review decides
+    ``grievance:<its grievance_id>``, a DISPUTE review a ``dispute:round<n>`` item or, published
+    before decisions named their items, none; a PAYOUT review must name ``payout:round<n>``).
+    Pricing and the recorder both refuse such a decision, so neither acts on it alone."""
+    allowed = DECISIONS_BY_KIND.get(kind)
+    if allowed is None:
+        return f"unknown kind of review {kind!r}"
+    if decision not in allowed:
+        return f"a {kind} review cannot decide {decision}"
+    if kind == "GRIEVANCE":
+        if grievance_id is None:
+            return "a GRIEVANCE review names no grievance_id"
+        if item_key not in (None, f"grievance:{grievance_id}"):
+            return f"a review of grievance {grievance_id} cannot decide item {item_key!r}"
+        return None
+    if kind == "PAYOUT" and not _ITEM_KEY_OF_KIND[kind].fullmatch(item_key or ""):
+        return f"a PAYOUT review must name its payout:round<n> item, not {item_key!r}"
+    if item_key is not None and not _ITEM_KEY_OF_KIND[kind].fullmatch(item_key):
+        return f"a {kind} review cannot decide item {item_key!r}"
+    return None
 
 
 def name_key(name: str) -> str:

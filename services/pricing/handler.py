@@ -24,7 +24,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.payout_rounds import PRICING_KEEPS_PAID_S, payout_item_round
 from refund_bench.db.snapshots import payment_reference
-from refund_bench.domain import DECISIONS_BY_KIND, Category, Decision, ReviewDecision, Ruling
+from refund_bench.domain import Category, Decision, ReviewDecision, Ruling, review_problem
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PRICING
@@ -337,12 +337,11 @@ def _take_review(message: Message, stored: StateLookup) -> Taken | None:
     dispute but PAID_ELSEWHERE. ``None`` for a decision already applied."""
     review = ev.parse(ev.ReviewDecided, message.value)
     message.require_key(review.dispute_id)
-    if review.decision not in DECISIONS_BY_KIND.get(review.kind, ()):
+    problem = review_problem(review.kind, review.decision, review.grievance_id, review.item_key)
+    if problem is not None:
         # A grievance's review is kept before the verdicts: as a DECLINE, one would decline the
         # whole dispute it came before.
-        raise InvalidInput(
-            f"review {review.review_id}: a {review.kind} review cannot decide {review.decision}"
-        )
+        raise InvalidInput(f"review {review.review_id}: {problem}")
     state = stored(review.dispute_id)
     if state is None and review.kind == "PAYOUT":
         raise InvalidInput(

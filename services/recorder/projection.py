@@ -18,7 +18,8 @@ from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_item
-from refund_bench.domain import Decision, LineStatus, Ruling
+from refund_bench.domain import Decision, LineStatus, Ruling, review_problem
+from refund_bench.errors import InvalidInput
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,6 +354,8 @@ def _line_review_rows(e: ev.RefundPriced) -> list[Statement]:
 
 
 def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
+    """A paid round. Its ``payout.failed`` (Stripe reported the refund failed later) may be
+    read first, from the other topic: the FAILED round then gains the refund's id."""
     return [
         (
             PAYOUTS_COMPLETED,
@@ -364,7 +367,12 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
                 e.stripe_refund_id,
                 e.completed_at,
             ),
-        )
+        ),
+        (
+            "UPDATE payout_events SET stripe_refund_id = %s"
+            " WHERE dispute_id = %s AND round = %s AND stripe_refund_id IS NULL",
+            (e.stripe_refund_id, e.dispute_id, e.round),
+        ),
     ]
 
 
@@ -404,7 +412,12 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
 def review_rows(e: ev.ReviewDecided) -> list[Statement]:
     """Close the item decided, and only that one: a decision on the dispute leaves its failed
     payout open, and the other way round. A decision published before events named their item
-    closes the open items of its kind."""
+    closes the open items of its kind. A decision pricing refuses (see
+    :func:`~refund_bench.domain.review_problem`) closes nothing: :class:`InvalidInput`, so
+    its item stays in the queue for a decision that counts."""
+    problem = review_problem(e.kind, e.decision, e.grievance_id, e.item_key)
+    if problem is not None:
+        raise InvalidInput(f"review {e.review_id}: {problem}")
     key = e.item_key or (f"grievance:{e.grievance_id}" if e.kind == "GRIEVANCE" else None)
     if key is None:
         return [
@@ -417,8 +430,8 @@ def review_rows(e: ev.ReviewDecided) -> list[Statement]:
     return [
         (
             "UPDATE review_items SET status = 'DECIDED', decided_at = %s"
-            " WHERE dispute_id = %s AND item_key = %s AND status = 'OPEN'",
-            (e.decided_at, e.dispute_id, key),
+            " WHERE dispute_id = %s AND item_key = %s AND kind = %s AND status = 'OPEN'",
+            (e.decided_at, e.dispute_id, key, e.kind),
         )
     ]
 

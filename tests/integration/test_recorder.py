@@ -12,6 +12,7 @@ import pytest
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Message
 from services.recorder.handler import Recorder
 
@@ -236,6 +237,45 @@ def test_a_line_pricing_held_waits_for_a_reviewer_until_a_round_pays_it(
 
 
 @pytest.mark.parametrize(
+    ("kind", "decision", "grievance_id", "item_key"),
+    [
+        ("PAYOUT", "REPAY", None, None),
+        ("PAYOUT", "PAID_ELSEWHERE", None, "dispute:round3"),
+        ("GRIEVANCE", "APPROVE", "g2", "payout:round2"),
+        ("GRIEVANCE", "UPHOLD", "g9", "grievance:g2"),
+        ("DISPUTE", "APPROVE", None, "payout:round2"),
+        ("BOGUS", "APPROVE", None, "payout:round2"),
+    ],
+)
+def test_a_decision_pricing_refuses_closes_no_item_and_is_dead_lettered(
+    database: str, kind: str, decision: str, grievance_id: str | None, item_key: str | None
+) -> None:
+    """Pricing dead-letters a decision its kind of review cannot make, or one on an item of
+    another kind; had the recorder closed the item, a failed refund or a held grievance would
+    leave the queue with nothing paid or decided. Now the items stay open for a decision that
+    counts."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    decided = ev.ReviewDecided(
+        dispute_id=dispute,
+        review_id=uuid.uuid4().hex,
+        kind=kind,
+        grievance_id=grievance_id,
+        decision=decision,
+        reviewer="alice",
+        decided_at=AT,
+        item_key=item_key,
+    )
+    opened = [_escalated(dispute, "g2"), _held_by_the_cap(dispute), _payout_failed(dispute)]
+    with pytest.raises(InvalidInput, match=f"review {decided.review_id}: "):
+        _queue(database, opened, [_message(t.REVIEW_DECIDED.name, dispute, decided.to_avro())])
+    assert _queue(database, opened) == {
+        "grievance:g2": "OPEN",
+        "dispute:round3": "OPEN",
+        "payout:round2": "OPEN",
+    }
+
+
+@pytest.mark.parametrize(
     "batches",
     [["completed", "failed"], ["failed", "completed"], ["completed+failed"]],
     ids=["in order", "failed first (a replay)", "one batch"],
@@ -274,6 +314,7 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
         ).fetchall()
     assert len(rows) == 1, rows
     if outcome == "FAILED":
-        assert rows[0][:4] == (2, "FAILED", code, reason)
+        # The refund Stripe reported failed is named, whichever event was recorded first.
+        assert rows[0] == (2, "FAILED", code, reason, "re_later_failed")
     else:
         assert rows[0] == (2, "COMPLETED", None, None, "re_later_failed")
