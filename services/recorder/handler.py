@@ -4,27 +4,49 @@ offsets commit; redelivered events are no-ops thanks to natural-key inserts.
 
 A batch's rows go to each table in one statement (arrays of column values, unnested), not one
 statement per row: a few statements per batch instead of about twenty per complaint. Inserts
-come first, then the updates in event order (an update may close a review item inserted by the
-same batch); no insert undoes an update, since existing rows are left alone."""
+come first, each table's rows in key order (two replicas that write some of the same keys take
+them in the same order), then the updates in event order (an update may close a review item
+inserted by the same batch); no insert undoes an update, since existing rows are left alone.
+
+Replicas still update one dispute's rows from different topics, so PostgreSQL may end one
+batch's transaction as a deadlock's victim: that write is retried (it rolled back whole), with
+the shared backoff, instead of stopping the stage."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg import errors
 
+from refund_bench.retry import RetryPolicy, SyncSleep
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import RECORDER
 from services.recorder.projection import Statement, Table, rows_for
+
+log = logging.getLogger(__name__)
+
+
+RETRIED_SQLSTATES = (errors.DeadlockDetected, errors.SerializationFailure)
+"""Errors after which the whole transaction rolled back and the same write may succeed."""
 
 
 class Recorder:
     """Buffers each batch's statements and writes them in one transaction at commit time."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        retry: RetryPolicy | None = None,
+        sleep: SyncSleep = time.sleep,
+    ) -> None:
         self._conn = conn
         self._pending: list[Statement] = []
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
 
     def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         self._pending.extend(rows_for(message.topic, message.value))
@@ -41,6 +63,18 @@ class Recorder:
                 rows.setdefault(target, []).append(params)
             else:
                 updates.append((target, params))
+        for table, table_rows in rows.items():
+            table_rows.sort(key=table.key_of)  # stable: the first row per key stays first
+        self._retry.run(
+            lambda: self._write(rows, updates),
+            sleep=self._sleep,
+            retry_on=RETRIED_SQLSTATES,
+            on_retry=lambda exc: log.warning("recording a batch failed (%s); retrying", exc),
+        )
+
+    def _write(
+        self, rows: dict[Table, list[tuple[Any, ...]]], updates: list[tuple[str, tuple[Any, ...]]]
+    ) -> None:
         # Pipeline mode: the statements go out without a round trip each.
         with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
             for table, table_rows in rows.items():

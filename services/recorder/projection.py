@@ -34,6 +34,15 @@ class Table:
     key: tuple[str, ...]
 
     @cached_property
+    def _key_positions(self) -> tuple[int, ...]:
+        names = [name for name, _ in self.columns]
+        return tuple(names.index(name) for name in self.key)
+
+    def key_of(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The values of ``row``'s key columns."""
+        return tuple(row[i] for i in self._key_positions)
+
+    @cached_property
     def insert_sql(self) -> bytes:
         """One INSERT for many rows: one array parameter per column, in column order. Rendered
         once: the names are ASCII, so it reads the same on every connection."""

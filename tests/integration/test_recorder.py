@@ -318,3 +318,44 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
         assert rows[0] == (2, "FAILED", code, reason, "re_later_failed")
     else:
         assert rows[0] == (2, "COMPLETED", None, None, "re_later_failed")
+
+
+def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str) -> None:
+    """Two replicas update one dispute's review items from different topics, so PostgreSQL may
+    pick one batch's transaction as a deadlock's victim. It rolled back whole: the same write
+    is made again after the backoff, instead of the stage stopping. Here the database itself
+    raises the deadlock's error (SQLSTATE 40P01) at the batch's first attempt."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    name = f"victim_{uuid.uuid4().hex[:8]}"
+    setup = [
+        f"CREATE SEQUENCE {name}_tries",
+        f"""CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('{name}_tries') = 1 THEN
+                    RAISE EXCEPTION 'deadlock detected' USING ERRCODE = '40P01';
+                END IF;
+                RETURN NEW;
+            END $$""",
+        f"CREATE TRIGGER {name} BEFORE INSERT ON review_items FOR EACH ROW"
+        f" WHEN (NEW.dispute_id = '{dispute}') EXECUTE FUNCTION {name}()",
+    ]
+    slept: list[float] = []
+    with psycopg.connect(database, autocommit=True) as conn:
+        for statement in setup:
+            conn.execute(statement)
+        try:
+            recorder = Recorder(conn, sleep=slept.append)
+            for message in (_escalated(dispute, "g2"), _payout_failed(dispute)):
+                recorder.handle(message, Context(None))
+            recorder.flush()
+            tries = conn.execute(f"SELECT last_value FROM {name}_tries").fetchone()
+        finally:
+            conn.execute(f"DROP TRIGGER {name} ON review_items")
+            conn.execute(f"DROP FUNCTION {name}()")
+            conn.execute(f"DROP SEQUENCE {name}_tries")
+    assert len(slept) == 1, "retried once, after the backoff"
+    assert tries == (3,), "two items refused at the first try, then both written"
+    assert _queue(database, [_escalated(dispute, "g2")]) == {
+        "grievance:g2": "OPEN",
+        "payout:round2": "OPEN",
+    }
