@@ -680,6 +680,8 @@ class StageRunner:
         A fatal error in one handler is raised once the others have finished, or the drain
         timeout has run out (those still running are then cancelled): see :meth:`_let_finish`.
         """
+        if not messages:
+            return []  # every record of the poll was dead-lettered at decoding
         handler = cast(AsyncHandler, self.spec.handler)
         limit = cast(asyncio.Semaphore, self._limit)
         ctx = Context(None)

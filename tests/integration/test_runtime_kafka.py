@@ -779,6 +779,33 @@ def _outputs_and_dead_letters(
     return outputs, dead
 
 
+def test_an_async_stage_dead_letters_a_poll_that_holds_only_undecodable_records(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """On a quiet topic one bad record may be all a poll returns. The async stages (extractor,
+    judge, settler, payout) then have nothing to hand their handlers: the record goes to the
+    dead-letter topic and its offset is committed, as when good records come with it, and the
+    stage goes on to the next record."""
+    source, sink = new_topic("lone-poison-in", 1), new_topic("lone-poison-out", 1)
+    dlq = f"{source}.dlq"
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    produce_raw(stack.kafka, source, [(b"k", b"\xff\xfe not avro at all")])
+    group = f"lone-poison-{uuid.uuid4().hex[:8]}"
+    spec = passthrough_spec(group, source, sink, jitter_ms=1.0)
+    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
+    try:
+        (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
+        produce_values(stack.kafka, source, [("k", {"id": "good", "seq": 1, "payload": ""})], codec)
+        outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60, settle_s=0.0)
+    finally:
+        assert stage.stop() is None
+    assert dead.value["source_offset"] == 0
+    assert [r.value["id"] for r in outputs] == ["good"]
+
+
 def test_poison_input_goes_to_dlq_and_processing_continues(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
