@@ -18,8 +18,12 @@ MAX_ORIGINAL_BYTES = 900_000
 """Below the producer's default ``message.max.bytes`` (1,000,000) with room for the rest of the
 envelope, its key and its headers."""
 MAX_ORIGINAL_HEADER_BYTES = 64 * 1024
-"""Of the source record's headers (names and values), at most this much is kept: with
-:data:`MAX_ORIGINAL_BYTES` and two keys, the dead letter still fits in one record."""
+"""Of the source record's headers, at most this much is kept (as the envelope encodes them):
+with :data:`MAX_ORIGINAL_BYTES` and two keys, the dead letter still fits in one record."""
+HEADER_FRAMING_BYTES = 11
+"""What the envelope adds to each kept header beyond its name and value, at most: two Avro
+length prefixes (up to 5 bytes each) and the value's union branch. So a great many empty headers
+count too, not as nothing."""
 
 Header = tuple[str, bytes | None]
 
@@ -102,7 +106,7 @@ def _headers_within_budget(headers: Sequence[Header]) -> tuple[list[Header], int
     kept: list[Header] = []
     used = 0
     for name, value in headers:
-        size = len(name.encode()) + (len(value) if value is not None else 0)
+        size = len(name.encode()) + (len(value) if value is not None else 0) + HEADER_FRAMING_BYTES
         if used + size > MAX_ORIGINAL_HEADER_BYTES:
             break
         used += size

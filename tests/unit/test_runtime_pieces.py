@@ -26,8 +26,10 @@ from refund_bench.gc_tuning import tune_gc
 from refund_bench.llm.client import LlmUnavailable
 from refund_bench.retry import RetryPolicy, retry_kind
 from refund_bench.runtime.dlq import (
+    HEADER_FRAMING_BYTES,
     MAX_KEY_BYTES,
     MAX_ORIGINAL_BYTES,
+    MAX_ORIGINAL_HEADER_BYTES,
     MAX_REASON_CHARS,
     DlqBudget,
     dead_letter,
@@ -494,7 +496,7 @@ def test_a_dead_letter_keeps_the_headers_that_fit_and_still_fits_one_record() ->
         timestamp_ms=1_764_000_000_123, original_headers=big,
     )  # fmt: skip
     kept = letter.envelope["original_headers"]
-    assert [h["name"] for h in kept] == [f"h{i}" for i in range(6)], "6 x 10,002 bytes fit"
+    assert [h["name"] for h in kept] == [f"h{i}" for i in range(6)], "6 x 10,013 bytes fit"
     assert letter.envelope["reason"].endswith("[4 of 10 original headers left out: over 64 KiB]")
     assert letter.envelope["original_timestamp"] == 1_764_000_000_123
     codec = Codec(FingerprintFraming(), {"grievance.extracted.dlq": "dead_letter"})
@@ -547,3 +549,22 @@ def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
     assert failures == [], "the first attempt failed and was retried"
     retried = {"stage": "c", "topic": "", "kind": "orders"}
     assert registry.get_sample_value("refund_bench_retries_total", retried) == 1
+
+
+def test_a_great_many_empty_headers_still_leave_a_dead_letter_that_fits_one_record() -> None:
+    """An empty header costs the envelope a few bytes even though its name and value are empty:
+    200,000 of them beside a large value would otherwise make a dead letter too big to produce,
+    and the stage would stop on the record instead of dead-lettering it."""
+    letter = dead_letter(
+        stage="judge", topic="grievance.extracted", partition=3, offset=41, key=b"k",
+        value=b"\xff" * 400_000, reason="undecodable", error_type="InvalidInput",
+        original_headers=[("", b"")] * 200_000,
+    )  # fmt: skip
+    kept = len(letter.envelope["original_headers"])
+    assert kept == MAX_ORIGINAL_HEADER_BYTES // HEADER_FRAMING_BYTES
+    assert letter.envelope["reason"].endswith(
+        f"[{200_000 - kept} of 200000 original headers left out: over 64 KiB]"
+    )
+    codec = Codec(FingerprintFraming(), {"grievance.extracted.dlq": "dead_letter"})
+    record = codec.encode("grievance.extracted.dlq", letter.envelope)
+    assert len(record) < 400_000 + MAX_ORIGINAL_HEADER_BYTES + 10_000
