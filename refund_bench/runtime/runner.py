@@ -128,6 +128,12 @@ class RuntimeConfig:
     """Async stages: records polled but not yet committed, at most (back-pressure)."""
     async_poll_interval_s: float = 0.005
     """Async stages: how often the loop polls for more records while batches are in flight."""
+    held_poll_after_s: float = 30.0
+    """Async stages: after this long at ``max_pending_records`` without a poll, the partitions
+    are paused and the loop polls again (each second), so that the instance stays in its group
+    (``max.poll.interval.ms``, 5 min by default, must be longer). Shorter waits at the limit,
+    the usual back-pressure of a burst, poll nothing: pausing would drop the records already
+    fetched, to fetch them again."""
     drain_timeout_s: float = 20.0
     """Async stages: after :meth:`StageRunner.stop`, how long the batches in flight may take to
     finish and commit. Those still running then are cancelled, uncommitted: their records go to
@@ -245,6 +251,9 @@ class StageRunner:
         self._fatal: BaseException | None = None
         """Async stages: the first fatal error, raised in place of the :class:`_NotStartedError` of
         handlers it kept from starting."""
+        self._paused = False
+        """Async stages: fetching is paused because the records pending are at their limit."""
+        self._polled_at = time.monotonic()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -378,6 +387,8 @@ class StageRunner:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+        if self._paused:
+            consumer.pause(partitions)  # they wait, like the rest, until there is room
         self._set_assigned(consumer)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -503,10 +514,18 @@ class StageRunner:
                 if self._stopping and drain_until is None:
                     drain_until = time.monotonic() + self.config.drain_timeout_s
                 room = self.config.max_pending_records - sum(b.size for b in pending)
-                if not self._stopping and self._failing_until is None and room > 0:
+                if (
+                    not self._stopping
+                    and self._failing_until is None
+                    and self._may_poll(consumer, room)
+                ):
                     # Idle: block in the poll (nothing else needs the loop). Busy: just look.
+                    # Held back: the partitions are paused, and the poll keeps this instance in
+                    # its group and serves rebalances while the head batch waits.
                     timeout = self.config.batch_max_wait_s if not pending else 0
-                    msgs = consumer.consume(min(room, self.config.batch_max_records), timeout)
+                    wanted = min(max(room, 1), self.config.batch_max_records)
+                    msgs = consumer.consume(wanted, timeout)
+                    self._polled_at = time.monotonic()
                     if msgs:
                         pending.append(self._launch(msgs))
                 ready: list[_InFlight] = []
@@ -543,6 +562,25 @@ class StageRunner:
             for batch in pending:
                 batch.task.cancel()
             await asyncio.gather(*(b.task for b in pending), return_exceptions=True)
+
+    def _may_poll(self, consumer: Consumer, room: int) -> bool:
+        """Whether the loop polls now, with ``room`` for this many more records pending: while
+        there is room (resuming the partitions if they were paused), and at the limit once it
+        has not polled for ``held_poll_after_s`` (pausing them first, so that the polls fetch
+        nothing), then on every pass until there is room. Paused partitions keep their
+        position: fetching resumes after the last record polled."""
+        if room > 0:
+            if self._paused:
+                consumer.resume(consumer.assignment())
+                self._paused = False
+            return True
+        if self._paused:
+            return True
+        if time.monotonic() - self._polled_at < self.config.held_poll_after_s:
+            return False
+        consumer.pause(consumer.assignment())
+        self._paused = True
+        return True
 
     async def _let_finish(self, tasks: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
         """After a fatal ``error``: wait for the handlers still running, until ``drain_timeout_s``

@@ -349,6 +349,44 @@ def test_a_fatal_error_lets_the_handlers_in_flight_finish_then_stops_the_stage(
     assert read_to_end(stack.kafka, sink, timeout_s=30) == [], "nothing is committed"
 
 
+def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_waits(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """The head batch's call outlasts ``max.poll.interval.ms`` (payout in a Stripe brownout)
+    while the records pending are at their limit. The stage pauses its partitions but keeps
+    polling, so it stays in its group: the batch then commits, and the records after it follow,
+    each once. Had it stopped polling, the broker would have dropped it from the group and the
+    commit would have failed (UNKNOWN_MEMBER_ID), stopping the stage."""
+    poll_interval_ms, slow_s = 10_000, 14.0
+    source, sink = new_topic("held-in", 1), new_topic("held-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(4), codec)
+    out = Topic(sink, "bench.record")
+
+    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        if message.value["id"] == "r0":
+            await asyncio.sleep(slow_s)  # the slow call itself, not a wait for anything
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"held-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec("held", (Topic(source, "bench.record"),), (out,), handler)
+    config = _config(
+        stack.kafka,
+        group,
+        batch_max_records=1,
+        max_pending_records=1,
+        held_poll_after_s=2.0,
+        consumer_overrides={"max.poll.interval.ms": poll_interval_ms},
+    )
+    stage = StageThread(StageRunner(spec, config, framing)).start()
+    try:
+        outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=90, settle_s=1.0)
+    finally:
+        assert stage.stop() is None
+    assert slow_s > poll_interval_ms / 1000
+    assert [r.value["id"] for r in outputs] == ["r0", "r1", "r2", "r3"]
+
+
 def test_aborted_transaction_is_never_visible_to_read_committed(
     stack: Stack, new_topic: TopicFactory
 ) -> None:
