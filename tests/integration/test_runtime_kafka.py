@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -764,19 +764,24 @@ def test_a_stage_is_not_ready_while_it_restores_its_state(
     spec = _expiring_counter(group, source, sink)
     config = _config(stack.kafka, group)
 
-    def run(keys: list[str], heartbeat: Heartbeat) -> None:
+    def run(
+        keys: list[str], heartbeat: Heartbeat, until: Callable[[], bool] = lambda: True
+    ) -> None:
         stage = StageThread(StageRunner(spec, config, framing, heartbeat=heartbeat)).start()
         try:
             before = len(read_sink(stack, codec, sink, at_least=0, timeout_s=5, settle_s=0.0))
             values = [(k, {"id": f"{k}-{before}", "seq": 0, "payload": ""}) for k in keys]
             produce_values(stack.kafka, source, values, codec)
             read_sink(stack, codec, sink, at_least=before + len(keys), timeout_s=60, settle_s=0)
+            wait_for(until, 30, "the stage's loop to beat again")
         finally:
             assert stage.stop() is None
 
     run([f"k{i}" for i in range(300)], Heartbeat())  # 300 keys in the changelog
     log = _ReadinessLog()
-    run(["k0"], log)
+    # The output can be read before the loop's next beat: stopped then, no beat would follow
+    # the restore's. So the stage runs until one has.
+    run(["k0"], log, until=lambda: not all(log.seen) and log.seen[-1])
 
     # Every beat comes after subscribing: the unready ones are the restore's.
     unready = [i for i, ready in enumerate(log.seen) if not ready]
