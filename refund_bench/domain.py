@@ -83,10 +83,11 @@ DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
 """What a reviewer may decide per kind of review item. EXTRACTION items are shown but resolved
 outside the desk (a corrected complaint)."""
 
-_ITEM_KEY_OF_KIND = {
-    "DISPUTE": re.compile(r"dispute:round[0-9]+"),
-    "PAYOUT": re.compile(r"payout:round[0-9]+"),
-}
+DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
+"""The key of a DISPUTE review item: the round whose total it approves or declines."""
+PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
+"""The key of a PAYOUT review item: the round whose refund failed."""
+_ITEM_KEY_OF_KIND = {"DISPUTE": DISPUTE_ITEM, "PAYOUT": PAYOUT_ITEM}
 
 
 def review_problem(

@@ -12,11 +12,12 @@ however close together two disputes of one order come.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
+
+from refund_bench.domain import PAYOUT_ITEM
 
 NOT_REFUNDED_STATUSES = frozenset({"failed", "canceled", "requires_action"})
 """Stripe refund statuses that mean no money went back (``requires_action``: not without the
@@ -104,9 +105,6 @@ def why_not_repayable(
     return None
 
 
-_PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
-
-
 def payout_item(settlement_round: int) -> str:
     """The key of the review item a failed payout of this round opens."""
     return f"payout:round{settlement_round}"
@@ -115,7 +113,7 @@ def payout_item(settlement_round: int) -> str:
 def payout_item_round(item_key: str | None) -> int | None:
     """The round a payout review item's key names (:func:`payout_item`); ``None`` for any
     other key."""
-    named = _PAYOUT_ITEM.fullmatch(item_key or "")
+    named = PAYOUT_ITEM.fullmatch(item_key or "")
     return None if named is None else int(named[1])
 
 

@@ -16,15 +16,21 @@ co-partitioned; the range assignor gives one instance the same partition of both
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.payout_rounds import PRICING_KEEPS_PAID_S, payout_item_round
 from refund_bench.db.snapshots import payment_reference
-from refund_bench.domain import Category, Decision, ReviewDecision, Ruling, review_problem
+from refund_bench.domain import (
+    DISPUTE_ITEM,
+    Category,
+    Decision,
+    ReviewDecision,
+    Ruling,
+    review_problem,
+)
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PRICING
@@ -307,9 +313,6 @@ def _overrides(raw: Mapping[str, Any]) -> ReviewOverrides:
     )
 
 
-_DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
-
-
 def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | None:
     """The total of the round an approval was made on: the round its review item names, else
     (a decision published before events named their item) the last priced round. ``None`` for
@@ -321,7 +324,7 @@ def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | No
     """
     if review.decision != ReviewDecision.APPROVE.value:
         return None
-    named = _DISPUTE_ITEM.fullmatch(review.item_key or "")
+    named = DISPUTE_ITEM.fullmatch(review.item_key or "")
     approved_round = int(named[1]) if named else state["round"]
     if not 1 <= approved_round <= state["round"]:
         raise InvalidInput(
@@ -385,15 +388,11 @@ def _failed_round(state: dict[str, Any], review: ev.ReviewDecided) -> tuple[int,
     next round pays it again. PAID_ELSEWHERE changes nothing (the amount stays approved: the
     operator settled it another way) and returns ``None``.
 
-    :class:`InvalidInput` for an item that names no round, and for a REPAY of a round that
-    approved no payment this stage knows of or that was paid again before.
+    ``review`` names its round (:func:`~refund_bench.domain.review_problem` refused it
+    otherwise). :class:`InvalidInput` for a REPAY of a round that approved no payment this
+    stage knows of or that was paid again before.
     """
-    failed = payout_item_round(review.item_key)
-    if failed is None:
-        raise InvalidInput(
-            f"review {review.review_id}: a PAYOUT review must name its payout:round<n> item,"
-            f" not {review.item_key!r}"
-        )
+    failed = cast(int, payout_item_round(review.item_key))
     if review.decision == ReviewDecision.PAID_ELSEWHERE.value:
         return None
     payable: int | None = state.get("payables", {}).get(str(failed))
