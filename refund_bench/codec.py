@@ -80,6 +80,11 @@ class Framing(Protocol):
         """The writer's schema of ``data`` and where its Avro body starts."""
         ...
 
+    def answers_offline(self, data: bytes) -> bool:
+        """Whether :meth:`writer_schema` answers for ``data`` without asking a registry (it
+        knows the writer schema, or the framing is malformed)."""
+        ...
+
 
 _SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 
@@ -114,6 +119,9 @@ class FingerprintFraming:
                 " topic's contract in schemas/avro/ or its history"
             )
         return schema, 10
+
+    def answers_offline(self, data: bytes) -> bool:
+        return True
 
 
 class RegistryClient(Protocol):
@@ -165,6 +173,9 @@ class RegistryFraming:
                 raise InvalidInput(f"writer schema id {schema_id} is not JSON: {exc}") from exc
             self._schemas[schema_id] = schema
         return schema, 5
+
+    def answers_offline(self, data: bytes) -> bool:
+        return len(data) < 5 or data[0] != 0 or struct.unpack(">I", data[1:5])[0] in self._schemas
 
     def _fetch(self, schema_id: int) -> Any:
         """The registered schema; :class:`InvalidInput` when the registry has no such id (a 404),
@@ -248,6 +259,11 @@ class Codec:
         buf.write(codec.header)
         fastavro.schemaless_writer(buf, codec.parsed, dict(value))
         return buf.getvalue()
+
+    def decodes_offline(self, topic: str, data: bytes | None) -> bool:
+        """Whether :meth:`decode` of ``data`` makes no request to a schema registry: false only
+        for a record naming a writer schema this codec has not seen yet."""
+        return data is None or topic not in self._topics or self._framing.answers_offline(data)
 
     def decode(self, topic: str, data: bytes | None) -> dict[str, Any]:
         """Decode a value of ``topic``; raises :class:`InvalidInput` when it cannot be read."""

@@ -527,7 +527,7 @@ class StageRunner:
                     msgs = consumer.consume(wanted, timeout)
                     self._polled_at = time.monotonic()
                     if msgs:
-                        pending.append(self._launch(msgs))
+                        pending.append(await self._launch(msgs))
                 ready: list[_InFlight] = []
                 while pending and pending[0].task.done():
                     ready.append(pending.popleft())
@@ -600,11 +600,19 @@ class StageRunner:
             )
             await asyncio.wait(running, timeout=max(0.0, self._failing_until - time.monotonic()))
 
-    def _launch(self, msgs: list[Any]) -> _InFlight:
-        records = self._decode_all(msgs)
+    async def _launch(self, msgs: list[Any]) -> _InFlight:
+        """Decode a poll and start its handlers. A record naming a writer schema the codec has
+        not seen yet is looked up in the registry (retried through an outage, with sleeps):
+        that poll is decoded in a worker thread, so that the handlers in flight go on."""
+        epoch = self._revocations
+        if all(self.codec.decodes_offline(msg.topic(), msg.value()) for msg in msgs):
+            records = self._decode_all(msgs)
+        else:
+            loop = asyncio.get_running_loop()
+            records = await loop.run_in_executor(None, self._decode_all, msgs)
         messages = [item for _, item in records if isinstance(item, Message)]
         task = asyncio.ensure_future(self._handle_all_async(messages))
-        return _InFlight(records, self._revocations, time.perf_counter(), len(msgs), task)
+        return _InFlight(records, epoch, time.perf_counter(), len(msgs), task)
 
     async def _commit_pipelined(self, ready: list[_InFlight]) -> None:
         """One transaction for the finished batches at the head, in poll order.
