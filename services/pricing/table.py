@@ -7,6 +7,8 @@ ever taken from a model's output. Safety bounds, in order:
 - a line pays only when its (reviewed) outcome is UPHELD; ESCALATE lines are HELD and pay 0;
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
+- QUALITY pays half of the units no other line refunded in full (MISSING_ITEM, WRONG_ITEM,
+  PACKAGING) or for quality: each unit at most once;
 - the missing units the bench upheld are paid only as far as the pickup-weight shortfall
   explains them together (each item's estimate in the snapshot explains it alone): a line
   beyond that is HELD for a reviewer, whose UPHOLD pays it;
@@ -37,7 +39,7 @@ from refund_bench.domain import (
 )
 from refund_bench.errors import InvalidInput
 
-PRICING_VERSION = "2026-12-01.v1"
+PRICING_VERSION = "2026-12-05.v2"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -197,13 +199,23 @@ class _Rule:
         self.quantity = quantity
 
 
-def _item_rule(verdict: GrievanceVerdict, item: LineItem | None) -> _Rule:
+def _item_rule(verdict: GrievanceVerdict, item: LineItem | None, units_open: int) -> _Rule:
+    """A line naming an item: the units claimed, at most those ordered, at the unit price;
+    QUALITY pays half, and only for units still open (``units_open``: neither refunded in full
+    nor compensated for quality by a line priced before)."""
     category = verdict.category
     if item is None:
         return _Rule(0, f"{category}: no item named, 0")
     claimed = 1 if verdict.item_quantity is None else verdict.item_quantity
     quantity = max(0, min(claimed, item.quantity))
     note = "" if quantity == claimed else f" (claimed {claimed}, ordered {item.quantity})"
+    if category is Category.QUALITY and quantity > units_open:
+        closed = item.quantity - units_open
+        note = (
+            f" (claimed {claimed}; {closed} of the {item.quantity} ordered already refunded"
+            " in full or for quality)"
+        )
+        quantity = units_open
     price = item.unit_price_minor * quantity
     basis = f"{quantity} x {item.unit_price_minor} ({item.name}){note}"
     if category is Category.QUALITY:
@@ -212,11 +224,15 @@ def _item_rule(verdict: GrievanceVerdict, item: LineItem | None) -> _Rule:
 
 
 def _rule(
-    verdict: GrievanceVerdict, order: OrderRecord, derived: _Derived, item: LineItem | None
+    verdict: GrievanceVerdict,
+    order: OrderRecord,
+    derived: _Derived,
+    item: LineItem | None,
+    bounds: _Bounds,
 ) -> _Rule:
     category = verdict.category
     if category in _ITEM_PRICED:
-        return _item_rule(verdict, item)
+        return _item_rule(verdict, item, bounds.units_open.get(item.name, 0) if item else 0)
     if category is Category.LATE_DELIVERY:
         flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
         sla = order.delivery_sla_minutes
@@ -253,6 +269,9 @@ class _Bounds:
 
     def __init__(self, order: OrderRecord) -> None:
         self.left = {item.name: item.unit_price_minor * item.quantity for item in order.line_items}
+        self.units_open = {item.name: item.quantity for item in order.line_items}
+        """Units not yet refunded in full (MISSING_ITEM, WRONG_ITEM, PACKAGING) nor compensated
+        for quality: what a QUALITY line may still pay half of."""
         self.paid_by: dict[Category, str] = {}
         self.shortfall_g = order.pickup_shortfall_g
         self.missing_g = 0
@@ -306,6 +325,8 @@ class _Bounds:
             self.paid_by[verdict.category] = verdict.grievance_id
         if verdict.category in _ITEM_PRICED and verdict.item_name is not None:
             self.left[verdict.item_name] -= amount
+            open_units = self.units_open[verdict.item_name]
+            self.units_open[verdict.item_name] = open_units - min(open_units, rule.quantity or 0)
 
 
 def _line(
@@ -404,14 +425,17 @@ def price_refund(
     lines: dict[str, PricedLine] = {}
     # Upheld lines claim the per-item budgets first; the rest are proposed against what is left.
     # The bench's UPHELD is bounded by the weights, a reviewer's UPHOLD is not, and comes after:
-    # upholding one line never holds another that a round before paid.
+    # upholding one line never holds another that a round before paid. Within a pass, QUALITY
+    # lines come after the lines that refund units in full, so that they pay half of the units
+    # those left only (a missing naan is not also half refunded as soggy).
+    in_pass_order = sorted(ordered, key=lambda v: v.category is Category.QUALITY)
     for current in (0, 1, 2):
-        for verdict in ordered:
+        for verdict in in_pass_order:
             if pass_of(verdict) != current:
                 continue
             outcome = outcomes[verdict.grievance_id]
             item = items.get(verdict.item_name) if verdict.item_name is not None else None
-            rule = bounds.bound(verdict, _rule(verdict, order, derived, item))
+            rule = bounds.bound(verdict, _rule(verdict, order, derived, item, bounds))
             why_held = bounds.unexplained(verdict, rule, item) if current == 0 else ""
             if why_held:
                 rule = _Rule(rule.amount, why_held, rule.quantity)

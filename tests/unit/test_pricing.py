@@ -86,7 +86,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-01.v1"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-05.v2"
 
 
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
@@ -214,10 +214,64 @@ def test_lines_naming_one_item_never_pay_more_than_its_line_total() -> None:
         EMPTY_BAG,
         cap_minor=200_000,
     )
-    assert [ln.amount_minor for ln in priced.lines] == [96000, 32000, 0]
-    assert "capped at 32000 left" in priced.lines[1].rule
-    assert priced.lines[2].proposed_minor == 0  # nothing of the biryani line is left
-    assert priced.total_minor == 128000
+    # Three of the four are missing: the soggy claim pays half of the one delivered only.
+    assert [ln.amount_minor for ln in priced.lines] == [96000, 16000, 0]
+    assert priced.lines[1].rule == (
+        "QUALITY: half of 1 x 32000 (Hyderabadi Biryani) (claimed 4; 3 of the 4 ordered already"
+        " refunded in full or for quality) = 16000"
+    )
+    assert priced.lines[1].quantity == 1
+    assert priced.lines[2].proposed_minor == 16000  # what is left of the biryani line
+    assert "capped at 16000 left" in priced.lines[2].rule
+    assert priced.total_minor == 112000
+
+
+NAAN = "Butter Naan"
+TWO_NAAN = build_snapshot(
+    article_order(
+        line_items=(LineItem(name=NAAN, quantity=2, unit_price_minor=20000, unit_weight_g=None),),
+        charged_total_minor=40000,
+        pickup_weight_expected_g=None,
+        pickup_weight_actual_g=None,
+    )
+)
+
+
+@pytest.mark.parametrize("full", [Category.MISSING_ITEM, Category.PACKAGING, Category.WRONG_ITEM])
+@pytest.mark.parametrize("quality_first", [False, True])
+def test_quality_pays_half_of_the_units_no_other_line_refunded_in_full(
+    full: Category, quality_first: bool
+) -> None:
+    """One of two naans is refunded in full (missing, leaked, wrong), and the customer says
+    both were soggy: the quality line pays half of the other naan, 10000, whichever grievance
+    came first. Half of both on top of the full refund would pay 40000 for 30000 of loss."""
+    lines = [
+        verdict("g1", full, item=NAAN, quantity=1),
+        verdict("g2", Category.QUALITY, item=NAAN, quantity=2),
+    ]
+    if quality_first:
+        lines = [
+            verdict("g1", Category.QUALITY, item=NAAN, quantity=2),
+            verdict("g2", full, item=NAAN, quantity=1),
+        ]
+    priced = price_refund(lines, TWO_NAAN)
+    amounts = {ln.category: ln.amount_minor for ln in priced.lines}
+    assert amounts == {full: 20000, Category.QUALITY: 10000}
+    assert priced.total_minor == 30000
+
+
+def test_two_quality_lines_on_one_item_pay_half_of_each_unit_once() -> None:
+    priced = price_refund(
+        [
+            verdict("g1", Category.QUALITY, item=NAAN, quantity=2),
+            verdict("g2", Category.QUALITY, item=NAAN, quantity=1),
+        ],
+        TWO_NAAN,
+    )
+    assert [(ln.status, ln.amount_minor, ln.quantity) for ln in priced.lines] == [
+        (LineStatus.PAY, 20000, 2),
+        (LineStatus.ZERO, 0, 0),
+    ]
 
 
 TWO_DISHES = article_order(
@@ -624,6 +678,19 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
             per_item[line.item_name] = per_item.get(line.item_name, 0) + line.amount_minor
     for item in order.line_items:
         assert per_item.get(item.name, 0) <= item.unit_price_minor * item.quantity
+    if not overrides.grievances:
+        # The bench's QUALITY lines on an item pay at most half of the units its other paid
+        # lines did not refund in full.
+        for item in order.line_items:
+            on_item = [ln for ln in priced.lines if ln.item_name == item.name]
+            full = sum(
+                ln.quantity or 0
+                for ln in on_item
+                if ln.category is not Category.QUALITY and ln.status is LineStatus.PAY
+            )
+            quality = sum(ln.amount_minor for ln in on_item if ln.category is Category.QUALITY)
+            open_units = item.quantity - min(item.quantity, full)
+            assert quality <= item.unit_price_minor * open_units // 2
 
 
 @given(cases(), st.data())
