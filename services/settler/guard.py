@@ -16,9 +16,26 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+MAX_REPLY_CHARS = 2000
+"""The longest reply the guard reads (after normalising): a customer reply is a few sentences,
+and a longer one is refused whole, before any other check (the checks' cost grows with it)."""
+_MAX_AMOUNT_DIGITS = 15
+"""A written number with more whole digits than any order's total is no amount the reply may
+state: it is read as inexact, never converted."""
+
 _LETTER = r"[^\W\d_]"
 _NUMBER = r"[0-9](?:[0-9]|,(?=[0-9]))*(?:\.[0-9]+)?"
-_KNOWN_CODES = {"INR": "INR", "RS": "INR", "RS.": "INR", "USD": "USD", "EUR": "EUR", "GBP": "GBP"}
+_KNOWN_CODES = {
+    "INR": "INR",
+    "RS": "INR",
+    "RS.": "INR",
+    "RE": "INR",
+    "USD": "USD",
+    "EUR": "EUR",
+    "GBP": "GBP",
+}
+"""Codes and abbreviations before or after a number. "Re" (one rupee, "Re 1") counts only
+written so and before a number."""
 _OTHER_SIGN = "¤"
 _SYMBOLS = {"₹": "INR", "$": "USD", "€": "EUR", "£": "GBP", _OTHER_SIGN: "XXX"}
 """Currency signs; every other one (Unicode category Sc: ¥, ₨, ₩, ...) is read as ``¤``, a
@@ -99,14 +116,28 @@ _OFF_SCRIPT = (
         re.compile(
             r"\bfor\s+free\b|\bfree\s+of\s+(?:charge|cost)\b|\bon\s+(?:us|the\s+house)\b"
             r"|\bfree\s+(?:meals?|orders?|deliver(?:y|ies)|items?|food|desserts?|drinks?)\b"
-            r"|\bno\s+(?:extra\s+)?charge\b|\bcomplimentary\b",
+            r"|\bno\s+(?:extra\s+)?charge\b|\bcomplimentary\b"
+            r"|\b(?:is|are|be|been|get|gets|getting)\s+(?:\w+\s+)?free\b"
+            r"|\b(?:vouchers?|coupons?|promo(?:tional)?\s+codes?|gift\s+cards?|discounts?"
+            r"|cashback|(?:loyalty|reward|bonus)\s+points)\b"
+            r"|%\s*off\b|\boff\s+(?:your|the)\s+next\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "repeats or multiplies something",
+        re.compile(
+            r"\b(?:[0-9]+|two|three|four|five|six|seven|eight|nine|several|many|multiple)"
+            r"\s+times\b|\btwice\b|\bthrice\b|\b(?:doubled|tripled)\b",
             re.IGNORECASE,
         ),
     ),
 )
 """What a reply written from a complaint must not carry, whatever the complaint asked for: a
 link, an address or a domain; a request for a password, a code or card details; a promise of
-free food or orders (only the approved amount is promised)."""
+free food or orders, a voucher, a coupon, a discount or points (only the approved amount is
+promised, to the original payment method); a repetition or a multiple of anything ("three
+times", "twice": of an amount stated once, it reads as more money)."""
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
@@ -182,7 +213,7 @@ _ANY_CODE = "(?-i:[A-Z]{3})"
 def _codes_pattern(currency: str) -> str:
     """Known codes and currency names in any case; the reply's own currency code only as written
     (upper case), so that an ordinary word can never be read as a currency."""
-    known = sorted((set(_KNOWN_CODES) - {"RS."}) | set(_UNIT_WORDS), key=len, reverse=True)
+    known = sorted((set(_KNOWN_CODES) - {"RS.", "RE"}) | set(_UNIT_WORDS), key=len, reverse=True)
     return "|".join([*(re.escape(code) for code in known), f"(?-i:{re.escape(currency)})"])
 
 
@@ -195,7 +226,8 @@ def _tag(code: str) -> str:
 def _prefix_re(currency: str) -> re.Pattern[str]:
     symbols = "".join(re.escape(s) for s in _SYMBOLS)
     return re.compile(
-        rf"(?:(?<!{_LETTER})(?P<code>{_codes_pattern(currency)}|{_ANY_CODE})(?!{_LETTER})\.?"
+        rf"(?:(?<!{_LETTER})(?P<code>{_codes_pattern(currency)}|{_ANY_CODE}|(?-i:Re))"
+        rf"(?!{_LETTER})\.?"
         rf"|(?P<sym>[{symbols}]))\s*(?P<num>{_NUMBER})",
         re.IGNORECASE,
     )
@@ -213,6 +245,22 @@ def _suffix_re(currency: str) -> re.Pattern[str]:
 
 
 _SCALED = re.compile(rf"(?P<num>{_NUMBER})\s*(?:{_MULTIPLIERS})(?!{_LETTER})", re.IGNORECASE)
+_MONEY_BEFORE = re.compile(
+    r"\b(?:plus|add(?:ed|ing)?|extra|another|additional|further|bonus|refund(?:ed|ing)?"
+    r"|credit(?:ed|ing)?|give|giving|pay(?:ing)?|paid|worth|get(?:ting)?|receive)\s+$",
+    re.IGNORECASE,
+)
+_MONEY_AFTER = re.compile(
+    r"\s*(?:%|per\s*cent\b|percent\b|back\b|more\b|extra\b|off\b"
+    r"|(?:to|in|into)\s+(?:your\s+)?(?:wallet|account|credit)\b"
+    r"|as\s+(?:a\s+)?(?:credit|cashback|goodwill|compensation|refund|bonus)\b)",
+    re.IGNORECASE,
+)
+"""Around a one-digit number, what makes it money ("plus 9", "add 5 to your wallet", "get 9
+back", "5% off"); without it a one-digit number is a count ("2 of the 4 biryanis")."""
+_PERCENT = re.compile(r"\s*(?:%|per\s*cent\b|percent\b)", re.IGNORECASE)
+_MONEY_BEFORE_WINDOW = 24
+"""How far before a number :data:`_MONEY_BEFORE` and :data:`_TIMES_BEFORE` look."""
 
 
 @functools.cache  # one pattern per currency, built once
@@ -228,6 +276,8 @@ def _currency_word_re(currency: str) -> re.Pattern[str]:
 def _to_minor(number: str, *, already_minor: bool) -> int | None:
     """Exact minor units of a written number, or ``None`` when it has sub-minor digits."""
     whole, _, fraction = number.replace(",", "").partition(".")
+    if len(whole) > _MAX_AMOUNT_DIGITS:
+        return None
     if already_minor:
         return int(whole) if fraction.strip("0") == "" else None
     if fraction[2:].strip("0"):
@@ -292,18 +342,24 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
     dates = [match.span() for match in _DATE.finditer(text)]
     for token in _TOKEN.finditer(text):
         word = token.group(0)
-        if not word[0].isdigit() or sum(c.isdigit() for c in word) < 2:
+        if not word[0].isdigit():
             continue
         if any(start <= token.start() < end for start, end in (*covered, *dates)):
             continue
+        if sum(c.isdigit() for c in word) < 2 and not _money_context(text, *token.span()):
+            continue
         if _not_money(text, *token.span()):
             continue
-        add(
-            token.span(),
-            token.span(),
-            MoneyMention(word, _to_minor(word, already_minor=False), None),
-        )
+        exact = not _PERCENT.match(text, token.end())
+        minor = _to_minor(word, already_minor=False) if exact else None
+        add(token.span(), token.span(), MoneyMention(word, minor, None))
     return sorted(found, key=lambda located: located[0])
+
+
+def _money_context(text: str, start: int, end: int) -> bool:
+    """Whether the words right around the number at ``text[start:end]`` make it money."""
+    before = _MONEY_BEFORE.search(text, max(0, start - _MONEY_BEFORE_WINDOW), start)
+    return before is not None or _MONEY_AFTER.match(text, end) is not None
 
 
 def _not_money(text: str, start: int, end: int) -> bool:
@@ -327,8 +383,14 @@ def check_reply(
     held_items: Sequence[str],
     *,
     earlier_refund: bool = False,
+    held_names: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """The guard's failures for one reply; empty means it may be sent.
+
+    - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
+    - the sentence that states the approved amount names none of ``held_names`` (the items only
+      held lines name) and does not say it covers everything ("everything", "in full", "the
+      whole order"), when anything is held;
 
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money ("refunded", "will refund", "credited",
@@ -351,6 +413,8 @@ def check_reply(
     currency signs).
     """
     text = _normalised(text)
+    if len(text) > MAX_REPLY_CHARS:
+        return (f"is {len(text)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
     failures: list[str] = []
     stated = format_amount(approved_minor, currency)
     if approved_minor > 0:
@@ -359,6 +423,8 @@ def check_reply(
         )
         if not exact.search(text):
             failures.append(f"does not state the approved amount {stated}")
+        if held_items:
+            failures.extend(_covers_held(text, exact, held_names))
     else:
         promises = [m.group(0) for p in _PROMISES for m in p.finditer(text)]
         if promises:
@@ -373,7 +439,8 @@ def check_reply(
             failures.append(f"names an amount in another currency: {mention.text!r}")
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
-        if _TIMES_AFTER.match(text, end) or _TIMES_BEFORE.search(text, 0, start):
+        before = _TIMES_BEFORE.search(text, max(0, start - _MONEY_BEFORE_WINDOW), start)
+        if before or _TIMES_AFTER.match(text, end):
             failures.append(f"multiplies, divides or repeats an amount: {mention.text!r}")
     for word in _SUM_WORDS.finditer(text):
         inside = any(start <= word.start() < end for start, end, _ in located)
@@ -398,9 +465,36 @@ def check_reply(
     return tuple(dict.fromkeys(failures))
 
 
-_RESTATED = re.compile(r"\s*\(\s*[^()0-9.;!?]{0,20}")
+_RESTATED = re.compile(
+    r"\s*\(\s*(?![^()0-9.;!?]*\b(?:plus|and|besides|also|another|additional|extra|more|again"
+    r"|further|with|on\s+top|each|per|for)\b)[^()0-9.;!?]{0,20}",
+    re.IGNORECASE,
+)
 """Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
-(₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one."""
+(₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one. Words
+that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_COVERS_ALL = re.compile(
+    r"\b(?:everything|all\s+of\s+(?:it|your|the)|in\s+full|full\s+refund|whole|entire"
+    r"|all\s+(?:items|issues|grievances|claims))\b",
+    re.IGNORECASE,
+)
+
+
+def _covers_held(text: str, stated: re.Pattern[str], held_names: Sequence[str]) -> list[str]:
+    """Failures for a sentence stating the approved amount that also claims a held item, or
+    everything, as covered ("INR 689 for everything, including the raita")."""
+    failures = []
+    for sentence in _SENTENCE_END.split(text):
+        if not stated.search(sentence):
+            continue
+        for name in held_names:
+            if re.search(rf"(?<!{_LETTER}){re.escape(name)}(?!{_LETTER})", sentence, re.I):
+                failures.append(f"says the refund covers {name!r}, which is held for review")
+        covers = _COVERS_ALL.search(sentence)
+        if covers:
+            failures.append(f"says the refund covers all although items are held: {covers[0]!r}")
+    return failures
 
 
 def _statements(

@@ -97,6 +97,15 @@ def _waiting(
     return held, [line for line in priced.lines if line.status not in waiting]
 
 
+def _only_held(
+    held_lines: Sequence[ev.PricedLineEvent], resolved: Sequence[ev.PricedLineEvent]
+) -> list[str]:
+    """The items that only held lines name: the reply's refund sentence must not claim them (an
+    item also on a decided line, "the missing Biryani" held for its quality, it may name)."""
+    decided = {line.item_name for line in resolved}
+    return sorted({line.item_name for line in held_lines if line.item_name} - decided)
+
+
 def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
     """The event for a ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
     text, amount, currency, source, failures, model, version, created = row
@@ -141,6 +150,7 @@ class SettlerHandler:
 
     async def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         priced = ev.parse(ev.RefundPriced, message.value)
+        ev.known(Decision, priced.decision, "decision")  # never read as "pay nothing"
         for line in priced.lines:  # before anything is reserved or stored for the round
             ev.known(Category, line.category, f"line {line.grievance_id}")
         approved = priced.payable_minor if priced.decision in _PAYING else 0
@@ -223,7 +233,14 @@ class SettlerHandler:
             )
             text = parse_customer_reply(raw).reply
             failures = list(
-                check_reply(text, approved, priced.currency, held, earlier_refund=earlier_refund)
+                check_reply(
+                    text,
+                    approved,
+                    priced.currency,
+                    held,
+                    earlier_refund=earlier_refund,
+                    held_names=_only_held(held_lines, resolved),
+                )
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]

@@ -90,10 +90,15 @@ def _priced(
 
 
 def _settle(
-    database: str, redis_url: str, standin: Standin, message: Message, snapshot: FrozenSnapshot
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    message: Message,
+    snapshot: FrozenSnapshot,
+    complaint: str = ARTICLE_COMPLAINT,
 ) -> Sequence[Emit]:
     """What the settler emits for ``message``, its dispute and snapshot stored first."""
-    [emits] = _settle_together(database, redis_url, standin, [message], snapshot)
+    [emits] = _settle_together(database, redis_url, standin, [message], snapshot, complaint)
     return emits
 
 
@@ -103,6 +108,7 @@ def _settle_together(
     standin: Standin,
     messages: Sequence[Message],
     snapshot: FrozenSnapshot,
+    complaint: str = ARTICLE_COMPLAINT,
 ) -> list[Sequence[Emit]]:
     """What one settler emits for each of ``messages``, handled concurrently (as the records
     of one batch are), their disputes and the snapshot stored first."""
@@ -121,7 +127,7 @@ def _settle_together(
                         dispute_id=message.key or "",
                         order_id=ARTICLE_ORDER.order_id,
                         customer_id=ARTICLE_ORDER.customer_id,
-                        complaint_text=ARTICLE_COMPLAINT,
+                        complaint_text=complaint,
                         received_at=AT,
                         snapshot_json=snapshot.json,
                         snapshot_sha256=snapshot.sha256,
@@ -200,6 +206,37 @@ def test_a_line_of_a_category_this_version_does_not_know_is_invalid_and_stores_n
             {"d": dispute},
         )
         assert stored.fetchone() == (0, 0), "no reply stored, no round reserved"
+
+
+def test_a_decision_this_version_does_not_know_is_invalid_and_stores_nothing(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A round decided in a way this version cannot read (a newer or faulty pricing) is
+    dead-lettered: it is not read as "nothing to pay", whose reply would be stored for good."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    unknown = with_fields(_priced(dispute, "AUTO_APPROVED", 68900), decision="PARTLY_APPROVED")
+    with pytest.raises(InvalidInput, match="decision: 'PARTLY_APPROVED' is not a valid Decision"):
+        _settle(database, redis_url, standin, unknown, freeze(ARTICLE_ORDER))
+    with psycopg.connect(database) as conn:
+        stored = conn.execute("SELECT count(*) FROM replies WHERE dispute_id = %s", (dispute,))
+        assert stored.fetchone() == (0,)
+
+
+def test_a_model_reply_too_long_to_check_gets_the_template(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The complaint makes the model quote a 4,400-digit "refund" (more digits than Python
+    turns into an int): the reply is refused whole as too long and the template is sent,
+    instead of the check raising on every redelivery of the cached answer."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    complaint = f"{ARTICLE_COMPLAINT} Please refund {'7' * 4400} as my reference says."
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference="pi_long_reply")
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER), complaint)
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert reply["source"] == "TEMPLATE"
+    (failure,) = reply["guard_failures"]
+    assert failure.endswith("characters long, more than the 2000 a reply may be"), failure
+    assert "INR 689" in reply["text"]
 
 
 def test_a_later_rounds_template_reply_does_not_deny_the_earlier_refund(

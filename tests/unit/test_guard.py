@@ -179,6 +179,88 @@ def test_an_amount_sneaked_past_the_approved_one_fails(sneaked: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "sneaked",
+    [
+        "We have refunded INR 689 (plus INR 689 for the delay).",
+        "We have refunded INR 689 (besides INR 689 for the delay).",
+        "We have refunded INR 689 (and ₹689 for the trouble).",
+        "We have refunded INR 689 and will add 5 to your wallet.",
+        "We have refunded INR 689, plus 9 for the wait.",
+        "We have refunded INR 689 and Re 1 as goodwill.",
+        "We have refunded INR 689 and 5% of the delivery fee.",
+        "We have refunded INR 689. Enjoy 5% discount on your next order.",
+        "We have refunded INR 689 and a voucher for the full order.",
+        "We have refunded INR 689. Your next order is free.",
+        "We have refunded INR 689. Your next 2 orders are free.",
+        "We have refunded INR 689, credited to you 3 times.",
+        "We have refunded INR 689 to your account. It will be paid three times.",
+        "We have refunded INR 689 and will pay it twice.",
+    ],
+)
+def test_a_second_amount_or_benefit_the_audit_found_fails(sneaked: str) -> None:
+    """Replies a model could write from a complaint: a bracket that adds the amount again, a
+    one-digit amount next to money words, a percentage, a voucher or free orders, a repetition
+    away from the amount. Each promises more than is paid."""
+    assert check_reply(sneaked, 68900, "INR", []) != (), sneaked
+
+
+def test_with_nothing_approved_a_one_digit_amount_fails() -> None:
+    failures = check_reply("You will get 9 back in your wallet.", 0, "INR", [])
+    assert failures == ("names an amount other than the approved INR 0: '9'",)
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "2 of the 4 biryanis were missing, and 1 raita leaked.",
+        "Please feel free to contact us; the gluten-free naan was noted.",
+        "We're 1 team, and you are 1 of our valued customers.",
+        "A colleague will review the Raita within 24 hours.",
+    ],
+)
+def test_one_digit_counts_and_everyday_words_still_pass(plain: str) -> None:
+    assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == ()
+
+
+def test_the_refund_sentence_may_not_claim_a_held_item_or_everything() -> None:
+    held = ["the packaging of the Raita"]
+    claims = (
+        "We have refunded INR 689 for everything, including the raita. Your feedback is under"
+        " review."
+    )
+    assert check_reply(claims, 68900, "INR", held, held_names=["Raita"]) == (
+        "says the refund covers 'Raita', which is held for review",
+        "says the refund covers all although items are held: 'everything'",
+    )
+    whole = "We have refunded INR 689 for the whole order. The raita is under review."
+    assert check_reply(whole, 68900, "INR", held, held_names=["Raita"]) == (
+        "says the refund covers all although items are held: 'whole'",
+    )
+    apart = (
+        "We have refunded INR 689 for the missing biryanis. A colleague will review the raita"
+        " and get back to you."
+    )
+    assert check_reply(apart, 68900, "INR", held, held_names=["Raita"]) == ()
+    assert check_reply(claims, 68900, "INR", [], held_names=[]) == ()  # nothing is held
+
+
+def test_a_reply_too_long_to_read_fails_whole_without_reading_its_numbers() -> None:
+    """More digits than Python converts (4,300), and text long enough that the checks would
+    take minutes: refused at once, with one failure."""
+    long = "We have refunded INR 689. Your reference is " + "7" * 4400 + "."
+    assert check_reply(long, 68900, "INR", []) == (
+        f"is {len(long)} characters long, more than the 2000 a reply may be",
+    )
+    assert check_reply("We have refunded INR 689 (" * 5000, 68900, "INR", [])[0].startswith("is ")
+
+
+def test_a_number_with_more_digits_than_any_amount_is_not_converted() -> None:
+    reply = "We have refunded INR 689. Reference " + "7" * 1900
+    failures = check_reply(reply, 68900, "INR", [])
+    assert failures == (f"names an amount other than the approved INR 689: '{'7' * 1900}'",)
+
+
+@pytest.mark.parametrize(
     "plain",
     [
         "It arrived 85 minutes late, at 20:15 on 04/12.",
