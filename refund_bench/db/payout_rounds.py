@@ -40,6 +40,11 @@ IDEMPOTENCY_REFUSED = "IdempotencyError"
 """The error code of a round whose idempotency key Stripe refused: it had taken the key with other
 parameters, so an earlier call under it may have created a refund."""
 
+SAVED_SERVER_ERROR = "STRIPE_SAVED_SERVER_ERROR"
+"""The error code of a round whose key Stripe answers with a server error it saved: the refund
+began at Stripe and failed part-way (it may exist), and every retry under the key gets the same
+answer until the key expires, so retrying would only stall the stage."""
+
 LEDGER_CONFLICT = "LEDGER_CONFLICT"
 """The error code of a payout request for a round the ledger holds with another amount or
 currency: the request was refused, and says nothing of how the round itself ended."""
@@ -59,6 +64,9 @@ UNMENDABLE_FAILURES = {
     IDEMPOTENCY_REFUSED: "Stripe had taken this round's key for another request, which may have"
     " created a refund; find a refund with this dispute_id and round in its metadata at Stripe,"
     " and pay by hand only if there is none",
+    SAVED_SERVER_ERROR: "Stripe failed part-way through this round's refund and answers its key"
+    " with that error for a day; find a refund with this dispute_id and round in its metadata at"
+    " Stripe, and pay by hand only if there is none",
     "charge_already_refunded": "Stripe has refunded the payment in full already",
     "charge_disputed": "the customer disputed the payment with their bank (a chargeback), and"
     " Stripe refunds nothing on a disputed payment",
@@ -66,7 +74,7 @@ UNMENDABLE_FAILURES = {
 """Error codes of a FAILED round that paying again cannot mend, and why (for the review desk)."""
 
 MAY_HAVE_REFUNDED = frozenset(
-    {STALE_PENDING, not_refunded_code("requires_action"), IDEMPOTENCY_REFUSED}
+    {STALE_PENDING, not_refunded_code("requires_action"), IDEMPOTENCY_REFUSED, SAVED_SERVER_ERROR}
 )
 """Error codes of a FAILED round under which money may still have gone back: such a round holds
 the order's other disputes for a payment operator, as a paid one does (the database function

@@ -183,11 +183,12 @@ $$;
 -- Whether a round FAILED with this error code may still have moved money: a call that reached
 -- Stripe and was never settled (STALE_PENDING), a refund that waits for the customer
 -- (refund_requires_action), a key Stripe had already taken with other parameters
--- (IdempotencyError). Kept equal to refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED.
+-- (IdempotencyError), a refund that failed part-way at Stripe (STRIPE_SAVED_SERVER_ERROR). Kept
+-- equal to refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED.
 CREATE OR REPLACE FUNCTION payout_failure_may_have_refunded(p_error_code text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
     SELECT COALESCE(p_error_code IN ('STALE_PENDING', 'refund_requires_action',
-                                     'IdempotencyError'), false)
+                                     'IdempotencyError', 'STRIPE_SAVED_SERVER_ERROR'), false)
 $$;
 
 -- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s its

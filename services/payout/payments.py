@@ -14,6 +14,7 @@ import stripe
 from refund_bench.db.payout_rounds import (
     IDEMPOTENCY_REFUSED,
     NOT_REFUNDED_STATUSES,
+    SAVED_SERVER_ERROR,
     not_refunded_code,
 )
 from refund_bench.errors import RefundBenchError, TransientError
@@ -49,7 +50,8 @@ class Payments(Protocol):
         Raises :class:`TransientError` for 429/5xx/connection failures (safe to retry with the
         same key), :class:`PaymentsRefusedUs` when the provider refuses our key (401/403), and
         :class:`PaymentRejected` for failures of this refund a retry cannot fix, a refund the
-        provider answered as failed, canceled or needing action among them.
+        provider answered as failed, canceled or needing action among them, and a server error
+        the provider saved under the key and replays (``SAVED_SERVER_ERROR``).
         """
         ...
 
@@ -106,12 +108,18 @@ class StripePayments:
             raise TransientError(
                 f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
             ) from exc
-        except stripe.APIError as exc:
-            raise TransientError(
-                f"stripe: {exc.http_status} {type(exc).__name__}", dependency="stripe"
-            ) from exc
         except stripe.StripeError as exc:
             status = exc.http_status or 0
+            if status >= 500 and _replayed(exc):
+                raise PaymentRejected(
+                    SAVED_SERVER_ERROR,
+                    f"Stripe answered the round's key with the HTTP {status} it saved when the"
+                    " refund failed part-way; the refund may exist",
+                ) from exc
+            if isinstance(exc, stripe.APIError):
+                raise TransientError(
+                    f"stripe: {exc.http_status} {type(exc).__name__}", dependency="stripe"
+                ) from exc
             if status == 429 or status >= 500:
                 raise TransientError(f"stripe: HTTP {status}", dependency="stripe") from exc
             if status in (401, 403):
@@ -127,6 +135,15 @@ class StripePayments:
                 code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
         return _accepted(refund)
+
+
+def _replayed(exc: stripe.StripeError) -> bool:
+    """Whether Stripe marked the answer as the one saved under the idempotency key
+    (``Idempotent-Replayed: true``): a retry under that key would get it again."""
+    return any(
+        name.lower() == "idempotent-replayed" and str(value).lower() == "true"
+        for name, value in (exc.headers or {}).items()
+    )
 
 
 def _accepted(refund: stripe.Refund) -> str:

@@ -27,8 +27,12 @@ class LoopbackServer(ThreadingHTTPServer):
 class JsonAnswerHandler(BaseHTTPRequestHandler):
     """A request handler that answers JSON bytes and logs nothing."""
 
-    def answer_json(self, status: int, payload: bytes) -> None:
+    def answer_json(
+        self, status: int, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()

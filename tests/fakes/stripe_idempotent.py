@@ -4,7 +4,9 @@ stripe-mock checks request shapes but does not replay idempotent requests. This 
 a key maps to the stored response; the same key with other parameters is rejected with an
 ``idempotency_error``. It can lose responses (create the refund, then answer 500), break an
 answer's body off half-way, and throttle (answer 429 before doing anything), to drive the
-client's retries.
+client's retries. Like Stripe, it saves a server error met once the work began
+(``fail_after_start``) under the key and replays it, and marks every replayed answer
+``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
@@ -27,30 +29,43 @@ class FakeStripe:
     """Answers (after the work is done) whose body breaks off half-way: the connection closes
     before the length the headers announced."""
     decline_references: set[str] = field(default_factory=set)
+    fail_after_start: int = 0
+    """New requests that create their refund and then fail with a 500, which is saved under the
+    key: every retry under it gets the same 500, as from Stripe."""
     refund_status: dict[str, str] = field(default_factory=dict)
     """A refund's status by payment reference (``succeeded`` for any other)."""
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_key: dict[str, tuple[str, int, dict[str, Any]]] = field(default_factory=dict)
     requests: int = 0
+    replayed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def handle(self, key: str | None, body: str) -> tuple[int, dict[str, Any]]:
+    def handle(self, key: str | None, body: str) -> tuple[int, dict[str, Any], bool]:
+        """(HTTP status, answer, whether it replays an answer saved under ``key``)."""
         params = dict(parse_qsl(body, keep_blank_values=True))
         fingerprint = json.dumps(params, sort_keys=True)
         with self._lock:
             self.requests += 1
             if self.throttle > 0:
                 self.throttle -= 1
-                return 429, _error("rate_limit_error", "Too many requests", "rate_limit")
+                return 429, _error("rate_limit_error", "Too many requests", "rate_limit"), False
             if key is not None and key in self.by_key:
                 stored_fp, status, response = self.by_key[key]
                 if stored_fp != fingerprint:
-                    return 400, _error(
-                        "idempotency_error",
-                        "Keys for idempotent requests can only be used with the same parameters.",
-                        "idempotency_key_in_use",
+                    return (
+                        400,
+                        _error(
+                            "idempotency_error",
+                            "Keys for idempotent requests can only be used with the same"
+                            " parameters.",
+                            "idempotency_key_in_use",
+                        ),
+                        False,
                     )
-                return self._maybe_lose(status, response)
+                answer = self._maybe_lose(status, response)
+                saved = answer == (status, response)  # a lost answer is not Stripe's own
+                self.replayed += saved
+                return (*answer, saved)
             if params.get("payment_intent") in self.decline_references:
                 status, response = (
                     402,
@@ -69,9 +84,12 @@ class FakeStripe:
                 }
                 self.refunds[refund_id] = response
                 status = 200
+                if self.fail_after_start > 0:
+                    self.fail_after_start -= 1
+                    status, response = 500, _error("api_error", "internal error", "api_error")
             if key is not None:
                 self.by_key[key] = (fingerprint, status, response)
-            return self._maybe_lose(status, response)
+            return (*self._maybe_lose(status, response), False)
 
     def take_cut_body(self) -> bool:
         """Whether this answer's body is to break off (counts ``cut_bodies`` down)."""
@@ -101,8 +119,9 @@ class _Handler(JsonAnswerHandler):
         body = self.rfile.read(length).decode()
         if self.path != "/v1/refunds":
             status, payload = 404, _error("invalid_request_error", "unknown path", "not_found")
+            replayed = False
         else:
-            status, payload = self.fake.handle(self.headers.get("Idempotency-Key"), body)
+            status, payload, replayed = self.fake.handle(self.headers.get("Idempotency-Key"), body)
         answer = json.dumps(payload).encode()
         if self.fake.take_cut_body():
             self.send_response(status)
@@ -111,7 +130,7 @@ class _Handler(JsonAnswerHandler):
             self.wfile.write(answer[: len(answer) // 2])
             self.close_connection = True
             return
-        self.answer_json(status, answer)
+        self.answer_json(status, answer, {"Idempotent-Replayed": "true"} if replayed else {})
 
 
 class FakeStripeServer(LoopbackServer):

@@ -16,6 +16,7 @@ from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
     IDEMPOTENCY_REFUSED,
     MAY_HAVE_REFUNDED,
+    SAVED_SERVER_ERROR,
     UNMENDABLE_FAILURES,
     Reservation,
     RoundToReserve,
@@ -156,6 +157,26 @@ def test_an_answer_broken_off_mid_body_is_retried_with_the_same_key_and_pays_onc
     assert fake.fake.requests == 3
     assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
     assert _ledger_statuses(database, dispute) == ["SUCCEEDED"]
+
+
+def test_a_server_error_stripe_saved_under_the_key_fails_the_round_to_review(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Stripe began the refund and failed part-way: it saves that 500 under the key and
+    answers every retry with it (``Idempotent-Replayed: true``) for a day. The round fails to
+    review at the first replay, marked as one that may have refunded, instead of being retried
+    until the stage stops, on every redelivery."""
+    fake.fake.fail_after_start = 1
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    first, again = _run(database, fake.url, _request(dispute), _request(dispute))
+    assert [o.topic for o in first] == ["payout.failed"]
+    assert first[0].value["error_code"] == SAVED_SERVER_ERROR
+    assert "may exist" in first[0].value["reason"]
+    assert (fake.fake.requests, fake.fake.replayed) == (2, 1), "one call and one retry"
+    assert again[0].topic == "payout.failed"
+    assert fake.fake.requests == 2, "a settled round never reaches Stripe again"
+    assert _ledger_statuses(database, dispute) == ["FAILED"]
+    assert SAVED_SERVER_ERROR in MAY_HAVE_REFUNDED
 
 
 def test_a_settled_round_never_reaches_stripe_again(database: str, fake: FakeStripeServer) -> None:
