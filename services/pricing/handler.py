@@ -321,10 +321,19 @@ def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | No
 
     An approval of a round that was not priced is :class:`InvalidInput`: no reviewer saw a
     total, so there is no total it could cover (taken as any total, it would pay past the cap).
+    So is one naming no item once the dispute has more than one priced round: the last round
+    may have been priced after the reviewer looked (replayed from a DLQ, say), and its total,
+    which may be above the cap, is not one anybody approved.
     """
     if review.decision != ReviewDecision.APPROVE.value:
         return None
     named = DISPUTE_ITEM.fullmatch(review.item_key or "")
+    if named is None and state["round"] > 1:
+        raise InvalidInput(
+            f"review {review.review_id} approves dispute {review.dispute_id} naming no"
+            f" dispute:round<n> item, and the dispute has {state['round']} priced rounds: which"
+            " total it approves is unknown (decide the open item on the desk)"
+        )
     approved_round = int(named[1]) if named else state["round"]
     if not 1 <= approved_round <= state["round"]:
         raise InvalidInput(

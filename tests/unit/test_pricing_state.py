@@ -188,6 +188,36 @@ def test_an_approval_covers_the_round_it_was_made_on_not_a_later_larger_total() 
     assert (again["decision"], again["payable_minor"]) == ("REVIEW_APPROVED", 6000)
 
 
+def test_an_approval_naming_no_round_is_invalid_once_there_are_several() -> None:
+    """An APPROVE with no item (published before decisions named their item, replayed from
+    the DLQ, say) after a later round priced a larger total: which total it approves is unknown,
+    so it goes to the DLQ instead of covering a total above the cap nobody saw. On a dispute of
+    one priced round it approves that round's total, as before."""
+    store, handler = _handler(cap_minor=50_000)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    _priced(store, handler, _verdict("g3", "ESCALATE"))
+    larger = _priced(store, handler, _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (larger["round"], larger["decision"], larger["total_minor"]) == (
+        2,
+        "HELD_FOR_REVIEW",
+        74900,
+    )
+    _refused(
+        store,
+        handler,
+        _decided("r-2", "DISPUTE", "APPROVE", None),
+        "naming no dispute:round<n> item, and the dispute has 2 priced rounds",
+    )
+
+    store, handler = _handler(cap_minor=50_000)
+    for gid in ("g1", "g2", "g4"):
+        _headers(store, handler, _verdict(gid, "ESCALATE"))
+    _priced(store, handler, _verdict("g3", "ESCALATE"))
+    approved = _priced(store, handler, _decided("r-1", "DISPUTE", "APPROVE", None))
+    assert (approved["decision"], approved["payable_minor"]) == ("REVIEW_APPROVED", 68900)
+
+
 def test_a_grievance_review_that_comes_before_the_verdicts_is_applied_in_round_one() -> None:
     """The recorder projected the raita's verdict and a reviewer upheld it while pricing had
     not yet read the verdicts: the decision waits in the state instead of the DLQ."""
