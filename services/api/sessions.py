@@ -16,10 +16,10 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from http.cookies import CookieError, Morsel, SimpleCookie
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 DESK_PREFIX = "/review"
@@ -74,14 +74,15 @@ class SessionSigner:
         return data if isinstance(data, dict) else None
 
 
-def _cookie(header: str, name: str) -> Morsel[str] | None:
-    """The cookie ``name`` of a ``Cookie`` header; a malformed header holds none."""
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(header)
-    except CookieError:
-        return None
-    return jar.get(name)
+def _cookie(header: str, name: str) -> str | None:
+    """The value of the cookie ``name`` in a ``Cookie`` header, or ``None``.
+
+    Parsed pair by pair, as browsers send it (Starlette's ``cookie_parser``: split on ``;``,
+    then on the first ``=``): another cookie of the host whose value holds a space, a quote, a
+    backslash or a character beyond ASCII is read as it comes and never makes this one lost
+    (``http.cookies.SimpleCookie`` drops the whole header for it).
+    """
+    return cookie_parser(header).get(name)
 
 
 class SessionMiddleware:
@@ -126,9 +127,9 @@ class SessionMiddleware:
         scope["session"] = {}
         for name, value in scope.get("headers", []):
             if name == b"cookie":
-                morsel = _cookie(value.decode("latin-1"), self._cookie)
-                if morsel is not None:
-                    loaded = self._signer.loads(morsel.value, self._clock())
+                token = _cookie(value.decode("latin-1"), self._cookie)
+                if token is not None:
+                    loaded = self._signer.loads(token, self._clock())
                     if loaded is not None:
                         had_session = True
                         if not await self._is_revoked(loaded):

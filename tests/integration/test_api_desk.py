@@ -118,6 +118,45 @@ def test_a_tampered_cookie_is_no_session_and_sign_out_ends_it(api: ApiServer) ->
         assert client.get("/review").status_code == 303
 
 
+FOREIGN_BEFORE = b'consent=accepted all; theme="dark\\"mode"'
+FOREIGN_AFTER = "lang=café; note=a b".encode()
+"""Other cookies of the host, as browsers send them: a space, a quote, a backslash, UTF-8."""
+
+
+def _with_foreign_cookies(session_cookie: str) -> dict[bytes, bytes]:
+    """A Cookie header with malformed cookies of the host before and after the desk's."""
+    ours = f"rb_review_session={session_cookie}".encode()
+    return {b"Cookie": b"; ".join((FOREIGN_BEFORE, ours, FOREIGN_AFTER))}
+
+
+def test_malformed_foreign_cookies_do_not_lose_the_session(api: ApiServer) -> None:
+    """Another cookie on the host that breaks the cookie grammar is skipped, not a reason to
+    drop the whole header: the reviewer still signs in and stays signed in."""
+    with api.client() as browser:
+        page = browser.get("/review/login")
+        form_session = browser.cookies["rb_review_session"]
+    with api.client() as client:  # a fresh jar: the header below carries every cookie
+        signed_in = client.post(
+            "/review/login",
+            data={
+                "username": "alice",
+                "password": PASSWORDS["alice"],
+                "csrf_token": csrf_of(page.text),
+                "next": "/review",
+            },
+            headers=_with_foreign_cookies(form_session),
+        )
+        assert signed_in.status_code == 303, re.findall(r"The sign-in form expired", signed_in.text)
+        assert signed_in.headers["location"] == "/review"
+        session = signed_in.cookies["rb_review_session"]
+        client.cookies.clear()  # the header below is all the next request sends
+        queue = client.get("/review", headers=_with_foreign_cookies(session))
+        assert queue.status_code == 200, queue.text
+        assert "Signed in as <strong>alice</strong>" in queue.text
+        client.cookies.clear()
+        assert client.get("/review").status_code == 303  # the session was the cookie's
+
+
 def _attempt(client: httpx.Client, user: str, password: str) -> httpx.Response:
     token = csrf_of(client.get("/review/login").text)
     return client.post(
