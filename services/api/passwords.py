@@ -49,8 +49,9 @@ class PasswordHash:
         try:
             iterations = int(parts[1])
             salt, digest = _unb64(parts[2]), _unb64(parts[3])
-        except ValueError as exc:
-            raise ValueError(f"malformed {SCHEME} hash") from exc
+        except ValueError:
+            # from None: the parsing error may quote the hash's fields (int() does).
+            raise ValueError(f"malformed {SCHEME} hash") from None
         if len(salt) < 8 or len(digest) != 32:
             raise ValueError(f"malformed {SCHEME} hash")
         if iterations < MIN_ITERATIONS:
@@ -77,20 +78,29 @@ def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS) -> str
 
 
 def parse_reviewers(spec: str) -> dict[str, PasswordHash]:
-    """Parse ``REVIEWERS`` (``alice:<hash>,bob:<hash>``); raises ``ValueError`` on bad input."""
+    """Parse ``REVIEWERS`` (``alice:<hash>,bob:<hash>``); raises ``ValueError`` on bad input.
+
+    An error names the entry by its position (1-based, blank entries counted), and by its user
+    name only once the text before its colon is a valid one: never the entry as given, which
+    may hold a hash (or a password) when it is mistyped.
+    """
     reviewers: dict[str, PasswordHash] = {}
-    for entry in (e.strip() for e in spec.split(",")):
+    for position, entry in enumerate((e.strip() for e in spec.split(",")), start=1):
         if not entry:
             continue
         name, sep, hashed = entry.partition(":")
         if not sep or not _USERNAME.fullmatch(name):
-            raise ValueError(f"REVIEWERS entry for {name!r} is not name:hash")
+            # Not named: without a valid name before a colon, any of the entry may be a hash.
+            raise ValueError(
+                f"REVIEWERS entry {position} is not name:hash"
+                " (a user name of letters, digits and _.@-, a colon, then the hash)"
+            )
         if name in reviewers:
-            raise ValueError(f"reviewer {name!r} listed twice in REVIEWERS")
+            raise ValueError(f"REVIEWERS entry {position}: reviewer {name!r} listed twice")
         try:
             reviewers[name] = PasswordHash.parse(hashed)
         except ValueError as exc:
-            raise ValueError(f"REVIEWERS entry for {name!r}: {exc}") from exc
+            raise ValueError(f"REVIEWERS entry {position} ({name!r}): {exc}") from exc
     return reviewers
 
 

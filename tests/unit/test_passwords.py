@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 
 import pytest
 
@@ -29,6 +30,39 @@ def test_a_weak_hash_is_refused_at_start_without_showing_it() -> None:
     with pytest.raises(ValueError, match=f"at least {MIN_ITERATIONS}") as refused:
         parse_reviewers(f"alice:{weak}")
     assert weak.split(".")[3] not in str(refused.value)
+
+
+GOOD = hash_password("bob-pw", iterations=MIN_ITERATIONS)
+SECRET = hash_password("alice-pw", iterations=MIN_ITERATIONS)
+_SCHEME, _ITERATIONS, SALT, DIGEST = SECRET.split(".")
+
+
+@pytest.mark.parametrize(
+    ("mistyped", "named"),
+    [
+        (f"alice={SECRET}", None),
+        (f"alice {SECRET}", None),
+        (SECRET, None),
+        (f"alice:{SECRET}:extra", "alice"),
+        (f"alice:{SECRET[:-3]}", "alice"),
+        (f"alice:{_SCHEME}.{SALT}.{_ITERATIONS}.{DIGEST}", "alice"),
+    ],
+    ids=["equals-sign", "space", "hash-only", "colon-in-hash", "short-digest", "fields-swapped"],
+)
+def test_a_mistyped_reviewers_entry_is_named_by_position_never_by_its_hash(
+    mistyped: str, named: str | None
+) -> None:
+    with pytest.raises(ValueError, match=r"^REVIEWERS entry ") as refused:
+        parse_reviewers(f"bob:{GOOD},,{mistyped}")
+    logged = "".join(traceback.format_exception(refused.value))  # with its causes, as logged
+    assert SALT not in logged, logged
+    assert DIGEST[:16] not in logged, logged
+    message = str(refused.value)
+    assert message.startswith("REVIEWERS entry 3 "), message
+    if named is None:
+        assert "alice" not in message
+    else:
+        assert repr(named) in message
 
 
 def _cpu_seconds(directory: ReviewerDirectory, name: str) -> float:
