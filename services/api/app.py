@@ -113,6 +113,21 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
+JSON_BYTES_PER_CHAR = 12
+"""The most bytes one character of a JSON string can take: a character beyond the BMP (an
+emoji) sent as an escaped surrogate pair, ``\\ud83d\\ude00``, as encoders that escape non-ASCII
+(Python's ``json`` by default) send it; a BMP character takes at most 6 (``\\u00e9``)."""
+BODY_ROOM_BYTES = 65536
+"""Room in a request body for what is not the complaint's text (the ids, keys, whitespace)."""
+
+
+def body_limit(max_complaint_chars: int) -> int:
+    """The largest request body accepted: a complaint text of ``max_complaint_chars``
+    characters however a JSON encoder escapes them, plus :data:`BODY_ROOM_BYTES`. Only a guard
+    against huge bodies: the text's length in characters (422) stays the real bound."""
+    return max_complaint_chars * JSON_BYTES_PER_CHAR + BODY_ROOM_BYTES
+
+
 class BodyLimitMiddleware:
     """413, as a problem document, for a request body above ``limit`` bytes.
 
@@ -321,6 +336,6 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         secure=settings.session_cookie_secure,
         revoked=ctx.store.session_revoked,
     )
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_complaint_chars * 4 + 65536)
+    app.add_middleware(BodyLimitMiddleware, limit=body_limit(settings.max_complaint_chars))
     app.add_middleware(HttpMetricsMiddleware, metrics=metrics)
     return app

@@ -7,6 +7,7 @@ after its own requests and filters by the dispute ids it got back.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -190,6 +191,43 @@ def test_a_streamed_body_above_the_limit_is_refused_while_it_is_read(api: ApiSer
     assert "content-length" not in streamed.request.headers
     assert streamed.status_code == 413, streamed.text
     assert "request body above" in streamed.json()["detail"]
+
+
+def test_a_complaint_of_escaped_emoji_within_the_character_limit_is_not_413(
+    stack: Stack,
+) -> None:
+    """The body limit leaves room for every character JSON-escaped as a surrogate pair (12
+    bytes): a complaint within MAX_COMPLAINT_CHARS is accepted, whichever encoder sent it."""
+    chars = 20_000  # above 8192, where 4 bytes a character plus 64 KiB no longer held it
+    limit = 12 * chars + 65536  # the documented limit: 12 bytes a character, plus 64 KiB
+    key = str(uuid.uuid4())
+    text = "\N{FACE SAVOURING DELICIOUS FOOD}" * chars
+    content = json.dumps(body(key, text=text), ensure_ascii=True).encode()
+    assert content.count(b"\\ud83d\\ude0b") == chars  # every emoji as 12 escaped bytes
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    with running_api(stack, max_complaint_chars=chars) as api, api.client() as client:
+        accepted = client.post("/complaints", content=content, headers=api.auth(**headers))
+        assert accepted.status_code == 202, accepted.text[:300]
+        one_more = json.dumps(body(key, text=text + "!"), ensure_ascii=True).encode()
+        too_long = client.post(
+            "/complaints",
+            content=one_more,
+            headers=api.auth(**{**headers, "Idempotency-Key": key + "x"}),
+        )
+        assert too_long.status_code == 422, too_long.text[:300]
+        assert f"at most {chars} are accepted" in too_long.json()["detail"]
+        # Padded with JSON whitespace to the limit exactly: still read (a retry: 200).
+        at_limit = content + b" " * (limit - len(content))
+        retried = client.post("/complaints", content=at_limit, headers=api.auth(**headers))
+        assert retried.status_code == 200, retried.text[:300]
+        over = client.post("/complaints", content=at_limit + b" ", headers=api.auth(**headers))
+        assert over.status_code == 413, over.text[:300]
+        assert f"request body above {limit} bytes" in over.json()["detail"]
+    with psycopg.connect(stack.database_url) as conn:
+        stored = conn.execute(
+            "SELECT complaint_text FROM intake_requests WHERE idempotency_key = %s", (key,)
+        ).fetchone()
+    assert stored == (text,)
 
 
 def test_same_key_twice_is_one_dispute_and_one_event(
