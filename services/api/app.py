@@ -190,7 +190,9 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     if not len(reviewers):
         log.warning("REVIEWERS is empty: nobody can sign in to the review desk")
     metrics = ApiMetrics(deps.registry)
-    store = Store(deps.pool, deps.publish_pool, settings.publish_wait_s)
+    store = Store(
+        deps.pool, deps.publish_pool, settings.publish_wait_s, pool_wait_s=settings.db_pool_wait_s
+    )
     ctx = AppContext(
         settings=settings,
         store=store,

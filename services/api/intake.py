@@ -14,7 +14,7 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Path, Request, Response, Security
 from fastapi.responses import JSONResponse
@@ -26,9 +26,10 @@ from refund_bench import topics as t
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
 from services.api.publisher import PublishError
-from services.api.store import INTAKE, IntakeRecord, PublishersBusy
+from services.api.store import INTAKE, DatabaseBusy, IntakeRecord, PublishersBusy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -114,7 +115,11 @@ def intake_router(ctx: AppContext) -> APIRouter:
             **problem_response(409, "The Idempotency-Key was used with a different body."),
             **problem_response(413, "The request body is too large."),
             **INVALID,
-            **problem_response(503, "Recorded but not yet published: retry with the same key."),
+            **problem_response(
+                503,
+                "Recorded but not yet published, or the database was busy: retry with the same"
+                " key (Retry-After).",
+            ),
         },
         summary="Submit a complaint",
     )
@@ -135,7 +140,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
         dispute_id) and answer once Kafka has acknowledged it. A retry of a recorded request
         (same key, same body) is answered from its record, whatever its order looks like now."""
         digest = body_sha256(body)
-        seen = await ctx.store.intake_seen(idempotency_key)
+        seen = await _unless_busy(ctx, ctx.store.intake_seen(idempotency_key))
         if seen is not None and seen.body_sha256 != digest:
             raise _reused_key(ctx)
         if seen is not None and seen.published:
@@ -148,7 +153,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
                 replayed=True,
             )
         if seen is None:
-            await _validate(ctx, body, max_chars)
+            await _unless_busy(ctx, _validate(ctx, body, max_chars))
         fresh = IntakeRecord(
             idempotency_key=idempotency_key,
             body_sha256=digest,
@@ -159,7 +164,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
             channel="api",
             received_at=ctx.clock(),
         )
-        await ctx.store.claim_intake(fresh)
+        await _unless_busy(ctx, ctx.store.claim_intake(fresh))
         try:
             async with ctx.store.lock_row(INTAKE, idempotency_key) as locked:
                 row = locked.row
@@ -217,6 +222,21 @@ def intake_router(ctx: AppContext) -> APIRouter:
         return story
 
     return router
+
+
+async def _unless_busy(ctx: AppContext, query: Awaitable[T]) -> T:
+    """``query``'s result; a 503 with ``Retry-After`` (:class:`ApiProblem`, counted as
+    ``busy``) when it got no database connection in time (:class:`DatabaseBusy`)."""
+    try:
+        return await query
+    except DatabaseBusy as exc:
+        ctx.metrics.complaints.labels("busy").inc()
+        log.warning("complaint not taken: %s", exc)
+        raise ApiProblem(
+            503,
+            "the database is busy; retry with the same Idempotency-Key",
+            headers={"Retry-After": "5"},
+        ) from exc
 
 
 def _reused_key(ctx: AppContext) -> ApiProblem:

@@ -30,7 +30,7 @@ class ApiMetrics:
         )
         self.complaints = Counter(
             "api_complaints_total",
-            "POST /complaints outcomes: accepted, replayed, conflict, rejected, unpublished.",
+            "POST /complaints outcomes: accepted, replayed, conflict, rejected, unpublished, busy.",
             ["outcome"],
             registry=registry,
         )

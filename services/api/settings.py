@@ -45,6 +45,9 @@ class ApiSettings(StackSettings):
     outbox_interval_s: float = Field(default=5.0, gt=0)
     db_pool_max: int = Field(default=10, ge=1)
     """PostgreSQL connections for the desk, the status API and the intake's own queries."""
+    db_pool_wait_s: float = Field(default=2.0, gt=0)
+    """How long a complaint's own queries (its idempotency key, its order, its claim) wait for
+    one of those connections before the complaint is answered 503 with ``Retry-After``."""
     db_publish_pool_max: int = Field(default=4, ge=1)
     """PostgreSQL connections held while an event is published (each until Kafka answers):
     a separate pool, so that waiting for Kafka never takes the connections of the rest."""

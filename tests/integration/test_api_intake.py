@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -228,6 +230,73 @@ def test_a_complaint_of_escaped_emoji_within_the_character_limit_is_not_413(
             "SELECT complaint_text FROM intake_requests WHERE idempotency_key = %s", (key,)
         ).fetchone()
     assert stored == (text,)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _waiting_on(database_url: str, conn: psycopg.Connection[Any]) -> int:
+    """Sessions waiting for a lock ``conn``'s transaction holds."""
+    with psycopg.connect(database_url, autocommit=True) as watcher:
+        row = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (conn.info.backend_pid,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _complain(api: ApiServer, key: str) -> httpx.Response:
+    """POST /complaints with ``key``, on a client of its own (10 s: far below the pool's 30)."""
+    with httpx.Client(base_url=api.url, timeout=10.0) as client:
+        return client.post(
+            "/complaints", json=body(key), headers=api.auth(**{"Idempotency-Key": key})
+        )
+
+
+def test_with_every_database_connection_taken_a_complaint_gets_503_at_once(
+    stack: Stack,
+) -> None:
+    """The main pool's one connection is held by a complaint whose claim waits for a row this
+    test inserted and has not committed: the next complaint is answered 503 with Retry-After
+    after DB_POOL_WAIT_S, not a 500 after the pool's 30 s, and its retry is taken later."""
+    held, other = str(uuid.uuid4()), str(uuid.uuid4())
+    with (
+        running_api(stack, db_pool_max=1, db_pool_wait_s=0.5) as api,
+        psycopg.connect(stack.database_url) as blocker,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        blocker.execute(  # an uncommitted claim of the key: the API's claim waits for it
+            "INSERT INTO intake_requests (idempotency_key, body_sha256, dispute_id, order_id,"
+            " customer_id, complaint_text, received_at) VALUES (%s, 'x', %s, 'order-1840',"
+            " 'cust-77', 'held', now())",
+            (held, f"d-{uuid.uuid4().hex}"),
+        )
+        first = pool.submit(_complain, api, held)
+        try:
+            wait_until(
+                lambda: first.done() or _waiting_on(stack.database_url, blocker) == 1,
+                10.0,
+                "the claim to wait for the row",
+            )
+            assert not first.done(), first.result().text
+            busy = _complain(api, other)
+            assert not first.done()  # it held the only connection all along
+        finally:
+            blocker.rollback()
+        assert first.result(timeout=30).status_code == 202
+        retried = _complain(api, other)
+        metrics = httpx.get(api.metrics_url, timeout=10).text
+    assert busy.status_code == 503, busy.text
+    assert busy.headers["Retry-After"] == "5"
+    assert "retry with the same Idempotency-Key" in busy.json()["detail"]
+    assert retried.status_code == 202, retried.text
+    assert 'api_complaints_total{outcome="busy"} 1.0' in metrics
 
 
 def test_same_key_twice_is_one_dispute_and_one_event(
