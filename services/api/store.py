@@ -358,7 +358,15 @@ class Store:
         ``check(kind)`` raises :class:`NotDecidable` when the decision does not fit the item.
         Raises :class:`ItemNotFound`, or :class:`AlreadyDecided` when another decision won,
         including one committed a moment earlier by a concurrent request: the UNIQUE
-        (dispute_id, item_key) constraint lets exactly one insert succeed.
+        (dispute_id, item_key) constraint lets exactly one insert succeed. Also
+        :class:`AlreadyDecided` (with ``None``) when the item is closed otherwise, e.g. by the
+        recorder (a dispute item superseded by a new round), even at the same moment.
+
+        The item's row is held ``FOR SHARE`` until the decision commits: a close the recorder
+        has not committed yet is waited for and then seen, and the recorder's close waits for
+        the decision, so a decision is never recorded for an item closed meanwhile. No
+        deadlock: this transaction locks no other row of ``review_items``, and the recorder
+        (the only other writer of it) never touches ``review_decisions`` or ``payout_ledger``.
         """
         async with (
             self._pool.connection() as conn,
@@ -367,7 +375,7 @@ class Store:
         ):
             await cur.execute(
                 "SELECT kind, grievance_id, status FROM review_items"
-                " WHERE dispute_id = %s AND item_key = %s",
+                " WHERE dispute_id = %s AND item_key = %s FOR SHARE",
                 (new.dispute_id, new.item_key),
             )
             item = await cur.fetchone()

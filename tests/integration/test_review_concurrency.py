@@ -6,17 +6,25 @@ once when the API starts again.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
+from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec
+from refund_bench.runtime import Context, Message
+from services.api.store import DecisionRecord, Store
+from services.recorder.handler import Recorder
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
@@ -146,4 +154,185 @@ def test_an_unpublished_decision_is_published_once_by_two_instances_draining(
         assert events[0]["reviewer"] == "bob"
         assert rows(api.database_url, dispute_id)[0][5] is True
     finally:
+        delete_dispute(api.database_url, dispute_id)
+
+
+# -- a decision and the recorder closing its item at the same moment -------------------------
+
+
+def _round_two_recorder(
+    database_url: str, dispute_id: str
+) -> tuple[psycopg.Connection[Any], Recorder]:
+    """A recorder, on a connection of its own, holding round 2 of ``dispute_id`` held by the
+    cap: its write supersedes ``dispute:round1`` (what the recorder does on a new round)."""
+    conn = psycopg.connect(database_url)
+    recorder = Recorder(conn)
+    priced = ev.RefundPriced(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        round=2,
+        pricing_version="v1",
+        currency="INR",
+        order_total_minor=134000,
+        lines=[],
+        total_minor=120000,
+        payable_minor=0,
+        cap_minor=100000,
+        decision="HELD_FOR_REVIEW",
+        reason="total 120000 exceeds the auto-approve cap 100000",
+        snapshot_sha256="0" * 64,
+        priced_at=datetime.now(UTC),
+    )
+    message = Message(t.REFUND_PRICED.name, 0, 0, dispute_id, priced.to_avro(), {}, 0)
+    recorder.handle(message, Context(None))
+    return conn, recorder
+
+
+def _hold_round_one(database_url: str, dispute_id: str) -> None:
+    """Round 1 of the seeded dispute held by the cap: ``dispute:round1`` OPEN for review."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO review_items (dispute_id, item_key, kind, reason)"
+            " VALUES (%s, 'dispute:round1', 'DISPUTE', 'total exceeds the cap')",
+            (dispute_id,),
+        )
+
+
+def _blocked_by(database_url: str, pid: int) -> bool:
+    """True while some session waits for a lock the session ``pid`` holds."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (pid,),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def _waiting_for(database_url: str, pid: int) -> bool:
+    """True while the session ``pid`` waits for a lock another session holds."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute("SELECT cardinality(pg_blocking_pids(%s))", (pid,)).fetchone()
+    return row is not None and row[0] > 0
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def _item(database_url: str, dispute_id: str, item_key: str) -> tuple[str, str]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT status, reason FROM review_items WHERE dispute_id = %s AND item_key = %s",
+            (dispute_id, item_key),
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+def test_a_decision_waits_for_the_recorder_closing_its_item_and_is_refused(
+    api: ApiServer,
+) -> None:
+    """The recorder has superseded dispute:round1 but not committed yet when a reviewer
+    approves it: the decision waits for that commit, then answers 409 and records nothing
+    (before: it read the item as still OPEN and recorded, and published, the approval)."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    _hold_round_one(api.database_url, dispute_id)
+    conn, recorder = _round_two_recorder(api.database_url, dispute_id)
+    try:
+        with api.client() as client, ThreadPoolExecutor(max_workers=1) as pool:
+            token = sign_in(client, "alice")
+            conn.execute("SELECT 1")  # a transaction: the recorder's own becomes a savepoint
+            recorder.flush()  # written, not committed: round 1's item is held by it
+            answer = pool.submit(
+                client.post,
+                f"/review/disputes/{dispute_id}/decisions",
+                data={
+                    "item_key": "dispute:round1",
+                    "decision": "APPROVE",
+                    "note": "the total is right",
+                    "csrf_token": token,
+                },
+            )
+            _wait_until(
+                lambda: answer.done() or _blocked_by(api.database_url, conn.info.backend_pid),
+                10.0,
+                "the decision to wait for the recorder",
+            )
+            conn.commit()
+            refused = answer.result(timeout=30)
+        assert refused.status_code == 409, refused.status_code
+        assert "This item is already decided; your decision was not recorded." in refused.text
+        assert rows(api.database_url, dispute_id) == []
+        status, reason = _item(api.database_url, dispute_id, "dispute:round1")
+        assert (status, reason.endswith("(superseded by round 2)")) == ("DECIDED", True)
+    finally:
+        conn.close()
+        delete_dispute(api.database_url, dispute_id)
+
+
+def test_the_recorder_closing_an_item_waits_for_a_decision_being_recorded(
+    api: ApiServer,
+) -> None:
+    """A decision has read its item OPEN and not committed yet when the recorder supersedes
+    the item: the recorder's write waits for the decision's commit (before: it closed the item
+    underneath it, and the decision was recorded for an item already closed)."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    _hold_round_one(api.database_url, dispute_id)
+    conn, recorder = _round_two_recorder(api.database_url, dispute_id)
+    recorder_pid = conn.info.backend_pid
+    writing = threading.Thread(target=recorder.flush)
+    seen: dict[str, bool] = {}
+
+    async def decide() -> DecisionRecord:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            api.database_url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+        )
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as only:  # the pool's one connection: the decision's
+                decider_pid = only.info.backend_pid
+
+            def check(kind: str) -> None:
+                """Runs in the decision's transaction, after its read of the item: the recorder
+                writes now, and either finishes or waits for a lock."""
+                assert kind == "DISPUTE"
+                writing.start()
+                _wait_until(
+                    lambda: not writing.is_alive() or _waiting_for(api.database_url, recorder_pid),
+                    10.0,
+                    "the recorder to write or wait",
+                )
+                seen["recorder done first"] = not writing.is_alive()
+                seen["recorder waits for the decision"] = _blocked_by(api.database_url, decider_pid)
+
+            record = DecisionRecord(
+                review_id=f"r-{uuid.uuid4().hex}",
+                dispute_id=dispute_id,
+                item_key="dispute:round1",
+                kind="",
+                grievance_id=None,
+                decision="APPROVE",
+                reviewer="alice",
+                note="the total is right",
+                decided_at=datetime.now(UTC),
+            )
+            return await Store(pool, pool, publish_wait_s=1.0).record_decision(record, check)
+        finally:
+            await pool.close()
+
+    try:
+        stored = asyncio.run(decide())
+        writing.join(30)
+        assert seen == {"recorder done first": False, "recorder waits for the decision": True}
+        assert [r[0] for r in rows(api.database_url, dispute_id)] == [stored.review_id]
+        status, reason = _item(api.database_url, dispute_id, "dispute:round1")
+        assert (status, reason.endswith("(superseded by round 2)")) == ("DECIDED", True)
+    finally:
+        conn.close()
         delete_dispute(api.database_url, dispute_id)
