@@ -59,8 +59,8 @@ UNMENDABLE_FAILURES = {
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"
     " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
     not_refunded_code("requires_action"): "Stripe's refund waits for the customer and may still go"
-    " through: let it complete, or cancel it at Stripe (once Stripe reports it canceled, the"
-    " round can be paid again here)",
+    " through, so paying another way meanwhile could refund twice: let it complete, or cancel it"
+    " at Stripe (once Stripe reports it canceled, the round can be paid again here)",
     IDEMPOTENCY_REFUSED: "Stripe had taken this round's key for another request, which may have"
     " created a refund; find a refund with this dispute_id and round in its metadata at Stripe,"
     " and pay by hand only if there is none",
@@ -72,6 +72,21 @@ UNMENDABLE_FAILURES = {
     " Stripe refunds nothing on a disputed payment",
 }
 """Error codes of a FAILED round that paying again cannot mend, and why (for the review desk)."""
+
+WAITING_FOR_CUSTOMER = not_refunded_code("requires_action")
+"""A round whose refund waits for the customer at Stripe: closed on the desk only once Stripe
+reports it succeeded, never paid another way meanwhile."""
+
+
+def how_to_close(error_code: str | None) -> str:
+    """What the desk tells a payment operator to do with a round paying again cannot mend."""
+    if error_code == WAITING_FOR_CUSTOMER:
+        return (
+            "Do not pay the customer another way while it waits; once Stripe reports the refund"
+            " succeeded, close it here as settled"
+        )
+    return "Settle it with the customer another way, then close it here"
+
 
 MAY_HAVE_REFUNDED = frozenset(
     {STALE_PENDING, not_refunded_code("requires_action"), IDEMPOTENCY_REFUSED, SAVED_SERVER_ERROR}

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import payout_item_round, why_not_repayable
+from refund_bench.db.payout_rounds import how_to_close, payout_item_round, why_not_repayable
 from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
 from services.api import models as m
 from services.api.context import AppContext
@@ -87,7 +87,7 @@ def failed_round(
     if row is None:
         return None
     why_not = why_not_repayable(row.status, row.error_code, last_priced_age_s)
-    return {"ledger": row, "why_not": why_not}
+    return {"ledger": row, "why_not": why_not, "how_to_close": how_to_close(row.error_code)}
 
 
 def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:

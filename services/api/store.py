@@ -32,7 +32,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from refund_bench.db.payout_rounds import payout_item_round, why_not_repayable
+from refund_bench.db.payout_rounds import how_to_close, payout_item_round, why_not_repayable
 from refund_bench.domain import ReviewDecision
 from services.api import models as m
 
@@ -436,8 +436,8 @@ class Store:
         why = why_not_repayable(status, error_code, priced["age_s"] if priced else None)
         if why is not None:
             raise NotDecidable(
-                f"Round {round_} cannot be paid again: {why}. Settle it with the customer"
-                " another way and decide PAID_ELSEWHERE."
+                f"Round {round_} cannot be paid again: {why}. {how_to_close(error_code)}"
+                " (PAID_ELSEWHERE)."
             )
 
     @staticmethod

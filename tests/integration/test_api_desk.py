@@ -468,13 +468,21 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
             "SUCCEEDED",
             None,
             "Round 1 cannot be paid again: it is SUCCEEDED in the payout ledger, and only a"
-            " FAILED refund can be paid again. Settle it with the customer another way",
+            " FAILED refund can be paid again. Settle it with the customer another way, then"
+            " close it here (PAID_ELSEWHERE).",
         ),
         ("FAILED", "ORDER_ALREADY_REFUNDED", "another dispute of the same order was refunded"),
         ("FAILED", "charge_disputed", "the customer disputed the payment with their bank"),
         ("FAILED", "charge_already_refunded", "Stripe has refunded the payment in full already"),
         ("FAILED", "STALE_PENDING", "an earlier call to Stripe may have created its refund"),
-        ("FAILED", "refund_requires_action", "waits for the customer and may still go through"),
+        (
+            "FAILED",
+            "refund_requires_action",
+            "may still go through, so paying another way meanwhile could refund twice: let it"
+            " complete, or cancel it at Stripe (once Stripe reports it canceled, the round can be"
+            " paid again here). Do not pay the customer another way while it waits; once Stripe"
+            " reports the refund succeeded, close it here as settled (PAID_ELSEWHERE).",
+        ),
         ("FAILED", "IdempotencyError", "for another request, which may have created a refund"),
     ],
 )
@@ -500,6 +508,20 @@ def test_a_refund_paying_again_cannot_mend_is_only_settled_elsewhere(
         ).fetchone()
     # Money went back by hand for a FAILED round; a round Stripe paid is left as it is.
     assert marked == (status == "FAILED",)
+
+
+def test_a_refund_waiting_for_the_customer_is_not_to_be_paid_another_way(
+    api: ApiServer, dispute: str
+) -> None:
+    """Stripe's refund waits for the customer and may still pay: the case page tells the
+    operator not to pay another way meanwhile (which could refund twice), and to close the item
+    once Stripe reports it succeeded, instead of "settle it with the customer another way"."""
+    fail_round_one(api.database_url, dispute, "refund_requires_action")
+    with api.client() as client:
+        sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+    assert "Do not pay the customer another way while it waits" in case
+    assert "Settle it with the customer another way" not in case
 
 
 def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_threads(
