@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from bench import cli
 from bench import pipeline_throughput as pt
 from refund_bench import topics as t
+from refund_bench.launcher import end_offsets as topic_end_offsets
 
 TOPICS: tuple[t.Topic, ...] = (
     t.COMPLAINT_RECEIVED,
@@ -37,7 +38,7 @@ Offsets = dict[tuple[str, int], int]
 
 def end_offsets(kafka: str) -> Offsets:
     """The end offset of every partition of :data:`TOPICS`."""
-    ends = pt.end_offsets(kafka, *(topic.name for topic in TOPICS))
+    ends = topic_end_offsets(kafka, *(topic.name for topic in TOPICS))
     return {(tp.topic, tp.partition): tp.offset for tp in ends}
 
 

@@ -45,14 +45,21 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError
 
 from bench import cli, cpu
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.config import StackSettings
 from refund_bench.db.orders import upsert_orders
-from refund_bench.launcher import BASE_METRICS_PORT, REPO, SERVICES, Launcher
+from refund_bench.launcher import (
+    BASE_METRICS_PORT,
+    REPO,
+    SERVICES,
+    Launcher,
+    end_offsets,
+    start_at_the_end,
+)
 from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 
@@ -137,32 +144,20 @@ class Endpoints:
 def running_pipeline() -> Iterator[Endpoints]:
     """The six stages and the recorder, one replica each, with :data:`SERVICE_ENV`, ready;
     stopped on exit. The stack's addresses come from the environment (``. .stack/env.sh``)."""
+    kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    start_at_the_end(kafka)  # what test runs left in the topics is not this run's work
     launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"), env=SERVICE_ENV)
     launcher.start()
     try:
         launcher.wait_ready()
         yield Endpoints(
-            kafka=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+            kafka=kafka,
             registry=os.environ.get("SCHEMA_REGISTRY_URL", ""),
             standin=os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1"),
             judge_metrics=f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics",
         )
     finally:
         launcher.stop()
-
-
-def end_offsets(kafka: str, *topics: str) -> list[TopicPartition]:
-    """The end offset of every partition of ``topics``, now."""
-    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        ends = []
-        for topic in topics:
-            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                ends.append(TopicPartition(topic, p, high))
-        return ends
-    finally:
-        consumer.close()
 
 
 def gauge(metrics_url: str, name: str) -> int:

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from refund_bench.stages import STAGES, StageTopics
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -144,3 +148,46 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 launched.process.kill()
                 launched.process.wait(5)
+
+
+def end_offsets(kafka: str, *topics: str) -> list[TopicPartition]:
+    """The end offset of every partition of ``topics``, now."""
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "refund-bench-end-offsets"})
+    try:
+        ends = []
+        for topic in topics:
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                ends.append(TopicPartition(topic, p, high))
+        return ends
+    finally:
+        consumer.close()
+
+
+def start_at_the_end(
+    kafka: str, stages: Sequence[StageTopics] = STAGES, timeout_s: float = 60.0
+) -> None:
+    """Commit each stage's consumer group at the end of its inputs, so that services started
+    next handle only what is published from now on: for tests and benchmarks on a stack that
+    earlier runs left records in (decisions for disputes no stage knows any more, which would
+    be dead-lettered by the hundred). Never for the pipeline's own groups in production.
+
+    Only a group with no members can be moved. The services keep a static membership, which
+    outlives a stopped process by the session timeout (10 s): a group is tried again until
+    ``timeout_s``, then its error (``confluent_kafka.KafkaException``) is raised.
+    """
+    admin = AdminClient({"bootstrap.servers": kafka})
+    deadline = time.monotonic() + timeout_s
+    for stage in stages:
+        group = ConsumerGroupTopicPartitions(
+            stage.name, end_offsets(kafka, *(topic.name for topic in stage.inputs))
+        )
+        while True:
+            try:
+                for future in admin.alter_consumer_group_offsets([group]).values():
+                    future.result()
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)  # until the last service's membership has expired

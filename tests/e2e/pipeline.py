@@ -19,7 +19,7 @@ import pytest
 
 from refund_bench.db.orders import upsert_orders
 from refund_bench.disputes import Story, load_story
-from refund_bench.launcher import Launcher
+from refund_bench.launcher import Launcher, start_at_the_end
 from refund_bench.provision import provision_stack
 from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
@@ -137,6 +137,9 @@ def pipeline(stack: Stack) -> Iterator[Pipeline]:
     if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
         pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
     provision_stack(stack.kafka, stack.database_url)
+    # Records earlier runs left (decisions other tests published for disputes no stage knows)
+    # are not this session's: the stages start after them.
+    start_at_the_end(stack.kafka)
     # The stages reach stripe-mock through a proxy that records what they sent.
     stripe = CountingProxy(stack.stripe_api_base)
     launcher = Launcher(
