@@ -308,14 +308,14 @@ def judge_cache_key(
     return _key("judge", dispute_id, grievance_id, seat, model, snapshot_sha256, prompt_version)
 
 
-def extractor_cache_key(
-    dispute_id: str, complaint_sha256: str, snapshot_sha256: str, prompt_version: str
-) -> str:
-    """Key of the extraction of one complaint text against one snapshot and prompt.
+def extractor_cache_key(dispute_id: str, complaint_sha256: str, snapshot_sha256: str) -> str:
+    """Key of the extraction of one complaint text against one snapshot.
 
-    No model in it, unlike a judge's: a complaint delivered again must get the grievances
-    already published for it, whichever model is configured now."""
-    return _key("extractor", dispute_id, complaint_sha256, snapshot_sha256, prompt_version)
+    No model and no prompt version in it, unlike a judge's: a complaint delivered again must get
+    the outcome already published for it (its grievances, or its hold for review), whichever
+    model and prompt are configured now. Extracted again after a prompt change, a complaint
+    held for review could come out with grievances, and a round 1 that pays."""
+    return _key("extractor", dispute_id, complaint_sha256, snapshot_sha256)
 
 
 def settler_cache_key(dispute_id: str, round: int, inputs_sha256: str, prompt_version: str) -> str:

@@ -187,9 +187,7 @@ class ExtractorHandler:
         """The validated grievances, or what is wrong with the repaired answer when even that
         is invalid."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
-        key = extractor_cache_key(
-            complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha, self._prompt.version
-        )
+        key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
         raw = await self._call(key, request, complaint.dispute_id)
         try:
             return validate_extraction(_json(raw), complaint.text, items)

@@ -62,6 +62,7 @@ def _handle(
     text: str = ARTICLE_COMPLAINT,
     endpoint: FixedAnswerServer | None = None,
     order_id: str = ARTICLE_ORDER.order_id,
+    prompt_version: str = EXTRACTOR_PROMPT_VERSION,
 ) -> list[Sequence[Emit]]:
     """What the handler emits for each dispute's complaint (``text``), handled together; answers
     are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
@@ -78,7 +79,7 @@ def _handle(
         )
         prefix = cache_prefix or f"test-extractor-{uuid.uuid4().hex}:"
         cache = RedisResponseCache(redis, prefix, 600)
-        prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
+        prompt = load_prompt(prompt_version)
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
             return await asyncio.gather(
@@ -288,6 +289,26 @@ def test_a_complaint_the_endpoint_refuses_goes_to_review_and_stays_there(
     replayed = again[0].value
     assert (replayed["decision"], replayed["reason"]) == (priced["decision"], priced["reason"])
     assert outcomes == ["refused", "cached"]
+    assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+
+
+def test_a_complaint_held_for_review_stays_held_when_redelivered_after_a_prompt_change(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The endpoint refused the complaint under one prompt, and the dispute was held for review.
+    Delivered again after the extractor's prompt changed, it gets the same outcome from the
+    cache, without a new call: extracted anew, it could come out with grievances and a round 1
+    that pays while the customer was told it is held."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=["400"])
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (again,) = _handle(
+        database, redis_url, standin, dispute, cache_prefix=cache, prompt_version="extractor/v1"
+    )
+    assert EXTRACTOR_PROMPT_VERSION != "extractor/v1"
+    assert [e.topic for e in again] == [t.REFUND_PRICED.name]
+    assert again[0].value["decision"] == first[0].value["decision"] == "HELD_FOR_REVIEW"
     assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
 
 
