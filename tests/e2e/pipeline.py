@@ -132,8 +132,11 @@ class Pipeline:
         self.launcher.wait_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pipeline(stack: Stack) -> Iterator[Pipeline]:
+    """The six stages and the recorder, started once for the end-to-end tests and stopped
+    after the last of them (not kept running under the integration tests, which publish to the
+    same topics)."""
     if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
         pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
     provision_stack(stack.kafka, stack.database_url)

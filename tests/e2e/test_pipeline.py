@@ -255,7 +255,12 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
         stories = [pipeline.wait_final(d, timeout_s=240) for d in disputes]
     finally:
         pipeline.set_llm_faults(
-            next_faults=[], rate_429=0.0, rate_5xx=0.0, rate_malformed=0.0, rate_timeout=0.0
+            next_faults=[],
+            rate_429=0.0,
+            rate_5xx=0.0,
+            rate_malformed=0.0,
+            rate_timeout=0.0,
+            timeout_seconds=30.0,  # the stand-in's default
         )
     injected = Counter(pipeline.llm_stats()["faults_injected"]) - injected_before
     assert all(injected[kind] > 0 for kind in FAULT_KINDS), f"every kind injected: {injected}"

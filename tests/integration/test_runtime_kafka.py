@@ -243,14 +243,27 @@ def test_records_of_a_partition_revoked_in_flight_are_left_to_the_new_owner(
         )
         return StageRunner(StageSpec("revoke", inputs, (out,), handler), config, framing)
 
+    inputs_read = read_committed(
+        stack.kafka,
+        source,
+        until=lambda rs: len(rs) == total,
+        timeout_s=60,
+        decode=lambda raw: codec.decode(source, raw),
+    )
+    by_partition = [{r.value["id"] for r in inputs_read if r.partition == p} for p in range(2)]
     first = StageThread(runner(held, 0)).start()
     second: StageThread | None = None
     try:
         wait_for(lambda: started >= total, 60, "the first instance to hold every record")
         second = StageThread(runner(at_once, 1)).start()
-        # Only the second instance can commit: its partition's records show up first.
+        # Only the second instance can commit: the records of the partition it took over, all
+        # of them, and nothing else while the first holds its own.
         taken_over = read_committed(
-            stack.kafka, sink, until=lambda rs: len(rs) > 0, timeout_s=60, settle_s=2.0
+            stack.kafka,
+            sink,
+            until=lambda rs: {r.value["id"] for r in rs} in by_partition,
+            timeout_s=60,
+            decode=lambda raw: codec.decode(sink, raw),
         )
         gate.set()
         records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=3.0)
@@ -368,9 +381,13 @@ def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_w
     produce_values(stack.kafka, source, _records(4), codec)
     out = Topic(sink, "bench.record")
 
+    held_for: list[float] = []
+
     async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
         if message.value["id"] == "r0":
+            began = time.monotonic()
             await asyncio.sleep(slow_s)  # the slow call itself, not a wait for anything
+            held_for.append(time.monotonic() - began)
         return [Emit(out.name, message.key or "", message.value)]
 
     group = f"held-{uuid.uuid4().hex[:8]}"
@@ -388,7 +405,8 @@ def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_w
         outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=90, settle_s=1.0)
     finally:
         assert stage.stop() is None
-    assert slow_s > poll_interval_ms / 1000
+    (held,) = held_for
+    assert held > poll_interval_ms / 1000, "the head batch outlasted max.poll.interval.ms"
     assert [r.value["id"] for r in outputs] == ["r0", "r1", "r2", "r3"]
 
 
