@@ -170,15 +170,22 @@ def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_compu
     key = judge_cache_key("dispute:1", "g1", 2, "m", sha256_hex("snapshot"), "judge/v1")
     computed: list[str] = []
 
-    def compute_as(value: str) -> Callable[[], Awaitable[str]]:
-        async def compute() -> str:
-            computed.append(value)
-            await asyncio.sleep(0.05)  # both replicas miss before either stores
-            return value
-
-        return compute
-
     async def scenario() -> tuple[list[tuple[str, bool]], tuple[str, bool]]:
+        both_missed = asyncio.Event()
+
+        def compute_as(value: str) -> Callable[[], Awaitable[str]]:
+            async def compute() -> str:
+                computed.append(value)
+                if len(computed) == 2:
+                    both_missed.set()
+                # Neither replica stores before both have missed (a call is only computed
+                # after a miss): the race is on the store, whichever task the loop runs first.
+                async with asyncio.timeout(10):
+                    await both_missed.wait()
+                return value
+
+            return compute
+
         replica_a, replica_b = Redis.from_url(redis_url), Redis.from_url(redis_url)
         cache_a = RedisResponseCache(replica_a, prefix=prefix, ttl_seconds=60)
         cache_b = RedisResponseCache(replica_b, prefix=prefix, ttl_seconds=60)
