@@ -258,6 +258,21 @@ def test_a_refusal_and_an_answer_racing_for_one_key_end_the_same_for_both(
 # --------------------------------------------------------------------------- rate limiter
 
 
+class CallersSleep:
+    """An injected sleep that really sleeps, recording the delays each caller (task) asked for."""
+
+    def __init__(self) -> None:
+        self.by_caller: dict[int, list[float]] = {}
+
+    async def __call__(self, seconds: float) -> None:
+        self.by_caller.setdefault(id(asyncio.current_task()), []).append(seconds)
+        await asyncio.sleep(seconds)
+
+    def longest_total(self) -> float:
+        """The most any one caller was told to wait, all its sleeps added up."""
+        return max((sum(delays) for delays in self.by_caller.values()), default=0.0)
+
+
 def _bucket_elapsed(redis_url: str, acquisitions: int, replicas: int, **options: Any) -> float:
     name = f"test-bucket-{uuid.uuid4().hex}"
 
@@ -281,19 +296,33 @@ def _bucket_elapsed(redis_url: str, acquisitions: int, replicas: int, **options:
     return run(scenario)
 
 
+# 20 tokens at 10/s with a burst of 5: 5 at once, then 15 more at 0.1 s each, so the last
+# caller waits about 1.5 s. The wall clock bounds only from below (a slow machine makes it
+# longer, never shorter). That the bucket makes no caller wait longer than that is read from the
+# sleeps it asked for (1.7 s: rounding and the polls' margin), which a slow machine only shortens,
+# as the bucket refills while the callers are late.
+
+
 def test_token_bucket_limits_the_rate_across_replicas(redis_url: str) -> None:
-    # 20 tokens at 10/s with a burst of 5: 5 at once, then 15 more at 0.1 s each.
-    elapsed = _bucket_elapsed(redis_url, acquisitions=20, replicas=2)
-    assert 1.4 <= elapsed < 3.0
+    sleep = CallersSleep()
+    elapsed = _bucket_elapsed(redis_url, acquisitions=20, replicas=2, sleep=sleep)
+    assert elapsed >= 1.4
+    assert 0 < sleep.longest_total() <= 1.7, sleep.by_caller
 
 
 def test_token_bucket_without_credit_polls_and_still_limits(redis_url: str) -> None:
-    elapsed = _bucket_elapsed(redis_url, acquisitions=20, replicas=1, max_wait_seconds=0)
-    assert 1.4 <= elapsed < 3.0
+    sleep = CallersSleep()
+    elapsed = _bucket_elapsed(
+        redis_url, acquisitions=20, replicas=1, max_wait_seconds=0, sleep=sleep
+    )
+    assert elapsed >= 1.4
+    assert 0 < sleep.longest_total() <= 1.7, sleep.by_caller
 
 
 def test_token_bucket_serves_the_burst_at_once(redis_url: str) -> None:
-    assert _bucket_elapsed(redis_url, acquisitions=5, replicas=1) < 0.5
+    sleep = RecordedSleep()
+    _bucket_elapsed(redis_url, acquisitions=5, replicas=1, sleep=sleep)
+    assert sleep.delays == [], "the burst's tokens were there: no acquisition had to wait"
 
 
 def test_acquire_sleeps_what_the_bucket_says(redis_url: str) -> None:
