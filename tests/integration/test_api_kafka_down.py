@@ -71,13 +71,20 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         time.sleep(0.05)
 
 
-def publishers_holding_rows(database_url: str) -> int:
-    """Sessions that hold an intake row locked and wait (for Kafka) inside the transaction."""
+def publishers_holding_rows(database_url: str, keys: list[str]) -> int:
+    """Sessions that hold the intake row of one of ``keys`` locked and wait (for Kafka) inside
+    the transaction. Only this test's rows count, whatever else shares the database: a row
+    locked ``FOR UPDATE`` carries its locker's transaction id in ``xmax``, and the session
+    running that transaction holds the id's lock."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND state = 'idle in transaction'"
-            " AND query LIKE '%FROM intake_requests%FOR UPDATE%'"
+            "SELECT count(DISTINCT activity.pid) FROM intake_requests AS intake"
+            " JOIN pg_locks AS lock ON lock.locktype = 'transactionid'"
+            "  AND lock.transactionid = intake.xmax AND lock.mode = 'ExclusiveLock'"
+            "  AND lock.granted"
+            " JOIN pg_stat_activity AS activity ON activity.pid = lock.pid"
+            " WHERE intake.idempotency_key = ANY(%s) AND activity.state = 'idle in transaction'",
+            (keys,),
         ).fetchone()
     assert row is not None
     return int(row[0])
@@ -115,7 +122,7 @@ def test_waiting_publishers_leave_the_other_requests_their_connections(
             pool.submit(complaint, api, key) for key in keys[:PUBLISH_POOL]
         ]
         wait_until(
-            lambda: publishers_holding_rows(api.database_url) == PUBLISH_POOL,
+            lambda: publishers_holding_rows(api.database_url, keys) == PUBLISH_POOL,
             timeout_s=PUBLISH_TIMEOUT_S / 2,
             what="both publishers to hold their rows",
         )
