@@ -426,7 +426,9 @@ def test_a_dispute_opened_while_another_of_its_order_is_being_opened_waits_for_i
         )
         with ThreadPoolExecutor(max_workers=1) as pool:
             waiting = pool.submit(_run, database, fake.url, _request(second, reference=payment))
-            _wait_until(lambda: _lock_waiters(database) > 0 or waiting.done(), timeout_s=20)
+            _wait_until(
+                lambda: _lock_waiters(database, opening) > 0 or waiting.done(), timeout_s=20
+            )
             assert not waiting.done(), "the second dispute did not wait for the first"
             opening.commit()
             [outputs] = waiting.result(timeout=30)
@@ -515,10 +517,13 @@ def test_of_two_disputes_of_one_order_reserved_together_only_the_reserved_one_is
     assert (_attempts(database, held), _attempts(database, reserved)) == (0, 1)
 
 
-def _lock_waiters(database: str) -> int:
+def _lock_waiters(database: str, holder: psycopg.Connection[Any]) -> int:
+    """Sessions waiting for a lock ``holder``'s transaction holds (whatever else shares the
+    database)."""
     with psycopg.connect(database, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (holder.info.backend_pid,),
         ).fetchone()
     assert row is not None
     return int(row[0])

@@ -169,7 +169,7 @@ def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: 
             ours_task = asyncio.create_task(
                 freeze_dispute(pool, _to_freeze(dispute, ours.json, ours.sha256))
             )
-            await _until_a_backend_waits_on_a_lock(database)
+            await _until_a_backend_waits_on_a_lock(database, other.info.backend_pid)
             await other.commit()
         return await ours_task
 
@@ -177,13 +177,17 @@ def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: 
     assert (stored.snapshot_json, stored.snapshot_sha256) == (theirs.json, theirs.sha256)
 
 
-async def _until_a_backend_waits_on_a_lock(database: str, timeout_s: float = 10.0) -> None:
+async def _until_a_backend_waits_on_a_lock(
+    database: str, holder_pid: int, timeout_s: float = 10.0
+) -> None:
+    """Until a session waits for a lock the session ``holder_pid`` holds (whatever else shares
+    the database)."""
     async with await psycopg.AsyncConnection.connect(database, autocommit=True) as watcher:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while asyncio.get_running_loop().time() < deadline:
             cur = await watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (holder_pid,),
             )
             row = await cur.fetchone()
             if row is not None and row[0] > 0:
