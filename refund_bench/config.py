@@ -107,6 +107,10 @@ class StageSettings(StackSettings):
     are left uncommitted for the partitions' next owner. Below the pod's grace period (30 s)."""
     transactional_id: str = ""
     group_instance_id: str = ""
+    consumer_group: str = ""
+    """The stage's Kafka consumer group; empty (always, in the pipeline): the stage's name, the
+    one group its Kafka user may read (:mod:`refund_bench.kafka_acls`). Another group is for a
+    copy of the stage that must stay out of the pipeline's, such as a test's on a shared stack."""
     state_retention_hours: float | None = Field(default=None, gt=0)
     """Stateful stages: how long a state key outlives its last write; unset, the stage's own
     default (tally 7 days, pricing 90 days)."""

@@ -24,7 +24,7 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
     hours = settings.state_retention_hours
     return RuntimeConfig(
         bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=stage,
+        group_id=settings.consumer_group or stage,
         transactional_id=settings.instance_id(stage),
         guarantee=settings.guarantee,
         batch_max_records=settings.batch_max_records,

@@ -97,3 +97,10 @@ def test_an_explicit_transactional_id_keeps_the_stages_prefix() -> None:
     # An at-least-once stage opens no transaction, so its id is not checked.
     relaxed = StageSettings(transactional_id="recorder", guarantee="at-least-once")
     assert runtime_config(relaxed, "recorder").transactional_id == "recorder"
+
+
+def test_the_consumer_group_is_the_stages_name_unless_set() -> None:
+    assert runtime_config(StageSettings(), "tally").group_id == "tally"
+    assert runtime_config(StageSettings(consumer_group="tally-probe-1"), "tally").group_id == (
+        "tally-probe-1"
+    )
