@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from services.api.passwords import hash_password
+from services.api.passwords import PasswordHash
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     PASSWORDS,
@@ -26,6 +26,7 @@ from tests.e2e.conftest_api import (
     seed_article_dispute,
     sign_in,
 )
+from tests.kafka_helpers import wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -524,12 +525,23 @@ def test_a_refund_waiting_for_the_customer_is_not_to_be_paid_another_way(
     assert "Settle it with the customer another way" not in case
 
 
+def _password_threads() -> set[threading.Thread]:
+    """The API's password-check threads in this process (the API is served by a thread here)."""
+    return {t for t in threading.enumerate() if t.name.startswith("password-check")}
+
+
 def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_threads(
     stack: Stack,
 ) -> None:
     """New names each time pass the per-name limit, and each check costs a slow hash: with one
-    password thread and no queue, sign-ins arriving while a check runs get 429 at once."""
-    slow = hash_password("pw", iterations=4_000_000)  # about a second per check
+    password thread and no queue, sign-ins arriving while a check runs get 429 at once.
+
+    The others are sent once the first one's check is seen running (its password thread,
+    started when the check took the only slot), and that check costs 8 million derivations
+    (seconds, where the two refusals take milliseconds), so they arrive while it runs."""
+    # Made up, not computed (nobody signs in as alice): every check costs its iterations, an
+    # unknown name's (a decoy of the directory's strongest hash) too.
+    slow = str(PasswordHash(8_000_000, b"flood-test-salt!", bytes(32)))
     with running_api(
         stack,
         reviewers=SecretStr(f"alice:{slow}"),
@@ -538,10 +550,8 @@ def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_thre
     ) as api:
         clients = [api.client() for _ in range(3)]
         tokens = [csrf_of(c.get("/review/login").text) for c in clients]
-        together = threading.Barrier(len(clients))
 
         def attempt(index: int) -> httpx.Response:
-            together.wait(timeout=10)
             return clients[index].post(
                 "/review/login",
                 data={
@@ -552,14 +562,23 @@ def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_thre
             )
 
         try:
-            with ThreadPoolExecutor(len(clients)) as pool:
-                answers = list(pool.map(attempt, range(len(clients))))
+            before = _password_threads()
+            with ThreadPoolExecutor(1) as pool:
+                checked = pool.submit(attempt, 0)
+                wait_for(
+                    lambda: checked.done() or bool(_password_threads() - before),
+                    30,
+                    "the first sign-in's check to start",
+                )
+                assert not checked.done(), checked.result().text
+                refused = [attempt(1), attempt(2)]
+                answers = [checked.result(timeout=120), *refused]
         finally:
             for client in clients:
                 client.close()
-        statuses = sorted(a.status_code for a in answers)
-        assert statuses == [401, 429, 429], "one checked, the others refused unchecked"
-        for busy in (a for a in answers if a.status_code == 429):
+        statuses = [a.status_code for a in answers]
+        assert statuses == [401, 429, 429], "one checked, the others refused unchecked at once"
+        for busy in refused:
             assert "busy signing people in" in busy.text
             assert busy.headers["retry-after"] == "5"
         metrics = httpx.get(api.metrics_url, timeout=10).text
