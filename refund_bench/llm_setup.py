@@ -106,11 +106,12 @@ class JudgePanelSettings(LlmStageSettings):
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
     judge_prompt_version: str = JUDGE_PROMPT_VERSION
-    batch_max_records: int = 200
-    max_inflight: int = 256
-    """Grievances in flight. A grievance holds its slot through its cache lookups and writes as
-    well as its calls, so 256 keep each seat's 128 pooled connections busy; 512 only queue in
-    the pool, which costs CPU (measured side by side: 128, 256, 512)."""
+    batch_max_records: int = Field(default=200, ge=1)
+    max_inflight: int = Field(default=256, ge=1)
+    """Grievances in flight (at least 1: with 0 no handler would ever start, while the stage
+    kept polling and looked healthy). A grievance holds its slot through its cache lookups and
+    writes as well as its calls, so 256 keep each seat's 128 pooled connections busy; 512 only
+    queue in the pool, which costs CPU (measured side by side: 128, 256, 512)."""
 
     @field_validator("judge_models")
     @classmethod

@@ -35,6 +35,17 @@ def test_judges_refuse_a_temperature_that_is_not_above_zero(temperature: float) 
         JudgePanelSettings(judge_temperature=temperature)
 
 
+@pytest.mark.parametrize("field", ["max_inflight", "batch_max_records"])
+@pytest.mark.parametrize("value", [0, -5])
+def test_the_judge_keeps_the_lower_bounds_of_its_batch_and_in_flight_limits(
+    field: str, value: int
+) -> None:
+    """The judge's own defaults replace the shared settings' fields; their bounds stay: with
+    ``MAX_INFLIGHT=0`` no grievance would ever be judged, while the stage looked healthy."""
+    with pytest.raises(ValidationError, match=field):
+        JudgePanelSettings.model_validate({field: value})
+
+
 def test_a_panel_needs_a_model() -> None:
     with pytest.raises(ValidationError):
         JudgePanelSettings(judge_models=" , ")
