@@ -114,6 +114,10 @@ class StageSettings(StackSettings):
     state_retention_hours: float | None = Field(default=None, gt=0)
     """Stateful stages: how long a state key outlives its last write; unset, the stage's own
     default (tally 7 days, pricing 90 days)."""
+    dlq_max_fraction: float = Field(default=0.5, gt=0, le=1)
+    """The DLQ budget: the stage stops once more than this share of its last 200 records went
+    to the DLQ (and at least 20 did). 1 never stops it: for a replay that is known to
+    dead-letter most of what it reads (decisions for disputes pricing no longer keeps)."""
     metrics_host: str = "0.0.0.0"  # noqa: S104 - scraped from inside the cluster
     metrics_port: int = 9400
     log_level: str = "INFO"

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from refund_bench.codec import framing_from_registry_url
 from refund_bench.config import StageSettings
 from refund_bench.gc_tuning import tune_gc
+from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.health import HealthServer, Heartbeat
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
@@ -35,6 +36,7 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         group_instance_id=settings.group_instance_id or None,
         state_retention_s=None if hours is None else hours * 3600,
         kafka_security=settings.kafka_security_config(),
+        dlq_budget=DlqBudget(max_fraction=settings.dlq_max_fraction),
     )
 
 

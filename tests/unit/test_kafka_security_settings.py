@@ -8,6 +8,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from refund_bench.config import StackSettings, StageSettings
+from refund_bench.errors import DlqLimitExceeded
 from refund_bench.service import runtime_config
 
 
@@ -104,3 +105,19 @@ def test_the_consumer_group_is_the_stages_name_unless_set() -> None:
     assert runtime_config(StageSettings(consumer_group="tally-probe-1"), "tally").group_id == (
         "tally-probe-1"
     )
+
+
+def test_the_dlq_budget_is_a_setting_and_one_never_trips_it() -> None:
+    """The default stops a stage once most of its recent input went to the DLQ; a replay known
+    to dead-letter most of what it reads runs with ``DLQ_MAX_FRACTION=1``."""
+    default = runtime_config(StageSettings(), "pricing").dlq_budget
+    for _ in range(19):
+        default.record(True)
+    with pytest.raises(DlqLimitExceeded, match="20 of the last 20"):
+        default.record(True)
+    replay = runtime_config(StageSettings.model_validate({"dlq_max_fraction": 1}), "pricing")
+    for _ in range(1000):
+        replay.dlq_budget.record(True)
+    for wrong in (0, 1.5):
+        with pytest.raises(ValidationError, match="dlq_max_fraction"):
+            StageSettings.model_validate({"dlq_max_fraction": wrong})
