@@ -180,6 +180,22 @@ class LoginWindow:
     seconds_left: int
 
 
+@asynccontextmanager
+async def _taken(
+    pool: AsyncConnectionPool[Any], wait_s: float, busy: type[Exception], what: str
+) -> AsyncIterator[AsyncConnection[Any]]:
+    """A connection of ``pool``, given back after; ``busy`` if none is free within ``wait_s``
+    (a request answered at once, not after the pool's own 30 s)."""
+    try:
+        conn = await pool.getconn(timeout=wait_s)
+    except PoolTimeout as exc:
+        raise busy(f"no {what} connection free within {wait_s:g}s") from exc
+    try:
+        yield conn
+    finally:
+        await pool.putconn(conn)
+
+
 def _login_key(username: str) -> str:
     return hashlib.sha256(username.strip().casefold().encode()).hexdigest()
 
@@ -203,36 +219,20 @@ class Store:
         self._publish_wait_s = publish_wait_s
         self._pool_wait_s = pool_wait_s
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A connection of the main pool (autocommit); :class:`DatabaseBusy` if none is free
         within ``pool_wait_s``."""
-        try:
-            conn = await self._pool.getconn(timeout=self._pool_wait_s)
-        except PoolTimeout as exc:
-            raise DatabaseBusy(
-                f"no database connection free within {self._pool_wait_s:g}s"
-            ) from exc
-        try:
-            yield conn
-        finally:
-            await self._pool.putconn(conn)
+        return _taken(self._pool, self._pool_wait_s, DatabaseBusy, "database")
 
     @asynccontextmanager
     async def _publishing(self) -> AsyncIterator[AsyncConnection[Any]]:
         """A publishing connection in a transaction; :class:`PublishersBusy` if none is free
         within ``publish_wait_s``."""
-        try:
-            conn = await self._publish_pool.getconn(timeout=self._publish_wait_s)
-        except PoolTimeout as exc:
-            raise PublishersBusy(
-                f"no publishing connection free within {self._publish_wait_s:g}s"
-            ) from exc
-        try:
-            async with conn.transaction():
-                yield conn
-        finally:
-            await self._publish_pool.putconn(conn)
+        async with (
+            _taken(self._publish_pool, self._publish_wait_s, PublishersBusy, "publishing") as conn,
+            conn.transaction(),
+        ):
+            yield conn
 
     async def ping(self) -> None:
         async with self._pool.connection() as conn:
