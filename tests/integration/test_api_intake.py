@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -35,6 +34,8 @@ from tests.e2e.conftest_api import (
     seed_article_dispute,
     sign_in,
 )
+from tests.kafka_helpers import wait_for
+from tests.pg_helpers import sessions_waiting_on
 
 pytestmark = pytest.mark.stack
 TOPIC = t.COMPLAINT_RECEIVED.name
@@ -232,25 +233,6 @@ def test_a_complaint_of_escaped_emoji_within_the_character_limit_is_not_413(
     assert stored == (text,)
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def _waiting_on(database_url: str, conn: psycopg.Connection[Any]) -> int:
-    """Sessions waiting for a lock ``conn``'s transaction holds."""
-    with psycopg.connect(database_url, autocommit=True) as watcher:
-        row = watcher.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-            (conn.info.backend_pid,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def _complain(api: ApiServer, key: str) -> httpx.Response:
     """POST /complaints with ``key``, on a client of its own (10 s: far below the pool's 30)."""
     with httpx.Client(base_url=api.url, timeout=10.0) as client:
@@ -279,8 +261,11 @@ def test_with_every_database_connection_taken_a_complaint_gets_503_at_once(
         )
         first = pool.submit(_complain, api, held)
         try:
-            wait_until(
-                lambda: first.done() or _waiting_on(stack.database_url, blocker) == 1,
+            wait_for(
+                lambda: (
+                    first.done()
+                    or sessions_waiting_on(stack.database_url, blocker.info.backend_pid) == 1
+                ),
                 10.0,
                 "the claim to wait for the row",
             )

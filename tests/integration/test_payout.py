@@ -32,6 +32,7 @@ from services.payout.payments import PaymentRejected, PaymentsRefusedUs, StripeP
 from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import read_round, seed_round
+from tests.pg_helpers import sessions_waiting_on
 
 pytestmark = pytest.mark.stack
 
@@ -427,7 +428,10 @@ def test_a_dispute_opened_while_another_of_its_order_is_being_opened_waits_for_i
         with ThreadPoolExecutor(max_workers=1) as pool:
             waiting = pool.submit(_run, database, fake.url, _request(second, reference=payment))
             _wait_until(
-                lambda: _lock_waiters(database, opening) > 0 or waiting.done(), timeout_s=20
+                lambda: (
+                    sessions_waiting_on(database, opening.info.backend_pid) > 0 or waiting.done()
+                ),
+                timeout_s=20,
             )
             assert not waiting.done(), "the second dispute did not wait for the first"
             opening.commit()
@@ -515,18 +519,6 @@ def test_of_two_disputes_of_one_order_reserved_together_only_the_reserved_one_is
     assert [o.topic for o in paid] == ["payout.completed"]
     assert fake.fake.requests == 1
     assert (_attempts(database, held), _attempts(database, reserved)) == (0, 1)
-
-
-def _lock_waiters(database: str, holder: psycopg.Connection[Any]) -> int:
-    """Sessions waiting for a lock ``holder``'s transaction holds (whatever else shares the
-    database)."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-            (holder.info.backend_pid,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:

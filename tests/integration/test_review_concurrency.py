@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +35,8 @@ from tests.e2e.conftest_api import (
     seed_article_dispute,
     sign_in,
 )
+from tests.kafka_helpers import wait_for
+from tests.pg_helpers import is_waiting, sessions_waiting_on
 
 pytestmark = pytest.mark.stack
 TOPIC = t.REVIEW_DECIDED.name
@@ -198,31 +199,6 @@ def _hold_round_one(database_url: str, dispute_id: str) -> None:
         )
 
 
-def _blocked_by(database_url: str, pid: int) -> bool:
-    """True while some session waits for a lock the session ``pid`` holds."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-            (pid,),
-        ).fetchone()
-    return row is not None and row[0] > 0
-
-
-def _waiting_for(database_url: str, pid: int) -> bool:
-    """True while the session ``pid`` waits for a lock another session holds."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute("SELECT cardinality(pg_blocking_pids(%s))", (pid,)).fetchone()
-    return row is not None and row[0] > 0
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-
-
 def _item(database_url: str, dispute_id: str, item_key: str) -> tuple[str, str]:
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
@@ -258,8 +234,11 @@ def test_a_decision_waits_for_the_recorder_closing_its_item_and_is_refused(
                     "csrf_token": token,
                 },
             )
-            _wait_until(
-                lambda: answer.done() or _blocked_by(api.database_url, conn.info.backend_pid),
+            wait_for(
+                lambda: (
+                    answer.done()
+                    or sessions_waiting_on(api.database_url, conn.info.backend_pid) > 0
+                ),
                 10.0,
                 "the decision to wait for the recorder",
             )
@@ -303,13 +282,15 @@ def test_the_recorder_closing_an_item_waits_for_a_decision_being_recorded(
                 writes now, and either finishes or waits for a lock."""
                 assert kind == "DISPUTE"
                 writing.start()
-                _wait_until(
-                    lambda: not writing.is_alive() or _waiting_for(api.database_url, recorder_pid),
+                wait_for(
+                    lambda: not writing.is_alive() or is_waiting(api.database_url, recorder_pid),
                     10.0,
                     "the recorder to write or wait",
                 )
                 seen["recorder done first"] = not writing.is_alive()
-                seen["recorder waits for the decision"] = _blocked_by(api.database_url, decider_pid)
+                seen["recorder waits for the decision"] = (
+                    sessions_waiting_on(api.database_url, decider_pid) > 0
+                )
 
             record = DecisionRecord(
                 review_id=f"r-{uuid.uuid4().hex}",

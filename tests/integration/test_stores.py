@@ -30,6 +30,7 @@ from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from services.extractor.evidence import freeze
 from services.payout.ledger import PayoutLedger
+from tests.pg_helpers import WAITING_ON_SQL
 
 pytestmark = pytest.mark.stack
 
@@ -185,10 +186,7 @@ async def _until_a_backend_waits_on_a_lock(
     async with await psycopg.AsyncConnection.connect(database, autocommit=True) as watcher:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while asyncio.get_running_loop().time() < deadline:
-            cur = await watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (holder_pid,),
-            )
+            cur = await watcher.execute(WAITING_ON_SQL, (holder_pid,))
             row = await cur.fetchone()
             if row is not None and row[0] > 0:
                 return
