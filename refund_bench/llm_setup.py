@@ -29,6 +29,9 @@ class LlmStageSettings(StageSettings):
     llm_base_url: str = "http://127.0.0.1:18090/v1"
     llm_api_key: SecretStr = SecretStr("stand-in")
     llm_timeout_seconds: float = Field(default=20.0, gt=0)
+    llm_attempt_deadline_seconds: float = Field(default=60.0, gt=0)
+    """Each attempt of a call, from start to the answer's last byte (the timeout above is per
+    phase: an answer trickling in a byte at a time would never reach it)."""
     llm_rate_per_second: float = Field(default=2000.0, gt=0)
     llm_burst: int = Field(default=500, ge=1)
     llm_rate_limit_name: str = "default"
@@ -83,6 +86,7 @@ def client(
         model=model,
         temperature=temperature,
         timeout_seconds=settings.llm_timeout_seconds,
+        attempt_deadline_seconds=settings.llm_attempt_deadline_seconds,
     )
     return LlmClient(
         endpoint,

@@ -12,7 +12,13 @@ Error policy (by type, see :mod:`refund_bench.errors`):
   failure; raised only after the retry policy gave up.
 - :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
   for a judge, auth). Not retried.
-- :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 whose answer is empty or truncated.
+- :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty or
+  truncated. A 200 that is no chat completion at all (a gateway's page, a cut-off body) is
+  :class:`LlmUnavailable` instead: it says nothing about the model's answer, so it is retried,
+  and never cached as one.
+
+Each attempt has a deadline (``attempt_deadline_seconds``) besides the per-phase timeout, so an
+answer that trickles in cannot hold a call past it.
 """
 
 from __future__ import annotations
@@ -85,6 +91,9 @@ class LlmEndpoint(BaseModel):
     model: str
     temperature: float = Field(ge=0.0, le=2.0)
     timeout_seconds: float = Field(gt=0.0)
+    """Per phase: connecting, waiting for a pooled connection, each read of the answer."""
+    attempt_deadline_seconds: float | None = Field(default=None, gt=0.0)
+    """Each attempt from start to the answer's last byte; ``None``: no bound but the phases'."""
 
 
 class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
@@ -188,13 +197,16 @@ class _Completion(BaseModel):
 
 
 def _answer(raw: bytes) -> str:
-    """The first choice's text from a 200 response body; :class:`MalformedAnswer` otherwise."""
+    """The first choice's text from a 200 response body. :class:`LlmUnavailable` when the body
+    is not a chat completion (it came from something other than the model: retry it);
+    :class:`MalformedAnswer` when the completion holds no usable answer."""
     try:
         completion = _Completion.model_validate_json(raw)
     except ValidationError as exc:
-        raise MalformedAnswer(
-            f"the response is not a chat completion: {exc.error_count()} errors",
-            raw.decode(errors="replace")[:2000],
+        raise LlmUnavailable(
+            "server_error",
+            f"HTTP 200 whose body is not a chat completion ({exc.error_count()} errors)",
+            200,
         ) from exc
     if not completion.choices:
         raise MalformedAnswer("the completion has no choices", "")
@@ -324,7 +336,10 @@ class LlmClient:
             api_key=endpoint.api_key.get_secret_value(),
             timeout=endpoint.timeout_seconds,
             max_retries=0,
-            http_client=AioHttpClient(max_connections=max_connections),
+            http_client=AioHttpClient(
+                max_connections=max_connections,
+                total_seconds=endpoint.attempt_deadline_seconds,
+            ),
         )
 
     @property

@@ -44,11 +44,12 @@ def _urls(url: str) -> tuple[httpx2.URL, yarl.URL]:
 
 @functools.lru_cache(maxsize=64)
 def _aiohttp_timeout(
-    connect: float | None, read: float | None, pool: float | None
+    connect: float | None, read: float | None, pool: float | None, total: float | None
 ) -> aiohttp.ClientTimeout:
     # The openai client's one timeout applies to each phase, as with httpx: connecting, waiting
-    # for a pooled connection, and each read of the answer. There is no total deadline.
-    return aiohttp.ClientTimeout(sock_connect=connect, sock_read=read, connect=pool)
+    # for a pooled connection, and each read of the answer. ``total`` bounds the whole request,
+    # so that an answer trickling in a byte per read timeout cannot hold a call for ever.
+    return aiohttp.ClientTimeout(total=total, sock_connect=connect, sock_read=read, connect=pool)
 
 
 @contextlib.contextmanager
@@ -72,13 +73,22 @@ class AioHttpClient(httpx2.AsyncClient):
     """An ``http_client`` for ``openai.AsyncOpenAI`` that sends through one aiohttp session.
 
     ``max_connections`` caps the pool; every connection is kept alive for
-    ``keepalive_seconds``. The session is opened on first use, on the caller's event loop, and
-    closed by :meth:`aclose` (the openai client's ``close`` calls it).
+    ``keepalive_seconds``. ``total_seconds`` bounds each request from start to the answer's
+    last byte (``None``: only the openai client's per-phase timeouts). The session is opened
+    on first use, on the caller's event loop, and closed by :meth:`aclose` (the openai
+    client's ``close`` calls it).
     """
 
-    def __init__(self, *, max_connections: int, keepalive_seconds: float = 15.0) -> None:
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        keepalive_seconds: float = 15.0,
+        total_seconds: float | None = None,
+    ) -> None:
         super().__init__(follow_redirects=False)
         self._max_connections = max_connections
+        self._total_seconds = total_seconds
         self._keepalive_seconds = keepalive_seconds
         self._session: aiohttp.ClientSession | None = None
 
@@ -132,7 +142,9 @@ class AioHttpClient(httpx2.AsyncClient):
                 headers=request.headers.multi_items(),
                 data=body or None,
                 allow_redirects=False,
-                timeout=_aiohttp_timeout(phases["connect"], phases["read"], phases["pool"]),
+                timeout=_aiohttp_timeout(
+                    phases["connect"], phases["read"], phases["pool"], self._total_seconds
+                ),
             ) as answer:
                 raw = await answer.read()
         # The body as it came: httpx2 decodes a compressed answer itself, as it reads it here.

@@ -496,8 +496,6 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (b"<html>gateway</html>", "not a chat completion"),
-        (b'{"object": "chat.completion"}', "not a chat completion"),
         (b'{"choices": []}', "no choices"),
         (completion('{"ruling": "UP', "length"), "finish_reason is 'length'"),
         (completion(None, "stop"), "empty"),
@@ -523,6 +521,79 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     request = json.loads(sent)
     assert request["seed"] == 1000
     assert request["response_format"]["json_schema"]["strict"] is True
+
+
+@pytest.mark.parametrize("body", [b"<html>gateway</html>", b'{"object": "chat.completion"}'])
+def test_a_200_that_is_no_chat_completion_is_transient_and_retried(body: bytes) -> None:
+    """A gateway's page or a cut-off body says nothing of the model's answer: retried, and in
+    the end a transient error (which nothing caches), never a malformed answer."""
+    sleep = RecordedSleep()
+
+    async def scenario(target: LlmEndpoint) -> str:
+        async with LlmClient(target, retry=RetryPolicy(attempts=3), sleep=sleep) as client:
+            return await ask(client, judge_request(), 1000, "d-200-page")
+
+    with FixedAnswerServer(body) as server, pytest.raises(LlmUnavailable) as caught:
+        run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
+    assert caught.value.kind == "server_error"
+    assert caught.value.status == 200
+    assert "not a chat completion" in str(caught.value)
+    assert len(server.requests) == 3, "every attempt was made"
+    assert len(sleep.delays) == 2
+
+
+class _TrickledAnswer(JsonAnswerHandler):
+    """Answers a POST with a whole completion, one byte every ``server.pace`` seconds: each
+    read is quick, the whole answer is not."""
+
+    server: _TrickleServer
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = completion('{"ruling": "ESCALATE"}', "stop")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            for byte in body:
+                if self.server.done.wait(self.server.pace):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except OSError:  # the client gave up and closed the connection
+            return
+
+
+class _TrickleServer(LoopbackServer):
+    def __init__(self, pace: float) -> None:
+        super().__init__(_TrickledAnswer)
+        self.pace = pace
+        self.done = threading.Event()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        super().__exit__(*exc)
+
+
+def test_an_answer_trickling_in_is_cut_off_at_the_attempt_deadline() -> None:
+    """Each byte comes well within the 2 s read timeout, but the whole answer would take over
+    10 s: the attempt's 1 s deadline ends it as a transient timeout."""
+
+    async def scenario(target: LlmEndpoint) -> str:
+        async with LlmClient(target, retry=RetryPolicy(attempts=1)) as client:
+            return await ask(client, judge_request(), 1000, "d-trickle")
+
+    with _TrickleServer(pace=0.1) as server:
+        target = endpoint_at(server.server_address[1], timeout=2.0).model_copy(
+            update={"attempt_deadline_seconds": 1.0}
+        )
+        started = time.monotonic()
+        with pytest.raises(LlmUnavailable) as caught:
+            run(lambda: scenario(target))
+        took = time.monotonic() - started
+    assert caught.value.kind == "timeout"
+    assert took < 8, f"gave up after {took:.1f} s, not at the 1 s deadline"
 
 
 def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
