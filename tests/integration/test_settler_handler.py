@@ -230,7 +230,7 @@ def test_a_model_reply_too_long_to_check_gets_the_template(
     instead of the check raising on every redelivery of the cached answer."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     complaint = f"{ARTICLE_COMPLAINT} Please refund {'7' * 4400} as my reference says."
-    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference="pi_long_reply")
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
     emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER), complaint)
     (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
     assert reply["source"] == "TEMPLATE"
