@@ -20,16 +20,20 @@ def seed_round(
     error_code: str | None = None,
     refund_id: str | None = None,
     age: str = "0 seconds",
+    first_call: str | None = None,
     paid_elsewhere: bool = False,
 ) -> None:
     """Round 1 of ``dispute`` in the ledger, against the dispute's own payment unless
-    ``payment`` is given, opened ``age`` ago."""
+    ``payment`` is given, opened ``age`` ago; its first provider call began ``first_call`` ago
+    (by default: when it was opened, if ``attempts`` counts any call)."""
+    first_call = first_call or (age if attempts else None)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
             " payment_reference, idempotency_key, status, attempts, error_code,"
-            " stripe_refund_id, created_at, paid_elsewhere)"
-            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, %s, now() - %s::interval, %s)",
+            " stripe_refund_id, created_at, first_call_at, paid_elsewhere)"
+            " VALUES (%s, 1, %s, 'INR', %s, %s, %s, %s, %s, %s, now() - %s::interval,"
+            " now() - %s::interval, %s)",
             (
                 dispute,
                 amount,
@@ -40,6 +44,7 @@ def seed_round(
                 error_code,
                 refund_id,
                 age,
+                first_call,
                 paid_elsewhere,
             ),
         )

@@ -180,6 +180,22 @@ BEGIN
 END
 $$;
 
+-- When the payout began the round's first provider call (NULL: none yet, or begun by a payout
+-- of an earlier release, which did not record it). Stripe's idempotency window counts from the
+-- first use of the round's key, so a round is stale by this time, not by when the settler
+-- reserved it. Added once to a ledger created before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'payout_ledger'::regclass AND attname = 'first_call_at'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE payout_ledger ADD COLUMN first_call_at timestamptz;
+    END IF;
+END
+$$;
+
 -- Whether a round FAILED with this error code may still have moved money: a call that reached
 -- Stripe and was never settled (STALE_PENDING), a refund that waits for the customer
 -- (refund_requires_action), a key Stripe had already taken with other parameters
@@ -191,8 +207,9 @@ LANGUAGE sql IMMUTABLE AS $$
                                      'IdempotencyError', 'STRIPE_SAVED_SERVER_ERROR'), false)
 $$;
 
--- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s its
--- age); else a new row, opened = true. The new row is PENDING, unless another dispute of the same
+-- Opens a round of a payout: the row as recorded if the round exists (opened = false, age_s the
+-- seconds since its first provider call, or since it was opened when none is recorded); else a
+-- new row, opened = true. The new row is PENDING, unless another dispute of the same
 -- payment (the same order) already has a round that may have refunded it (any round but a
 -- FAILED one that moved no money: see payout_failure_may_have_refunded and paid_elsewhere): then
 -- it is FAILED with ORDER_ALREADY_REFUNDED, naming that round, and nothing is paid automatically
@@ -222,7 +239,7 @@ BEGIN
         -- another amount or currency is not counted: it is answered with the row as recorded,
         -- and the payout reports the conflict without a call.
         RETURN QUERY
-            UPDATE payout_ledger AS l SET attempts = 1, updated_at = now()
+            UPDATE payout_ledger AS l SET attempts = 1, first_call_at = now(), updated_at = now()
             WHERE l.dispute_id = p_dispute_id AND l.round = p_round AND l.status = 'PENDING'
               AND l.attempts = 0 AND l.amount_minor = p_amount_minor
               AND l.currency = p_currency
@@ -236,7 +253,7 @@ BEGIN
     RETURN QUERY
         SELECT l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key, l.status,
                l.stripe_refund_id, l.error_code, l.error_message, false,
-               EXTRACT(EPOCH FROM now() - l.created_at)::double precision
+               EXTRACT(EPOCH FROM now() - COALESCE(l.first_call_at, l.created_at))::double precision
         FROM payout_ledger l WHERE l.dispute_id = p_dispute_id AND l.round = p_round;
     IF FOUND THEN
         RETURN;
@@ -252,11 +269,12 @@ BEGIN
     RETURN QUERY
         INSERT INTO payout_ledger AS l (dispute_id, round, amount_minor, currency,
                                         payment_reference, idempotency_key, status, attempts,
-                                        error_code, error_message)
+                                        first_call_at, error_code, error_message)
         VALUES (p_dispute_id, p_round, p_amount_minor, p_currency, p_payment_reference,
                 p_idempotency_key,
                 CASE WHEN NOT blocked THEN 'PENDING' ELSE 'FAILED' END,
                 CASE WHEN p_provider_call AND NOT blocked THEN 1 ELSE 0 END,
+                CASE WHEN p_provider_call AND NOT blocked THEN now() END,
                 CASE WHEN NOT blocked THEN NULL ELSE 'ORDER_ALREADY_REFUNDED' END,
                 CASE WHEN NOT blocked THEN NULL ELSE format(
                     'the order''s payment already has a refund of dispute %s (round %s, %s%s);'

@@ -4,7 +4,9 @@ At most one refund per (dispute, round): the ledger row is written before the pr
 called, a settled round never reaches the provider again, and every provider call for the round
 carries the same idempotency key, so a crash between the call and the ledger update replays the
 same refund instead of creating a second one. Only within Stripe's idempotency window, though: a
-round still PENDING after 23 hours is not called again but fails to review (``STALE_PENDING``).
+round still PENDING 23 hours after its first call is not called again but fails to review
+(``STALE_PENDING``). The window counts from that call, not from the settler's reservation: a
+round reserved during a long payout outage is still paid.
 
 At most one dispute per order is paid automatically: a round of another dispute of the same
 payment fails to review (``ORDER_ALREADY_REFUNDED``, recorded by the ledger) without a call.
@@ -27,7 +29,8 @@ from services.payout.payments import PaymentRejected, Payments
 IDEMPOTENCY_WINDOW_S = 23 * 3600.0
 """Stripe keeps an idempotency key for at least 24 hours; an hour's margin."""
 STALE_PENDING_MESSAGE = (
-    "the round was opened more than 23 hours ago and never settled: Stripe may no longer know "
+    "the round's first call to Stripe began more than 23 hours ago and never settled: Stripe "
+    "may no longer know "
     "its idempotency key, so calling again could refund twice. Look for a refund with this "
     "dispute_id and round in its metadata before paying by hand."
 )

@@ -37,7 +37,9 @@ class LedgerRow:
     """True when :meth:`PayoutLedger.open_round` just opened the row for its first provider call
     (inserted it, or found it reserved by the settler with no call yet), that call counted."""
     age_s: float = field(default=0.0, compare=False)
-    """Seconds since the round was opened, by the database's clock (from ``open_round``)."""
+    """Seconds since the round's first provider call began, by the database's clock (from
+    ``open_round``); since the row was opened when no first call is recorded (a row an earlier
+    release opened). A round the settler reserved ages only once the payout calls for it."""
 
 
 _OPEN_SQL = """

@@ -228,6 +228,56 @@ def test_a_round_pending_past_the_idempotency_window_goes_to_review_not_to_strip
     assert _attempts(database, dispute) == 1
 
 
+def test_a_round_reserved_long_ago_whose_first_call_is_recent_is_replayed_to_stripe(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Reserved by the settler 25 hours ago, while the payout was down; its first call began an
+    hour ago and the payout crashed before recording the answer. Stripe has known the key for an
+    hour only: the replay calls again with it and gets the same refund, not a review item."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    seed_round(database, dispute, status="PENDING", age="25 hours", first_call="1 hour")
+    _refunds(
+        fake.url,
+        {
+            "payment_reference": f"pi_{dispute}",
+            "amount_minor": 68900,
+            "currency": "inr",
+            "idempotency_key": idempotency_key(dispute, 1),
+            "metadata": {"dispute_id": dispute, "round": "1"},
+        },
+    )
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    assert outputs[0].value["stripe_refund_id"] == next(iter(fake.fake.refunds))
+    assert len(fake.fake.refunds) == 1, "the same refund, replayed under its key"
+    assert _attempts(database, dispute) == 2
+
+
+def test_the_first_call_of_a_reserved_round_records_when_it_began(
+    database: str, fake: FakeStripeServer
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    [reserved] = _reserve(database, (dispute, f"pi_{dispute}"))
+    assert reserved.status == "PENDING"
+    assert _first_call_age_s(database, dispute) is None, "reserved: no call begun"
+    [outputs] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    age = _first_call_age_s(database, dispute)
+    assert age is not None
+    assert 0 <= age < 600
+
+
+def _first_call_age_s(database: str, dispute: str) -> float | None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT EXTRACT(EPOCH FROM now() - first_call_at)::float FROM payout_ledger"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchone()
+    assert row is not None
+    return None if row[0] is None else float(row[0])
+
+
 def test_declined_refund_fails_once_and_is_not_retried(
     database: str, fake: FakeStripeServer
 ) -> None:
