@@ -1,17 +1,28 @@
-"""Settings and wiring for the LLM roles: endpoints per role and per judge seat, the shared
-rate limiter and the response cache. Used by the entry points of extractor, judge and settler.
+"""Settings and wiring for the LLM roles: endpoints and keys per role and per judge seat, the
+rate limiters and the response cache. Used by the entry points of extractor, judge and settler.
 
 Every role talks to an OpenAI-compatible endpoint; the defaults point at the project's
 deterministic stand-in. A heterogeneous judge panel sets one model (and optionally one base
-URL) per seat: ``JUDGE_MODELS=model-a,model-b,model-c``.
+URL and key) per seat: ``JUDGE_MODELS=model-a,model-b,model-c``.
+
+Keys: ``LLM_API_KEY`` is sent only to ``LLM_BASE_URL``. A role or seat with a base URL of its
+own needs a key of its own (``EXTRACTOR_API_KEY``, ``SETTLER_API_KEY``, ``JUDGE_API_KEYS``), or
+the settings refuse to load, naming the setting.
+
+Rate limits: one Redis token bucket per provider host (:func:`bucket_name`). Calls to
+``LLM_BASE_URL``'s host take from ``LLM_RATE_LIMIT_NAME``'s bucket, as they always did; calls
+to another host take from ``<LLM_RATE_LIMIT_NAME>:<host>``, so seats on one provider share a
+bucket and providers do not throttle each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from refund_bench.config import StageSettings
@@ -23,11 +34,35 @@ from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
 from refund_bench.runtime.metrics import Metrics, retry_counter
 
 
+@dataclass(frozen=True)
+class EndpointAccess:
+    """Where one role or seat sends its calls, and the key it sends there (printed masked)."""
+
+    base_url: str
+    api_key: SecretStr
+
+
+def _endpoint_id(base_url: str) -> str:
+    """What tells endpoints apart: the base URL, without a trailing slash."""
+    return base_url.rstrip("/")
+
+
+def _endpoint_host(base_url: str) -> str:
+    """``base_url``'s host, lower-cased, with its port unless that is the scheme's default;
+    never the user name or password a URL may carry. ``ValueError`` for a port out of range."""
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    port = parts.port
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return host if port is None or port == default else f"{host}:{port}"
+
+
 class LlmStageSettings(StageSettings):
     """Settings every LLM-calling stage shares (``LLM_*`` environment variables)."""
 
     llm_base_url: str = "http://127.0.0.1:18090/v1"
     llm_api_key: SecretStr = SecretStr("stand-in")
+    """The key of ``LLM_BASE_URL``, sent to no other endpoint."""
     llm_timeout_seconds: float = Field(default=20.0, gt=0)
     llm_attempt_deadline_seconds: float = Field(default=60.0, gt=0)
     """Each attempt of a call, from start to the answer's last byte (the timeout above is per
@@ -41,6 +76,39 @@ class LlmStageSettings(StageSettings):
     alive. A call beyond them waits for one, so with a slow endpoint raise it together with
     ``MAX_INFLIGHT``."""
     redis_max_connections: int = Field(default=64, ge=1)
+
+    def shared_access(self) -> EndpointAccess:
+        """``LLM_BASE_URL`` with ``LLM_API_KEY``."""
+        return EndpointAccess(self.llm_base_url, self.llm_api_key)
+
+    def access(
+        self, base_url: str, api_key: SecretStr, *, who: str, url_setting: str, key_setting: str
+    ) -> EndpointAccess:
+        """The endpoint and key of a role or seat whose own settings are ``base_url`` and
+        ``api_key`` (empty: none of its own). Without a URL of its own it calls
+        ``LLM_BASE_URL``; without a key of its own it sends ``LLM_API_KEY``, but only to
+        ``LLM_BASE_URL``. A URL of its own without a key of its own is a ``ValueError`` that
+        names ``who`` and the two settings, never a key or a URL."""
+        url = base_url or self.llm_base_url
+        if api_key.get_secret_value():
+            return EndpointAccess(url, api_key)
+        if _endpoint_id(url) == _endpoint_id(self.llm_base_url):
+            return EndpointAccess(url, self.llm_api_key)
+        raise ValueError(
+            f"{url_setting} sends {who} to an endpoint other than LLM_BASE_URL, and"
+            f" {key_setting} gives it no key: LLM_API_KEY is sent only to LLM_BASE_URL"
+        )
+
+
+def bucket_name(settings: LlmStageSettings, base_url: str) -> str:
+    """The rate-limit bucket of calls to ``base_url``: ``LLM_RATE_LIMIT_NAME`` for
+    ``LLM_BASE_URL``'s host (the single-endpoint default keeps its bucket and Redis key), and
+    ``<LLM_RATE_LIMIT_NAME>:<host>`` for any other host. Endpoints on one host share a bucket
+    (a provider's limit is per account, and an account is per host here)."""
+    host = _endpoint_host(base_url)
+    if host == _endpoint_host(settings.llm_base_url):
+        return settings.llm_rate_limit_name
+    return f"{settings.llm_rate_limit_name}:{host}"
 
 
 def redis_client(settings: LlmStageSettings) -> Redis:
@@ -61,10 +129,14 @@ def response_cache(settings: LlmStageSettings, redis: Redis) -> RedisResponseCac
     )
 
 
-def rate_limiter(settings: LlmStageSettings, redis: Redis) -> RedisTokenBucket:
-    """The token bucket every replica of every LLM stage shares through Redis."""
+def rate_limiter(settings: LlmStageSettings, redis: Redis, base_url: str) -> RedisTokenBucket:
+    """The token bucket of ``base_url``'s host (:func:`bucket_name`), shared through Redis by
+    every replica of every LLM stage that calls that host."""
     return RedisTokenBucket(
-        redis, settings.llm_rate_limit_name, settings.llm_rate_per_second, settings.llm_burst
+        redis,
+        bucket_name(settings, base_url),
+        settings.llm_rate_per_second,
+        settings.llm_burst,
     )
 
 
@@ -74,15 +146,18 @@ def client(
     model: str,
     temperature: float,
     redis: Redis,
-    base_url: str = "",
+    access: EndpointAccess | None = None,
     on_inflight: Callable[[int], None] | None = None,
     metrics: Metrics | None = None,
 ) -> LlmClient:
-    """The role's (or seat's) client; with ``metrics``, its retries are counted in
+    """The role's (or seat's) client of ``access`` (default: ``LLM_BASE_URL`` with
+    ``LLM_API_KEY``), paced by its host's bucket; with ``metrics``, its retries are counted in
     ``retries`` by kind (``llm_rate_limited``, ``llm_server_error``, ...)."""
+    if access is None:
+        access = settings.shared_access()
     endpoint = LlmEndpoint(
-        base_url=base_url or settings.llm_base_url,
-        api_key=settings.llm_api_key,
+        base_url=access.base_url,
+        api_key=access.api_key,
         model=model,
         temperature=temperature,
         timeout_seconds=settings.llm_timeout_seconds,
@@ -90,7 +165,7 @@ def client(
     )
     return LlmClient(
         endpoint,
-        rate_limiter=rate_limiter(settings, redis),
+        rate_limiter=rate_limiter(settings, redis, access.base_url),
         on_inflight=on_inflight,
         on_retry=None if metrics is None else retry_counter(metrics),
         max_connections=settings.llm_max_connections,
@@ -98,6 +173,7 @@ def client(
 
 
 def split_list(value: str) -> list[str]:
+    """The non-empty, stripped entries of a comma-separated setting."""
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
@@ -106,7 +182,13 @@ class JudgePanelSettings(LlmStageSettings):
 
     judge_count: int = Field(default=3, ge=1, le=MAX_JUDGES)
     judge_models: str = "standin-judge"
+    """Comma-separated: one model for every seat, or one per seat (``JUDGE_COUNT`` of them)."""
     judge_base_urls: str = ""
+    """As ``JUDGE_MODELS``, or empty: every seat calls ``LLM_BASE_URL``."""
+    judge_api_keys: SecretStr = SecretStr("")
+    """As ``JUDGE_BASE_URLS``, aligned with the seats: the keys of the seats' endpoints, one
+    secret split at use so that no key is ever printed. Empty: a seat on ``LLM_BASE_URL`` sends
+    ``LLM_API_KEY``, and a seat with a base URL of its own refuses to start."""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
     judge_prompt_version: str = JUDGE_PROMPT_VERSION
@@ -124,15 +206,71 @@ class JudgePanelSettings(LlmStageSettings):
             raise ValueError("JUDGE_MODELS needs at least one model")
         return value
 
+    @model_validator(mode="after")
+    def _seats_agree(self) -> Self:
+        """Each list names one entry for every seat or one per seat, so a seat's model, URL and
+        key are the same position of each; one key is not sent to different endpoints; a seat
+        with a URL of its own has a key of its own. Errors name settings, never a key."""
+        urls = split_list(self.judge_base_urls)
+        keys = self._seat_keys()
+        for setting, count in (
+            ("JUDGE_MODELS", len(split_list(self.judge_models))),
+            ("JUDGE_BASE_URLS", len(urls)),
+            ("JUDGE_API_KEYS", len(keys)),
+        ):
+            if count not in (0, 1, self.judge_count):
+                raise ValueError(
+                    f"{setting} has {count} entries: give one for every seat, or"
+                    f" JUDGE_COUNT={self.judge_count}, one per seat in seat order"
+                )
+        endpoints = {_endpoint_id(self.seat_endpoint(seat)) for seat in range(self.judge_count)}
+        if len(keys) == 1 and len(endpoints) > 1:
+            raise ValueError(
+                "JUDGE_API_KEYS has one key for seats on different endpoints (JUDGE_BASE_URLS):"
+                f" give JUDGE_COUNT={self.judge_count} keys, one per seat in seat order"
+            )
+        for seat in range(self.judge_count):
+            self.seat_access(seat)
+        return self
+
+    def _seat_keys(self) -> list[str]:
+        """``JUDGE_API_KEYS`` split: plain keys, to be wrapped again before they leave."""
+        return split_list(self.judge_api_keys.get_secret_value())
+
+    @staticmethod
+    def _of_seat(entries: list[str], seat: int) -> str:
+        """The seat's entry of a list with one entry for every seat or one per seat; empty for
+        an empty list."""
+        if len(entries) > 1:
+            return entries[seat]
+        return entries[0] if entries else ""
+
     def seat_model(self, seat: int) -> str:
-        models = split_list(self.judge_models)
-        return models[seat % len(models)]
+        """The model seat ``seat`` asks."""
+        return self._of_seat(split_list(self.judge_models), seat)
 
     def seat_base_url(self, seat: int) -> str:
-        urls = split_list(self.judge_base_urls)
-        return urls[seat % len(urls)] if urls else ""
+        """The seat's own base URL; empty: ``LLM_BASE_URL``."""
+        return self._of_seat(split_list(self.judge_base_urls), seat)
+
+    def seat_endpoint(self, seat: int) -> str:
+        """The base URL seat ``seat`` calls."""
+        return self.seat_base_url(seat) or self.llm_base_url
+
+    def seat_access(self, seat: int) -> EndpointAccess:
+        """The endpoint seat ``seat`` calls and the key it sends there (see
+        :meth:`LlmStageSettings.access`); ``ValueError`` naming the settings when a seat with
+        a base URL of its own has no key of its own."""
+        return self.access(
+            self.seat_base_url(seat),
+            SecretStr(self._of_seat(split_list(self.judge_api_keys.get_secret_value()), seat)),
+            who=f"judge seat {seat}",
+            url_setting="JUDGE_BASE_URLS",
+            key_setting="JUDGE_API_KEYS",
+        )
 
     def seat_seed(self, seat: int) -> int:
+        """The seed seat ``seat`` sends with its first draw."""
         return self.judge_seed_base + seat
 
 
@@ -163,16 +301,17 @@ def single_role(
     *,
     model: str,
     temperature: float,
-    base_url: str = "",
+    access: EndpointAccess | None = None,
 ) -> RoleWiring:
-    """Client (with the shared rate limiter), response cache and Redis for one role."""
+    """Client of ``access`` (default: ``LLM_BASE_URL`` with ``LLM_API_KEY``; with its host's
+    rate limiter), response cache and Redis for one role."""
     redis = redis_client(settings)
     llm = client(
         settings,
         model=model,
         temperature=temperature,
         redis=redis,
-        base_url=base_url,
+        access=access,
         on_inflight=lambda n: metrics.set("inflight_llm_calls", n),
         metrics=metrics,
     )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Self
 
 from prometheus_client import CollectorRegistry
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
-from refund_bench.llm_setup import LlmStageSettings, call_counter, single_role
+from refund_bench.llm_setup import EndpointAccess, LlmStageSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
@@ -20,12 +21,31 @@ class Settings(LlmStageSettings):
     extractor_model: str = "standin-extractor"
     extractor_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     extractor_base_url: str = ""
+    """This role's endpoint; empty: ``LLM_BASE_URL``."""
+    extractor_api_key: SecretStr = SecretStr("")
+    """The key of ``EXTRACTOR_BASE_URL``; empty: ``LLM_API_KEY``, which is sent only to
+    ``LLM_BASE_URL`` (an own base URL without an own key refuses to start)."""
     extractor_prompt_version: str = EXTRACTOR_PROMPT_VERSION
     auto_approve_cap_minor: CapMinor = DEFAULT_CAP_MINOR
     max_complaint_chars: int = Field(default=DEFAULT_MAX_COMPLAINT_CHARS, ge=1, le=1_000_000)
     """Longest complaint text judged; a longer one is dead-lettered before any model call (the
     API's setting of the same name refuses it at intake; this guards what is published to
     Kafka directly)."""
+
+    @model_validator(mode="after")
+    def _endpoint_has_its_key(self) -> Self:
+        self.endpoint()
+        return self
+
+    def endpoint(self) -> EndpointAccess:
+        """Where the extractor calls and with which key (see ``LlmStageSettings.access``)."""
+        return self.access(
+            self.extractor_base_url,
+            self.extractor_api_key,
+            who="the extractor",
+            url_setting="EXTRACTOR_BASE_URL",
+            key_setting="EXTRACTOR_API_KEY",
+        )
 
 
 def main() -> None:
@@ -38,7 +58,7 @@ def main() -> None:
         metrics,
         model=settings.extractor_model,
         temperature=settings.extractor_temperature,
-        base_url=settings.extractor_base_url,
+        access=settings.endpoint(),
     )
     pool = pg_pool(settings.database_conninfo())
     handler = ExtractorHandler(

@@ -42,7 +42,7 @@ def main() -> None:
             model=settings.seat_model(seat),
             temperature=settings.judge_temperature,
             redis=redis,
-            base_url=settings.seat_base_url(seat),
+            access=settings.seat_access(seat),
             on_inflight=track(seat),
             metrics=metrics,
         )
