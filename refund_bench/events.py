@@ -177,6 +177,7 @@ class RulingCast(Event):
     raw_response: str
     cast_at: datetime
     seed: int | None = None
+    cites_missing_evidence: bool = False
 
 
 class RulingSummary(Event):
@@ -188,6 +189,7 @@ class RulingSummary(Event):
     reasoning: str
     model: str
     prompt_version: str
+    cites_missing_evidence: bool = False
 
 
 class VerdictDecided(Event):

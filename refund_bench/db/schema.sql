@@ -98,6 +98,20 @@ BEGIN
 END
 $$;
 
+-- Whether the ruling cites evidence with no record (an UPHELD so marked counts in the split, not
+-- towards an UPHELD majority); false for rulings cast before the mark existed. Added once.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'rulings'::regclass AND attname = 'cites_missing_evidence'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE rulings ADD COLUMN cites_missing_evidence boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS verdicts (
     dispute_id     text NOT NULL,
     grievance_id   text NOT NULL,

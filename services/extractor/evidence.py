@@ -262,9 +262,28 @@ def evidence_fields(snapshot: dict[str, Any]) -> frozenset[str]:
     Each path appears in full (``order.delivered_at``, ``derived.missing_units_estimate.Raita``)
     and short, without the section prefix (``delivered_at``). Elements of lists of objects are
     addressable as ``line_items.0.name`` and ``line_items[0].name``. The bare section names,
-    ``snapshot_version`` and :data:`NOT_CITABLE` are not evidence and are not included.
+    ``snapshot_version`` and :data:`NOT_CITABLE` are not evidence and are not included. Each
+    name in ``derived.absent_records`` is citable too (:func:`_absence_citations`).
     """
-    return _in_both_forms((section, path) for section, path, _ in _citable(snapshot))
+    return _in_both_forms((section, path) for section, path, _ in _citable(snapshot)) | (
+        _absence_citations(snapshot)
+    )
+
+
+def _absence_citations(snapshot: dict[str, Any]) -> frozenset[str]:
+    """How a judge may cite an absent record by its name in ``derived.absent_records``
+    (``pickup_weights``): the name alone, ``absent_records.<name>`` and
+    ``derived.absent_records.<name>``. Each cites silence."""
+    derived = snapshot.get("derived")
+    absent = derived.get("absent_records") if isinstance(derived, dict) else None
+    if not isinstance(absent, list):
+        return frozenset()
+    names = [name for name in absent if isinstance(name, str) and name]
+    return frozenset(
+        form
+        for name in names
+        for form in (name, f"absent_records.{name}", f"derived.absent_records.{name}")
+    )
 
 
 _SILENT_WHEN_FALSE = frozenset({"order.packaging_condition_recorded"})
@@ -287,10 +306,11 @@ def _records_nothing(path: str, value: object) -> bool:
 
 def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:
     """The citable fields (as :func:`evidence_fields` names them) that hold no record: null or
-    empty values, ``order.packaging_condition_recorded`` when false, and
-    ``derived.absent_records``. A REJECTED citing only these rests on missing evidence."""
+    empty values, ``order.packaging_condition_recorded`` when false, ``derived.absent_records``
+    and each absent record by its name. A ruling citing any of these rests, at least in part,
+    on missing evidence."""
     return _in_both_forms(
         (section, path)
         for section, path, value in _citable(snapshot)
         if _records_nothing(path, value)
-    )
+    ) | _absence_citations(snapshot)

@@ -270,4 +270,5 @@ def _ruling_fields(
         "confidence": answer.confidence,
         "evidence_cited": [storable(c, MAX_CITATION_CHARS) for c in cited[:MAX_CITATIONS]],
         "reasoning": reasoning,
+        "cites_missing_evidence": normalised.cites_missing_evidence,
     }

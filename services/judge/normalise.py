@@ -5,7 +5,10 @@ when it cites at least one field that exists in the frozen snapshot. A decisive 
 in nothing the judge was shown is treated as the evidence being silent: ESCALATE. A REJECTED
 that cites any field holding no record (a null delivery time, no packaging record) rests, at
 least in part, on missing evidence, which is never a rejection: ESCALATE too, whatever else it
-cites.
+cites. An UPHELD that does so stands as the seat's ruling, marked
+(:attr:`NormalisedRuling.cites_missing_evidence`): the tally lets it count in the split, never
+towards an UPHELD majority, so missing evidence comes out ESCALATE however many seats take the
+customer at their word.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ class NormalisedRuling:
     cited_known: tuple[str, ...]
     cited_unknown: tuple[str, ...]
     reason: str
+    cites_missing_evidence: bool = False
+    """The answer cites a field of the snapshot that holds no record (one of ``silent_fields``,
+    :func:`services.extractor.evidence.silent_fields`): it rests, at least in part, on
+    silence."""
 
     @property
     def changed(self) -> bool:
@@ -101,13 +108,16 @@ def normalise(
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     silent = _keys(silent_fields)
     resting_on_nothing = [c for c in known if _key(c) in silent]
-    if ruling is Ruling.REJECTED and resting_on_nothing:
+    on_silence = bool(resting_on_nothing)
+    if ruling is Ruling.REJECTED and on_silence:
         reason = (
             "REJECTED cites evidence the order store has no record of: "
             f"{', '.join(resting_on_nothing)} (missing evidence is never a rejection)"
         )
-        return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
-    return NormalisedRuling(ruling, model_ruling, known, unknown, "as ruled by the model")
+        return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason, on_silence)
+    return NormalisedRuling(
+        ruling, model_ruling, known, unknown, "as ruled by the model", on_silence
+    )
 
 
 def normalise_ruling(
@@ -120,7 +130,8 @@ def normalise_ruling(
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
     ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record) ->
-    ESCALATE; otherwise the model's ruling. An UPHELD on silent evidence stands: it is one
-    seat's dissent, and the vote weighs it.
+    ESCALATE; otherwise the model's ruling. An UPHELD citing silent evidence stands as the
+    seat's ruling, marked ``cites_missing_evidence``: it counts in the split, and never towards
+    an UPHELD majority (:func:`services.tally.votes.count_votes`).
     """
     return normalise(model_ruling, evidence_cited, allowed_fields, silent_fields).ruling

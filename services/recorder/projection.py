@@ -107,6 +107,7 @@ RULINGS = Table(
         ("raw_response", "text"),
         ("cast_at", "timestamptz"),
         ("seed", "bigint"),
+        ("cites_missing_evidence", "boolean"),
     ),
     ("dispute_id", "grievance_id", "judge_seat"),
 )
@@ -227,6 +228,7 @@ def ruling_rows(e: ev.RulingCast) -> list[Statement]:
                 e.raw_response,
                 e.cast_at,
                 e.seed,
+                e.cites_missing_evidence,
             ),
         )
     ]
@@ -255,6 +257,14 @@ def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
             f"the bench could not decide ({e.split}: {e.votes_upheld} upheld, "
             f"{e.votes_rejected} rejected, {e.votes_escalate} escalate)"
         )
+        on_silence = sum(
+            1 for r in e.rulings if r.ruling == Ruling.UPHELD and r.cites_missing_evidence
+        )
+        if on_silence:
+            reason += (
+                f"; upheld rulings citing evidence the order store has no record of ({on_silence})"
+                " make no majority"
+            )
         rows.append(
             (
                 REVIEW_ITEMS,

@@ -120,6 +120,7 @@ def _verdict(cast_: ev.RulingCast, bench: BenchState) -> ev.VerdictDecided:
                 reasoning=r.reasoning,
                 model=r.model,
                 prompt_version=r.prompt_version,
+                cites_missing_evidence=r.cites_missing_evidence,
             )
             for r in bench.rulings
         ],

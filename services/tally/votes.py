@@ -1,8 +1,12 @@
 """Counting a bench's K rulings in code, and the per-grievance tally state.
 
 A verdict needs a strict majority (more than K/2 seats) for UPHELD or REJECTED; anything else,
-including a majority of ESCALATE, is ESCALATE. The split (3-0, 2-1, 1-1-1) is kept because a
-unanimous verdict is stronger than a narrow one.
+including a majority of ESCALATE, is ESCALATE. An UPHELD that cites evidence with no record
+(``cites_missing_evidence``, set by the judge) counts in the split but not towards that
+majority: missing evidence comes out ESCALATE, however many seats take the customer at their
+word. An UPHELD or REJECTED that cites no evidence at all is counted as ESCALATE here too,
+whoever wrote it. The split (3-0, 2-1, 1-1-1) is kept because a unanimous verdict is stronger
+than a narrow one.
 
 :class:`BenchState` is what the tally stores per grievance in its compacted changelog: the
 rulings seen so far (first ruling per seat wins, so redelivered ``ruling.cast`` records are
@@ -34,8 +38,15 @@ class VoteCount:
     judge_count: int
 
 
-def count_votes(rulings: Mapping[int, Ruling], judge_count: int) -> VoteCount:
-    """Count a complete bench: seats must be exactly ``0..judge_count-1``.
+def count_votes(
+    rulings: Mapping[int, Ruling],
+    judge_count: int,
+    *,
+    on_missing_evidence: frozenset[int] = frozenset(),
+) -> VoteCount:
+    """Count a complete bench: seats must be exactly ``0..judge_count-1``. The UPHELD rulings
+    of the seats in ``on_missing_evidence`` count in the split, never towards an UPHELD
+    majority.
 
     Raises ``ValueError`` for ``judge_count < 1``, a seat outside the range, a missing seat, or
     a value that is not a ruling.
@@ -51,7 +62,12 @@ def count_votes(rulings: Mapping[int, Ruling], judge_count: int) -> VoteCount:
 
     counts = Counter(Ruling(value) for value in rulings.values())
     upheld, rejected, escalate = (counts[r] for r in Ruling)
-    if 2 * upheld > judge_count:
+    grounded_upheld = sum(
+        1
+        for seat, value in rulings.items()
+        if Ruling(value) is Ruling.UPHELD and seat not in on_missing_evidence
+    )
+    if 2 * grounded_upheld > judge_count:
         outcome = Ruling.UPHELD
     elif 2 * rejected > judge_count:
         outcome = Ruling.REJECTED
@@ -87,11 +103,20 @@ class RulingSummary(BaseModel):
     reasoning: str
     model: str
     prompt_version: str
+    cites_missing_evidence: bool = False
+    """The judge found the ruling cites evidence with no record: an UPHELD then counts in the
+    split, never towards an UPHELD majority."""
 
     @classmethod
     def from_ruling_cast(cls, value: Mapping[str, Any]) -> RulingSummary:
-        """Pick the summary fields out of a decoded ``ruling.cast`` value."""
-        return cls.model_validate({name: value[name] for name in cls.model_fields})
+        """Pick the summary fields out of a decoded ``ruling.cast`` value (one written before
+        a field existed takes its default). An UPHELD or REJECTED citing no evidence is
+        counted as ESCALATE, as the judge counts it: the rule holds whoever wrote the
+        record."""
+        summary = cls.model_validate({n: value[n] for n in cls.model_fields if n in value})
+        if summary.ruling is not Ruling.ESCALATE and not summary.evidence_cited:
+            return summary.model_copy(update={"ruling": Ruling.ESCALATE})
+        return summary
 
 
 class BenchState(BaseModel):
@@ -183,4 +208,10 @@ def should_emit(state: BenchState) -> bool:
 
 def tally(state: BenchState) -> VoteCount:
     """Count a complete bench; raises ``ValueError`` if it is not complete."""
-    return count_votes({r.judge_seat: r.ruling for r in state.rulings}, state.judge_count)
+    return count_votes(
+        {r.judge_seat: r.ruling for r in state.rulings},
+        state.judge_count,
+        on_missing_evidence=frozenset(
+            r.judge_seat for r in state.rulings if r.cites_missing_evidence
+        ),
+    )

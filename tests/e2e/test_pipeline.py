@@ -57,6 +57,9 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert verdicts["g3"]["split"] == "2-1"
     raita = Counter(r["ruling"] for r in story.rulings if r["grievance_id"] == "g3")
     assert raita == {"ESCALATE": 2, "UPHELD": 1}
+    [upheld] = [r for r in story.rulings if r["grievance_id"] == "g3" and r["ruling"] == "UPHELD"]
+    assert upheld["cites_missing_evidence"], "no packaging record: the uphold makes no majority"
+    assert not any(r["cites_missing_evidence"] for r in story.rulings if r["grievance_id"] != "g3")
     assert [verdicts[g]["outcome"] for g in ("g1", "g2", "g4")] == ["UPHELD"] * 3
 
     [priced] = story.priced
@@ -80,6 +83,11 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert "INR 689" in reply["text"]
     assert reply["amount_minor"] == 68900
     assert [i["grievance_id"] for i in story.review_items if i["status"] == "OPEN"] == ["g3"]
+    [raita_item] = story.review_items
+    assert raita_item["reason"] == (
+        "the bench could not decide (2-1: 1 upheld, 0 rejected, 2 escalate); upheld rulings"
+        " citing evidence the order store has no record of (1) make no majority"
+    )
     assert pipeline.llm_calls(dispute) == 14, "1 extraction + 4 x 3 judges + 1 reply"
 
 

@@ -294,6 +294,23 @@ def test_a_model_ruling_on_silent_or_no_evidence_is_cast_as_escalate(
     assert all(r["raw_response"] == content for r in rulings), "the raw answer is kept"
 
 
+def test_every_seat_upholding_on_a_missing_record_is_cast_marked(redis_url: str) -> None:
+    """A model that takes the customer at their word on every seat: the rulings stay UPHELD
+    as cast, each marked as citing evidence with no record (the article's order has no
+    packaging record), so that the tally counts none of them towards a majority."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    answer = {
+        "ruling": "UPHELD",
+        "evidence_cited": ["order.packaging_condition_recorded"],
+        "confidence": 0.6,
+        "reasoning": "Nothing was recorded, so the customer's account stands.",
+    }
+    with FixedAnswerServer(completion(json.dumps(answer))) as server:
+        rulings = _rulings_for_answer(redis_url, server, _grievance(dispute, "PACKAGING"))
+    assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
+    assert [r["cites_missing_evidence"] for r in rulings] == [True] * 3
+
+
 def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> None:
     """An answer cut short may hold a NUL, which PostgreSQL text cannot take; the ruling keeps
     the raw answer with it replaced by U+FFFD, so that the recorder can store it, instead of

@@ -132,11 +132,69 @@ def test_a_rejection_citing_only_recorded_facts_stands() -> None:
     )
 
 
-def test_an_upheld_on_silent_evidence_stands_as_a_dissent() -> None:
+def test_an_upheld_on_silent_evidence_stands_as_a_dissent_marked_for_the_tally() -> None:
     """The article's credulous seat upholds the raita claim citing the packaging flag, which
-    is false (nothing recorded); the vote, not the normaliser, outweighs it."""
+    is false (nothing recorded): the ruling stands, marked, and the tally never lets it make
+    an UPHELD majority."""
     cited = ["order.packaging_condition_recorded"]
-    assert normalise_ruling("UPHELD", cited, FIELDS, silent_fields(SNAPSHOT)) is Ruling.UPHELD
+    result = normalise("UPHELD", cited, FIELDS, silent_fields(SNAPSHOT))
+    assert result.ruling is Ruling.UPHELD
+    assert result.cites_missing_evidence
+    assert not result.changed
+
+
+@pytest.mark.parametrize(
+    ("ruling", "cited", "marked"),
+    [
+        ("UPHELD", ["derived.sla_exceeded"], False),
+        ("UPHELD", ["derived.sla_exceeded", "order.packaging_notes"], True),
+        ("ESCALATE", ["order.packaging_notes"], True),
+        ("ESCALATE", [], False),
+        ("REJECTED", ["order.packaging_condition_recorded"], True),
+    ],
+)
+def test_a_ruling_is_marked_when_it_cites_any_field_holding_no_record(
+    ruling: str, cited: list[str], marked: bool
+) -> None:
+    result = normalise(ruling, cited, FIELDS, silent_fields(SNAPSHOT))
+    assert result.cites_missing_evidence is marked
+
+
+ABSENT_ORDER = article_order(
+    pickup_weight_expected_g=None, pickup_weight_actual_g=None, partner_rating_at_handover=None
+)
+ABSENT_SNAPSHOT = build_snapshot(ABSENT_ORDER)
+ABSENT_FIELDS = evidence_fields(ABSENT_SNAPSHOT)
+ABSENT = silent_fields(ABSENT_SNAPSHOT)
+
+
+@pytest.mark.parametrize(
+    "cited",
+    [
+        ["pickup_weights", "derived.line_totals_minor"],
+        ["derived.absent_records.pickup_weights", "order.line_items"],
+        ["absent_records.partner_rating", "order.placed_at"],
+    ],
+)
+def test_an_absent_record_cited_by_its_name_is_missing_evidence(cited: list[str]) -> None:
+    """``derived.absent_records`` names records (``pickup_weights``), not fields: a rejection
+    citing one by that name rests on silence too, whatever recorded fact it also cites."""
+    assert {"partner_rating", "pickup_weights"} <= set(ABSENT_SNAPSHOT["derived"]["absent_records"])
+    result = normalise("REJECTED", cited, ABSENT_FIELDS, ABSENT)
+    assert result.ruling is Ruling.ESCALATE
+    assert result.cites_missing_evidence
+    assert "missing evidence is never a rejection" in result.reason
+
+
+def test_only_the_records_actually_absent_are_citable_by_name() -> None:
+    """The article's order has its pickup weights: ``pickup_weights`` names nothing absent
+    there, so citing it is citing no field of the snapshot."""
+    assert "pickup_weights" not in FIELDS
+    assert {"packaging_condition", "derived.absent_records.packaging_condition"} <= (
+        silent_fields(SNAPSHOT)
+    )
+    assert {"pickup_weights", "absent_records.pickup_weights"} <= ABSENT
+    assert ABSENT <= ABSENT_FIELDS
 
 
 def test_silent_fields_are_exactly_the_empty_records() -> None:

@@ -78,6 +78,32 @@ def test_the_third_seat_emits_the_verdict_once_and_the_state_shrinks_to_a_marker
     assert store.values(0)[key] == marker
 
 
+def test_upholds_citing_missing_evidence_make_no_upheld_majority() -> None:
+    """Two seats uphold citing only a record the order store does not have (the judge marks
+    them), one escalates: the verdict is ESCALATE on a 2-1 split, each ruling keeping its
+    mark for the audit."""
+    store = _store()
+    silent = {"evidence_cited": ["order.packaging_notes"], "cites_missing_evidence": True}
+    assert _run(store, with_fields(_ruling(0), **silent)) == []
+    assert _run(store, with_fields(_ruling(1), **silent)) == []
+    (verdict,) = _run(store, _ruling(2, "ESCALATE"))
+    assert (verdict["outcome"], verdict["split"], verdict["votes_upheld"]) == ("ESCALATE", "2-1", 2)
+    marks = [r["cites_missing_evidence"] for r in verdict["rulings"]]
+    assert marks == [True, True, False]
+
+
+def test_rulings_citing_no_evidence_are_counted_as_escalate_whoever_wrote_them() -> None:
+    """Three UPHELD rulings with no citation (a writer that skipped the judge's rule, a
+    record replayed by hand) make no UPHELD verdict: the tally applies the rule itself."""
+    store = _store()
+    for seat in (0, 1):
+        assert _run(store, with_fields(_ruling(seat), evidence_cited=[])) == []
+    (verdict,) = _run(store, with_fields(_ruling(2), evidence_cited=[]))
+    assert (verdict["outcome"], verdict["split"]) == ("ESCALATE", "3-0")
+    assert [r["ruling"] for r in verdict["rulings"]] == ["ESCALATE"] * 3
+    assert [r["model_ruling"] for r in verdict["rulings"]] == ["UPHELD"] * 3
+
+
 def test_state_written_before_the_marker_existed_still_ignores_redeliveries() -> None:
     """An emitted bench kept whole (the earlier state format) is honoured as decided."""
     store = _store()

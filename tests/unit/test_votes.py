@@ -174,6 +174,62 @@ def test_summary_from_a_ruling_cast_value() -> None:
     assert RulingSummary.from_ruling_cast(value) == summary(1)
 
 
+@pytest.mark.parametrize(
+    ("rulings", "silent", "outcome", "split"),
+    [
+        ((U, E, E), {0}, E, "2-1"),  # the article's raita: the one UPHELD cites no record
+        ((U, U, E), {0, 1}, E, "2-1"),  # two seats taking the customer at their word
+        ((U, U, E), {1}, E, "2-1"),
+        ((U, U, U), {2}, U, "3-0"),  # two grounded upholds are a majority of three
+        ((U, U, U), {0, 1, 2}, E, "3-0"),
+        ((U,), {0}, E, "1-0"),
+        ((R, R, U), {2}, R, "2-1"),
+    ],
+)
+def test_upholds_citing_missing_evidence_count_in_the_split_but_never_make_a_majority(
+    rulings: tuple[Ruling, ...], silent: set[int], outcome: Ruling, split: str
+) -> None:
+    count = count_votes(bench(*rulings), len(rulings), on_missing_evidence=frozenset(silent))
+    assert count.outcome is outcome
+    assert count.split == split
+    assert count.votes_upheld == rulings.count(U)
+
+
+def test_the_tally_of_a_bench_reads_the_mark_of_each_seat() -> None:
+    state = BenchState(
+        judge_count=3,
+        rulings=(
+            summary(0).model_copy(update={"cites_missing_evidence": True}),
+            summary(1).model_copy(update={"cites_missing_evidence": True}),
+            summary(2, E),
+        ),
+    )
+    assert tally(state).outcome is E
+    assert BenchState.from_json(state.to_json()) == state
+    restored = BenchState.from_dict(
+        {
+            "judge_count": 1,
+            "rulings": [summary(0).model_dump(mode="json", exclude={"cites_missing_evidence"})],
+        }
+    )
+    assert not restored.rulings[0].cites_missing_evidence, "a bench stored before the mark"
+
+
+@pytest.mark.parametrize("ruling", ["UPHELD", "REJECTED"])
+def test_a_decisive_ruling_citing_nothing_is_counted_as_escalate_whoever_wrote_it(
+    ruling: str,
+) -> None:
+    value = {
+        **summary(1).model_dump(mode="json"),
+        "ruling": ruling,
+        "model_ruling": ruling,
+        "evidence_cited": [],
+    }
+    counted = RulingSummary.from_ruling_cast(value)
+    assert counted.ruling is E
+    assert counted.model_ruling == ruling
+
+
 # --- properties ---------------------------------------------------------------------------
 
 benches = st.integers(min_value=1, max_value=9).flatmap(
@@ -197,6 +253,22 @@ def test_outcome_is_a_strict_majority_or_escalate(rulings: list[Ruling]) -> None
     assert groups == sorted(groups, reverse=True)
     assert count.unanimous == (len(set(rulings)) == 1)
     assert count.votes_upheld + count.votes_rejected + count.votes_escalate == k
+
+
+@given(benches, st.data())
+def test_an_upheld_majority_always_has_a_majority_of_seats_citing_recorded_evidence(
+    rulings: list[Ruling], data: st.DataObject
+) -> None:
+    k = len(rulings)
+    silent = frozenset(data.draw(st.sets(st.integers(min_value=0, max_value=k - 1))))
+    count = count_votes(dict(enumerate(rulings)), k, on_missing_evidence=silent)
+    grounded = sum(1 for seat, r in enumerate(rulings) if r is U and seat not in silent)
+    assert (count.outcome is U) == (2 * grounded > k)
+    assert count == count_votes(dict(enumerate(rulings)), k, on_missing_evidence=silent)
+    unmarked = count_votes(dict(enumerate(rulings)), k)
+    assert (count.split, count.votes_upheld) == (unmarked.split, unmarked.votes_upheld)
+    if unmarked.outcome is not U:
+        assert count.outcome is unmarked.outcome, "the mark only ever takes an UPHELD away"
 
 
 @given(benches, st.data())
