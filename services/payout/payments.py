@@ -1,11 +1,14 @@
 """The payments port and its Stripe adapter.
 
 Every refund request carries an idempotency key derived from (dispute, settlement round), so a
-retry after a timeout or a crash can never create a second refund at Stripe.
+retry after a timeout or a crash can never create a second refund at Stripe. The same adapter
+reads a refund back (:class:`RefundReader`): the API's Stripe webhook acts on the refund's
+status as Stripe holds it now, not on the status an event carried.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -33,6 +36,35 @@ class PaymentsRefusedUs(RefundBenchError):  # noqa: N818 - named for what happen
     """The provider refused our credentials (401) or their permissions (403): the settings, not
     the refund. Not a payout failure: it stops the stage (and alerts), and the round stays
     PENDING in the ledger, to be paid under the same key once the key is fixed."""
+
+
+class RefundNotFound(RefundBenchError):  # noqa: N818 - named for what happened
+    """The provider has no refund of that id (404)."""
+
+
+@dataclass(frozen=True)
+class RetrievedRefund:
+    """A refund as the provider holds it when read."""
+
+    id: str
+    status: str
+    failure_reason: str | None
+
+
+class RefundReader(Protocol):
+    async def retrieve_refund(self, refund_id: str) -> RetrievedRefund:
+        """The refund ``refund_id`` as the provider holds it now.
+
+        Raises :class:`TransientError` for 429/5xx/connection failures and timeouts,
+        :class:`PaymentsRefusedUs` when the provider refuses our key (401/403), and
+        :class:`RefundNotFound` when it has no such refund (404). Reads only: a key limited to
+        reading refunds is enough.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections (call on the event loop that made the requests)."""
+        ...
 
 
 class Payments(Protocol):
@@ -80,6 +112,34 @@ class StripePayments:
 
     async def aclose(self) -> None:
         await self._http.close_async()  # type: ignore[no-untyped-call]  # stripe: untyped
+
+    async def retrieve_refund(self, refund_id: str) -> RetrievedRefund:
+        try:
+            refund = await self._client.v1.refunds.retrieve_async(refund_id)
+        except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
+            raise TransientError(f"stripe: {type(exc).__name__}", dependency="stripe") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TransientError(
+                f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
+            ) from exc
+        except stripe.StripeError as exc:
+            status = exc.http_status or 0
+            if isinstance(exc, stripe.APIError) or status == 429 or status >= 500:
+                raise TransientError(f"stripe: HTTP {status}", dependency="stripe") from exc
+            if status in (401, 403):
+                raise PaymentsRefusedUs(
+                    f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"
+                    " its permissions (refunds: read)"
+                ) from exc
+            if status == 404:
+                raise RefundNotFound(f"stripe has no refund {refund_id}") from exc
+            raise
+        reason = getattr(refund, "failure_reason", None)
+        return RetrievedRefund(
+            id=str(refund.id),
+            status=str(refund.status),
+            failure_reason=None if reason is None else str(reason),
+        )
 
     async def refund(
         self,
