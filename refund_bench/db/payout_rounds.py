@@ -24,6 +24,9 @@ NOT_REFUNDED_STATUSES = frozenset({"failed", "canceled", "requires_action"})
 customer doing something first). ``pending`` counts as paid: Stripe has taken the refund on, and
 reports a later failure through its webhook (:mod:`services.api.refund_failures`)."""
 
+REFUNDED_STATUSES = frozenset({"succeeded", "pending"})
+"""Stripe refund statuses the ledger counts as paid (see :data:`NOT_REFUNDED_STATUSES`)."""
+
 
 def not_refunded_code(status: str) -> str:
     """The error code of a round whose refund Stripe answered, or later reported, with
@@ -59,8 +62,9 @@ UNMENDABLE_FAILURES = {
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"
     " this dispute_id and round in its metadata at Stripe, and pay by hand only if there is none",
     not_refunded_code("requires_action"): "Stripe's refund waits for the customer and may still go"
-    " through, so paying another way meanwhile could refund twice: let it complete, or cancel it"
-    " at Stripe (once Stripe reports it canceled, the round can be paid again here)",
+    " through, so paying another way meanwhile could refund twice: let it complete (once Stripe"
+    " reports it succeeded, the ledger records the round paid), or cancel it at Stripe (once"
+    " Stripe reports it canceled, the round can be paid again here)",
     IDEMPOTENCY_REFUSED: "Stripe had taken this round's key for another request, which may have"
     " created a refund; find a refund with this dispute_id and round in its metadata at Stripe,"
     " and pay by hand only if there is none",
@@ -74,16 +78,20 @@ UNMENDABLE_FAILURES = {
 """Error codes of a FAILED round that paying again cannot mend, and why (for the review desk)."""
 
 WAITING_FOR_CUSTOMER = not_refunded_code("requires_action")
-"""A round whose refund waits for the customer at Stripe: closed on the desk only once Stripe
-reports it succeeded, never paid another way meanwhile."""
+"""A round whose refund waits for the customer at Stripe: never paid another way meanwhile.
+The only FAILED round that turns back: SUCCEEDED once Stripe's webhook reports its refund
+succeeded (:mod:`services.api.refund_failures`), and the desk then closes its item."""
 
 
-def how_to_close(error_code: str | None) -> str:
-    """What the desk tells a payment operator to do with a round paying again cannot mend."""
+def how_to_close(error_code: str | None, status: str | None = None) -> str:
+    """What the desk tells a payment operator to do with a round paying again cannot mend
+    (``status``: the round's status in the ledger)."""
+    if status == "SUCCEEDED":
+        return "Stripe refunded this round, so nothing is left to pay for it: close it here"
     if error_code == WAITING_FOR_CUSTOMER:
         return (
             "Do not pay the customer another way while it waits; once Stripe reports the refund"
-            " succeeded, close it here as settled"
+            " succeeded, the ledger records the round paid, and you close it here"
         )
     return "Settle it with the customer another way, then close it here"
 
@@ -93,7 +101,9 @@ MAY_HAVE_REFUNDED = frozenset(
 )
 """Error codes of a FAILED round under which money may still have gone back: such a round holds
 the order's other disputes for a payment operator, as a paid one does (the database function
-``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE)."""
+``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE). A
+round waiting for the customer that Stripe then refunds turns SUCCEEDED, and holds them as
+every paid round does."""
 
 
 PRICING_KEEPS_PAID_S = 35 * 24 * 3600.0
@@ -111,8 +121,12 @@ def why_not_repayable(
     """``None`` when paying a round again (a new round for its amount) can mend it: the round is
     FAILED in the ledger for a reason that may pass, and the dispute's last round was priced
     less than :data:`REPAY_WINDOW_S` ago (``last_priced_age_s``). Otherwise why not, as a
-    reviewer reads it. FAILED is final (nothing turns a FAILED row back), and the age only
-    grows, so the answer holds once given."""
+    reviewer reads it.
+
+    A ``None`` holds once given: a FAILED row turns back only while its refund waits for the
+    customer (:data:`WAITING_FOR_CUSTOMER`, never repayable), to SUCCEEDED when Stripe refunds
+    it; a repayable FAILED row stays FAILED, and the age only grows. So a round is never paid
+    again after its refund went back."""
     if status != "FAILED":
         held = "not in the payout ledger" if status is None else f"{status} in the payout ledger"
         return f"it is {held}, and only a FAILED refund can be paid again"

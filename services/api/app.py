@@ -41,13 +41,15 @@ from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
 from services.api.settings import ApiSettings
 from services.api.store import DECISIONS, Store
 from services.api.stripe_webhook import stripe_webhook_router
+from services.payout.payments import StripePayments
 
 log = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None) -> Deps:
-    """Real connections for ``settings`` (the pool opens later, on the server's loop)."""
+    """Real connections for ``settings`` (the pool opens later, on the server's loop; Stripe's
+    client only with a ``STRIPE_API_KEY``)."""
     codec = Codec(
         framing_from_registry_url(settings.schema_registry_url),
         {
@@ -73,11 +75,15 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
         timeout_s=settings.publish_timeout_s,
         security=settings.kafka_security_config(),
     )
+    key = settings.stripe_api_key.get_secret_value()
     return Deps(
         pool=pool("api", settings.db_pool_max),
         publish_pool=pool("api-publish", settings.db_publish_pool_max),
         publisher=publisher,
         registry=registry or CollectorRegistry(),
+        refunds=StripePayments(key, settings.stripe_api_base, settings.stripe_timeout_s)
+        if key
+        else None,
     )
 
 
@@ -211,6 +217,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     )
     if not settings.stripe_webhook_secret.get_secret_value():
         log.warning("STRIPE_WEBHOOK_SECRET is empty: POST /webhooks/stripe answers 503")
+    if deps.refunds is None:
+        log.warning("STRIPE_API_KEY is empty: POST /webhooks/stripe answers 503")
     decisions = Outbox(store, DECISIONS, t.REVIEW_DECIDED, review_decided, deps.publisher, metrics)
     failures_outbox = Outbox(
         store, REFUND_FAILURES, t.PAYOUT_FAILED, payout_failed, deps.publisher, metrics
@@ -256,6 +264,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             ctx.password_checks.close()
+            if deps.refunds is not None:
+                await deps.refunds.aclose()
             await asyncio.to_thread(deps.publisher.close)
             await deps.publish_pool.close()
             await deps.pool.close()
@@ -272,7 +282,9 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     app.include_router(ops_router(ctx))
     app.include_router(intake_router(ctx))
     app.include_router(desk_router(ctx, decisions))
-    app.include_router(stripe_webhook_router(ctx, RefundFailures(deps.pool), failures_outbox))
+    app.include_router(
+        stripe_webhook_router(ctx, RefundFailures(deps.pool), failures_outbox, deps.refunds)
+    )
 
     @app.get("/", include_in_schema=False)
     async def root() -> Response:

@@ -18,6 +18,7 @@ from services.api.passwords import PasswordChecks, ReviewerDirectory
 from services.api.publisher import Publisher
 from services.api.settings import ApiSettings
 from services.api.store import Store
+from services.payout.payments import RefundReader
 
 
 def new_hex_id() -> str:
@@ -29,12 +30,15 @@ class Deps:
     """The app's connections. ``create_app`` opens them at startup and closes them at shutdown.
 
     ``pool`` (queries) and ``publish_pool`` (rows locked while their event is published) must be
-    created with ``open=False``: they are opened on the server's event loop.
+    created with ``open=False``: they are opened on the server's event loop. ``refunds`` reads
+    refunds back from Stripe for its webhook (``None``: no ``STRIPE_API_KEY``, the webhook
+    answers 503); it is closed at shutdown.
     """
 
     pool: AsyncConnectionPool[Any]
     publish_pool: AsyncConnectionPool[Any]
     publisher: Publisher
+    refunds: RefundReader | None = None
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     clock: Callable[[], datetime] = ev.now
     new_id: Callable[[], str] = new_hex_id

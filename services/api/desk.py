@@ -87,7 +87,11 @@ def failed_round(
     if row is None:
         return None
     why_not = why_not_repayable(row.status, row.error_code, last_priced_age_s)
-    return {"ledger": row, "why_not": why_not, "how_to_close": how_to_close(row.error_code)}
+    return {
+        "ledger": row,
+        "why_not": why_not,
+        "how_to_close": how_to_close(row.error_code, row.status),
+    }
 
 
 def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:

@@ -54,8 +54,10 @@ class ApiMetrics:
         )
         self.stripe_events = Counter(
             "api_stripe_events_total",
-            "Stripe webhook events by outcome: recorded, already_failed, now_final, not_settled,"
-            " unknown_round, other_refund, ignored, invalid, not_configured.",
+            "Stripe webhook events by outcome: recorded, already_failed, now_final,"
+            " now_refunded, already_paid, refund_not_found, not_settled, unknown_round,"
+            " other_refund, ignored, invalid, not_configured, stripe_unavailable,"
+            " stripe_key_refused.",
             ["outcome"],
             registry=registry,
         )

@@ -1,24 +1,33 @@
 """Refunds Stripe took on and later reported failed: from its webhook event to ``payout.failed``.
 
 The payout stage counts a refund Stripe answers ``pending`` as paid, and the customer's reply
-has promised the money. When Stripe later reports that refund failed, canceled or waiting for
-the customer (``refund.failed``, ``refund.updated``, ``charge.refund.updated``), no money went
-back: :meth:`RefundFailures.record` marks the round FAILED in the payout ledger and writes a
-``refund_failures`` row in the same transaction, and that row is the outbox of a ``payout.failed``
-for the round (error code ``refund_<status>``, as the payout stage uses for a refund refused at
-once). The recorder puts it in the review queue for a payment operator.
+has promised the money. Stripe reports a refund's changes in events (``refund.failed``,
+``refund.updated``, ``charge.refund.updated``) that it delivers at least once, late, and in no
+particular order, so the status an event carries may be stale. An event about one of the
+payout stage's refunds (its metadata names ``dispute_id`` and ``round``) is therefore only a
+cue: :meth:`RefundFailures.settle` locks the round's ledger row, reads the refund back from
+Stripe and acts on the status Stripe holds now.
 
-Stripe delivers an event at least once and may report one failure in several events; the round
-is recorded and published once. A refund that waited for the customer (``requires_action``) may
-still refund, so the desk does not pay its round again; when Stripe later reports that refund
-failed or canceled, the ledger's error code says so instead, and the desk offers REPAY. A
-refund not made by the payout stage (no ``dispute_id`` and ``round`` in its metadata, or
-another refund id than the ledger's) changes nothing.
+- Failed, canceled or waiting for the customer (``requires_action``): no money went back. The
+  round turns FAILED in the payout ledger and a ``refund_failures`` row is written in the same
+  transaction; that row is the outbox of a ``payout.failed`` for the round (error code
+  ``refund_<status>``, as the payout stage uses for a refund refused at once). The recorder puts
+  it in the review queue for a payment operator. One failure is recorded and published once.
+- A refund that waited for the customer may still refund, so the desk does not pay its round
+  again. When Stripe later holds that refund failed or canceled, the ledger's error code says so
+  instead, and the desk offers REPAY; when Stripe holds it succeeded (or pending), the money
+  went back: the round turns SUCCEEDED, and the desk lets the operator close its item. That is
+  the only way a FAILED round turns back; a round FAILED for any other reason stays FAILED.
+- Succeeded or pending for a round the ledger counts paid: nothing changes.
+
+A refund not made by the payout stage (no ``dispute_id`` and ``round`` in its metadata, or
+another refund id than the ledger's), or one Stripe does not know, changes nothing.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,11 +39,19 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import NOT_REFUNDED_STATUSES, not_refunded_code
+from refund_bench.db.payout_rounds import (
+    NOT_REFUNDED_STATUSES,
+    REFUNDED_STATUSES,
+    WAITING_FOR_CUSTOMER,
+    not_refunded_code,
+)
 from services.api.store import OutboxTable
+from services.payout.payments import RefundNotFound, RefundReader, RetrievedRefund
+
+log = logging.getLogger(__name__)
 
 REFUND_EVENT_TYPES = frozenset({"refund.failed", "refund.updated", "charge.refund.updated"})
-"""The Stripe event types whose object is a refund that may have stopped being paid."""
+"""The Stripe event types whose object is a refund whose status may have changed."""
 
 
 class _Loose(BaseModel):
@@ -62,8 +79,20 @@ class StripeEvent(_Loose):
 
 
 @dataclass(frozen=True)
+class PayoutRefundEvent:
+    """A Stripe event about one of the payout stage's refunds: the round its metadata names.
+    ``event_status`` is the status the event carried, which may be stale: only logged."""
+
+    stripe_event_id: str
+    stripe_refund_id: str
+    event_status: str | None
+    dispute_id: str
+    round: int
+
+
+@dataclass(frozen=True)
 class RefundFailureReport:
-    """What a Stripe event says of one of the payout stage's refunds: it did not pay."""
+    """One of the payout stage's refunds, read back from Stripe: it did not pay."""
 
     stripe_event_id: str
     stripe_refund_id: str
@@ -73,8 +102,8 @@ class RefundFailureReport:
     round: int
 
 
-def refund_failure_of(event: StripeEvent) -> RefundFailureReport | str:
-    """The failure ``event`` reports of a payout round, or why it reports none (a short reason
+def payout_refund_of(event: StripeEvent) -> PayoutRefundEvent | str:
+    """The payout round whose refund ``event`` is about, or why it is about none (a short reason
     for the answer and the logs). Raises ``ValueError`` for a refund event whose object is not
     a refund."""
     if event.type not in REFUND_EVENT_TYPES:
@@ -82,8 +111,6 @@ def refund_failure_of(event: StripeEvent) -> RefundFailureReport | str:
     refund = StripeRefund.model_validate(event.data.object)
     if refund.object != "refund":
         raise ValueError(f"a {event.type} event whose object is a {refund.object}, not a refund")
-    if refund.status not in NOT_REFUNDED_STATUSES:
-        return f"refund status {refund.status} is not a failure"
     dispute_id = refund.metadata.get("dispute_id")
     round_ = refund.metadata.get("round")
     if not (
@@ -93,13 +120,24 @@ def refund_failure_of(event: StripeEvent) -> RefundFailureReport | str:
         and _ROUND.fullmatch(round_)
     ):
         return "the refund carries no dispute_id and round: not made by the payout stage"
-    return RefundFailureReport(
+    return PayoutRefundEvent(
         stripe_event_id=event.id,
         stripe_refund_id=refund.id,
-        refund_status=refund.status,
-        failure_reason=refund.failure_reason,
+        event_status=refund.status,
         dispute_id=dispute_id,
         round=int(round_),
+    )
+
+
+def failure_report(event: PayoutRefundEvent, retrieved: RetrievedRefund) -> RefundFailureReport:
+    """The failure of ``event``'s round, as Stripe holds its refund (``retrieved``)."""
+    return RefundFailureReport(
+        stripe_event_id=event.stripe_event_id,
+        stripe_refund_id=event.stripe_refund_id,
+        refund_status=retrieved.status,
+        failure_reason=retrieved.failure_reason,
+        dispute_id=event.dispute_id,
+        round=event.round,
     )
 
 
@@ -108,7 +146,7 @@ _ROUND = re.compile(r"[1-9][0-9]{0,8}")
 
 
 class Outcome(enum.StrEnum):
-    """What recording a report did (also the metric's label)."""
+    """What settling an event did (also the metric's label)."""
 
     RECORDED = "recorded"
     """The round was paid in the ledger; it is FAILED now, and its payout.failed is queued."""
@@ -124,6 +162,18 @@ class Outcome(enum.StrEnum):
     """No such round in the ledger."""
     OTHER_REFUND = "other_refund"
     """The ledger paid the round with another refund: this one was made by someone else."""
+    NOW_REFUNDED = "now_refunded"
+    """The round was FAILED with its refund waiting for the customer; Stripe now holds that
+    refund succeeded (or pending): the money went back, so the round is SUCCEEDED, and a
+    payment operator closes its review item."""
+    ALREADY_PAID = "already_paid"
+    """Stripe holds the refund succeeded or pending, and the ledger counts the round paid (or
+    the payout stage is recording it: PENDING), or FAILED for another reason than waiting for
+    the customer: nothing changes."""
+    REFUND_NOT_FOUND = "refund_not_found"
+    """Stripe has no refund of that id: nothing changes."""
+    IGNORED = "ignored"
+    """Not about a payout round, or a refund status that is neither paid nor failed."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +204,17 @@ REFUND_FAILURES = OutboxTable(
     make=lambda row: RefundFailureRecord(**row),
 )
 _LEDGER_ROW = """
-SELECT status, error_code, stripe_refund_id, amount_minor, currency, idempotency_key
+SELECT status, error_code, stripe_refund_id, amount_minor, currency, idempotency_key,
+       paid_elsewhere
 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
 """
-_WAITING = not_refunded_code("requires_action")
+_WAITING = WAITING_FOR_CUSTOMER
 _FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
+_LEDGER_REFUNDED = """
+UPDATE payout_ledger SET status = 'SUCCEEDED', stripe_refund_id = %s, error_code = NULL,
+                         error_message = %s, updated_at = now()
+WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
+"""
 _LEDGER_FINAL = """
 UPDATE payout_ledger SET error_code = %s, error_message = %s, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
@@ -171,7 +227,22 @@ WHERE dispute_id = %s AND round = %s AND status = 'SUCCEEDED'
 _INSERT = f"""
 INSERT INTO refund_failures ({REFUND_FAILURES.columns})
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
+ON CONFLICT (dispute_id, round) DO UPDATE
+SET refund_status = EXCLUDED.refund_status, failure_reason = EXCLUDED.failure_reason,
+    stripe_event_id = EXCLUDED.stripe_event_id, error_code = EXCLUDED.error_code,
+    error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at
+WHERE refund_failures.stripe_refund_id = EXCLUDED.stripe_refund_id
 """  # noqa: S608 - the column list is a constant
+"""A round that waited for the customer, was refunded, and then failed after all has its row
+from the first failure (already published): it is brought up to date, not queued again."""
+
+
+def _refunded_message(refund_id: str) -> str:
+    return (
+        f"Stripe reported refund {refund_id} succeeded after it had waited for the customer"
+        " (refund_requires_action): the money went back, and the round is paid. Close its"
+        " review item as settled; do not pay it another way."
+    )
 
 
 def _error_message(report: RefundFailureReport) -> str:
@@ -190,49 +261,103 @@ class RefundFailures:
     def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
         self._pool = pool
 
-    async def record(self, report: RefundFailureReport, at: datetime) -> Outcome:
-        """Mark the round FAILED in the ledger and queue its ``payout.failed``, in one
-        transaction, if the ledger paid it with this refund; record a refund that waited for
-        the customer as failed for good once Stripe reports so (:attr:`Outcome.NOW_FINAL`, no
-        second ``payout.failed``: the desk reads the ledger); otherwise change nothing."""
+    async def settle(
+        self, event: PayoutRefundEvent, refunds: RefundReader, at: datetime
+    ) -> tuple[Outcome, RetrievedRefund | None]:
+        """Act on the refund of ``event`` as Stripe holds it now; returns the outcome and the
+        refund as read (``None`` when it was not read). One transaction, with the round's
+        ledger row locked while Stripe is read, so that two events of one refund are settled
+        one after the other, each on a status read after the other's change.
+
+        A status in :data:`NOT_REFUNDED_STATUSES`: mark the round FAILED and queue its
+        ``payout.failed`` if the ledger paid it with this refund; record a refund that waited
+        for the customer as failed for good (:attr:`Outcome.NOW_FINAL`, no second
+        ``payout.failed``: the desk reads the ledger). A status in :data:`REFUNDED_STATUSES`:
+        turn a round FAILED waiting for the customer SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`).
+        Otherwise change nothing. Stripe's errors propagate (the transaction rolls back):
+        ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
+        :attr:`Outcome.REFUND_NOT_FOUND`."""
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_LEDGER_ROW, (report.dispute_id, report.round))
+                await cur.execute(_LEDGER_ROW, (event.dispute_id, event.round))
                 ledger = await cur.fetchone()
             if ledger is None:
-                return Outcome.UNKNOWN_ROUND
+                return Outcome.UNKNOWN_ROUND, None
             paid_with = ledger["stripe_refund_id"]
-            if paid_with is not None and paid_with != report.stripe_refund_id:
-                return Outcome.OTHER_REFUND
-            code, message = not_refunded_code(report.refund_status), _error_message(report)
-            if ledger["status"] == "FAILED":
-                if ledger["error_code"] != _WAITING or report.refund_status not in _FINAL_STATUSES:
-                    return Outcome.ALREADY_FAILED
-                await conn.execute(
-                    _LEDGER_FINAL, (code, message, report.dispute_id, report.round, _WAITING)
-                )
-                return Outcome.NOW_FINAL
-            if ledger["status"] != "SUCCEEDED":
-                return Outcome.NOT_SETTLED
-            await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
+            if paid_with is not None and paid_with != event.stripe_refund_id:
+                return Outcome.OTHER_REFUND, None
+            try:
+                retrieved = await refunds.retrieve_refund(event.stripe_refund_id)
+            except RefundNotFound:
+                return Outcome.REFUND_NOT_FOUND, None
+            if retrieved.status in NOT_REFUNDED_STATUSES:
+                report = failure_report(event, retrieved)
+                return await self._failed(conn, ledger, report, at), retrieved
+            if retrieved.status in REFUNDED_STATUSES:
+                return await self._refunded(conn, ledger, event), retrieved
+            return Outcome.IGNORED, retrieved
+
+    @staticmethod
+    async def _failed(
+        conn: Any, ledger: Mapping[str, Any], report: RefundFailureReport, at: datetime
+    ) -> Outcome:
+        code, message = not_refunded_code(report.refund_status), _error_message(report)
+        if ledger["status"] == "FAILED":
+            if ledger["error_code"] != _WAITING or report.refund_status not in _FINAL_STATUSES:
+                return Outcome.ALREADY_FAILED
             await conn.execute(
-                _INSERT,
-                (
-                    report.dispute_id,
-                    report.round,
-                    report.stripe_refund_id,
-                    report.refund_status,
-                    report.failure_reason,
-                    report.stripe_event_id,
-                    ledger["amount_minor"],
-                    ledger["currency"],
-                    ledger["idempotency_key"],
-                    code,
-                    message,
-                    at,
-                ),
+                _LEDGER_FINAL, (code, message, report.dispute_id, report.round, _WAITING)
             )
+            return Outcome.NOW_FINAL
+        if ledger["status"] != "SUCCEEDED":
+            return Outcome.NOT_SETTLED
+        await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
+        await conn.execute(
+            _INSERT,
+            (
+                report.dispute_id,
+                report.round,
+                report.stripe_refund_id,
+                report.refund_status,
+                report.failure_reason,
+                report.stripe_event_id,
+                ledger["amount_minor"],
+                ledger["currency"],
+                ledger["idempotency_key"],
+                code,
+                message,
+                at,
+            ),
+        )
         return Outcome.RECORDED
+
+    @staticmethod
+    async def _refunded(conn: Any, ledger: Mapping[str, Any], event: PayoutRefundEvent) -> Outcome:
+        where = f"{event.dispute_id} round {event.round}"
+        if ledger["status"] != "FAILED":
+            return Outcome.ALREADY_PAID
+        if ledger["error_code"] != _WAITING:
+            log.warning(
+                "Stripe holds refund %s paid, and %s is FAILED (%s): a payment operator should"
+                " check it before paying the round another way",
+                event.stripe_refund_id,
+                where,
+                ledger["error_code"],
+            )
+            return Outcome.ALREADY_PAID
+        refund_id = event.stripe_refund_id
+        await conn.execute(
+            _LEDGER_REFUNDED,
+            (refund_id, _refunded_message(refund_id), event.dispute_id, event.round, _WAITING),
+        )
+        if ledger["paid_elsewhere"]:
+            log.warning(
+                "Stripe reported refund %s succeeded after it waited for the customer, and %s"
+                " was settled another way meanwhile: the customer may have been paid twice",
+                refund_id,
+                where,
+            )
+        return Outcome.NOW_REFUNDED
 
 
 def payout_failed(row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:

@@ -12,7 +12,7 @@ MIN_SESSION_SECRET_CHARS = 32
 
 class ApiSettings(StackSettings):
     """``API_HOST``, ``API_PORT``, ``METRICS_PORT``, ``API_TOKENS``, ``REVIEWERS``,
-    ``SESSION_SECRET``, ``STRIPE_WEBHOOK_SECRET``, ... .
+    ``SESSION_SECRET``, ``STRIPE_WEBHOOK_SECRET``, ``STRIPE_API_KEY``, ... .
 
     ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
     ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
@@ -59,6 +59,15 @@ class ApiSettings(StackSettings):
     /webhooks/stripe``; while it is empty the endpoint answers 503 and Stripe keeps the events."""
     stripe_webhook_tolerance_s: int = Field(default=300, ge=1)
     """How old a signed Stripe event may be (its signature's timestamp) to be accepted."""
+    stripe_api_key: SecretStr = SecretStr("")
+    """The key the webhook reads a reported refund back from Stripe with (``GET
+    /v1/refunds/{id}``): a restricted key allowed to read refunds is enough. While it is empty
+    ``POST /webhooks/stripe`` answers 503, as without ``STRIPE_WEBHOOK_SECRET``."""
+    stripe_api_base: str = "http://127.0.0.1:12111"
+    """Stripe's API, as the payout stage reads it (``https://api.stripe.com`` in production)."""
+    stripe_timeout_s: float = Field(default=5.0, gt=0)
+    """How long reading a refund back may take; beyond it the event is answered 503, and Stripe
+    delivers it again."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")

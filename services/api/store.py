@@ -436,7 +436,7 @@ class Store:
         why = why_not_repayable(status, error_code, priced["age_s"] if priced else None)
         if why is not None:
             raise NotDecidable(
-                f"Round {round_} cannot be paid again: {why}. {how_to_close(error_code)}"
+                f"Round {round_} cannot be paid again: {why}. {how_to_close(error_code, status)}"
                 " (PAID_ELSEWHERE)."
             )
 

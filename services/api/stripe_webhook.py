@@ -5,11 +5,18 @@ sign the exact body with ``STRIPE_WEBHOOK_SECRET`` within ``STRIPE_WEBHOOK_TOLER
 ``stripe`` library checks it). The answers follow Stripe's delivery rules: a 2xx ends the
 delivery, anything else makes Stripe deliver the event again, for up to three days.
 
+Stripe does not order its events and may deliver one late or several times, so the refund's
+status in an event is not acted on: the refund is read back from Stripe (``GET
+/v1/refunds/{id}`` with ``STRIPE_API_KEY``) and the status Stripe holds now decides
+(:meth:`services.api.refund_failures.RefundFailures.settle`).
+
 - 200: taken; ``outcome`` says what it changed (see :class:`services.api.refund_failures.Outcome`;
-  ``ignored`` for events that are not about a refund failing).
+  ``ignored`` for events that are not about a payout round's refund).
 - 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
-- 503: not configured (no secret), or the round's refund is not recorded yet; any other failure
-  (the database unreachable) answers 500. Stripe delivers again; nothing is lost.
+- 503: not configured (no secret or no API key); the round's refund is not recorded yet; Stripe
+  could not be read (unreachable, 429, 5xx: ``stripe_unavailable``) or refused our key (401,
+  403: ``stripe_key_refused``, logged as an error). Nothing was changed. Any other failure (the
+  database unreachable) answers 500. Stripe delivers again; nothing is lost.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import stripe
 from fastapi import APIRouter, BackgroundTasks, Header, Request
 from pydantic import ValidationError
 
+from refund_bench.errors import TransientError
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
 from services.api.intake import problem_response
@@ -30,8 +38,9 @@ from services.api.refund_failures import (
     RefundFailureRecord,
     RefundFailures,
     StripeEvent,
-    refund_failure_of,
+    payout_refund_of,
 )
+from services.payout.payments import PaymentsRefusedUs, RefundReader
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +62,10 @@ _EVENT_BODY: dict[str, Any] = {
 
 
 def stripe_webhook_router(
-    ctx: AppContext, failures: RefundFailures, outbox: Outbox[RefundFailureRecord]
+    ctx: AppContext,
+    failures: RefundFailures,
+    outbox: Outbox[RefundFailureRecord],
+    refunds: RefundReader | None,
 ) -> APIRouter:
     router = APIRouter(tags=["payments"])
     secret = ctx.settings.stripe_webhook_secret.get_secret_value()
@@ -76,7 +88,9 @@ def stripe_webhook_router(
         responses={
             **problem_response(400, "Missing, stale or wrong signature, or not a Stripe event."),
             **problem_response(
-                503, "Not configured, or the refund is not recorded yet: deliver again."
+                503,
+                "Not configured, the refund is not recorded yet, or Stripe could not be read:"
+                " deliver again.",
             ),
         },
         summary="Receive a Stripe event (signed by Stripe)",
@@ -93,7 +107,7 @@ def stripe_webhook_router(
             ),
         ] = None,
     ) -> m.StripeEventReceived:
-        if not secret:
+        if not secret or refunds is None:
             raise refuse(503, "not_configured", "Stripe webhooks are not configured here")
         body = await request.body()
         try:
@@ -105,49 +119,79 @@ def stripe_webhook_router(
             ) from None
         try:
             event = StripeEvent.model_validate_json(body)
-            report = refund_failure_of(event)
+            about = payout_refund_of(event)
         except (ValidationError, ValueError) as exc:
             raise refuse(400, "invalid", f"not a Stripe event this endpoint reads: {exc}") from None
-        if isinstance(report, str):
-            counted.labels("ignored").inc()
-            return m.StripeEventReceived(outcome="ignored", detail=report)
-        outcome = await failures.record(report, ctx.clock())
-        where = f"{report.dispute_id} round {report.round}"
+        if isinstance(about, str):
+            counted.labels(Outcome.IGNORED.value).inc()
+            return m.StripeEventReceived(outcome=Outcome.IGNORED.value, detail=about)
+        where = f"{about.dispute_id} round {about.round}"
+        refund_id = about.stripe_refund_id
+        try:
+            outcome, retrieved = await failures.settle(about, refunds, ctx.clock())
+        except TransientError as exc:
+            log.warning("reading refund %s of %s from Stripe failed: %s", refund_id, where, exc)
+            raise refuse(
+                503, "stripe_unavailable", f"Stripe could not be read for refund {refund_id}"
+            ) from None
+        except PaymentsRefusedUs as exc:
+            log.error("reading refund %s of %s from Stripe: %s", refund_id, where, exc)
+            raise refuse(
+                503, "stripe_key_refused", "Stripe refused this service's STRIPE_API_KEY"
+            ) from None
+        status = retrieved.status if retrieved else None
         if outcome is Outcome.NOT_SETTLED:
             raise refuse(
                 503,
                 outcome.value,
-                f"the payout of {where} has not recorded refund {report.stripe_refund_id} yet",
+                f"the payout of {where} has not recorded refund {refund_id} yet",
             )
         counted.labels(outcome.value).inc()
         if outcome is Outcome.NOW_FINAL:
             log.warning(
                 "Stripe reported refund %s %s after it waited for the customer: %s may be paid"
                 " again",
-                report.stripe_refund_id,
-                report.refund_status,
+                refund_id,
+                status,
+                where,
+            )
+        if outcome is Outcome.NOW_REFUNDED:
+            log.info(
+                "Stripe reported refund %s %s after it waited for the customer: %s is paid",
+                refund_id,
+                status,
                 where,
             )
         if outcome is Outcome.RECORDED:
             log.warning(
                 "Stripe reported refund %s %s: %s is FAILED, sent to review",
-                report.stripe_refund_id,
-                report.refund_status,
+                refund_id,
+                status,
                 where,
             )
             # After the answer: the round is recorded, and Stripe's delivery must not wait for
             # Kafka. What this does not publish, the outbox's next drain does.
-            background.add_task(publish, report.stripe_refund_id, where)
-        return m.StripeEventReceived(outcome=outcome.value, detail=_DETAIL[outcome].format(where))
+            background.add_task(publish, refund_id, where)
+        detail = _DETAIL[outcome].format(where=where, refund=refund_id, status=status)
+        return m.StripeEventReceived(outcome=outcome.value, detail=detail)
 
     return router
 
 
 _DETAIL = {
-    Outcome.RECORDED: "{} is FAILED in the ledger; payout.failed sends it to review",
-    Outcome.ALREADY_FAILED: "{} was already FAILED in the ledger",
-    Outcome.NOW_FINAL: "{} was FAILED waiting for the customer; the ledger now records that"
-    " no money went back, and the desk offers to pay it again",
-    Outcome.UNKNOWN_ROUND: "no payout of {} in the ledger",
-    Outcome.OTHER_REFUND: "{} was paid with another refund; this one changes nothing",
+    Outcome.RECORDED: "Stripe holds refund {refund} {status}: {where} is FAILED in the ledger;"
+    " payout.failed sends it to review",
+    Outcome.ALREADY_FAILED: "Stripe holds refund {refund} {status}: {where} was already FAILED"
+    " in the ledger",
+    Outcome.NOW_FINAL: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
+    " the customer; the ledger now records that no money went back, and the desk offers to pay"
+    " it again",
+    Outcome.NOW_REFUNDED: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
+    " the customer; the ledger now records it paid, and the desk closes its review item",
+    Outcome.ALREADY_PAID: "Stripe holds refund {refund} {status}: nothing to change for {where}",
+    Outcome.REFUND_NOT_FOUND: "Stripe has no refund {refund}: nothing to change for {where}",
+    Outcome.IGNORED: "Stripe holds refund {refund} {status}, neither paid nor failed: nothing to"
+    " change for {where}",
+    Outcome.UNKNOWN_ROUND: "no payout of {where} in the ledger",
+    Outcome.OTHER_REFUND: "{where} was paid with another refund; {refund} changes nothing",
 }

@@ -1,8 +1,10 @@
 """A refund paid through the whole pipeline that Stripe later reports failed: the round turns
 FAILED in the ledger and in the audit record, a payment operator finds it in the review queue
 and pays it again from the desk, in a new round under a new idempotency key. The pipeline runs
-as processes (the ``pipeline`` fixture); Stripe's event reaches the API's webhook as Stripe
-sends it, signed."""
+as processes (the ``pipeline`` fixture) and pays through stripe-mock; Stripe's event reaches the
+API's webhook as Stripe sends it, signed. The webhook reads the refund back from Stripe: there,
+the fake of tests/fakes on loopback, which holds the refund failed (stripe-mock holds every
+refund succeeded)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,27 @@ from refund_bench.samples import ARTICLE_COMPLAINT
 from tests.conftest import Stack
 from tests.e2e.conftest_api import ApiServer, running_api, sign_in
 from tests.e2e.pipeline import Pipeline
+from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def api_server(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack, stripe_webhook_secret=SecretStr(WEBHOOK_SECRET)) as server:
+def stripe_now() -> Iterator[FakeStripeServer]:
+    """Stripe as the webhook reads it back."""
+    with FakeStripeServer(FakeStripe()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api_server(stack: Stack, stripe_now: FakeStripeServer) -> Iterator[ApiServer]:
+    with running_api(
+        stack,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr("rk_test_read_refunds"),
+        stripe_api_base=stripe_now.url,
+    ) as server:
         yield server
 
 
@@ -48,7 +63,7 @@ def item_status(story: Story, item_key: str) -> str | None:
 
 
 def test_a_paid_refund_stripe_reports_failed_goes_to_a_payment_operator_who_pays_it_again(
-    pipeline: Pipeline, api_server: ApiServer
+    pipeline: Pipeline, api_server: ApiServer, stripe_now: FakeStripeServer
 ) -> None:
     dispute = pipeline.submit("order-1840", "cust-77", ARTICLE_COMPLAINT)
     paid = pipeline.wait_final(dispute, timeout_s=120)
@@ -58,6 +73,7 @@ def test_a_paid_refund_stripe_reports_failed_goes_to_a_payment_operator_who_pays
     assert refund_id
 
     # The refund Stripe made from the payout's request carries its dispute and round.
+    stripe_now.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
     event = refund_event(refund_id, dispute_id=dispute, round_=1, event_type="refund.failed")
     body, headers = signed(event)
     answer = httpx.post(

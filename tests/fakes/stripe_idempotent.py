@@ -7,6 +7,10 @@ answer's body off half-way, and throttle (answer 429 before doing anything), to 
 client's retries. Like Stripe, it saves a server error met once the work began
 (``fail_after_start``) under the key and replays it, and marks every replayed answer
 ``Idempotent-Replayed: true``.
+
+It also answers ``GET /v1/refunds/{id}`` with the refund as it holds it now: one it created, or
+one a test put there with :meth:`FakeStripe.hold` (404 for any other). A test can make those
+reads fail (``read_failures``: 500s; ``refuse_key``: 401).
 """
 
 from __future__ import annotations
@@ -38,7 +42,55 @@ class FakeStripe:
     by_key: dict[str, tuple[str, int, dict[str, Any]]] = field(default_factory=dict)
     requests: int = 0
     replayed: int = 0
+    read_failures: int = 0
+    """Refund reads (GET) answered 500 before anything is read."""
+    refuse_key: bool = False
+    """Answer every refund read 401, as Stripe does for a revoked or wrong key."""
+    reads: list[str] = field(default_factory=list)
+    """The refund ids read (GET), in order."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hold(
+        self,
+        refund_id: str,
+        status: str,
+        *,
+        failure_reason: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        """Hold refund ``refund_id`` with ``status`` from now on (made if unknown)."""
+        with self._lock:
+            refund = self.refunds.setdefault(
+                refund_id,
+                {
+                    "id": refund_id,
+                    "object": "refund",
+                    "amount": 68900,
+                    "currency": "inr",
+                    "payment_intent": "pi_test",
+                    "metadata": metadata or {},
+                },
+            )
+            refund["status"] = status
+            refund["failure_reason"] = failure_reason
+
+    def read(self, refund_id: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, answer) of ``GET /v1/refunds/{refund_id}``."""
+        with self._lock:
+            self.reads.append(refund_id)
+            if self.refuse_key:
+                return 401, _error("invalid_request_error", "Invalid API Key provided", "")
+            if self.throttle > 0:
+                self.throttle -= 1
+                return 429, _error("rate_limit_error", "Too many requests", "rate_limit")
+            if self.read_failures > 0:
+                self.read_failures -= 1
+                return 500, _error("api_error", "internal error", "api_error")
+            refund = self.refunds.get(refund_id)
+            if refund is None:
+                message = f"No such refund: '{refund_id}'"
+                return 404, _error("invalid_request_error", message, "resource_missing")
+            return 200, dict(refund)
 
     def handle(self, key: str | None, body: str) -> tuple[int, dict[str, Any], bool]:
         """(HTTP status, answer, whether it replays an answer saved under ``key``)."""
@@ -113,6 +165,14 @@ def _error(kind: str, message: str, code: str) -> dict[str, Any]:
 
 class _Handler(JsonAnswerHandler):
     fake: FakeStripe
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        prefix = "/v1/refunds/"
+        if self.path.startswith(prefix) and "/" not in self.path[len(prefix) :]:
+            status, payload = self.fake.read(self.path[len(prefix) :])
+        else:
+            status, payload = 404, _error("invalid_request_error", "unknown path", "not_found")
+        self.answer_json(status, json.dumps(payload).encode())
 
     def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
         length = int(self.headers.get("Content-Length", "0"))

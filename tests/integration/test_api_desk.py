@@ -469,8 +469,8 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
             "SUCCEEDED",
             None,
             "Round 1 cannot be paid again: it is SUCCEEDED in the payout ledger, and only a"
-            " FAILED refund can be paid again. Settle it with the customer another way, then"
-            " close it here (PAID_ELSEWHERE).",
+            " FAILED refund can be paid again. Stripe refunded this round, so nothing is left to"
+            " pay for it: close it here (PAID_ELSEWHERE).",
         ),
         ("FAILED", "ORDER_ALREADY_REFUNDED", "another dispute of the same order was refunded"),
         ("FAILED", "charge_disputed", "the customer disputed the payment with their bank"),
@@ -480,9 +480,11 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
             "FAILED",
             "refund_requires_action",
             "may still go through, so paying another way meanwhile could refund twice: let it"
-            " complete, or cancel it at Stripe (once Stripe reports it canceled, the round can be"
-            " paid again here). Do not pay the customer another way while it waits; once Stripe"
-            " reports the refund succeeded, close it here as settled (PAID_ELSEWHERE).",
+            " complete (once Stripe reports it succeeded, the ledger records the round paid), or"
+            " cancel it at Stripe (once Stripe reports it canceled, the round can be paid again"
+            " here). Do not pay the customer another way while it waits; once Stripe reports the"
+            " refund succeeded, the ledger records the round paid, and you close it here"
+            " (PAID_ELSEWHERE).",
         ),
         ("FAILED", "IdempotencyError", "for another request, which may have created a refund"),
     ],

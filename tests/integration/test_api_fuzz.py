@@ -40,7 +40,10 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
 @pytest.fixture(scope="module")
 def fuzz_api(stack: Stack) -> Iterator[ApiServer]:
     with running_api(
-        stack, max_complaint_chars=MAX_CHARS, stripe_webhook_secret=SecretStr(WEBHOOK_SECRET)
+        stack,
+        max_complaint_chars=MAX_CHARS,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr("sk_test_123"),  # configured: an unsigned event is a 400
     ) as server:
         yield server
 

@@ -31,6 +31,7 @@ from tests.e2e.conftest_api import (
     record_intake,
     running_api,
 )
+from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import paid_round, read_round
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
@@ -49,7 +50,14 @@ def unused_loopback_address() -> str:
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[ApiServer]:
+def stripe_now() -> Iterator[FakeStripeServer]:
+    """Stripe as the webhook reads refunds back from it."""
+    with FakeStripeServer(FakeStripe()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack, stripe_now: FakeStripeServer) -> Iterator[ApiServer]:
     with running_api(
         stack,
         kafka_bootstrap_servers=unused_loopback_address(),
@@ -59,6 +67,8 @@ def api(stack: Stack) -> Iterator[ApiServer]:
         publish_timeout_s=PUBLISH_TIMEOUT_S,
         outbox_interval_s=600.0,
         stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr("rk_test_read_refunds"),
+        stripe_api_base=stripe_now.url,
     ) as server:
         yield server
 
@@ -189,11 +199,12 @@ def test_a_closed_publisher_lets_go_of_the_broker() -> None:
 
 
 def test_a_refund_failure_recorded_while_kafka_is_away_is_published_later(
-    api: ApiServer, stack: Stack
+    api: ApiServer, stack: Stack, stripe_now: FakeStripeServer
 ) -> None:
     """Stripe's delivery does not wait for Kafka: the failed round is recorded and answered at
     once, and its payout.failed is published by an instance that reaches Kafka."""
     dispute, refund_id = paid_round(api.database_url)
+    stripe_now.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
     topic = t.PAYOUT_FAILED.name
     start = end_offsets(stack.kafka, topic)
     body, headers = signed(refund_event(refund_id, dispute_id=dispute))

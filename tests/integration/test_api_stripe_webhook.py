@@ -1,6 +1,11 @@
 """Stripe's webhook on the real stack: a refund Stripe took on and later reported failed turns
-its round FAILED in the payout ledger and is published once as payout.failed; nothing else
-changes anything, and an unsigned or stale event is refused.
+its round FAILED in the payout ledger and is published once as payout.failed; a refund that
+waited for the customer and then succeeded turns its round SUCCEEDED; nothing else changes
+anything, and an unsigned or stale event is refused.
+
+The webhook reads each refund back from Stripe and acts on the status Stripe holds, not on the
+event's: here Stripe is the fake in tests/fakes, on loopback, holding whatever status a test
+sets (stripe-mock, which always holds its one fixture, checks the real client once).
 
 payout.failed is shared with other tests, so each test reads only the window of offsets after
 its own requests and filters by its dispute id.
@@ -9,6 +14,8 @@ its own requests and filters by its dispute id.
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,25 +30,54 @@ from pydantic import SecretStr
 from refund_bench import topics as t
 from refund_bench.codec import Codec
 from refund_bench.db.payout_rounds import idempotency_key, why_not_repayable
-from tests.conftest import Stack
+from tests.conftest import Stack, unavailable
 from tests.e2e.conftest_api import (
     ApiServer,
+    delete_dispute,
     dispute_events,
     end_offsets,
     event_codec,
     running_api,
+    seed_article_dispute,
+    sign_in,
 )
+from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import paid_round, read_round, seed_round
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
 pytestmark = pytest.mark.stack
 TOPIC = t.PAYOUT_FAILED.name
+API_KEY = "rk_test_" + "r" * 24
+"""The restricted key the API reads refunds with (the fake takes any)."""
 
 
 @pytest.fixture(scope="module")
-def api(stack: Stack) -> Iterator[ApiServer]:
-    with running_api(stack, stripe_webhook_secret=SecretStr(WEBHOOK_SECRET)) as server:
+def fake() -> Iterator[FakeStripeServer]:
+    with FakeStripeServer(FakeStripe()) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def api(stack: Stack, fake: FakeStripeServer) -> Iterator[ApiServer]:
+    with running_api(
+        stack,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr(API_KEY),
+        stripe_api_base=fake.url,
+    ) as server:
+        yield server
+
+
+def held_paid_round(api: ApiServer, fake: FakeStripeServer, status: str) -> tuple[str, str]:
+    """A new dispute whose round 1 the ledger paid with a new refund, which Stripe holds with
+    ``status``: their ids."""
+    dispute, refund_id = paid_round(api.database_url)
+    fake.fake.hold(refund_id, status, failure_reason=_reason(status))
+    return dispute, refund_id
+
+
+def _reason(status: str) -> str | None:
+    return "expired_or_canceled_card" if status in ("failed", "canceled") else None
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +103,21 @@ def published_rows(database: str, dispute_id: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
+def ledger_row(database: str, dispute: str) -> dict[str, Any]:
+    with psycopg.connect(database, row_factory=psycopg.rows.dict_row) as conn:
+        row = conn.execute(
+            "SELECT status, attempts, error_code, error_message, stripe_refund_id,"
+            " paid_elsewhere FROM payout_ledger WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchone()
+    assert row is not None
+    return row
+
+
 def test_a_refund_reported_failed_fails_its_round_and_is_published_once(
-    api: ApiServer, stack: Stack, codec: Codec
+    api: ApiServer, fake: FakeStripeServer, stack: Stack, codec: Codec
 ) -> None:
-    dispute, refund_id = paid_round(api.database_url)
+    dispute, refund_id = held_paid_round(api, fake, "failed")
     start = end_offsets(stack.kafka, TOPIC)
 
     first = deliver(api, refund_event(refund_id, dispute_id=dispute))
@@ -100,8 +147,10 @@ def test_a_refund_reported_failed_fails_its_round_and_is_published_once(
 
 
 @pytest.mark.parametrize("status", ["canceled", "requires_action"])
-def test_a_canceled_or_stuck_refund_is_a_failure_too(api: ApiServer, status: str) -> None:
-    dispute, refund_id = paid_round(api.database_url)
+def test_a_canceled_or_stuck_refund_is_a_failure_too(
+    api: ApiServer, fake: FakeStripeServer, status: str
+) -> None:
+    dispute, refund_id = held_paid_round(api, fake, status)
     answer = deliver(
         api,
         refund_event(refund_id, dispute_id=dispute, status=status, event_type="refund.updated"),
@@ -112,14 +161,14 @@ def test_a_canceled_or_stuck_refund_is_a_failure_too(api: ApiServer, status: str
 
 @pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
 def test_a_refund_that_waited_for_the_customer_and_then_failed_may_be_paid_again(
-    api: ApiServer, reported: str
+    api: ApiServer, fake: FakeStripeServer, reported: str
 ) -> None:
     """A refund waiting for the customer may still go through, so its FAILED round is not paid
-    again and holds the order's other disputes. Once Stripe reports that refund failed, no
+    again and holds the order's other disputes. Once Stripe reports that refund canceled, no
     money went back: the ledger records it (once), so the desk offers REPAY and the round holds
     nothing more. The round is in the review queue already: no second payout.failed."""
     if reported == "by an earlier event":
-        dispute, refund_id = paid_round(api.database_url)
+        dispute, refund_id = held_paid_round(api, fake, "requires_action")
         waiting = refund_event(
             refund_id, dispute_id=dispute, status="requires_action", event_type="refund.updated"
         )
@@ -132,21 +181,26 @@ def test_a_refund_that_waited_for_the_customer_and_then_failed_may_be_paid_again
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_requires_action")
     assert why_not_repayable("FAILED", "refund_requires_action") is not None
 
+    fake.fake.hold(refund_id, "canceled")
     final = deliver(api, refund_event(refund_id, dispute_id=dispute, status="canceled"))
     assert (final.status_code, final.json()["outcome"]) == (200, "now_final"), final.text
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_canceled")
     assert why_not_repayable("FAILED", "refund_canceled") is None
+    # Another event, late or stale: Stripe still holds the refund canceled.
     again = deliver(api, refund_event(refund_id, dispute_id=dispute, status="failed"))
     assert again.json()["outcome"] == "already_failed"
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_canceled")
     assert [row[:2] for row in published_rows(api.database_url, dispute)] == queued
 
 
-def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(api: ApiServer) -> None:
+def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
     """Stripe may report the failure before the payout stage has written the refund's id (it
     called Stripe and has not settled the round yet): 503, so that Stripe delivers again."""
     dispute = new_dispute()
     refund_id = f"re_{uuid.uuid4().hex[:16]}"
+    fake.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
     seed_round(api.database_url, dispute, status="PENDING")
     event = refund_event(refund_id, dispute_id=dispute)
 
@@ -169,8 +223,8 @@ def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(api: ApiSer
 @pytest.mark.parametrize(
     ("case", "outcome"),
     [
-        ("succeeded", "ignored"),
-        ("pending", "ignored"),
+        ("succeeded", "already_paid"),
+        ("pending", "already_paid"),
         ("no metadata", "ignored"),
         ("a round too large for the ledger", "ignored"),
         ("not a refund event", "ignored"),
@@ -179,9 +233,9 @@ def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(api: ApiSer
     ],
 )
 def test_events_that_are_no_failure_of_a_paid_round_change_nothing(
-    api: ApiServer, case: str, outcome: str
+    api: ApiServer, fake: FakeStripeServer, case: str, outcome: str
 ) -> None:
-    dispute, refund_id = paid_round(api.database_url)
+    dispute, refund_id = held_paid_round(api, fake, case if case == "pending" else "succeeded")
     event = {
         "succeeded": refund_event(refund_id, dispute_id=dispute, status="succeeded"),
         "pending": refund_event(refund_id, dispute_id=dispute, status="pending"),
@@ -262,10 +316,261 @@ def test_a_signed_body_that_is_no_stripe_event_is_a_400(api: ApiServer, body: by
     assert answer.json()["detail"]
 
 
-def test_without_a_signing_secret_the_endpoint_answers_503(stack: Stack) -> None:
-    with running_api(stack) as unconfigured:
+@pytest.mark.parametrize("missing", ["the signing secret", "the API key", "both"])
+def test_without_a_signing_secret_or_an_api_key_the_endpoint_answers_503(
+    stack: Stack, fake: FakeStripeServer, missing: str
+) -> None:
+    settings: dict[str, Any] = {
+        "stripe_api_base": fake.url,
+        "stripe_webhook_secret": SecretStr("" if missing != "the API key" else WEBHOOK_SECRET),
+        "stripe_api_key": SecretStr("" if missing != "the signing secret" else API_KEY),
+    }
+    with running_api(stack, **settings) as unconfigured:
         dispute, refund_id = paid_round(unconfigured.database_url)
+        fake.fake.hold(refund_id, "failed")
         answer = deliver(unconfigured, refund_event(refund_id, dispute_id=dispute))
         assert answer.status_code == 503, answer.text
         assert "not configured" in answer.json()["detail"]
         assert read_round(unconfigured.database_url, dispute) == ("SUCCEEDED", 1, None)
+
+
+# -- Stripe's own word: the refund is read back, and its status decides ----------------------
+
+
+def test_a_late_requires_action_for_a_refund_that_has_succeeded_changes_nothing(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    """Stripe delivered the refund's ``requires_action`` change after it had succeeded (or
+    delivers it again): the refund succeeded, so the round stays paid, and nothing goes to
+    review."""
+    dispute, refund_id = held_paid_round(api, fake, "succeeded")
+    for event_type in ("refund.updated", "charge.refund.updated"):
+        late = refund_event(
+            refund_id, dispute_id=dispute, status="requires_action", event_type=event_type
+        )
+        answer = deliver(api, late)
+        assert (answer.status_code, answer.json()["outcome"]) == (200, "already_paid"), answer.text
+        assert "succeeded" in answer.json()["detail"]
+    assert fake.fake.reads.count(refund_id) == 2
+    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
+    assert published_rows(api.database_url, dispute) == []  # no payout.failed queued
+
+
+@pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
+def test_a_refund_that_waited_for_the_customer_and_then_succeeded_pays_its_round(
+    api: ApiServer, fake: FakeStripeServer, reported: str
+) -> None:
+    """The money went back after the customer acted: the round FAILED waiting for the customer
+    turns SUCCEEDED with the refund's id and a note saying so, once; any later or repeated event
+    about that refund changes nothing more."""
+    if reported == "by an earlier event":
+        dispute, refund_id = held_paid_round(api, fake, "requires_action")
+        waiting = refund_event(
+            refund_id, dispute_id=dispute, status="requires_action", event_type="refund.updated"
+        )
+        assert deliver(api, waiting).json()["outcome"] == "recorded"
+    else:  # the payout stage failed the round itself, keeping no refund id
+        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
+        waiting = refund_event(
+            refund_id, dispute_id=dispute, status="requires_action", event_type="refund.updated"
+        )
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_requires_action")
+
+    fake.fake.hold(refund_id, "succeeded")
+    paid = refund_event(
+        refund_id, dispute_id=dispute, status="succeeded", event_type="refund.updated"
+    )
+    answer = deliver(api, paid)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "now_refunded"), answer.text
+    row = ledger_row(api.database_url, dispute)
+    assert (row["status"], row["attempts"], row["error_code"]) == ("SUCCEEDED", 1, None)
+    assert row["stripe_refund_id"] == refund_id
+    assert f"Stripe reported refund {refund_id} succeeded" in row["error_message"]
+    assert why_not_repayable(row["status"], row["error_code"]) is not None
+
+    for event in (paid, waiting):  # delivered again, or late: Stripe holds it succeeded
+        again = deliver(api, event)
+        assert (again.status_code, again.json()["outcome"]) == (200, "already_paid"), again.text
+    assert ledger_row(api.database_url, dispute) == row
+
+
+def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_again(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    """Stripe may report a refund failed after it succeeded: the round turns FAILED again, and
+    the round's one refund_failures row (written when the refund waited) is brought up to date,
+    not duplicated."""
+    dispute, refund_id = held_paid_round(api, fake, "requires_action")
+    assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == "recorded"
+    fake.fake.hold(refund_id, "succeeded")
+    assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == (
+        "now_refunded"
+    )
+    fake.fake.hold(refund_id, "failed", failure_reason="lost_or_stolen_card")
+    answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded"), answer.text
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+    assert [row[:2] for row in published_rows(api.database_url, dispute)] == [
+        (refund_id, "refund_failed")
+    ]
+
+
+@pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
+def test_the_desk_shows_a_round_refunded_after_waiting_and_lets_it_be_closed(
+    api: ApiServer, fake: FakeStripeServer, reported: str
+) -> None:
+    """The round's review item stays open (the recorder opened it from payout.failed) until a
+    payment operator closes it: the case page shows the round SUCCEEDED, says Stripe refunded
+    it, offers no REPAY and refuses one; closing it is recorded, and leaves the paid round as it
+    is."""
+    dispute = new_dispute()
+    seed_article_dispute(api.database_url, dispute)
+    try:
+        refund_id = ledger_row(api.database_url, dispute)["stripe_refund_id"]
+        fake.fake.hold(refund_id, "requires_action")
+        if reported == "by an earlier event":
+            waiting = refund_event(refund_id, dispute_id=dispute, status="requires_action")
+            assert deliver(api, waiting).json()["outcome"] == "recorded"
+        else:
+            with psycopg.connect(api.database_url) as conn:
+                conn.execute(
+                    "UPDATE payout_ledger SET status = 'FAILED', stripe_refund_id = NULL,"
+                    " error_code = 'refund_requires_action' WHERE dispute_id = %s AND round = 1",
+                    (dispute,),
+                )
+        with psycopg.connect(api.database_url) as conn:  # as the recorder does on payout.failed
+            conn.execute(
+                "INSERT INTO review_items (dispute_id, item_key, kind, reason)"
+                " VALUES (%s, 'payout:round1', 'PAYOUT', 'payout failed (refund_requires_action)')",
+                (dispute,),
+            )
+        fake.fake.hold(refund_id, "succeeded")
+        paid = refund_event(refund_id, dispute_id=dispute, status="succeeded")
+        assert deliver(api, paid).json()["outcome"] == "now_refunded"
+
+        url = f"/review/disputes/{dispute}/decisions"
+        with api.client() as client:
+            token = sign_in(client, "carol")
+            case = client.get(f"/review/disputes/{dispute}").text
+            item = case[case.index('id="item-payout:round1"') :]
+            item = item[: item.index("</form>")]
+            assert 'class="badge b-SUCCEEDED">SUCCEEDED</span>' in item
+            assert "Stripe refunded this round" in item
+            assert 'value="REPAY"' not in item
+            assert 'value="PAID_ELSEWHERE"' in item
+            assert "Do not pay the customer another way" not in item
+            assert f"Stripe reported refund {refund_id} succeeded" in case  # the ledger's note
+            form = {"item_key": "payout:round1", "note": "Stripe refunded it", "csrf_token": token}
+            refused = client.post(url, data={**form, "decision": "REPAY"})
+            assert refused.status_code == 422
+            assert "it is SUCCEEDED in the payout ledger" in refused.text
+            closed = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
+            assert closed.status_code == 303, closed.text
+            shown = client.get(closed.headers["location"]).text
+        assert "Recorded PAID_ELSEWHERE (payout:round1)" in shown
+        with psycopg.connect(api.database_url) as conn:
+            decided = conn.execute(
+                "SELECT item_key, decision FROM review_decisions WHERE dispute_id = %s",
+                (dispute,),
+            ).fetchall()
+        assert decided == [("payout:round1", "PAID_ELSEWHERE")]
+        row = ledger_row(api.database_url, dispute)
+        assert (row["status"], row["paid_elsewhere"], row["stripe_refund_id"]) == (
+            "SUCCEEDED",
+            False,
+            refund_id,
+        )
+    finally:
+        delete_dispute(api.database_url, dispute)
+
+
+@pytest.mark.parametrize("fault", ["a 500", "a 429"])
+def test_while_stripe_cannot_be_read_the_event_is_delivered_again_and_nothing_changes(
+    api: ApiServer, fake: FakeStripeServer, fault: str
+) -> None:
+    dispute, refund_id = held_paid_round(api, fake, "failed")
+    if fault == "a 500":
+        fake.fake.read_failures = 1
+    else:
+        fake.fake.throttle = 1
+    event = refund_event(refund_id, dispute_id=dispute)
+    down = deliver(api, event)
+    assert down.status_code == 503, down.text
+    assert "Stripe could not be read" in down.json()["detail"]
+    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
+    assert published_rows(api.database_url, dispute) == []
+
+    later = deliver(api, event)  # Stripe delivers again, and Stripe answers now
+    assert (later.status_code, later.json()["outcome"]) == (200, "recorded"), later.text
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+
+
+def test_while_stripe_is_unreachable_the_event_is_delivered_again_and_nothing_changes(
+    stack: Stack,
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on once it is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with running_api(
+        stack,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr(API_KEY),
+        stripe_api_base=f"http://127.0.0.1:{port}",
+    ) as cut_off:
+        dispute, refund_id = paid_round(cut_off.database_url)
+        answer = deliver(cut_off, refund_event(refund_id, dispute_id=dispute))
+        assert answer.status_code == 503, answer.text
+        assert "Stripe could not be read" in answer.json()["detail"]
+        assert read_round(cut_off.database_url, dispute) == ("SUCCEEDED", 1, None)
+        assert published_rows(cut_off.database_url, dispute) == []
+
+
+def test_a_key_stripe_refuses_is_a_503_and_an_error_that_does_not_show_the_key(
+    api: ApiServer, fake: FakeStripeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    dispute, refund_id = held_paid_round(api, fake, "failed")
+    fake.fake.refuse_key = True
+    try:
+        with caplog.at_level(logging.ERROR, logger="services.api.stripe_webhook"):
+            answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    finally:
+        fake.fake.refuse_key = False
+    assert answer.status_code == 503, answer.text
+    assert "STRIPE_API_KEY" in answer.json()["detail"]
+    assert API_KEY not in answer.text
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors, "a refused key is logged as an error"
+    assert any("STRIPE_API_KEY" in r.getMessage() for r in errors)
+    assert API_KEY not in caplog.text
+    assert API_KEY[-4:] not in caplog.text
+    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
+    assert published_rows(api.database_url, dispute) == []
+
+
+def test_a_refund_stripe_does_not_know_changes_nothing(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
+    answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "refund_not_found"), answer.text
+    assert fake.fake.reads[-1] == refund_id
+    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
+    assert published_rows(api.database_url, dispute) == []
+
+
+def test_the_refund_is_read_from_stripe_mock_with_the_stripe_client(stack: Stack) -> None:
+    """stripe-mock holds every refund succeeded (its fixture): a failure event for a paid round
+    is read back through the real client and changes nothing."""
+    if not stack.stripe_api_base:
+        unavailable("stripe-mock (STRIPE_API_BASE)")
+    with running_api(
+        stack,
+        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
+        stripe_api_key=SecretStr("sk_test_123"),
+        stripe_api_base=stack.stripe_api_base,
+    ) as api:
+        dispute, refund_id = paid_round(api.database_url)
+        answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+        assert (answer.status_code, answer.json()["outcome"]) == (200, "already_paid"), answer.text
+        assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings
 from refund_bench.llm_setup import LlmStageSettings
+from services.api.settings import ApiSettings
 from services.payout.__main__ import Settings as PayoutSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,8 +66,9 @@ def test_redis_stripe_mock_and_the_stand_in_are_at_the_default_addresses() -> No
     redis = urlsplit(_default(StackSettings, "redis_url"))
     assert redis.port is not None
     assert _published("redis")[redis.port] == 6379
-    stripe = urlsplit(_default(PayoutSettings, "stripe_api_base"))
-    assert stripe.port in _published("stripe-mock")
+    for reader in (PayoutSettings, ApiSettings):  # the payout pays, the API's webhook reads
+        stripe = urlsplit(_default(reader, "stripe_api_base"))
+        assert stripe.port in _published("stripe-mock"), reader
     standin = urlsplit(_default(LlmStageSettings, "llm_base_url"))
     assert standin.port in _published("llm-standin")
 
