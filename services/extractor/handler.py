@@ -90,19 +90,24 @@ class ExtractorHandler:
                 f" {self._max_chars} MAX_COMPLAINT_CHARS allows"
             )
         order = await self._orders.get(complaint.order_id)
-        if not isinstance(order, OrderRecord) or order.customer_id != complaint.customer_id:
+        fresh, unusable = None, _unusable(complaint.order_id, order)
+        if isinstance(order, OrderRecord) and order.customer_id == complaint.customer_id:
+            try:
+                fresh = freeze(order)
+            except InvalidInput as exc:  # the row reads, but makes no consistent evidence
+                unusable = str(exc)
+        if fresh is None:
             # A redelivery is judged against the evidence frozen the first time, whatever
             # became of the order since; only a new dispute needs a usable order.
             stored = await frozen_dispute(self._pool, complaint.dispute_id)
             if stored is None or not stored.is_for(
                 complaint.order_id, complaint.customer_id, complaint.text
             ):
-                raise InvalidInput(_unusable(complaint.order_id, order))
+                raise InvalidInput(unusable)
             snapshot = load_snapshot(stored.snapshot_json, stored.snapshot_sha256)
             return await self._outcome(
                 complaint, snapshot, stored.snapshot_json, stored.snapshot_sha256
             )
-        fresh = freeze(order)
         dispute = DisputeToFreeze(
             dispute_id=complaint.dispute_id,
             order_id=complaint.order_id,
@@ -250,7 +255,8 @@ class ExtractorHandler:
 
 
 def _unusable(order_id: str, order: OrderRecord | UnreadableOrder | None) -> str:
-    """Why the order store's ``order`` cannot be the evidence of a new dispute."""
+    """Why the order store's ``order`` cannot be the evidence of a new dispute, if it cannot
+    (for an order that reads, the reason it belongs to another customer)."""
     if order is None:
         return f"unknown order {order_id!r}"
     if isinstance(order, UnreadableOrder):

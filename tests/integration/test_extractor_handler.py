@@ -169,6 +169,10 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     ("change", "reason"),
     [
         (["UPDATE orders SET placed_at = 'infinity' WHERE order_id = %s"], "cannot be used"),
+        (
+            ["UPDATE orders SET delivered_at = placed_at - interval '1 hour' WHERE order_id = %s"],
+            "is before placed_at",
+        ),
         (["UPDATE orders SET customer_id = 'cust-else' WHERE order_id = %s"], "another customer"),
         (
             [
