@@ -21,7 +21,7 @@ class Settings(StageSettings):
     stripe_api_base: str = "http://127.0.0.1:12111"
     stripe_timeout_s: float = Field(default=30.0, gt=0)
     """Seconds a refund request may take before it is retried (with the same key)."""
-    batch_max_records: int = 200
+    batch_max_records: int = Field(default=200, ge=1)
 
 
 def main() -> None:
