@@ -5,10 +5,10 @@ dispute), make ONE structured-output LLM call, and validate the answer in code. 
 answer gets one repair call; if that fails too, or the endpoint refuses the complaint itself
 (HTTP 400, 413, 422: too long, against a content policy), the complaint goes to human review. A
 complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
-pay). Answers are cached per (dispute, complaint, snapshot, prompt), so a redelivered complaint
-costs no new call and gets the outcome already published; a refusal is cached too, so a
-redelivery cannot turn a dispute held for review into a second round 1 that pays. Extraction
-never judges: truth is for the judges.
+pay). Answers are cached per (dispute, complaint, snapshot), with no model or prompt version, so
+a redelivered complaint costs no new call and gets the outcome already published; a refusal is
+cached too, so a redelivery cannot turn a dispute held for review into a second round 1 that
+pays. Extraction never judges: truth is for the judges.
 """
 
 from __future__ import annotations
