@@ -27,6 +27,7 @@ lock:
 # Debian's Chromium for the review-desk browser test (Playwright drives it; nothing is downloaded).
 browser:
 	@command -v chromium >/dev/null || { \
+	  [ "$$(id -u)" -eq 0 ] || { echo "missing system package: chromium (run as root, or: sudo apt-get install -y chromium)" >&2; exit 1; }; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 stack-up: install

@@ -110,7 +110,11 @@ def render(story: Story, label: str = "") -> str:
         item = f" [{g['item_quantity']} x {g['item_name']}]" if g["item_name"] else ""
         out.append(f"  {g['grievance_id']} {g['category']}{item}: {g['text']}")
         for r in (r for r in story.rulings if r["grievance_id"] == g["grievance_id"]):
-            silent = " (cites a missing record)" if r.get("cites_missing_evidence") else ""
+            silent = (
+                "  (no record: counts towards no majority)"
+                if r["ruling"] == "UPHELD" and r.get("cites_missing_evidence")
+                else ""
+            )
             out.append(
                 f"      judge {r['judge_seat']}: {r['ruling']:<8} conf {r['confidence']:.2f}"
                 f"  cites {', '.join(r['evidence_cited']) or '-'}{silent}"
