@@ -258,8 +258,10 @@ class StageRunner:
     # -- lifecycle -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to finish the batches it polled, then exit (safe from a signal handler)."""
+        """Ask the loop to finish the batches it polled, then exit (safe from a signal handler).
+        Not ready from now on: the stage takes no new batch while it drains."""
         self._stopping = True
+        self.heartbeat.ready = False
 
     def run(self) -> None:
         """Consume until stopped. Raises on fatal errors after aborting the open transaction."""
@@ -588,6 +590,7 @@ class StageRunner:
         are cached for the replay. Their results are not committed; no new handler starts."""
         if self._failing_until is None:
             self._failing_until = time.monotonic() + self.config.drain_timeout_s
+            self.heartbeat.ready = False  # no new handler starts while the others finish
         if self._fatal is None and not isinstance(error, _NotStartedError):
             self._fatal = error
         running = [task for task in tasks if not task.done()]

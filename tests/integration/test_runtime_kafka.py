@@ -367,6 +367,50 @@ def test_a_fatal_error_lets_the_handlers_in_flight_finish_then_stops_the_stage(
     assert read_to_end(stack.kafka, sink, timeout_s=30) == [], "nothing is committed"
 
 
+@pytest.mark.parametrize("ending", ["stop", "fatal error"])
+def test_a_stage_is_not_ready_while_it_drains_to_stop(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, ending: str
+) -> None:
+    """Asked to stop (SIGTERM in a rollout), or stopping after a fatal error, a stage lets the
+    handlers in flight finish before it exits, for up to the drain timeout. It takes no new
+    batch meanwhile, so ``/readyz`` answers 503 from the start of the drain, not only once it
+    has exited."""
+    source, sink = new_topic("drain-in", 1), new_topic("drain-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(2), codec)
+    out = Topic(sink, "bench.record")
+    release, fail = threading.Event(), threading.Event()
+    started: set[str] = set()
+
+    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        record_id = str(message.value["id"])
+        started.add(record_id)
+        if record_id == "r0":
+            await asyncio.to_thread(release.wait, 60)  # a call still running
+        elif ending == "fatal error":
+            await asyncio.to_thread(fail.wait, 60)
+            raise RuntimeError("the model endpoint refused the API key")
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"drain-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec("drain", (Topic(source, "bench.record"),), (out,), handler)
+    config = _config(stack.kafka, group, batch_max_records=1, drain_timeout_s=60.0)
+    runner = StageRunner(spec, config, framing)
+    stage = StageThread(runner).start()
+    try:
+        wait_for(lambda: len(started) == 2 and runner.heartbeat.ready_now(), 60, "both in flight")
+        if ending == "stop":
+            runner.stop()
+        fail.set()
+        wait_for(lambda: not runner.heartbeat.ready_now(), 20, "the stage to be unready")
+        assert stage.alive, "still draining: r0's call is running"
+    finally:
+        release.set()
+        fail.set()
+    error = stage.join(60)
+    assert (error is None) == (ending == "stop"), error
+
+
 def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_waits(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
