@@ -11,6 +11,9 @@ from typing import Any
 from refund_bench.errors import DlqLimitExceeded
 
 MAX_REASON_CHARS = 4000
+MAX_REASON_BYTES = 4100
+"""The reason is written twice (the envelope and the ``dlq.reason`` header): cut to this many
+bytes of UTF-8 too, so that one of wide characters cannot push a full dead letter past a record."""
 MAX_KEY_BYTES = 1024
 """Of a source key, at most this much is kept (the envelope's ``original_key`` and the dead
 letter's own key). Keys are dispute ids of at most 128 characters; a longer one is bad input."""
@@ -54,8 +57,9 @@ def dead_letter(
 
     It must fit in one Kafka record even when the input nearly filled one, with its key in it
     twice (the record's key and ``original_key``): a reason longer than
-    :data:`MAX_REASON_CHARS` is cut; a key longer than :data:`MAX_KEY_BYTES` and a value longer
-    than :data:`MAX_ORIGINAL_BYTES` are kept in part (the reason says so, and the headers
+    :data:`MAX_REASON_CHARS` characters or :data:`MAX_REASON_BYTES` bytes is cut; a key longer
+    than :data:`MAX_KEY_BYTES` and a value longer than :data:`MAX_ORIGINAL_BYTES` are kept in
+    part (the reason says so, and the headers
     ``dlq.original.key.bytes`` and ``dlq.original.bytes`` give their full sizes). The source
     record's ``timestamp_ms`` and ``original_headers`` are kept in the envelope, the headers up to
     :data:`MAX_ORIGINAL_HEADER_BYTES` in order. The whole record stays in its source topic at
@@ -63,6 +67,8 @@ def dead_letter(
     """
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    if len(reason.encode()) > MAX_REASON_BYTES:  # "…" is 3 bytes; a cut character is dropped
+        reason = reason.encode()[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "…"
     key_size = len(key) if key is not None else 0
     if key is not None and key_size > MAX_KEY_BYTES:
         key = key[:MAX_KEY_BYTES]

@@ -30,6 +30,7 @@ from refund_bench.runtime.dlq import (
     MAX_KEY_BYTES,
     MAX_ORIGINAL_BYTES,
     MAX_ORIGINAL_HEADER_BYTES,
+    MAX_REASON_BYTES,
     MAX_REASON_CHARS,
     DlqBudget,
     dead_letter,
@@ -549,6 +550,24 @@ def test_a_retried_handler_sees_none_of_its_failed_attempts_writes() -> None:
     assert failures == [], "the first attempt failed and was retried"
     retried = {"stage": "c", "topic": "", "kind": "orders"}
     assert registry.get_sample_value("refund_bench_retries_total", retried) == 1
+
+
+def test_a_dead_letter_of_a_full_record_with_a_long_wide_reason_fits_one_record() -> None:
+    """Everything at its limit at once: a value of 900 KB, 64 KiB of headers, a key cut to
+    1 KiB, and a reason of 4,000 four-byte characters (an error quoting an emoji-laden answer),
+    which the record carries twice (envelope and header). It stays below the producer's
+    1,000,000-byte ``message.max.bytes``."""
+    letter = dead_letter(
+        stage="judge", topic="grievance.extracted", partition=3, offset=41, key=b"k" * 5000,
+        value=b"\xff" * 1_000_000, reason="\U0001f600" * 5000, error_type="InvalidInput",
+        original_headers=[("h", b"v" * 1000)] * 70,
+    )  # fmt: skip
+    assert len(letter.envelope["reason"].encode()) <= MAX_REASON_BYTES + 200
+    assert letter.headers["dlq.reason"] == letter.envelope["reason"].encode()
+    codec = Codec(FingerprintFraming(), {"grievance.extracted.dlq": "dead_letter"})
+    record = codec.encode("grievance.extracted.dlq", letter.envelope)
+    headers = sum(len(name) + len(value) for name, value in letter.headers.items())
+    assert len(record) + headers + len(letter.key) < 990_000
 
 
 def test_a_great_many_empty_headers_still_leave_a_dead_letter_that_fits_one_record() -> None:
