@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Self
+from typing import ClassVar, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -97,6 +97,30 @@ class LlmStageSettings(StageSettings):
         raise ValueError(
             f"{url_setting} sends {who} to an endpoint other than LLM_BASE_URL, and"
             f" {key_setting} gives it no key: LLM_API_KEY is sent only to LLM_BASE_URL"
+        )
+
+
+class SingleRoleSettings(LlmStageSettings):
+    """Settings of a stage with one LLM role, ``ROLE``: its own endpoint is the fields
+    ``<role>_base_url`` and ``<role>_api_key`` (``EXTRACTOR_BASE_URL``, ...), which a subclass
+    declares. Loading refuses a base URL of its own without a key of its own."""
+
+    ROLE: ClassVar[str]
+
+    @model_validator(mode="after")
+    def _endpoint_has_its_key(self) -> Self:
+        self.endpoint()
+        return self
+
+    def endpoint(self) -> EndpointAccess:
+        """Where the role calls and with which key (see :meth:`LlmStageSettings.access`)."""
+        role = self.ROLE
+        return self.access(
+            getattr(self, f"{role}_base_url"),
+            getattr(self, f"{role}_api_key"),
+            who=f"the {role}",
+            url_setting=f"{role.upper()}_BASE_URL",
+            key_setting=f"{role.upper()}_API_KEY",
         )
 
 

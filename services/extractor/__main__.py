@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Self
 
 from prometheus_client import CollectorRegistry
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr
 
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
-from refund_bench.llm_setup import EndpointAccess, LlmStageSettings, call_counter, single_role
+from refund_bench.llm_setup import SingleRoleSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
@@ -17,7 +16,9 @@ from services.extractor.handler import DEFAULT_MAX_COMPLAINT_CHARS, ExtractorHan
 from services.pricing.table import DEFAULT_CAP_MINOR, CapMinor
 
 
-class Settings(LlmStageSettings):
+class Settings(SingleRoleSettings):
+    ROLE = "extractor"
+
     extractor_model: str = "standin-extractor"
     extractor_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     extractor_base_url: str = ""
@@ -31,21 +32,6 @@ class Settings(LlmStageSettings):
     """Longest complaint text judged; a longer one is dead-lettered before any model call (the
     API's setting of the same name refuses it at intake; this guards what is published to
     Kafka directly)."""
-
-    @model_validator(mode="after")
-    def _endpoint_has_its_key(self) -> Self:
-        self.endpoint()
-        return self
-
-    def endpoint(self) -> EndpointAccess:
-        """Where the extractor calls and with which key (see ``LlmStageSettings.access``)."""
-        return self.access(
-            self.extractor_base_url,
-            self.extractor_api_key,
-            who="the extractor",
-            url_setting="EXTRACTOR_BASE_URL",
-            key_setting="EXTRACTOR_API_KEY",
-        )
 
 
 def main() -> None:
