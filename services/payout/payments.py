@@ -8,6 +8,8 @@ status as Stripe holds it now, not on the status an event carried.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -115,13 +117,8 @@ class StripePayments:
 
     async def retrieve_refund(self, refund_id: str) -> RetrievedRefund:
         try:
-            refund = await self._client.v1.refunds.retrieve_async(refund_id)
-        except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
-            raise TransientError(f"stripe: {type(exc).__name__}", dependency="stripe") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise TransientError(
-                f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
-            ) from exc
+            with _unreachable_is_transient():
+                refund = await self._client.v1.refunds.retrieve_async(refund_id)
         except stripe.StripeError as exc:
             status = exc.http_status or 0
             if isinstance(exc, stripe.APIError) or status == 429 or status >= 500:
@@ -151,23 +148,16 @@ class StripePayments:
         metadata: dict[str, str],
     ) -> str:
         try:
-            refund = await self._client.v1.refunds.create_async(
-                params={
-                    "payment_intent": payment_reference,
-                    "amount": amount_minor,
-                    "metadata": metadata,
-                    "reason": "requested_by_customer",
-                },
-                options={"idempotency_key": idempotency_key},
-            )
-        except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
-            raise TransientError(f"stripe: {type(exc).__name__}", dependency="stripe") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            # The client wraps a failed request, not a body that breaks off or stalls after
-            # the headers; Stripe may have taken the refund on, so retry under the same key.
-            raise TransientError(
-                f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
-            ) from exc
+            with _unreachable_is_transient():
+                refund = await self._client.v1.refunds.create_async(
+                    params={
+                        "payment_intent": payment_reference,
+                        "amount": amount_minor,
+                        "metadata": metadata,
+                        "reason": "requested_by_customer",
+                    },
+                    options={"idempotency_key": idempotency_key},
+                )
         except stripe.StripeError as exc:
             status = exc.http_status or 0
             if status >= 500 and _replayed(exc):
@@ -195,6 +185,22 @@ class StripePayments:
                 code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
         return _accepted(refund)
+
+
+@contextlib.contextmanager
+def _unreachable_is_transient() -> Iterator[None]:
+    """Stripe pacing us (429) or out of reach: :class:`TransientError`, to retry (a refund under
+    the same key). The client wraps a failed request, not a body that breaks off or stalls
+    after the headers, so those aiohttp errors are mapped here too: Stripe may have taken the
+    refund on."""
+    try:
+        yield
+    except (stripe.RateLimitError, stripe.APIConnectionError) as exc:
+        raise TransientError(f"stripe: {type(exc).__name__}", dependency="stripe") from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TransientError(
+            f"stripe: the answer broke off ({type(exc).__name__})", dependency="stripe"
+        ) from exc
 
 
 def _replayed(exc: stripe.StripeError) -> bool:
