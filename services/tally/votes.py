@@ -82,7 +82,7 @@ def count_votes(
         votes_rejected=rejected,
         votes_escalate=escalate,
         split="-".join(str(n) for n in groups),
-        unanimous=groups[1] == 0,
+        unanimous=counts[outcome] == judge_count,  # every seat ruled what the verdict says
         judge_count=judge_count,
     )
 
@@ -110,11 +110,12 @@ class RulingSummary(BaseModel):
     @classmethod
     def from_ruling_cast(cls, value: Mapping[str, Any]) -> RulingSummary:
         """Pick the summary fields out of a decoded ``ruling.cast`` value (one written before
-        a field existed takes its default). An UPHELD or REJECTED citing no evidence is
-        counted as ESCALATE, as the judge counts it: the rule holds whoever wrote the
-        record."""
+        a field existed takes its default). An UPHELD or REJECTED citing no evidence, and a
+        REJECTED marked as citing missing evidence, are counted as ESCALATE, as the judge
+        counts them: the rules hold whoever wrote the record."""
         summary = cls.model_validate({n: value[n] for n in cls.model_fields if n in value})
-        if summary.ruling is not Ruling.ESCALATE and not summary.evidence_cited:
+        unfounded = summary.ruling is not Ruling.ESCALATE and not summary.evidence_cited
+        if unfounded or (summary.ruling is Ruling.REJECTED and summary.cites_missing_evidence):
             return summary.model_copy(update={"ruling": Ruling.ESCALATE})
         return summary
 

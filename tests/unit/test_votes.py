@@ -181,7 +181,7 @@ def test_summary_from_a_ruling_cast_value() -> None:
         ((U, U, E), {0, 1}, E, "2-1"),  # two seats taking the customer at their word
         ((U, U, E), {1}, E, "2-1"),
         ((U, U, U), {2}, U, "3-0"),  # two grounded upholds are a majority of three
-        ((U, U, U), {0, 1, 2}, E, "3-0"),
+        ((U, U, U), {0, 1, 2}, E, "3-0"),  # all upheld, none on a record: not a unanimous ESCALATE
         ((U,), {0}, E, "1-0"),
         ((R, R, U), {2}, R, "2-1"),
     ],
@@ -193,6 +193,7 @@ def test_upholds_citing_missing_evidence_count_in_the_split_but_never_make_a_maj
     assert count.outcome is outcome
     assert count.split == split
     assert count.votes_upheld == rulings.count(U)
+    assert count.unanimous == (rulings.count(outcome) == len(rulings))
 
 
 def test_the_tally_of_a_bench_reads_the_mark_of_each_seat() -> None:
@@ -213,6 +214,16 @@ def test_the_tally_of_a_bench_reads_the_mark_of_each_seat() -> None:
         }
     )
     assert not restored.rulings[0].cites_missing_evidence, "a bench stored before the mark"
+
+
+def test_a_rejection_marked_as_citing_missing_evidence_is_counted_as_escalate() -> None:
+    value = {
+        **summary(1, R).model_dump(mode="json"),
+        "cites_missing_evidence": True,
+    }
+    assert RulingSummary.from_ruling_cast(value).ruling is E
+    upheld = {**summary(1).model_dump(mode="json"), "cites_missing_evidence": True}
+    assert RulingSummary.from_ruling_cast(upheld).ruling is U, "counted in the split"
 
 
 @pytest.mark.parametrize("ruling", ["UPHELD", "REJECTED"])
@@ -267,6 +278,7 @@ def test_an_upheld_majority_always_has_a_majority_of_seats_citing_recorded_evide
     assert count == count_votes(dict(enumerate(rulings)), k, on_missing_evidence=silent)
     unmarked = count_votes(dict(enumerate(rulings)), k)
     assert (count.split, count.votes_upheld) == (unmarked.split, unmarked.votes_upheld)
+    assert count.unanimous == (rulings == [count.outcome] * k), "every seat ruled the verdict"
     if unmarked.outcome is not U:
         assert count.outcome is unmarked.outcome, "the mark only ever takes an UPHELD away"
 
