@@ -65,8 +65,9 @@ class LlmStageSettings(StageSettings):
     """The key of ``LLM_BASE_URL``, sent to no other endpoint."""
     llm_timeout_seconds: float = Field(default=20.0, gt=0)
     llm_attempt_deadline_seconds: float = Field(default=60.0, gt=0)
-    """Each attempt of a call, from start to the answer's last byte (the timeout above is per
-    phase: an answer trickling in a byte at a time would never reach it)."""
+    """Each attempt of a call, from start (the wait for a pooled connection included) to the
+    answer's last byte (the timeout above is per phase: an answer trickling in a byte at a time
+    would never reach it). At least ``LLM_TIMEOUT_SECONDS``."""
     llm_rate_per_second: float = Field(default=2000.0, gt=0)
     llm_burst: int = Field(default=500, ge=1)
     llm_rate_limit_name: str = "default"
@@ -76,6 +77,16 @@ class LlmStageSettings(StageSettings):
     alive. A call beyond them waits for one, so with a slow endpoint raise it together with
     ``MAX_INFLIGHT``."""
     redis_max_connections: int = Field(default=64, ge=1)
+
+    @model_validator(mode="after")
+    def _deadline_holds_a_timeout(self) -> Self:
+        if self.llm_attempt_deadline_seconds < self.llm_timeout_seconds:
+            raise ValueError(
+                f"LLM_ATTEMPT_DEADLINE_SECONDS ({self.llm_attempt_deadline_seconds:g}) is below"
+                f" LLM_TIMEOUT_SECONDS ({self.llm_timeout_seconds:g}): an attempt would be cut"
+                " off before the model's answer may start; raise the deadline with the timeout"
+            )
+        return self
 
     def shared_access(self) -> EndpointAccess:
         """``LLM_BASE_URL`` with ``LLM_API_KEY``."""
@@ -197,8 +208,12 @@ def client(
 
 
 def split_list(value: str) -> list[str]:
-    """The non-empty, stripped entries of a comma-separated setting."""
-    return [part.strip() for part in value.split(",") if part.strip()]
+    """The stripped entries of a comma-separated per-seat setting, in seat order. An empty
+    entry stays, as an empty slot (``,https://b/v1``: seat 0 has no URL of its own), so that
+    every entry keeps its seat; an empty setting is no entry at all."""
+    if not value.strip():
+        return []
+    return [part.strip() for part in value.split(",")]
 
 
 class JudgePanelSettings(LlmStageSettings):
@@ -208,7 +223,8 @@ class JudgePanelSettings(LlmStageSettings):
     judge_models: str = "standin-judge"
     """Comma-separated: one model for every seat, or one per seat (``JUDGE_COUNT`` of them)."""
     judge_base_urls: str = ""
-    """As ``JUDGE_MODELS``, or empty: every seat calls ``LLM_BASE_URL``."""
+    """As ``JUDGE_MODELS``, or empty: every seat calls ``LLM_BASE_URL``. An empty entry of a
+    per-seat list is that seat calling ``LLM_BASE_URL``."""
     judge_api_keys: SecretStr = SecretStr("")
     """As ``JUDGE_BASE_URLS``, aligned with the seats: the keys of the seats' endpoints, one
     secret split at use so that no key is ever printed. Empty: a seat on ``LLM_BASE_URL`` sends
@@ -226,8 +242,11 @@ class JudgePanelSettings(LlmStageSettings):
     @field_validator("judge_models")
     @classmethod
     def _some_model(cls, value: str) -> str:
-        if not split_list(value):
+        models = split_list(value)
+        if not models:
             raise ValueError("JUDGE_MODELS needs at least one model")
+        if not all(models):
+            raise ValueError("JUDGE_MODELS has an empty entry: every seat needs a model")
         return value
 
     @model_validator(mode="after")

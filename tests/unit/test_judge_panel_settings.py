@@ -101,6 +101,26 @@ def test_a_seat_on_the_shared_endpoint_falls_back_to_the_shared_key() -> None:
     ]
 
 
+def test_an_empty_entry_keeps_every_later_entry_on_its_own_seat() -> None:
+    """``,https://b`` gives seat 1, not seat 0, the second provider: dropping the empty entry
+    would move seat 0 there, with seat 0's key."""
+    panel = _panel(
+        judge_count=2,
+        judge_base_urls=",https://b.example/v1",
+        judge_api_keys=f",{SEAT_KEYS[1]}",
+    )
+    seats = [panel.seat_access(seat) for seat in range(2)]
+    assert [(a.base_url, a.api_key.get_secret_value()) for a in seats] == [
+        (LLM, SHARED_KEY),
+        ("https://b.example/v1", SEAT_KEYS[1]),
+    ]
+
+
+def test_a_model_list_with_an_empty_entry_is_refused() -> None:
+    with pytest.raises(ValidationError, match="JUDGE_MODELS has an empty entry"):
+        _panel(judge_count=3, judge_models="model-a,,model-c")
+
+
 def test_one_key_is_not_sent_to_seats_on_different_endpoints() -> None:
     with pytest.raises(ValidationError) as caught:
         _panel(

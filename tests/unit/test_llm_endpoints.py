@@ -114,3 +114,12 @@ def test_seats_on_one_host_share_a_bucket_and_other_hosts_have_their_own() -> No
 def test_a_bucket_name_never_carries_the_credentials_of_a_url() -> None:
     name = llm_setup.bucket_name(_shared(), "https://user:secret@other.example/v1")
     assert name == "default:other.example"
+
+
+def test_an_attempt_deadline_below_the_timeout_refuses_to_start() -> None:
+    """A deployment that raised ``LLM_TIMEOUT_SECONDS`` for a slow model would otherwise have
+    every attempt cut off at the default deadline."""
+    with pytest.raises(ValidationError, match="LLM_ATTEMPT_DEADLINE_SECONDS"):
+        LlmStageSettings(llm_timeout_seconds=90, llm_attempt_deadline_seconds=60)
+    settings = LlmStageSettings(llm_timeout_seconds=90, llm_attempt_deadline_seconds=90)
+    assert settings.llm_attempt_deadline_seconds == 90
