@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from refund_bench.domain import LineItem, OrderRecord, name_key, round_half_up_div
+from refund_bench.domain import Category, LineItem, OrderRecord, name_key, round_half_up_div
 from refund_bench.errors import InvalidInput, error_summary
 
 SNAPSHOT_VERSION = "1"
@@ -302,6 +302,26 @@ def _records_nothing(path: str, value: object) -> bool:
     if isinstance(value, dict):
         return all(_records_nothing(f"{path}.{k}", child) for k, child in value.items())
     return False
+
+
+CLAIM_RECORDS: Mapping[Category, tuple[str, ...]] = {
+    Category.LATE_DELIVERY: ("order.delivered_at", "order.delivery_sla_minutes"),
+    Category.MISSING_ITEM: ("order.pickup_weight_expected_g", "order.pickup_weight_actual_g"),
+    Category.WRONG_ITEM: ("order.item_substitutions",),
+    Category.QUALITY: ("order.quality_reports",),
+    Category.PACKAGING: ("order.packaging_condition_recorded",),
+    Category.PARTNER_CONDUCT: ("order.partner_conduct_reports",),
+    Category.BILLING: (),
+}
+"""The records a claim of each category rests on: without any of them the evidence is silent on
+it, whatever a judge cites (a BILLING claim rests on the order's totals, always recorded). The
+order store keeps no quality or substitution record, so those claims are always silent here."""
+
+
+def claim_unrecorded(category: Category, fields: frozenset[str], silent: frozenset[str]) -> bool:
+    """True when a record a ``category`` claim rests on (:data:`CLAIM_RECORDS`) holds nothing in
+    the snapshot whose citable ``fields`` and ``silent`` fields are given, or is not in it."""
+    return any(path in silent or path not in fields for path in CLAIM_RECORDS[category])
 
 
 def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:

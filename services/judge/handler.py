@@ -44,7 +44,12 @@ from refund_bench.llm.roles import (
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import JUDGE
 from refund_bench.storable import storable
-from services.extractor.evidence import evidence_fields, load_snapshot, silent_fields
+from services.extractor.evidence import (
+    claim_unrecorded,
+    evidence_fields,
+    load_snapshot,
+    silent_fields,
+)
 from services.judge.normalise import normalise
 
 DRAWS_PER_SEAT = 3
@@ -123,7 +128,8 @@ class JudgeHandler:
             category = Category(grievance.category)
         except ValueError as exc:
             raise InvalidInput(f"unknown grievance category {grievance.category!r}") from exc
-        snapshot, allowed = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
+        snapshot, citable = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
+        allowed = citable.for_claim(category)
         request = build_judge_request(
             GrievanceForJudge.of(grievance, category), snapshot, prompt=self._prompt
         )
@@ -206,10 +212,17 @@ class JudgeHandler:
 
 @dataclass(frozen=True)
 class _Citable:
-    """A snapshot's citable fields, and those of them that hold no record."""
+    """A snapshot's citable fields, those of them that hold no record, and (for one grievance)
+    whether a record its kind of claim rests on is absent."""
 
     fields: frozenset[str]
     silent: frozenset[str]
+    claim_unrecorded: bool = False
+
+    def for_claim(self, category: Category) -> _Citable:
+        """These fields, for a claim of ``category``."""
+        unrecorded = claim_unrecorded(category, self.fields, self.silent)
+        return _Citable(self.fields, self.silent, unrecorded)
 
 
 @lru_cache(maxsize=1024)
@@ -255,7 +268,11 @@ def _ruling_fields(
             ),
         }
     normalised = normalise(
-        answer.ruling.value, answer.evidence_cited, allowed.fields, allowed.silent
+        answer.ruling.value,
+        answer.evidence_cited,
+        allowed.fields,
+        allowed.silent,
+        allowed.claim_unrecorded,
     )
     reasoning = storable(answer.reasoning, MAX_REASONING_CHARS)
     cited = answer.evidence_cited

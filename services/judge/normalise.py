@@ -36,8 +36,8 @@ class NormalisedRuling:
     reason: str
     cites_missing_evidence: bool = False
     """The answer cites a field of the snapshot that holds no record (one of ``silent_fields``,
-    :func:`services.extractor.evidence.silent_fields`): it rests, at least in part, on
-    silence."""
+    :func:`services.extractor.evidence.silent_fields`), or rules on a claim whose records are
+    absent: it rests, at least in part, on silence."""
 
     @property
     def changed(self) -> bool:
@@ -81,8 +81,12 @@ def normalise(
     evidence_cited: Sequence[str],
     allowed_fields: frozenset[str],
     silent_fields: frozenset[str] = frozenset(),
+    claim_unrecorded: bool = False,
 ) -> NormalisedRuling:
-    """Normalise one answer; see :func:`normalise_ruling` for the rule.
+    """Normalise one answer; see :func:`normalise_ruling` for the rule. ``claim_unrecorded``:
+    a record the grievance's kind of claim rests on is absent from the snapshot
+    (:func:`services.extractor.evidence.claim_unrecorded`), so a decisive ruling rests on
+    silence whatever it cites.
 
     Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
     and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
@@ -108,12 +112,14 @@ def normalise(
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     silent = _keys(silent_fields)
     resting_on_nothing = [c for c in known if _key(c) in silent]
-    on_silence = bool(resting_on_nothing)
+    on_silence = bool(resting_on_nothing) or claim_unrecorded
     if ruling is Ruling.REJECTED and on_silence:
-        reason = (
-            "REJECTED cites evidence the order store has no record of: "
-            f"{', '.join(resting_on_nothing)} (missing evidence is never a rejection)"
+        what = (
+            f"cites evidence the order store has no record of: {', '.join(resting_on_nothing)}"
+            if resting_on_nothing
+            else "rules on a claim whose records the order store does not have"
         )
+        reason = f"REJECTED {what} (missing evidence is never a rejection)"
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason, on_silence)
     return NormalisedRuling(
         ruling, model_ruling, known, unknown, "as ruled by the model", on_silence
@@ -125,13 +131,17 @@ def normalise_ruling(
     evidence_cited: Sequence[str],
     allowed_fields: frozenset[str],
     silent_fields: frozenset[str] = frozenset(),
+    claim_unrecorded: bool = False,
 ) -> Ruling:
     """The ruling the tally counts.
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
-    ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record) ->
-    ESCALATE; otherwise the model's ruling. An UPHELD citing silent evidence stands as the
-    seat's ruling, marked ``cites_missing_evidence``: it counts in the split, and never towards
-    an UPHELD majority (:func:`services.tally.votes.count_votes`).
+    ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record), or on
+    a claim whose records are absent (``claim_unrecorded``) -> ESCALATE; otherwise the model's
+    ruling. An UPHELD citing silent evidence, or on a claim whose records are absent, stands as
+    the seat's ruling, marked ``cites_missing_evidence``: it counts in the split, and never
+    towards an UPHELD majority (:func:`services.tally.votes.count_votes`).
     """
-    return normalise(model_ruling, evidence_cited, allowed_fields, silent_fields).ruling
+    return normalise(
+        model_ruling, evidence_cited, allowed_fields, silent_fields, claim_unrecorded
+    ).ruling

@@ -311,6 +311,23 @@ def test_every_seat_upholding_on_a_missing_record_is_cast_marked(redis_url: str)
     assert [r["cites_missing_evidence"] for r in rulings] == [True] * 3
 
 
+def test_upholds_of_a_claim_without_its_record_are_marked_whatever_they_cite(
+    redis_url: str,
+) -> None:
+    """Every seat upholds the raita claim citing only the line items, which are recorded: the
+    order has no packaging record, so the claim rests on nothing and each ruling is marked."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    answer = {
+        "ruling": "UPHELD",
+        "evidence_cited": ["order.line_items"],
+        "confidence": 0.7,
+        "reasoning": "Raita was ordered.",
+    }
+    with FixedAnswerServer(completion(json.dumps(answer))) as server:
+        rulings = _rulings_for_answer(redis_url, server, _grievance(dispute, "PACKAGING"))
+    assert [(r["ruling"], r["cites_missing_evidence"]) for r in rulings] == [("UPHELD", True)] * 3
+
+
 def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> None:
     """An answer cut short may hold a NUL, which PostgreSQL text cannot take; the ruling keeps
     the raw answer with it replaced by U+FFFD, so that the recorder can store it, instead of

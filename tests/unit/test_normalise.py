@@ -6,8 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refund_bench.domain import Ruling
-from services.extractor.evidence import build_snapshot, evidence_fields, silent_fields
+from refund_bench.domain import Category, Ruling
+from services.extractor.evidence import (
+    build_snapshot,
+    claim_unrecorded,
+    evidence_fields,
+    silent_fields,
+)
 from services.judge.normalise import normalise, normalise_ruling
 from tests.unit.orders import ARTICLE_ORDER, article_order
 
@@ -240,3 +245,35 @@ def test_a_field_named_after_an_item_with_a_comma_is_cited_whole() -> None:
     # An entry that is no field whole is still read as a list.
     listed = normalise("UPHELD", [f"placed_at, {estimate}"], fields, silent)
     assert listed.cited_known == ("placed_at",)
+
+
+@pytest.mark.parametrize(
+    ("category", "unrecorded"),
+    [
+        (Category.LATE_DELIVERY, False),
+        (Category.MISSING_ITEM, False),
+        (Category.PACKAGING, True),  # the article's raita: no packaging record
+        (Category.PARTNER_CONDUCT, False),
+        (Category.QUALITY, True),  # the order store keeps no quality record
+        (Category.WRONG_ITEM, True),
+        (Category.BILLING, False),
+    ],
+)
+def test_which_claims_of_the_articles_order_rest_on_absent_records(
+    category: Category, unrecorded: bool
+) -> None:
+    assert claim_unrecorded(category, FIELDS, silent_fields(SNAPSHOT)) is unrecorded
+
+
+def test_a_missing_item_claim_without_pickup_weights_rests_on_nothing_whatever_is_cited() -> None:
+    """The judges cite the line items (recorded), not the absent weights: the claim itself has
+    no record to rest on, so an UPHELD is marked and a REJECTED escalates all the same."""
+    assert claim_unrecorded(Category.MISSING_ITEM, ABSENT_FIELDS, ABSENT)
+    cited = ["order.line_items", "derived.line_totals_minor"]
+    upheld = normalise("UPHELD", cited, ABSENT_FIELDS, ABSENT, claim_unrecorded=True)
+    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+    rejected = normalise("REJECTED", cited, ABSENT_FIELDS, ABSENT, claim_unrecorded=True)
+    assert rejected.ruling is Ruling.ESCALATE
+    assert "rules on a claim whose records the order store does not have" in rejected.reason
+    grounded = normalise("UPHELD", cited, ABSENT_FIELDS, ABSENT)
+    assert not grounded.cites_missing_evidence, "the same citations on a recorded claim"
