@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -55,10 +55,15 @@ class ApiMetrics:
         self.stripe_events = Counter(
             "api_stripe_events_total",
             "Stripe webhook events by outcome: recorded, already_failed, now_final,"
-            " now_refunded, already_paid, refund_not_found, not_settled, unknown_round,"
-            " other_refund, ignored, invalid, not_configured, stripe_unavailable,"
-            " stripe_key_refused.",
+            " now_refunded, failed_again, refunded_after_settled, already_paid,"
+            " refund_not_found, not_settled, unknown_round, other_refund, ignored, invalid,"
+            " not_configured, stripe_unavailable, stripe_key_refused.",
             ["outcome"],
+            registry=registry,
+        )
+        self.stripe_events_waiting = Gauge(
+            "api_stripe_events_waiting",
+            "Stripe webhook events waiting for one of the STRIPE_WEBHOOK_CONCURRENCY slots.",
             registry=registry,
         )
         self.logins = Counter(

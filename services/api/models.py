@@ -71,7 +71,9 @@ class StripeEventReceived(BaseModel):
     """The answer to a Stripe webhook event that was taken (2xx): what it changed, if anything."""
 
     outcome: str = Field(
-        description="recorded, already_failed, now_final, unknown_round, other_refund or ignored"
+        description="recorded, already_failed, now_final, now_refunded, failed_again,"
+        " refunded_after_settled, already_paid, refund_not_found, unknown_round, other_refund"
+        " or ignored"
     )
     detail: str
 

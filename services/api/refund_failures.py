@@ -174,6 +174,14 @@ class Outcome(enum.StrEnum):
     """Stripe has no refund of that id: nothing changes."""
     IGNORED = "ignored"
     """Not about a payout round, or a refund status that is neither paid nor failed."""
+    FAILED_AGAIN = "failed_again"
+    """The round's refund waited for the customer, was then refunded (:attr:`NOW_REFUNDED`),
+    and now failed after all: the round is FAILED again and its ``payout.failed`` is published
+    again, but its review item was decided already and does not reopen. An alert
+    (``RefundBenchRefundNeedsOperator``) asks a payment operator to pay the customer."""
+    REFUNDED_AFTER_SETTLED = "refunded_after_settled"
+    """As :attr:`NOW_REFUNDED`, for a round a payment operator had meanwhile settled another
+    way (PAID_ELSEWHERE): the customer may have been paid twice. The same alert fires."""
 
 
 @dataclass(frozen=True)
@@ -230,11 +238,14 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
 ON CONFLICT (dispute_id, round) DO UPDATE
 SET refund_status = EXCLUDED.refund_status, failure_reason = EXCLUDED.failure_reason,
     stripe_event_id = EXCLUDED.stripe_event_id, error_code = EXCLUDED.error_code,
-    error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at
+    error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at,
+    published = false
 WHERE refund_failures.stripe_refund_id = EXCLUDED.stripe_refund_id
+RETURNING xmax = 0
 """  # noqa: S608 - the column list is a constant
-"""A round that waited for the customer, was refunded, and then failed after all has its row
-from the first failure (already published): it is brought up to date, not queued again."""
+"""Returns true for a new row. A round that waited for the customer, was refunded, and then
+failed after all has its row from the first failure: it is brought up to date and queued
+again (false returned), so that its new ``payout.failed`` is published."""
 
 
 def _refunded_message(refund_id: str) -> str:
@@ -312,7 +323,7 @@ class RefundFailures:
         if ledger["status"] != "SUCCEEDED":
             return Outcome.NOT_SETTLED
         await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
-        await conn.execute(
+        queued = await conn.execute(
             _INSERT,
             (
                 report.dispute_id,
@@ -329,6 +340,9 @@ class RefundFailures:
                 at,
             ),
         )
+        inserted = await queued.fetchone()
+        if inserted is not None and not inserted[0]:
+            return Outcome.FAILED_AGAIN
         return Outcome.RECORDED
 
     @staticmethod
@@ -351,12 +365,13 @@ class RefundFailures:
             (refund_id, _refunded_message(refund_id), event.dispute_id, event.round, _WAITING),
         )
         if ledger["paid_elsewhere"]:
-            log.warning(
+            log.error(
                 "Stripe reported refund %s succeeded after it waited for the customer, and %s"
                 " was settled another way meanwhile: the customer may have been paid twice",
                 refund_id,
                 where,
             )
+            return Outcome.REFUNDED_AFTER_SETTLED
         return Outcome.NOW_REFUNDED
 
 

@@ -68,6 +68,11 @@ class ApiSettings(StackSettings):
     stripe_timeout_s: float = Field(default=5.0, gt=0)
     """How long reading a refund back may take; beyond it the event is answered 503, and Stripe
     delivers it again."""
+    stripe_webhook_concurrency: int = Field(default=2, ge=1)
+    """Stripe events settled at once. Each holds a PostgreSQL connection of the API's pool (and
+    its round's row lock) while it reads the refund back from Stripe, so a burst of events while
+    Stripe is slow takes at most this many of ``DB_POOL_MAX`` from the intake and the desk; the
+    others wait without a connection."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")

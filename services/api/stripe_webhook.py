@@ -21,6 +21,7 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Annotated, Any
 
@@ -68,6 +69,8 @@ def stripe_webhook_router(
     refunds: RefundReader | None,
 ) -> APIRouter:
     router = APIRouter(tags=["payments"])
+    slots = asyncio.Semaphore(ctx.settings.stripe_webhook_concurrency)
+    waiting = ctx.metrics.stripe_events_waiting
     secret = ctx.settings.stripe_webhook_secret.get_secret_value()
     tolerance_s = ctx.settings.stripe_webhook_tolerance_s
     counted = ctx.metrics.stripe_events
@@ -128,7 +131,15 @@ def stripe_webhook_router(
         where = f"{about.dispute_id} round {about.round}"
         refund_id = about.stripe_refund_id
         try:
-            outcome, retrieved = await failures.settle(about, refunds, ctx.clock())
+            waiting.inc()
+            try:
+                await slots.acquire()
+            finally:
+                waiting.dec()
+            try:
+                outcome, retrieved = await failures.settle(about, refunds, ctx.clock())
+            finally:
+                slots.release()
         except TransientError as exc:
             log.warning("reading refund %s of %s from Stripe failed: %s", refund_id, where, exc)
             raise refuse(
@@ -162,6 +173,15 @@ def stripe_webhook_router(
                 status,
                 where,
             )
+        if outcome is Outcome.FAILED_AGAIN:
+            log.error(
+                "Stripe reported refund %s %s after it had refunded it following a wait for the"
+                " customer: %s is FAILED again, and its review item was decided before; a"
+                " payment operator must pay the customer",
+                refund_id,
+                status,
+                where,
+            )
         if outcome is Outcome.RECORDED:
             log.warning(
                 "Stripe reported refund %s %s: %s is FAILED, sent to review",
@@ -169,6 +189,7 @@ def stripe_webhook_router(
                 status,
                 where,
             )
+        if outcome in (Outcome.RECORDED, Outcome.FAILED_AGAIN):
             # After the answer: the round is recorded, and Stripe's delivery must not wait for
             # Kafka. What this does not publish, the outbox's next drain does.
             background.add_task(publish, refund_id, where)
@@ -188,6 +209,12 @@ _DETAIL = {
     " it again",
     Outcome.NOW_REFUNDED: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
     " the customer; the ledger now records it paid, and the desk closes its review item",
+    Outcome.FAILED_AGAIN: "Stripe holds refund {refund} {status}: {where} was refunded after"
+    " waiting for the customer and is FAILED again; its payout.failed is published again, and"
+    " an alert asks a payment operator to pay it",
+    Outcome.REFUNDED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
+    " waiting for the customer and settled another way meanwhile; the ledger now records it"
+    " paid, and an alert asks a payment operator to check for a double payment",
     Outcome.ALREADY_PAID: "Stripe holds refund {refund} {status}: nothing to change for {where}",
     Outcome.REFUND_NOT_FOUND: "Stripe has no refund {refund}: nothing to change for {where}",
     Outcome.IGNORED: "Stripe holds refund {refund} {status}, neither paid nor failed: nothing to"

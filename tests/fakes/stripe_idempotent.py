@@ -48,6 +48,11 @@ class FakeStripe:
     """Answer every refund read 401, as Stripe does for a revoked or wrong key."""
     reads: list[str] = field(default_factory=list)
     """The refund ids read (GET), in order."""
+    read_gate: threading.Event | None = None
+    """While set to an unset event, each refund read waits for it (up to 30 s) before answering:
+    the reads in progress can be counted (``reading``, ``most_reading``)."""
+    reading: int = 0
+    most_reading: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold(
@@ -75,7 +80,20 @@ class FakeStripe:
             refund["failure_reason"] = failure_reason
 
     def read(self, refund_id: str) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, answer) of ``GET /v1/refunds/{refund_id}``."""
+        """(HTTP status, answer) of ``GET /v1/refunds/{refund_id}``, once ``read_gate`` opens."""
+        gate = self.read_gate
+        with self._lock:
+            self.reading += 1
+            self.most_reading = max(self.most_reading, self.reading)
+        try:
+            if gate is not None:
+                gate.wait(30)
+            return self._read(refund_id)
+        finally:
+            with self._lock:
+                self.reading -= 1
+
+    def _read(self, refund_id: str) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.reads.append(refund_id)
             if self.refuse_key:

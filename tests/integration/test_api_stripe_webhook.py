@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -42,6 +44,7 @@ from tests.e2e.conftest_api import (
     sign_in,
 )
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
+from tests.kafka_helpers import wait_for
 from tests.ledger_rows import paid_round, read_round, seed_round
 from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
 
@@ -400,20 +403,94 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
 ) -> None:
     """Stripe may report a refund failed after it succeeded: the round turns FAILED again, and
     the round's one refund_failures row (written when the refund waited) is brought up to date,
-    not duplicated."""
+    not duplicated, and queued again, so that a second payout.failed is published. Its review
+    item was decided already: the outcome ``failed_again`` raises an alert instead."""
     dispute, refund_id = held_paid_round(api, fake, "requires_action")
     assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == "recorded"
     fake.fake.hold(refund_id, "succeeded")
     assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == (
         "now_refunded"
     )
+    wait_for(
+        lambda: (
+            published_rows(api.database_url, dispute)
+            == [(refund_id, "refund_requires_action", True)]
+        ),
+        30,
+        "the first payout.failed to be published",
+    )
     fake.fake.hold(refund_id, "failed", failure_reason="lost_or_stolen_card")
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
-    assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded"), answer.text
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "failed_again"), answer.text
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
-    assert [row[:2] for row in published_rows(api.database_url, dispute)] == [
-        (refund_id, "refund_failed")
-    ]
+    wait_for(
+        lambda: published_rows(api.database_url, dispute) == [(refund_id, "refund_failed", True)],
+        30,
+        "the second payout.failed to be published",
+    )
+    again = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    assert again.json()["outcome"] == "already_failed", "a redelivery publishes nothing more"
+
+
+def test_a_refund_that_succeeded_after_its_round_was_paid_another_way_raises_the_alarm(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    """A payment operator settled the waiting round another way (PAID_ELSEWHERE); then Stripe
+    refunded it after all. The ledger records the refund, and the outcome says the customer
+    may have been paid twice, which the alert RefundBenchRefundNeedsOperator counts."""
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(
+        api.database_url,
+        dispute,
+        status="FAILED",
+        error_code="refund_requires_action",
+        paid_elsewhere=True,
+    )
+    fake.fake.hold(refund_id, "succeeded")
+    paid = refund_event(refund_id, dispute_id=dispute, status="succeeded")
+    answer = deliver(api, paid)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "refunded_after_settled")
+    assert "paid twice" in answer.json()["detail"] or "double payment" in answer.json()["detail"]
+    row = ledger_row(api.database_url, dispute)
+    assert (row["status"], row["stripe_refund_id"]) == ("SUCCEEDED", refund_id)
+    assert deliver(api, paid).json()["outcome"] == "already_paid"
+
+
+def test_no_more_events_than_the_concurrency_hold_a_connection_while_stripe_is_read(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    """Stripe answers slowly, and four events come at once: two (STRIPE_WEBHOOK_CONCURRENCY)
+    read their refunds, each holding a database connection and its round's lock; the other two
+    wait without one, counted in ``api_stripe_events_waiting``. All four are settled."""
+    assert api.settings.stripe_webhook_concurrency == 2
+    rounds = [held_paid_round(api, fake, "failed") for _ in range(4)]
+    gate = threading.Event()
+    fake.fake.read_gate, fake.fake.most_reading = gate, 0
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = [
+                pool.submit(deliver, api, refund_event(refund, dispute_id=dispute))
+                for dispute, refund in rounds
+            ]
+            wait_for(
+                lambda: fake.fake.reading == 2 and _waiting(api) == 2,
+                30,
+                "two events reading Stripe and two waiting",
+            )
+            gate.set()
+            outcomes = [answer.result(60).json()["outcome"] for answer in answers]
+    finally:
+        fake.fake.read_gate = None
+        gate.set()
+    assert outcomes == ["recorded"] * 4
+    assert fake.fake.most_reading == 2
+    assert _waiting(api) == 0
+
+
+def _waiting(api: ApiServer) -> float:
+    text = httpx.get(api.metrics_url, timeout=10).text
+    [line] = [x for x in text.splitlines() if x.startswith("api_stripe_events_waiting ")]
+    return float(line.split()[1])
 
 
 @pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
