@@ -60,7 +60,8 @@ def _exported() -> dict[str, dict[str, set[str]]]:
     api = ApiMetrics(registry)
     for metric in vars(api).values():
         if hasattr(metric, "_labelnames"):
-            labelled = metric.labels(*["x"] * len(metric._labelnames))
+            names = metric._labelnames
+            labelled = metric.labels(*["x"] * len(names)) if names else metric
             if hasattr(labelled, "inc"):
                 labelled.inc()
             else:
