@@ -212,8 +212,8 @@ REFUND_FAILURES = OutboxTable(
     make=lambda row: RefundFailureRecord(**row),
 )
 _LEDGER_ROW = """
-SELECT status, error_code, stripe_refund_id, amount_minor, currency, idempotency_key,
-       paid_elsewhere
+SELECT status, error_code, error_message, stripe_refund_id, amount_minor, currency,
+       idempotency_key, paid_elsewhere
 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
 """
 _WAITING = WAITING_FOR_CUSTOMER
@@ -241,11 +241,12 @@ SET refund_status = EXCLUDED.refund_status, failure_reason = EXCLUDED.failure_re
     error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at,
     published = false
 WHERE refund_failures.stripe_refund_id = EXCLUDED.stripe_refund_id
-RETURNING xmax = 0
+RETURNING stripe_refund_id
 """  # noqa: S608 - the column list is a constant
-"""Returns true for a new row. A round that waited for the customer, was refunded, and then
-failed after all has its row from the first failure: it is brought up to date and queued
-again (false returned), so that its new ``payout.failed`` is published."""
+"""Returns the row written, none if the round's row names another refund. A round that waited
+for the customer, was refunded, and then failed after all has its row from the first failure
+(if the webhook recorded it): it is brought up to date and queued again, so that its new
+``payout.failed`` is published."""
 
 
 def _refunded_message(refund_id: str) -> str:
@@ -340,8 +341,15 @@ class RefundFailures:
                 at,
             ),
         )
-        inserted = await queued.fetchone()
-        if inserted is not None and not inserted[0]:
+        if await queued.fetchone() is None:
+            # A refund_failures row of this round names another refund: nothing is queued, so
+            # the round must not stay FAILED unreported (rolled back; Stripe delivers again).
+            raise RuntimeError(
+                f"{report.dispute_id} round {report.round} has a refund failure recorded for"
+                f" another refund than {report.stripe_refund_id}"
+            )
+        if ledger["error_message"] == _refunded_message(report.stripe_refund_id):
+            # SUCCEEDED only since Stripe refunded it after a wait: its item was decided then.
             return Outcome.FAILED_AGAIN
         return Outcome.RECORDED
 

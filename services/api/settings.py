@@ -71,8 +71,9 @@ class ApiSettings(StackSettings):
     stripe_webhook_concurrency: int = Field(default=2, ge=1)
     """Stripe events settled at once. Each holds a PostgreSQL connection of the API's pool (and
     its round's row lock) while it reads the refund back from Stripe, so a burst of events while
-    Stripe is slow takes at most this many of ``DB_POOL_MAX`` from the intake and the desk; the
-    others wait without a connection."""
+    Stripe is slow takes at most this many of each replica's ``DB_POOL_MAX`` from the intake and
+    the desk; the others wait without a connection, for up to ``STRIPE_TIMEOUT_S``, and are
+    then answered 503 (``busy``: Stripe delivers them again)."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")

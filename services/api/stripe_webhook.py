@@ -133,7 +133,11 @@ def stripe_webhook_router(
         try:
             waiting.inc()
             try:
-                await slots.acquire()
+                await asyncio.wait_for(slots.acquire(), ctx.settings.stripe_timeout_s)
+            except TimeoutError:
+                raise refuse(
+                    503, "busy", "too many Stripe events are being settled; deliver again"
+                ) from None
             finally:
                 waiting.dec()
             try:

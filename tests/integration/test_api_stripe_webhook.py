@@ -398,26 +398,35 @@ def test_a_refund_that_waited_for_the_customer_and_then_succeeded_pays_its_round
     assert ledger_row(api.database_url, dispute) == row
 
 
+@pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
 def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_again(
-    api: ApiServer, fake: FakeStripeServer
+    api: ApiServer, fake: FakeStripeServer, stack: Stack, codec: Codec, reported: str
 ) -> None:
-    """Stripe may report a refund failed after it succeeded: the round turns FAILED again, and
-    the round's one refund_failures row (written when the refund waited) is brought up to date,
-    not duplicated, and queued again, so that a second payout.failed is published. Its review
-    item was decided already: the outcome ``failed_again`` raises an alert instead."""
-    dispute, refund_id = held_paid_round(api, fake, "requires_action")
-    assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == "recorded"
+    """Stripe may report a refund failed after it succeeded: the round turns FAILED again, the
+    round's one refund_failures row is written or brought up to date (not duplicated) and
+    queued, so that a payout.failed for the failure is published. The round's review item was
+    decided when Stripe refunded it: the outcome ``failed_again`` raises an alert instead,
+    whether the wait for the customer was reported by an earlier event or by Stripe's answer
+    to the payout itself."""
+    start = end_offsets(stack.kafka, TOPIC)
+    if reported == "by an earlier event":
+        dispute, refund_id = held_paid_round(api, fake, "requires_action")
+        waited = deliver(api, refund_event(refund_id, dispute_id=dispute))
+        assert waited.json()["outcome"] == "recorded"
+        wait_for(
+            lambda: (
+                published_rows(api.database_url, dispute)
+                == [(refund_id, "refund_requires_action", True)]
+            ),
+            30,
+            "the first payout.failed to be published",
+        )
+    else:  # the payout stage failed the round itself, keeping no refund id
+        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
     fake.fake.hold(refund_id, "succeeded")
     assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == (
         "now_refunded"
-    )
-    wait_for(
-        lambda: (
-            published_rows(api.database_url, dispute)
-            == [(refund_id, "refund_requires_action", True)]
-        ),
-        30,
-        "the first payout.failed to be published",
     )
     fake.fake.hold(refund_id, "failed", failure_reason="lost_or_stolen_card")
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
@@ -426,8 +435,11 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
     wait_for(
         lambda: published_rows(api.database_url, dispute) == [(refund_id, "refund_failed", True)],
         30,
-        "the second payout.failed to be published",
+        "the failure's payout.failed to be published",
     )
+    events = dispute_events(stack.kafka, codec, TOPIC, start, dispute, settle_s=0.5)
+    earlier = ["refund_requires_action"] if reported == "by an earlier event" else []
+    assert [e["error_code"] for e in events] == [*earlier, "refund_failed"]
     again = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert again.json()["outcome"] == "already_failed", "a redelivery publishes nothing more"
 
@@ -484,6 +496,35 @@ def test_no_more_events_than_the_concurrency_hold_a_connection_while_stripe_is_r
         gate.set()
     assert outcomes == ["recorded"] * 4
     assert fake.fake.most_reading == 2
+    assert _waiting(api) == 0
+
+
+def test_an_event_that_waits_longer_than_stripe_may_take_is_delivered_again(
+    api: ApiServer, fake: FakeStripeServer
+) -> None:
+    """Both slots stay taken past STRIPE_TIMEOUT_S: a third event is answered 503 ``busy``
+    (Stripe delivers it again) instead of waiting without end, and changes nothing."""
+    rounds = [held_paid_round(api, fake, "failed") for _ in range(3)]
+    gate = threading.Event()
+    fake.fake.read_gate = gate
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            held = [
+                pool.submit(deliver, api, refund_event(refund, dispute_id=dispute))
+                for dispute, refund in rounds[:2]
+            ]
+            wait_for(lambda: fake.fake.reading == 2, 30, "both slots reading Stripe")
+            dispute, refund = rounds[2]
+            turned_away = deliver(api, refund_event(refund, dispute_id=dispute))
+            gate.set()
+            outcomes = [answer.result(60).json()["outcome"] for answer in held]
+    finally:
+        fake.fake.read_gate = None
+        gate.set()
+    assert turned_away.status_code == 503, turned_away.text
+    assert "deliver again" in turned_away.json()["detail"]
+    assert read_round(api.database_url, rounds[2][0]) == ("SUCCEEDED", 1, None)
+    assert outcomes == ["recorded"] * 2
     assert _waiting(api) == 0
 
 
