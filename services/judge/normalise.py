@@ -112,7 +112,8 @@ def normalise(
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
     silent = _keys(silent_fields)
     resting_on_nothing = [c for c in known if _key(c) in silent]
-    on_silence = bool(resting_on_nothing) or claim_unrecorded
+    # An ESCALATE needs no record: it is marked only for what it cites.
+    on_silence = bool(resting_on_nothing) or (claim_unrecorded and ruling is not Ruling.ESCALATE)
     if ruling is Ruling.REJECTED and on_silence:
         what = (
             f"cites evidence the order store has no record of: {', '.join(resting_on_nothing)}"

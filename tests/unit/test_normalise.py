@@ -277,3 +277,6 @@ def test_a_missing_item_claim_without_pickup_weights_rests_on_nothing_whatever_i
     assert "rules on a claim whose records the order store does not have" in rejected.reason
     grounded = normalise("UPHELD", cited, ABSENT_FIELDS, ABSENT)
     assert not grounded.cites_missing_evidence, "the same citations on a recorded claim"
+    for escalated in ([], cited):  # an ESCALATE needs no record: marked only for what it cites
+        unsure = normalise("ESCALATE", escalated, ABSENT_FIELDS, ABSENT, claim_unrecorded=True)
+        assert not unsure.cites_missing_evidence
