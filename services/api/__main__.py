@@ -1,11 +1,13 @@
 """``python -m services.api``: serve the API and the desk (settings from the environment).
 
-``python -m services.api hash-password`` prints a reviewer password hash for ``REVIEWERS``.
+``python -m services.api hash-password`` prints a reviewer password hash for ``REVIEWERS``;
+``python -m services.api openapi`` prints the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import sys
 
 import typer
@@ -32,6 +34,21 @@ def serve() -> None:
     settings = ApiSettings()
     configure_logging(settings.log_level)
     run(settings)
+
+
+@cli.command()
+def openapi() -> None:
+    """Print the OpenAPI document, as ``/openapi.json`` serves it when API_DOCS is on (the
+    settings that shape it, such as MAX_COMPLAINT_CHARS, from the environment)."""
+    from pydantic import SecretStr
+
+    from services.api.app import openapi_document
+    from services.api.settings import ApiSettings
+
+    # The document does not depend on the session secret; a placeholder lets it be built
+    # where none is set.
+    settings = ApiSettings(session_secret=SecretStr("openapi-document-only-" + "x" * 32))
+    typer.echo(json.dumps(openapi_document(settings), indent=2))
 
 
 @cli.command("hash-password")

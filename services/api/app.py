@@ -275,7 +275,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         version="1.0.0",
         summary="Complaint intake, the dispute audit record, and the human-review desk.",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url="/docs" if settings.api_docs else None,
+        openapi_url="/openapi.json" if settings.api_docs else None,
         redoc_url=None,
     )
     app.state.ctx = ctx

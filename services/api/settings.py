@@ -68,6 +68,11 @@ class ApiSettings(StackSettings):
     stripe_timeout_s: float = Field(default=5.0, gt=0)
     """How long reading a refund back may take; beyond it the event is answered 503, and Stripe
     delivers it again."""
+    api_docs: bool = True
+    """Serve the OpenAPI document (``/openapi.json``) and its Swagger UI (``/docs``) without
+    sign-in. Off in production (``deploy/k8s/config.env``): the document is then published from
+    the repository (``python -m services.api openapi``, docs/api.md) rather than by every
+    replica to anyone who can reach it."""
     stripe_webhook_concurrency: int = Field(default=2, ge=1)
     """Stripe events settled at once. Each holds a PostgreSQL connection of the API's pool (and
     its round's row lock) while it reads the refund back from Stripe, so a burst of events while

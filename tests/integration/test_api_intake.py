@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -512,3 +514,22 @@ def test_health_readiness_metrics_and_openapi(api: ApiServer) -> None:
     assert document["paths"]["/complaints"]["post"]["security"] == [{"bearer": []}]
     # Stripe signs its events; a bearer token is not what authenticates them.
     assert "security" not in document["paths"]["/webhooks/stripe"]["post"]
+
+
+def test_with_api_docs_off_the_document_is_not_served_but_printed(stack: Stack) -> None:
+    """Production turns ``API_DOCS`` off: neither the document nor its UI answers without
+    sign-in, and ``python -m services.api openapi`` prints the same document instead."""
+    with running_api(stack, api_docs=False) as server:
+        assert httpx.get(f"{server.url}/openapi.json", timeout=10).status_code == 404
+        assert httpx.get(f"{server.url}/docs", timeout=10).status_code == 404
+        assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+    printed = subprocess.run(
+        [sys.executable, "-m", "services.api", "openapi"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    document = json.loads(printed.stdout)
+    assert "/complaints" in document["paths"]
+    assert "/webhooks/stripe" in document["paths"]
