@@ -120,15 +120,8 @@ class StripePayments:
             with _unreachable_is_transient():
                 refund = await self._client.v1.refunds.retrieve_async(refund_id)
         except stripe.StripeError as exc:
-            status = exc.http_status or 0
-            if isinstance(exc, stripe.APIError) or status == 429 or status >= 500:
-                raise TransientError(f"stripe: HTTP {status}", dependency="stripe") from exc
-            if status in (401, 403):
-                raise PaymentsRefusedUs(
-                    f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"
-                    " its permissions (refunds: read)"
-                ) from exc
-            if status == 404:
+            _raise_if_unavailable_or_refused(exc, "refunds: read")
+            if exc.http_status == 404:
                 raise RefundNotFound(f"stripe has no refund {refund_id}") from exc
             raise
         reason = getattr(refund, "failure_reason", None)
@@ -166,17 +159,7 @@ class StripePayments:
                     f"Stripe answered the round's key with the HTTP {status} it saved when the"
                     " refund failed part-way; the refund may exist",
                 ) from exc
-            if isinstance(exc, stripe.APIError):
-                raise TransientError(
-                    f"stripe: {exc.http_status} {type(exc).__name__}", dependency="stripe"
-                ) from exc
-            if status == 429 or status >= 500:
-                raise TransientError(f"stripe: HTTP {status}", dependency="stripe") from exc
-            if status in (401, 403):
-                raise PaymentsRefusedUs(
-                    f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and"
-                    " its permissions (refunds: write)"
-                ) from exc
+            _raise_if_unavailable_or_refused(exc, "refunds: write")
             # A refused key is named by its type, whatever its code: the ledger reads it as a
             # round that may have refunded (MAY_HAVE_REFUNDED).
             if isinstance(exc, stripe.IdempotencyError):
@@ -185,6 +168,22 @@ class StripePayments:
                 code = exc.code or type(exc).__name__
             raise PaymentRejected(str(code), exc.user_message or str(exc)) from exc
         return _accepted(refund)
+
+
+def _raise_if_unavailable_or_refused(exc: stripe.StripeError, permission: str) -> None:
+    """Raise for an answer any call to Stripe reads alike: an API error, 429 or 5xx is a
+    :class:`TransientError`; 401 or 403 (the key refused, or lacking ``permission``) is
+    :class:`PaymentsRefusedUs`. Return for any other, which the caller reads."""
+    status = exc.http_status or 0
+    if isinstance(exc, stripe.APIError) or status == 429 or status >= 500:
+        raise TransientError(
+            f"stripe: HTTP {status} {type(exc).__name__}", dependency="stripe"
+        ) from exc
+    if status in (401, 403):
+        raise PaymentsRefusedUs(
+            f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and its"
+            f" permissions ({permission})"
+        ) from exc
 
 
 @contextlib.contextmanager
