@@ -8,8 +8,21 @@ import uuid
 from typing import Any
 
 import stripe
+from pydantic import SecretStr
 
 WEBHOOK_SECRET = "whsec_test_" + "c" * 32
+READ_KEY = "rk_test_" + "r" * 24
+"""The restricted key the API reads refunds back with (the fake Stripe takes any)."""
+
+
+def webhook_settings(stripe_url: str) -> dict[str, Any]:
+    """The API's settings for a webhook that verifies :data:`WEBHOOK_SECRET` and reads refunds
+    back from the Stripe at ``stripe_url`` with :data:`READ_KEY`."""
+    return {
+        "stripe_webhook_secret": SecretStr(WEBHOOK_SECRET),
+        "stripe_api_key": SecretStr(READ_KEY),
+        "stripe_api_base": stripe_url,
+    }
 
 
 def refund_event(

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from refund_bench.db.payout_rounds import idempotency_key
 from refund_bench.disputes import Story
@@ -22,7 +21,7 @@ from tests.conftest import Stack
 from tests.e2e.conftest_api import ApiServer, running_api, sign_in
 from tests.e2e.pipeline import Pipeline
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
-from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
+from tests.stripe_events import refund_event, signed, webhook_settings
 
 pytestmark = pytest.mark.stack
 
@@ -36,12 +35,7 @@ def stripe_now() -> Iterator[FakeStripeServer]:
 
 @pytest.fixture(scope="module")
 def api_server(stack: Stack, stripe_now: FakeStripeServer) -> Iterator[ApiServer]:
-    with running_api(
-        stack,
-        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
-        stripe_api_key=SecretStr("rk_test_read_refunds"),
-        stripe_api_base=stripe_now.url,
-    ) as server:
+    with running_api(stack, **webhook_settings(stripe_now.url)) as server:
         yield server
 
 

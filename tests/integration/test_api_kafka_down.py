@@ -17,7 +17,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import httpx
 import psycopg
 import pytest
-from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
@@ -33,7 +32,7 @@ from tests.e2e.conftest_api import (
 )
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import paid_round, read_round
-from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
+from tests.stripe_events import refund_event, signed, webhook_settings
 
 pytestmark = pytest.mark.stack
 
@@ -66,9 +65,7 @@ def api(stack: Stack, stripe_now: FakeStripeServer) -> Iterator[ApiServer]:
         publish_wait_s=0.5,
         publish_timeout_s=PUBLISH_TIMEOUT_S,
         outbox_interval_s=600.0,
-        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
-        stripe_api_key=SecretStr("rk_test_read_refunds"),
-        stripe_api_base=stripe_now.url,
+        **webhook_settings(stripe_now.url),
     ) as server:
         yield server
 

@@ -46,12 +46,11 @@ from tests.e2e.conftest_api import (
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.kafka_helpers import wait_for
 from tests.ledger_rows import paid_round, read_round, seed_round
-from tests.stripe_events import WEBHOOK_SECRET, refund_event, signed
+from tests.stripe_events import READ_KEY, WEBHOOK_SECRET, refund_event, signed, webhook_settings
 
 pytestmark = pytest.mark.stack
 TOPIC = t.PAYOUT_FAILED.name
-API_KEY = "rk_test_" + "r" * 24
-"""The restricted key the API reads refunds with (the fake takes any)."""
+API_KEY = READ_KEY
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +61,7 @@ def fake() -> Iterator[FakeStripeServer]:
 
 @pytest.fixture(scope="module")
 def api(stack: Stack, fake: FakeStripeServer) -> Iterator[ApiServer]:
-    with running_api(
-        stack,
-        stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
-        stripe_api_key=SecretStr(API_KEY),
-        stripe_api_base=fake.url,
-    ) as server:
+    with running_api(stack, **webhook_settings(fake.url)) as server:
         yield server
 
 
