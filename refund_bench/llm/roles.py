@@ -29,7 +29,7 @@ from refund_bench.errors import RefundBenchError
 from refund_bench.events import GrievanceExtracted
 
 EXTRACTOR_PROMPT_VERSION: Final = "extractor/v2"
-JUDGE_PROMPT_VERSION: Final = "judge/v2"
+JUDGE_PROMPT_VERSION: Final = "judge/v3"
 SETTLER_PROMPT_VERSION: Final = "settler/v2"
 
 EXTRACTION_SCHEMA_NAME: Final = "grievance_extraction"

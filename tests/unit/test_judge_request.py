@@ -9,6 +9,7 @@ from typing import Any
 from refund_bench import events as ev
 from refund_bench.domain import Category
 from refund_bench.llm.roles import (
+    EXTRACTOR_PROMPT_VERSION,
     JUDGE_PROMPT_VERSION,
     GrievanceForJudge,
     build_judge_request,
@@ -68,9 +69,20 @@ def test_a_grievance_extracted_before_the_words_travelled_is_shown_without_them(
 
 def test_the_judges_prompt_tells_them_what_the_words_are_for() -> None:
     prompt = load_prompt(JUDGE_PROMPT_VERSION)
-    assert JUDGE_PROMPT_VERSION == "judge/v2"
+    assert JUDGE_PROMPT_VERSION == "judge/v3"
     assert "`span_text`" in prompt.text
     assert "goes beyond `span_text`" in prompt.text
+
+
+def test_the_judges_read_an_item_named_without_a_number_as_the_extractor_resolves_it() -> None:
+    """The extractor gives such a claim the whole ordered quantity; a judge told that more units
+    than the words state means ESCALATE must be told that this is not more, or a faithful judge
+    escalates every "the biryani was cold" on an order of four."""
+    extractor = " ".join(load_prompt(EXTRACTOR_PROMPT_VERSION).text.split())
+    judge = " ".join(load_prompt(JUDGE_PROMPT_VERSION).text.split())
+    assert "whole ordered quantity when the customer names the item without a number" in extractor
+    assert "An item named without a number" in judge
+    assert "equal to the ordered quantity does not go beyond those words" in judge
 
 
 def test_each_draw_of_each_seat_has_a_seed_of_its_own() -> None:
