@@ -9,20 +9,32 @@ Keys: ``LLM_API_KEY`` is sent only to ``LLM_BASE_URL``. A role or seat with a ba
 own needs a key of its own (``EXTRACTOR_API_KEY``, ``SETTLER_API_KEY``, ``JUDGE_API_KEYS``), or
 the settings refuse to load, naming the setting.
 
-Rate limits: one Redis token bucket per provider host (:func:`bucket_name`). Calls to
-``LLM_BASE_URL``'s host take from ``LLM_RATE_LIMIT_NAME``'s bucket, as they always did; calls
-to another host take from ``<LLM_RATE_LIMIT_NAME>:<host>``, so seats on one provider share a
-bucket and providers do not throttle each other.
+Rate limits: one Redis token bucket per provider account, that is per host and key
+(:meth:`LlmStageSettings.bucket_name`). Calls to ``LLM_BASE_URL``'s host with ``LLM_API_KEY``
+take from ``LLM_RATE_LIMIT_NAME``'s bucket, as they always did; other calls take from
+``<LLM_RATE_LIMIT_NAME>:<host>:<account id>``, the account id a hash prefix of the key, so
+seats of one account share a bucket and accounts do not throttle each other. Each bucket
+refills at its endpoint's own rate (``EXTRACTOR_RATE_PER_SECOND``, ``SETTLER_RATE_PER_SECOND``,
+``JUDGE_RATES_PER_SECOND``), or ``LLM_RATE_PER_SECOND`` when that is unset.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import Annotated, ClassVar, Self
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from refund_bench.config import StageSettings
@@ -36,10 +48,51 @@ from refund_bench.runtime.metrics import Metrics, retry_counter
 
 @dataclass(frozen=True)
 class EndpointAccess:
-    """Where one role or seat sends its calls, and the key it sends there (printed masked)."""
+    """Where one role or seat sends its calls, the key it sends there (printed masked), and the
+    rate its rate-limit bucket refills at (calls per second)."""
 
     base_url: str
     api_key: SecretStr
+    rate_per_second: float
+
+
+def parse_rate(text: str, setting: str) -> float | None:
+    """The rate ``text`` gives in ``setting`` (calls per second): ``None`` when blank, so that
+    ``LLM_RATE_PER_SECOND`` applies. ``ValueError`` naming ``setting`` for text that is not a
+    finite number above 0; the text is quoted only when it is a number."""
+    entry = text.strip()
+    if not entry:
+        return None
+    try:
+        rate = float(entry)
+    except ValueError:
+        raise ValueError(f"{setting} must be a number of calls per second") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(
+            f"{setting} must be a finite number of calls per second above 0, got {entry}"
+        )
+    return rate
+
+
+def _own_rate(value: object, info: ValidationInfo) -> object:
+    """A role's own rate setting as loaded: blank is unset (``None``)."""
+    if value is None:
+        return None
+    return parse_rate(str(value), (info.field_name or "rate").upper())
+
+
+OwnRate = Annotated[float | None, BeforeValidator(_own_rate)]
+"""A role's own rate setting (``EXTRACTOR_RATE_PER_SECOND``, ...): a finite number above 0, or
+unset (blank): ``LLM_RATE_PER_SECOND``."""
+
+
+def account_id(api_key: SecretStr) -> str:
+    """A stable name of the account ``api_key`` signs in as, for rate-limit bucket names: 12
+    hex digits of a sha256 of the key under a purpose prefix. Never the key, and no use in
+    guessing one of realistic length."""
+    digest = hashlib.sha256(b"refund-bench rate-limit account\0")
+    digest.update(api_key.get_secret_value().encode("utf-8"))
+    return digest.hexdigest()[:12]
 
 
 def _endpoint_id(base_url: str) -> str:
@@ -68,7 +121,9 @@ class LlmStageSettings(StageSettings):
     """Each attempt of a call, from start (the wait for a pooled connection included) to the
     answer's last byte (the timeout above is per phase: an answer trickling in a byte at a time
     would never reach it). At least ``LLM_TIMEOUT_SECONDS``."""
-    llm_rate_per_second: float = Field(default=2000.0, gt=0)
+    llm_rate_per_second: float = Field(default=2000.0, gt=0, allow_inf_nan=False)
+    """The refill rate of every bucket whose endpoint sets no rate of its own, among them the
+    bucket of ``LLM_BASE_URL`` with ``LLM_API_KEY``, which every LLM stage shares."""
     llm_burst: int = Field(default=500, ge=1)
     llm_rate_limit_name: str = "default"
     llm_cache_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
@@ -89,26 +144,64 @@ class LlmStageSettings(StageSettings):
         return self
 
     def shared_access(self) -> EndpointAccess:
-        """``LLM_BASE_URL`` with ``LLM_API_KEY``."""
-        return EndpointAccess(self.llm_base_url, self.llm_api_key)
+        """``LLM_BASE_URL`` with ``LLM_API_KEY``, at ``LLM_RATE_PER_SECOND``."""
+        return EndpointAccess(self.llm_base_url, self.llm_api_key, self.llm_rate_per_second)
 
     def access(
-        self, base_url: str, api_key: SecretStr, *, who: str, url_setting: str, key_setting: str
+        self,
+        base_url: str,
+        api_key: SecretStr,
+        rate: float | None,
+        *,
+        who: str,
+        url_setting: str,
+        key_setting: str,
+        rate_setting: str,
     ) -> EndpointAccess:
-        """The endpoint and key of a role or seat whose own settings are ``base_url`` and
-        ``api_key`` (empty: none of its own). Without a URL of its own it calls
-        ``LLM_BASE_URL``; without a key of its own it sends ``LLM_API_KEY``, but only to
-        ``LLM_BASE_URL``. A URL of its own without a key of its own is a ``ValueError`` that
-        names ``who`` and the two settings, never a key or a URL."""
+        """The endpoint, key and rate of a role or seat whose own settings are ``base_url``,
+        ``api_key`` and ``rate`` (empty or ``None``: none of its own). Without a URL of its own
+        it calls ``LLM_BASE_URL``; without a key of its own it sends ``LLM_API_KEY``, but only
+        to ``LLM_BASE_URL``; without a rate of its own its bucket refills at
+        ``LLM_RATE_PER_SECOND``. ``ValueError``, naming ``who`` and settings but never a key or
+        a URL, for a URL of its own without a key of its own, and for a rate of its own that
+        differs from ``LLM_RATE_PER_SECOND`` on the bucket every stage shares at that rate
+        (``LLM_BASE_URL``'s host with ``LLM_API_KEY``)."""
         url = base_url or self.llm_base_url
         if api_key.get_secret_value():
-            return EndpointAccess(url, api_key)
-        if _endpoint_id(url) == _endpoint_id(self.llm_base_url):
-            return EndpointAccess(url, self.llm_api_key)
-        raise ValueError(
-            f"{url_setting} sends {who} to an endpoint other than LLM_BASE_URL, and"
-            f" {key_setting} gives it no key: LLM_API_KEY is sent only to LLM_BASE_URL"
+            key = api_key
+        elif _endpoint_id(url) == _endpoint_id(self.llm_base_url):
+            key = self.llm_api_key
+        else:
+            raise ValueError(
+                f"{url_setting} sends {who} to an endpoint other than LLM_BASE_URL, and"
+                f" {key_setting} gives it no key: LLM_API_KEY is sent only to LLM_BASE_URL"
+            )
+        access = EndpointAccess(url, key, self.llm_rate_per_second if rate is None else rate)
+        if rate is not None and rate != self.llm_rate_per_second and self._is_shared(access):
+            raise ValueError(
+                f"{rate_setting} gives {who} {rate:g} calls per second, but {who} calls"
+                " LLM_BASE_URL's host with LLM_API_KEY, whose bucket every LLM stage shares at"
+                f" LLM_RATE_PER_SECOND ({self.llm_rate_per_second:g}): set that instead"
+            )
+        return access
+
+    def _is_shared(self, access: EndpointAccess) -> bool:
+        """True when ``access`` takes from the bucket of ``LLM_BASE_URL``'s host and
+        ``LLM_API_KEY``, named ``LLM_RATE_LIMIT_NAME`` alone."""
+        return _endpoint_host(access.base_url) == _endpoint_host(self.llm_base_url) and (
+            access.api_key.get_secret_value() == self.llm_api_key.get_secret_value()
         )
+
+    def bucket_name(self, access: EndpointAccess) -> str:
+        """The rate-limit bucket of calls made with ``access``: one per provider account, that
+        is per host (with its port unless the scheme's default) and key. ``LLM_RATE_LIMIT_NAME``
+        for ``LLM_BASE_URL``'s host with ``LLM_API_KEY`` (the single-endpoint default keeps its
+        bucket and Redis key), ``<LLM_RATE_LIMIT_NAME>:<host>:<account id>`` for any other
+        (:func:`account_id`). Never a key, user name or password."""
+        if self._is_shared(access):
+            return self.llm_rate_limit_name
+        host = _endpoint_host(access.base_url)
+        return f"{self.llm_rate_limit_name}:{host}:{account_id(access.api_key)}"
 
 
 class SingleRoleSettings(LlmStageSettings):
@@ -124,26 +217,18 @@ class SingleRoleSettings(LlmStageSettings):
         return self
 
     def endpoint(self) -> EndpointAccess:
-        """Where the role calls and with which key (see :meth:`LlmStageSettings.access`)."""
+        """Where the role calls, with which key and at which rate (see
+        :meth:`LlmStageSettings.access`)."""
         role = self.ROLE
         return self.access(
             getattr(self, f"{role}_base_url"),
             getattr(self, f"{role}_api_key"),
+            getattr(self, f"{role}_rate_per_second"),
             who=f"the {role}",
             url_setting=f"{role.upper()}_BASE_URL",
             key_setting=f"{role.upper()}_API_KEY",
+            rate_setting=f"{role.upper()}_RATE_PER_SECOND",
         )
-
-
-def bucket_name(settings: LlmStageSettings, base_url: str) -> str:
-    """The rate-limit bucket of calls to ``base_url``: ``LLM_RATE_LIMIT_NAME`` for
-    ``LLM_BASE_URL``'s host (the single-endpoint default keeps its bucket and Redis key), and
-    ``<LLM_RATE_LIMIT_NAME>:<host>`` for any other host. Endpoints on one host share a bucket
-    (a provider's limit is per account, and an account is per host here)."""
-    host = _endpoint_host(base_url)
-    if host == _endpoint_host(settings.llm_base_url):
-        return settings.llm_rate_limit_name
-    return f"{settings.llm_rate_limit_name}:{host}"
 
 
 def redis_client(settings: LlmStageSettings) -> Redis:
@@ -164,13 +249,15 @@ def response_cache(settings: LlmStageSettings, redis: Redis) -> RedisResponseCac
     )
 
 
-def rate_limiter(settings: LlmStageSettings, redis: Redis, base_url: str) -> RedisTokenBucket:
-    """The token bucket of ``base_url``'s host (:func:`bucket_name`), shared through Redis by
-    every replica of every LLM stage that calls that host."""
+def rate_limiter(
+    settings: LlmStageSettings, redis: Redis, access: EndpointAccess
+) -> RedisTokenBucket:
+    """The token bucket of ``access``'s account (:meth:`LlmStageSettings.bucket_name`), at its
+    rate, shared through Redis by every replica of every LLM stage that calls with it."""
     return RedisTokenBucket(
         redis,
-        bucket_name(settings, base_url),
-        settings.llm_rate_per_second,
+        settings.bucket_name(access),
+        access.rate_per_second,
         settings.llm_burst,
     )
 
@@ -186,7 +273,7 @@ def client(
     metrics: Metrics | None = None,
 ) -> LlmClient:
     """The role's (or seat's) client of ``access`` (default: ``LLM_BASE_URL`` with
-    ``LLM_API_KEY``), paced by its host's bucket; with ``metrics``, its retries are counted in
+    ``LLM_API_KEY``), paced by its account's bucket; with ``metrics``, its retries are counted in
     ``retries`` by kind (``llm_rate_limited``, ``llm_server_error``, ...)."""
     if access is None:
         access = settings.shared_access()
@@ -200,7 +287,7 @@ def client(
     )
     return LlmClient(
         endpoint,
-        rate_limiter=rate_limiter(settings, redis, access.base_url),
+        rate_limiter=rate_limiter(settings, redis, access),
         on_inflight=on_inflight,
         on_retry=None if metrics is None else retry_counter(metrics),
         max_connections=settings.llm_max_connections,
@@ -229,6 +316,10 @@ class JudgePanelSettings(LlmStageSettings):
     """As ``JUDGE_BASE_URLS``, aligned with the seats: the keys of the seats' endpoints, one
     secret split at use so that no key is ever printed. Empty: a seat on ``LLM_BASE_URL`` sends
     ``LLM_API_KEY``, and a seat with a base URL of its own refuses to start."""
+    judge_rates_per_second: str = ""
+    """As ``JUDGE_BASE_URLS``, aligned with the seats: the refill rate (calls per second) of the
+    bucket of each seat's endpoint and key. Empty, or an empty entry: ``LLM_RATE_PER_SECOND``.
+    Seats that share a bucket (one host, one key) must be given the same rate."""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
     judge_prompt_version: str = JUDGE_PROMPT_VERSION
@@ -251,15 +342,18 @@ class JudgePanelSettings(LlmStageSettings):
 
     @model_validator(mode="after")
     def _seats_agree(self) -> Self:
-        """Each list names one entry for every seat or one per seat, so a seat's model, URL and
-        key are the same position of each; one key is not sent to different endpoints; a seat
-        with a URL of its own has a key of its own. Errors name settings, never a key."""
+        """Each list names one entry for every seat or one per seat, so a seat's model, URL,
+        key and rate are the same position of each; one key is not sent to different
+        endpoints; a seat with a URL of its own has a key of its own; every rate is a finite
+        number above 0, and seats sharing a bucket have one rate. Errors name settings and
+        seats, never a key or a URL."""
         urls = split_list(self.judge_base_urls)
         keys = self._seat_keys()
         for setting, count in (
             ("JUDGE_MODELS", len(split_list(self.judge_models))),
             ("JUDGE_BASE_URLS", len(urls)),
             ("JUDGE_API_KEYS", len(keys)),
+            ("JUDGE_RATES_PER_SECOND", len(split_list(self.judge_rates_per_second))),
         ):
             if count not in (0, 1, self.judge_count):
                 raise ValueError(
@@ -272,8 +366,19 @@ class JudgePanelSettings(LlmStageSettings):
                 "JUDGE_API_KEYS has one key for seats on different endpoints (JUDGE_BASE_URLS):"
                 f" give JUDGE_COUNT={self.judge_count} keys, one per seat in seat order"
             )
-        for seat in range(self.judge_count):
-            self.seat_access(seat)
+        seats_of: dict[str, list[int]] = {}
+        accesses = [self.seat_access(seat) for seat in range(self.judge_count)]
+        for seat, access in enumerate(accesses):
+            seats_of.setdefault(self.bucket_name(access), []).append(seat)
+        for seats in seats_of.values():
+            rates = [accesses[seat].rate_per_second for seat in seats]
+            if len(set(rates)) > 1:
+                raise ValueError(
+                    f"JUDGE_RATES_PER_SECOND gives judge seats {', '.join(map(str, seats))}"
+                    f" different rates ({', '.join(f'{rate:g}' for rate in rates)} calls per"
+                    " second), but they share one rate-limit bucket (the same host and key):"
+                    " give them the same rate"
+                )
         return self
 
     def _seat_keys(self) -> list[str]:
@@ -300,16 +405,24 @@ class JudgePanelSettings(LlmStageSettings):
         """The base URL seat ``seat`` calls."""
         return self.seat_base_url(seat) or self.llm_base_url
 
+    def seat_rate(self, seat: int) -> float | None:
+        """The seat's own rate (``JUDGE_RATES_PER_SECOND``); ``None``: ``LLM_RATE_PER_SECOND``.
+        ``ValueError`` naming the seat for an entry that is not a finite number above 0."""
+        entry = self._of_seat(split_list(self.judge_rates_per_second), seat)
+        return parse_rate(entry, f"JUDGE_RATES_PER_SECOND (judge seat {seat})")
+
     def seat_access(self, seat: int) -> EndpointAccess:
-        """The endpoint seat ``seat`` calls and the key it sends there (see
+        """The endpoint seat ``seat`` calls, the key it sends there and its bucket's rate (see
         :meth:`LlmStageSettings.access`); ``ValueError`` naming the settings when a seat with
-        a base URL of its own has no key of its own."""
+        a base URL of its own has no key of its own, or its rate is refused."""
         return self.access(
             self.seat_base_url(seat),
             SecretStr(self._of_seat(split_list(self.judge_api_keys.get_secret_value()), seat)),
+            self.seat_rate(seat),
             who=f"judge seat {seat}",
             url_setting="JUDGE_BASE_URLS",
             key_setting="JUDGE_API_KEYS",
+            rate_setting="JUDGE_RATES_PER_SECOND",
         )
 
     def seat_seed(self, seat: int) -> int:
@@ -346,7 +459,7 @@ def single_role(
     temperature: float,
     access: EndpointAccess | None = None,
 ) -> RoleWiring:
-    """Client of ``access`` (default: ``LLM_BASE_URL`` with ``LLM_API_KEY``; with its host's
+    """Client of ``access`` (default: ``LLM_BASE_URL`` with ``LLM_API_KEY``; with its account's
     rate limiter), response cache and Redis for one role."""
     redis = redis_client(settings)
     llm = client(

@@ -115,6 +115,11 @@ class RedisTokenBucket:
         """The Redis key of the bucket."""
         return self._key
 
+    @property
+    def rate_per_second(self) -> float:
+        """The rate the bucket refills at: tokens per second."""
+        return self._rate
+
     async def acquire(self) -> None:
         """Take one token, sleeping (with the injected sleep) as long as the bucket says."""
         while True:

@@ -1,18 +1,23 @@
-"""Each LLM role's endpoint and key, and the rate-limit bucket of each endpoint's host.
+"""Each LLM role's endpoint and key, and the rate-limit bucket of each provider account.
 
 A role (extractor, settler) with a base URL of its own needs a key of its own: ``LLM_API_KEY``
-is sent only to ``LLM_BASE_URL``. Calls to one host share a token bucket; calls to another
-host take from a bucket of their own, so providers do not throttle each other.
+is sent only to ``LLM_BASE_URL``. Calls to one host with one key share a token bucket; calls
+to another host, or with another key, take from a bucket of their own, so providers and
+accounts do not throttle each other.
 """
 
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
-from refund_bench import llm_setup
-from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
+from refund_bench.llm_setup import (
+    EndpointAccess,
+    JudgePanelSettings,
+    LlmStageSettings,
+    account_id,
+)
 from services.extractor.__main__ import Settings as ExtractorSettings
 from services.settler.__main__ import Settings as SettlerSettings
 
@@ -72,48 +77,75 @@ def test_a_role_with_its_own_endpoint_and_no_key_of_its_own_refuses_to_start(
 
 def _shared(**values: object) -> LlmStageSettings:
     return LlmStageSettings.model_validate(
-        {"llm_base_url": LLM, "llm_rate_limit_name": "default", **values}
+        {"llm_base_url": LLM, "llm_api_key": SHARED_KEY, "llm_rate_limit_name": "default", **values}
     )
+
+
+def _access(url: str, key: str = SHARED_KEY) -> EndpointAccess:
+    return EndpointAccess(url, SecretStr(key), 2000.0)
 
 
 def test_the_shared_endpoint_keeps_its_bucket() -> None:
     """The single-endpoint default takes from ``LLM_RATE_LIMIT_NAME``'s bucket as before
     (Redis key ``refund-bench:ratelimit:default``), whatever path or trailing slash."""
     settings = _shared()
-    assert llm_setup.bucket_name(settings, LLM) == "default"
-    assert llm_setup.bucket_name(settings, "https://LLM.example:443/openai/v1/") == "default"
+    assert settings.bucket_name(settings.shared_access()) == "default"
+    assert settings.bucket_name(_access("https://LLM.example:443/openai/v1/")) == "default"
     stand_in = LlmStageSettings.model_validate(
         {"llm_base_url": LlmStageSettings.model_fields["llm_base_url"].default}
     )
-    assert llm_setup.bucket_name(stand_in, stand_in.llm_base_url) == stand_in.llm_rate_limit_name
+    assert stand_in.bucket_name(stand_in.shared_access()) == stand_in.llm_rate_limit_name
 
 
-def test_seats_on_one_host_share_a_bucket_and_other_hosts_have_their_own() -> None:
+def test_seats_of_one_account_share_a_bucket_and_other_accounts_have_their_own() -> None:
+    """A bucket is a provider account: one host with one key. Seats 0 and 2 are one account
+    on host a; seat 1 is host b, seat 3 host b on another port, seat 4 a second account on
+    host a, whose limit is its own."""
     panel = JudgePanelSettings.model_validate(
         {
             "llm_base_url": LLM,
-            "judge_count": 4,
+            "judge_count": 5,
             "judge_base_urls": (
                 "https://a.example/v1,https://b.example/v1,https://a.example/v2,"
-                "http://b.example:8080/v1"
+                "http://b.example:8080/v1,https://a.example/v1"
             ),
-            "judge_api_keys": "k0,k1,k2,k3",
+            "judge_api_keys": "k0,k1,k0,k3,k4",
             "llm_rate_limit_name": "judges",
         }
     )
-    names = [llm_setup.bucket_name(panel, panel.seat_endpoint(seat)) for seat in range(4)]
+    names = [panel.bucket_name(panel.seat_access(seat)) for seat in range(5)]
+    k0, k1, k3, k4 = (account_id(SecretStr(key)) for key in ("k0", "k1", "k3", "k4"))
     assert names == [
-        "judges:a.example",
-        "judges:b.example",
-        "judges:a.example",
-        "judges:b.example:8080",
+        f"judges:a.example:{k0}",
+        f"judges:b.example:{k1}",
+        f"judges:a.example:{k0}",
+        f"judges:b.example:8080:{k3}",
+        f"judges:a.example:{k4}",
     ]
-    assert "judges" not in names, "no other host takes from the shared endpoint's bucket"
+    assert len({k0, k1, k3, k4}) == 4
+    assert "judges" not in names, "no other account takes from the shared endpoint's bucket"
 
 
-def test_a_bucket_name_never_carries_the_credentials_of_a_url() -> None:
-    name = llm_setup.bucket_name(_shared(), "https://user:secret@other.example/v1")
-    assert name == "default:other.example"
+def test_another_key_on_the_shared_host_has_a_bucket_of_its_own() -> None:
+    """Two accounts on ``LLM_BASE_URL``'s host: ``LLM_API_KEY`` keeps the shared bucket, a
+    seat's own key takes from its account's."""
+    panel = JudgePanelSettings.model_validate(
+        {
+            "llm_base_url": LLM,
+            "llm_api_key": SHARED_KEY,
+            "judge_count": 2,
+            "judge_api_keys": f",{OWN_KEY}",
+        }
+    )
+    names = [panel.bucket_name(panel.seat_access(seat)) for seat in range(2)]
+    assert names == ["default", f"default:llm.example:{account_id(SecretStr(OWN_KEY))}"]
+
+
+def test_a_bucket_name_never_carries_a_key_or_the_credentials_of_a_url() -> None:
+    name = _shared().bucket_name(_access("https://user:secret@other.example/v1?key=q", OWN_KEY))
+    assert name == f"default:other.example:{account_id(SecretStr(OWN_KEY))}"
+    assert OWN_KEY not in name
+    assert account_id(SecretStr(OWN_KEY)) not in OWN_KEY
 
 
 def test_an_attempt_deadline_below_the_timeout_refuses_to_start() -> None:
