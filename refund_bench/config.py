@@ -8,13 +8,15 @@ names map to upper-case environment variables (``kafka_bootstrap_servers`` ->
 from __future__ import annotations
 
 import socket
-from typing import Literal, Self
+from collections.abc import Iterable
+from typing import Any, Literal, Self
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from refund_bench.gc_tuning import DEFAULT_YOUNG_THRESHOLD
+from refund_bench.urls import printable_url, printable_urls
 
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 KafkaSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -49,6 +51,17 @@ class StackSettings(BaseSettings):
     """PostgreSQL's ``statement_timeout`` on the services' connections (0: none). A statement
     stuck behind a lock or a sick disk fails instead of holding its batch, and the batch is
     redelivered; an ``options`` in ``DATABASE_URL`` that sets it wins."""
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """The fields as printed: a URL setting (``*_URL``, or a list: ``*_URLS``) without user
+        name, password and query, which may carry credentials; secrets masked."""
+        for name, value in super().__repr_args__():
+            if isinstance(value, str) and name is not None and name.endswith("_url"):
+                yield name, printable_url(value) if value else value
+            elif isinstance(value, str) and name is not None and name.endswith("_urls"):
+                yield name, printable_urls(value)
+            else:
+                yield name, value
 
     def database_conninfo(self) -> str:
         """``DATABASE_URL`` with ``PG_STATEMENT_TIMEOUT_MS`` added to its ``options`` (first,

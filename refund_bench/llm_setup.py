@@ -44,16 +44,24 @@ from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
 from refund_bench.runtime.metrics import Metrics, retry_counter
+from refund_bench.urls import printable_url
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class EndpointAccess:
-    """Where one role or seat sends its calls, the key it sends there (printed masked), and the
-    rate its rate-limit bucket refills at (calls per second)."""
+    """Where one role or seat sends its calls (printed without user name, password and query),
+    the key it sends there (printed masked), and the rate its rate-limit bucket refills at
+    (calls per second)."""
 
     base_url: str
     api_key: SecretStr
     rate_per_second: float
+
+    def __repr__(self) -> str:
+        return (
+            f"EndpointAccess(base_url={printable_url(self.base_url)!r},"
+            f" api_key={self.api_key!r}, rate_per_second={self.rate_per_second!r})"
+        )
 
 
 def parse_rate(text: str, setting: str) -> float | None:

@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -49,6 +49,7 @@ from refund_bench.llm.http import AioHttpClient
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy
+from refund_bench.urls import printable_url
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ does (2.4 against 27.7 us)."""
 
 
 class LlmEndpoint(BaseModel):
-    """Where and how one role calls its model. ``api_key`` is never logged or printed."""
+    """Where and how one role calls its model. ``api_key`` is never logged or printed, and
+    ``base_url`` is printed without user name, password and query."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -94,6 +96,10 @@ class LlmEndpoint(BaseModel):
     """Per phase: connecting, waiting for a pooled connection, each read of the answer."""
     attempt_deadline_seconds: float | None = Field(default=None, gt=0.0)
     """Each attempt from start to the answer's last byte; ``None``: no bound but the phases'."""
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, printable_url(value) if name == "base_url" else value
 
 
 class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
@@ -353,7 +359,10 @@ class LlmClient:
         return self._endpoint.temperature
 
     def __repr__(self) -> str:
-        return f"LlmClient(base_url={self._endpoint.base_url!r}, model={self.model!r})"
+        """The endpoint without user name, password and query, which may hold credentials."""
+        return (
+            f"LlmClient(base_url={printable_url(self._endpoint.base_url)!r}, model={self.model!r})"
+        )
 
     async def __aenter__(self) -> LlmClient:
         return self

@@ -34,6 +34,8 @@ import aiohttp
 import httpx2
 import yarl
 
+from refund_bench.urls import without_credentials
+
 
 @functools.lru_cache(maxsize=256)
 def _urls(url: str) -> tuple[httpx2.URL, yarl.URL]:
@@ -52,21 +54,31 @@ def _aiohttp_timeout(
     return aiohttp.ClientTimeout(total=total, sock_connect=connect, sock_read=read, connect=pool)
 
 
+def _told(exc: BaseException) -> str:
+    """What an aiohttp failure says, fit to log: its type and message, with every URL in the
+    message without user name, password and query (aiohttp quotes the request URL, e.g.
+    "Connection timeout to host <url>")."""
+    message = without_credentials(str(exc))
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 @contextlib.contextmanager
 def _as_httpx_errors() -> Iterator[None]:
-    """Raise aiohttp's failures as the httpx2 exceptions the openai client classifies."""
+    """Raise aiohttp's failures as the httpx2 exceptions the openai client classifies. The
+    aiohttp exception is not chained: its message may quote the URL with its credentials, and
+    a traceback would print it; its type and cleaned message are in the new one's message."""
     try:
         yield
     except TimeoutError as exc:
         # aiohttp's ServerTimeoutError, SocketTimeoutError and ConnectionTimeoutError are all
         # TimeoutErrors; the openai client raises APITimeoutError for any httpx2 timeout.
-        raise httpx2.ReadTimeout(str(exc) or type(exc).__name__) from exc
+        raise httpx2.ReadTimeout(_told(exc)) from None
     except aiohttp.ClientConnectorError as exc:
-        raise httpx2.ConnectError(str(exc)) from exc
+        raise httpx2.ConnectError(_told(exc)) from None
     except aiohttp.ClientPayloadError as exc:
-        raise httpx2.ReadError(str(exc)) from exc
+        raise httpx2.ReadError(_told(exc)) from None
     except aiohttp.ClientError as exc:
-        raise httpx2.NetworkError(str(exc)) from exc
+        raise httpx2.NetworkError(_told(exc)) from None
 
 
 class AioHttpClient(httpx2.AsyncClient):
