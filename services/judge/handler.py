@@ -5,7 +5,8 @@ answer), its own seed, temperature above zero, optionally its own model. All K c
 grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
 grievance, seat, model, snapshot hash, prompt version): a redelivered grievance reuses the
 rulings it already paid for, and a seat given another model draws anew. Rulings are normalised
-in code: an unreadable answer, or an UPHELD/REJECTED that cites no field of the evidence,
+in code, on exactly the citations a ruling keeps (:func:`kept_citations`): an unreadable
+answer, or an UPHELD/REJECTED that cites no field of the evidence, or more than a ruling keeps,
 counts as ESCALATE; so does a seat whose request the endpoint refuses for its content (HTTP
 400, 413, 422), uncached. A grievance of a category this
 code does not know goes to the dead-letter topic.
@@ -68,8 +69,10 @@ def redraw_seed(seed: int, attempt: int) -> int:
 MAX_REASONING_CHARS = 2_000
 """A ruling keeps this much of the model's reasoning (and, after it, any note code adds)."""
 MAX_CITATIONS = 16
-"""A ruling keeps this many of the fields the model cited (all of them count)."""
+"""A ruling keeps this many distinct entries of the fields the model cited, and is judged on
+them alone (:func:`kept_citations`)."""
 MAX_CITATION_CHARS = 200
+"""A kept citation holds at most this many characters of the model's entry."""
 MAX_RAW_CHARS = 64_000
 """A ruling keeps this much of the model's raw answer. With the limits above, a ruling, and a
 verdict of the largest bench (``MAX_JUDGES`` seats), fit one Kafka record whatever the model
@@ -250,6 +253,19 @@ def _refused_fields(reason: str) -> dict[str, Any]:
     }
 
 
+def kept_citations(cited: Sequence[str]) -> tuple[list[str], int, bool]:
+    """What a ruling keeps of the entries a model cited, which is all it is judged on: each
+    distinct entry once, in the model's order, cut to ``MAX_CITATION_CHARS`` and made storable,
+    at most ``MAX_CITATIONS`` of them. Also how many distinct entries were left out, and
+    whether anything the model cited was left out or cut short (a repeated entry loses
+    nothing)."""
+    distinct = list(dict.fromkeys(storable(entry, MAX_CITATION_CHARS) for entry in cited))
+    kept = distinct[:MAX_CITATIONS]
+    left_out = len(distinct) - len(kept)
+    cut = left_out > 0 or any(len(entry) > MAX_CITATION_CHARS for entry in cited)
+    return kept, left_out, cut
+
+
 def _ruling_fields(
     raw: str, allowed: _Citable, parsed: JudgeAnswer | None = None
 ) -> dict[str, Any]:
@@ -267,17 +283,20 @@ def _ruling_fields(
                 MAX_REASONING_CHARS,
             ),
         }
+    # Judged on exactly what is stored: an auditor replaying the ruling from the record
+    # (its citations, the snapshot by hash, and the note of what was not kept) gets it again.
+    cited, left_out, cut = kept_citations(answer.evidence_cited)
     normalised = normalise(
         answer.ruling.value,
-        answer.evidence_cited,
+        cited,
         allowed.fields,
         allowed.silent,
         allowed.claim_unrecorded,
+        citations_cut=cut,
     )
     reasoning = storable(answer.reasoning, MAX_REASONING_CHARS)
-    cited = answer.evidence_cited
-    if len(cited) > MAX_CITATIONS:
-        reasoning += f" [{len(cited) - MAX_CITATIONS} more citations not kept]"
+    if left_out:
+        reasoning += f" [{left_out} more citations not kept]"
     if normalised.changed:
         note = f"counted as {normalised.ruling.value}: {normalised.reason}"
         reasoning += f" [{storable(note, MAX_REASONING_CHARS)}]"
@@ -285,7 +304,7 @@ def _ruling_fields(
         "ruling": normalised.ruling.value,
         "model_ruling": answer.ruling.value,
         "confidence": answer.confidence,
-        "evidence_cited": [storable(c, MAX_CITATION_CHARS) for c in cited[:MAX_CITATIONS]],
+        "evidence_cited": cited,
         "reasoning": reasoning,
         "cites_missing_evidence": normalised.cites_missing_evidence,
     }

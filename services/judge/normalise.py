@@ -8,7 +8,9 @@ least in part, on missing evidence, which is never a rejection: ESCALATE too, wh
 cites. An UPHELD that does so stands as the seat's ruling, marked
 (:attr:`NormalisedRuling.cites_missing_evidence`): the tally lets it count in the split, never
 towards an UPHELD majority, so missing evidence comes out ESCALATE however many seats take the
-customer at their word.
+customer at their word. A decisive ruling whose citations could not all be kept for the record
+(more of them, or longer ones, than a ruling keeps) is ESCALATE too: what it rests on beyond
+them could not be checked, now or on replay, so it neither moves money nor refuses it.
 """
 
 from __future__ import annotations
@@ -82,11 +84,13 @@ def normalise(
     allowed_fields: frozenset[str],
     silent_fields: frozenset[str] = frozenset(),
     claim_unrecorded: bool = False,
+    citations_cut: bool = False,
 ) -> NormalisedRuling:
     """Normalise one answer; see :func:`normalise_ruling` for the rule. ``claim_unrecorded``:
     a record the grievance's kind of claim rests on is absent from the snapshot
     (:func:`services.extractor.evidence.claim_unrecorded`), so a decisive ruling rests on
-    silence whatever it cites.
+    silence whatever it cites. ``citations_cut``: ``evidence_cited`` is what the ruling keeps
+    of the model's citations, and the model cited more, or longer entries, than that.
 
     Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
     and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
@@ -122,6 +126,12 @@ def normalise(
         )
         reason = f"REJECTED {what} (missing evidence is never a rejection)"
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason, on_silence)
+    if ruling is not Ruling.ESCALATE and citations_cut:
+        reason = (
+            f"{ruling} cites more evidence than a ruling keeps: what it rests on beyond the kept"
+            " citations cannot be checked"
+        )
+        return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason, on_silence)
     return NormalisedRuling(
         ruling, model_ruling, known, unknown, "as ruled by the model", on_silence
     )
@@ -133,16 +143,23 @@ def normalise_ruling(
     allowed_fields: frozenset[str],
     silent_fields: frozenset[str] = frozenset(),
     claim_unrecorded: bool = False,
+    citations_cut: bool = False,
 ) -> Ruling:
     """The ruling the tally counts.
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
     ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record), or on
-    a claim whose records are absent (``claim_unrecorded``) -> ESCALATE; otherwise the model's
-    ruling. An UPHELD citing silent evidence, or on a claim whose records are absent, stands as
-    the seat's ruling, marked ``cites_missing_evidence``: it counts in the split, and never
-    towards an UPHELD majority (:func:`services.tally.votes.count_votes`).
+    a claim whose records are absent (``claim_unrecorded``) -> ESCALATE; UPHELD or REJECTED
+    whose citations were cut to what a ruling keeps (``citations_cut``) -> ESCALATE; otherwise
+    the model's ruling. An UPHELD citing silent evidence, or on a claim whose records are
+    absent, stands as the seat's ruling, marked ``cites_missing_evidence``: it counts in the
+    split, and never towards an UPHELD majority (:func:`services.tally.votes.count_votes`).
     """
     return normalise(
-        model_ruling, evidence_cited, allowed_fields, silent_fields, claim_unrecorded
+        model_ruling,
+        evidence_cited,
+        allowed_fields,
+        silent_fields,
+        claim_unrecorded,
+        citations_cut,
     ).ruling

@@ -19,21 +19,29 @@ from redis.asyncio import Redis
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
-from refund_bench.domain import MAX_JUDGES
+from refund_bench.domain import MAX_JUDGES, Category
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
-from services.extractor.evidence import freeze
+from services.extractor.evidence import (
+    claim_unrecorded,
+    evidence_fields,
+    freeze,
+    load_snapshot,
+    silent_fields,
+)
 from services.judge.handler import (
     DRAWS_PER_SEAT,
+    MAX_CITATION_CHARS,
     MAX_CITATIONS,
     REDRAW_SEED_STRIDE,
     JudgeHandler,
     Seat,
 )
+from services.judge.normalise import normalise
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
@@ -339,20 +347,23 @@ def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_wri
     redis_url: str,
 ) -> None:
     """A model that writes on and on (reasoning of 300,000 four-byte characters, a thousand
-    citations) still yields a ruling, and a verdict of the largest bench, that fit one Kafka
-    record: one that did not would be dead-lettered and its grievance never decided. Every
-    citation still counts: the rejection rests in part on a missing record."""
-    cited = ["order.placed_at"] * 999 + ["order.packaging_notes"]
+    distinct citations of 1,000 four-byte characters each) still yields a ruling, and a verdict
+    of the largest bench, that fit one Kafka record: one that did not would be dead-lettered
+    and its grievance never decided. The rejection cites a recorded field among the kept
+    citations, but more than a ruling keeps: ESCALATE."""
+    long = [f"{index:04d}" + "\U0001f642" * 1_000 for index in range(998)]
+    cited = ["derived.sla_exceeded", *long, "order.packaging_notes"]
     answer = {"ruling": "REJECTED", "confidence": 0.9, "evidence_cited": cited}
     content = json.dumps({**answer, "reasoning": "\U0001f642" * 300_000})
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute(), "PACKAGING"))
+        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute()))
 
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
     ruling = rulings[0]
     assert len(ruling["evidence_cited"]) == MAX_CITATIONS
+    assert all(len(c) < MAX_CITATION_CHARS + 50 for c in ruling["evidence_cited"])
     assert f"[{1000 - MAX_CITATIONS} more citations not kept]" in ruling["reasoning"]
-    assert "missing evidence is never a rejection" in ruling["reasoning"]
+    assert "cites more evidence than a ruling keeps" in ruling["reasoning"]
     limit = 1_000_000 - 512  # the producer's message.max.bytes, less the runner's margin
     cast = Codec(FingerprintFraming(), {t.RULING_CAST.name: t.RULING_CAST.schema})
     assert len(cast.encode(t.RULING_CAST.name, ruling)) < limit
@@ -362,7 +373,7 @@ def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_wri
         order_id=ruling["order_id"],
         grievance_id="g1",
         grievance_total=1,
-        category="PACKAGING",
+        category="LATE_DELIVERY",
         snapshot_sha256=ruling["snapshot_sha256"],
         outcome="ESCALATE",
         votes_upheld=0,
@@ -375,3 +386,88 @@ def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_wri
     )
     decided = Codec(FingerprintFraming(), {t.VERDICT_DECIDED.name: t.VERDICT_DECIDED.schema})
     assert len(decided.encode(t.VERDICT_DECIDED.name, verdict.to_avro())) < limit
+
+
+UNKNOWN = [f"order.note_{index}" for index in range(MAX_CITATIONS)]
+"""Sixteen distinct citations of fields the snapshot does not have."""
+
+
+def _replayed(ruling: Mapping[str, Any], category: str) -> tuple[str, bool]:
+    """The ruling and mark an auditor gets from the stored record alone: the model's word,
+    the kept citations, the snapshot (here, the article's, as the grievance carried it) and
+    the notes of what was not kept."""
+    snapshot = freeze(ARTICLE_ORDER)
+    evidence = load_snapshot(snapshot.json, snapshot.sha256)
+    fields, silent = evidence_fields(evidence), silent_fields(evidence)
+    cut = "more citations not kept]" in ruling["reasoning"] or any(
+        "more characters not kept]" in cited for cited in ruling["evidence_cited"]
+    )
+    replayed = normalise(
+        ruling["model_ruling"],
+        ruling["evidence_cited"],
+        fields,
+        silent,
+        claim_unrecorded(Category(category), fields, silent),
+        citations_cut=cut,
+    )
+    return replayed.ruling.value, replayed.cites_missing_evidence
+
+
+@pytest.mark.parametrize(
+    ("category", "answer", "ruling", "kept"),
+    [
+        pytest.param(
+            "LATE_DELIVERY",
+            {"ruling": "UPHELD", "evidence_cited": [*UNKNOWN, "derived.sla_exceeded"]},
+            "ESCALATE",
+            UNKNOWN,
+            id="the one recorded field beyond the sixteen kept",
+        ),
+        pytest.param(
+            "LATE_DELIVERY",
+            {"ruling": "REJECTED", "evidence_cited": ["derived.sla_exceeded", "x" * 250]},
+            "ESCALATE",
+            ["derived.sla_exceeded", "x" * 200 + " [... 50 more characters not kept]"],
+            id="a citation cut short",
+        ),
+        pytest.param(
+            "PACKAGING",
+            {
+                "ruling": "REJECTED",
+                "evidence_cited": ["order.placed_at"] * 999 + ["order.packaging_notes"],
+            },
+            "ESCALATE",
+            ["order.placed_at", "order.packaging_notes"],
+            id="an absent record after a citation repeated",
+        ),
+        pytest.param(
+            "LATE_DELIVERY",
+            {"ruling": "UPHELD", "evidence_cited": ["derived.sla_exceeded"] * 40},
+            "UPHELD",
+            ["derived.sla_exceeded"],
+            id="a recorded field repeated",
+        ),
+        pytest.param(
+            "LATE_DELIVERY",
+            {"ruling": "UPHELD", "evidence_cited": [*UNKNOWN[1:], "derived.sla_exceeded"]},
+            "UPHELD",
+            [*UNKNOWN[1:], "derived.sla_exceeded"],
+            id="a recorded field among sixteen",
+        ),
+    ],
+)
+def test_a_ruling_is_judged_on_exactly_the_citations_it_keeps(
+    redis_url: str, category: str, answer: dict[str, Any], ruling: str, kept: list[str]
+) -> None:
+    """What a ruling stores of the model's citations is what it was judged on: each distinct
+    entry once, at most sixteen of up to 200 characters. A decisive ruling that cited more
+    than that is ESCALATE, since what it rests on beyond them is not on record; an auditor
+    replaying the stored ruling gets the same outcome and mark."""
+    content = json.dumps({**answer, "confidence": 0.9, "reasoning": "As cited."})
+    with FixedAnswerServer(completion(content)) as server:
+        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute(), category))
+
+    assert [r["ruling"] for r in rulings] == [ruling] * 3
+    for cast in rulings:
+        assert cast["evidence_cited"] == kept
+        assert _replayed(cast, category) == (cast["ruling"], cast["cites_missing_evidence"])

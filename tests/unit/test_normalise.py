@@ -280,3 +280,25 @@ def test_a_missing_item_claim_without_pickup_weights_rests_on_nothing_whatever_i
     for escalated in ([], cited):  # an ESCALATE needs no record: marked only for what it cites
         unsure = normalise("ESCALATE", escalated, ABSENT_FIELDS, ABSENT, claim_unrecorded=True)
         assert not unsure.cites_missing_evidence
+
+
+@pytest.mark.parametrize("ruling", ["UPHELD", "REJECTED"])
+def test_a_decisive_ruling_whose_citations_were_cut_escalates(ruling: str) -> None:
+    """Grounded in what was kept, but the model cited more than a ruling keeps: what the rest
+    says (an absent record, say) is not on record, so the ruling neither pays nor refuses."""
+    result = normalise(ruling, ["derived.sla_exceeded"], FIELDS, citations_cut=True)
+    assert result.ruling is Ruling.ESCALATE
+    assert "cites more evidence than a ruling keeps" in result.reason
+    assert normalise_ruling(ruling, ["derived.sla_exceeded"], FIELDS, citations_cut=True) is (
+        Ruling.ESCALATE
+    )
+    assert normalise_ruling(ruling, ["derived.sla_exceeded"], FIELDS) is Ruling(ruling)
+
+
+def test_an_escalate_whose_citations_were_cut_is_as_ruled_and_marked_for_what_it_cites() -> None:
+    silent = silent_fields(SNAPSHOT)
+    field = sorted(silent & FIELDS)[0]
+    result = normalise("ESCALATE", [field], FIELDS, silent, citations_cut=True)
+    assert result.ruling is Ruling.ESCALATE
+    assert not result.changed
+    assert result.cites_missing_evidence
