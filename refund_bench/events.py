@@ -303,6 +303,7 @@ class PayoutCompleted(Event):
     stripe_refund_id: str
     idempotency_key: str
     completed_at: datetime
+    revision: int = 0
 
 
 class PayoutFailed(Event):
@@ -314,6 +315,7 @@ class PayoutFailed(Event):
     reason: str
     idempotency_key: str
     failed_at: datetime
+    revision: int = 0
 
 
 TOPIC_MODELS: dict[str, type[Event]] = {

@@ -60,6 +60,12 @@ RECORDER = StageTopics(
 
 STAGES: tuple[StageTopics, ...] = (EXTRACTOR, JUDGE, TALLY, PRICING, SETTLER, PAYOUT, RECORDER)
 
-API_WRITES: tuple[Topic, ...] = (t.COMPLAINT_RECEIVED, t.REVIEW_DECIDED, t.PAYOUT_FAILED)
-"""What the API publishes: complaints (intake), reviewers' decisions (the desk) and refunds
-Stripe reports failed (its webhook). It reads no topic."""
+API_WRITES: tuple[Topic, ...] = (
+    t.COMPLAINT_RECEIVED,
+    t.REVIEW_DECIDED,
+    t.PAYOUT_FAILED,
+    t.PAYOUT_COMPLETED,
+)
+"""What the API publishes: complaints (intake), reviewers' decisions (the desk), refunds Stripe
+reports failed, and refunds it reports refunded after they waited for the customer (its
+webhook). It reads no topic."""

@@ -210,6 +210,24 @@ BEGIN
 END
 $$;
 
+-- How many times Stripe's webhook (the API) has changed the round's outcome since the payout
+-- settled it: FAILED after a refund Stripe took on failed, SUCCEEDED after a refund that waited
+-- for the customer went through, FAILED again after it failed after all. Each change is
+-- published (payout.failed, payout.completed) with the new count as its revision, so the
+-- recorder keeps the latest outcome whatever order it reads the two topics in. Added once to a
+-- ledger created before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'payout_ledger'::regclass AND attname = 'revision'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE payout_ledger ADD COLUMN revision integer NOT NULL DEFAULT 0;
+    END IF;
+END
+$$;
+
 -- Whether a round FAILED with this error code may still have moved money: a call that reached
 -- Stripe and was never settled (STALE_PENDING), a refund that waits for the customer
 -- (refund_requires_action), a key Stripe had already taken with other parameters
@@ -344,3 +362,19 @@ CREATE TABLE IF NOT EXISTS payout_events (
     at               timestamptz NOT NULL,
     PRIMARY KEY (dispute_id, round)
 );
+
+-- The revision of the payout event the round's row holds (payout.completed and payout.failed
+-- carry it; 0 in events published before it): an event replaces the row only with a higher
+-- revision, or a failure a completion of the same revision. Added once to a table created
+-- before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'payout_events'::regclass AND attname = 'revision'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE payout_events ADD COLUMN revision integer NOT NULL DEFAULT 0;
+    END IF;
+END
+$$;

@@ -102,3 +102,40 @@ CREATE TABLE IF NOT EXISTS refund_failures (
 );
 CREATE INDEX IF NOT EXISTS refund_failures_unpublished
     ON refund_failures (reported_at) WHERE NOT published;
+
+-- The revision of a refund_failures row's payout.failed: the round's payout_ledger.revision
+-- after the change it reports. Rows written before it were each the webhook's first change of
+-- their round: 1. Added once to a table created before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'refund_failures'::regclass AND attname = 'revision'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE refund_failures ADD COLUMN revision integer NOT NULL DEFAULT 1;
+    END IF;
+END
+$$;
+
+-- Refunds that waited for the customer (their round FAILED, refund_requires_action) and that
+-- Stripe then reported refunded (its webhook): one row per payout round, written in the
+-- transaction that turns the round SUCCEEDED in payout_ledger. A round turns back that way at
+-- most once. Also the outbox of payout.completed for those rounds: rows with published = false
+-- are (re-)published at startup and periodically.
+CREATE TABLE IF NOT EXISTS refund_completions (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    stripe_refund_id text NOT NULL UNIQUE,
+    stripe_event_id  text NOT NULL,
+    amount_minor     bigint NOT NULL,
+    currency         text NOT NULL,
+    idempotency_key  text NOT NULL,
+    revision         integer NOT NULL,
+    reported_at      timestamptz NOT NULL,
+    published        boolean NOT NULL DEFAULT false,
+    published_at     timestamptz,
+    PRIMARY KEY (dispute_id, round)
+);
+CREATE INDEX IF NOT EXISTS refund_completions_unpublished
+    ON refund_completions (reported_at) WHERE NOT published;

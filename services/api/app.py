@@ -36,7 +36,13 @@ from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
 from services.api.outbox import Outbox, review_decided
 from services.api.passwords import PasswordChecks, ReviewerDirectory, parse_reviewers
 from services.api.publisher import KafkaPublisher
-from services.api.refund_failures import REFUND_FAILURES, RefundFailures, payout_failed
+from services.api.refund_failures import (
+    REFUND_COMPLETIONS,
+    REFUND_FAILURES,
+    RefundFailures,
+    payout_completed,
+    payout_failed,
+)
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
 from services.api.settings import ApiSettings
 from services.api.store import DECISIONS, Store
@@ -56,6 +62,7 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
             t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
+            t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema,
         },
     )
 
@@ -96,6 +103,7 @@ def openapi_document(settings: ApiSettings) -> dict[str, Any]:
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
             t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
+            t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema,
         },
     )
     deps = Deps(
@@ -185,9 +193,10 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     """The API and desk app. It owns ``deps``: opens them on startup, closes them on shutdown.
 
     At startup it publishes what was recorded and left unpublished (review decisions, refunds
-    Stripe reported failed: the outboxes), then keeps doing so every ``OUTBOX_INTERVAL_S``.
-    While it runs, ``/metrics`` is served on ``METRICS_HOST:METRICS_PORT`` from a thread (the
-    port bound is ``app.state.metrics_port``), apart from the routes clients and reviewers use.
+    Stripe reported failed or refunded after a wait: the outboxes), then keeps doing so every
+    ``OUTBOX_INTERVAL_S``. While it runs, ``/metrics`` is served on
+    ``METRICS_HOST:METRICS_PORT`` from a thread (the port bound is ``app.state.metrics_port``),
+    apart from the routes clients and reviewers use.
     """
     tokens = settings.bearer_tokens()
     if not tokens:
@@ -223,7 +232,10 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     failures_outbox = Outbox(
         store, REFUND_FAILURES, t.PAYOUT_FAILED, payout_failed, deps.publisher, metrics
     )
-    outboxes: tuple[Outbox[Any], ...] = (decisions, failures_outbox)
+    completions_outbox = Outbox(
+        store, REFUND_COMPLETIONS, t.PAYOUT_COMPLETED, payout_completed, deps.publisher, metrics
+    )
+    outboxes: tuple[Outbox[Any], ...] = (decisions, failures_outbox, completions_outbox)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -284,7 +296,9 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     app.include_router(intake_router(ctx))
     app.include_router(desk_router(ctx, decisions))
     app.include_router(
-        stripe_webhook_router(ctx, RefundFailures(deps.pool), failures_outbox, deps.refunds)
+        stripe_webhook_router(
+            ctx, RefundFailures(deps.pool), failures_outbox, completions_outbox, deps.refunds
+        )
     )
 
     @app.get("/", include_in_schema=False)

@@ -1,12 +1,13 @@
 """Publishing rows the API recorded (the tables are the outboxes): review decisions as
-``review.decided``, refunds Stripe reported failed as ``payout.failed``.
+``review.decided``, refunds Stripe reported failed as ``payout.failed``, refunds it reported
+refunded after a wait for the customer as ``payout.completed``.
 
 A row is published right after it is recorded; if Kafka does not acknowledge it (or every
 publishing connection is busy), it stays ``published = false`` and :meth:`Outbox.drain`
 publishes it at startup and then every ``OUTBOX_INTERVAL_S``. Publishing holds the row lock, so
 a row is not published twice by two workers; a crash after the acknowledgement and before the
 commit re-publishes the same row, which its consumers apply at most once (pricing by
-``review_id``, the recorder by dispute and round).
+``review_id``, the recorder by dispute, round and revision).
 """
 
 from __future__ import annotations

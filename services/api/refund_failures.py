@@ -1,4 +1,5 @@
-"""Refunds Stripe took on and later reported failed: from its webhook event to ``payout.failed``.
+"""Refunds Stripe took on and later reported failed, or reported refunded after a wait for the
+customer: from its webhook event to ``payout.failed`` or ``payout.completed``.
 
 The payout stage counts a refund Stripe answers ``pending`` as paid, and the customer's reply
 has promised the money. Stripe reports a refund's changes in events (``refund.failed``,
@@ -16,9 +17,15 @@ Stripe and acts on the status Stripe holds now.
 - A refund that waited for the customer may still refund, so the desk does not pay its round
   again. When Stripe later holds that refund failed or canceled, the ledger's error code says so
   instead, and the desk offers REPAY; when Stripe holds it succeeded (or pending), the money
-  went back: the round turns SUCCEEDED, and the desk lets the operator close its item. That is
-  the only way a FAILED round turns back; a round FAILED for any other reason stays FAILED.
+  went back: the round turns SUCCEEDED, a ``refund_completions`` row is written in the same
+  transaction (the outbox of the round's ``payout.completed``, so that the audit record and
+  analysts see it paid again), and the desk lets the operator close its item. That is the only
+  way a FAILED round turns back; a round FAILED for any other reason stays FAILED.
 - Succeeded or pending for a round the ledger counts paid: nothing changes.
+
+Each change that publishes counts up the round's ``revision`` in the ledger, and the event
+carries the new count, so the recorder keeps the round's latest outcome whichever of the two
+topics it reads first, and a redelivered older event changes nothing.
 
 A refund not made by the payout stage (no ``dispute_id`` and ``round`` in its metadata, or
 another refund id than the ledger's), or one Stripe does not know, changes nothing.
@@ -164,8 +171,8 @@ class Outcome(enum.StrEnum):
     """The ledger paid the round with another refund: this one was made by someone else."""
     NOW_REFUNDED = "now_refunded"
     """The round was FAILED with its refund waiting for the customer; Stripe now holds that
-    refund succeeded (or pending): the money went back, so the round is SUCCEEDED, and a
-    payment operator closes its review item."""
+    refund succeeded (or pending): the money went back, so the round is SUCCEEDED, its
+    ``payout.completed`` is queued, and a payment operator closes its review item."""
     ALREADY_PAID = "already_paid"
     """Stripe holds the refund succeeded or pending, and the ledger counts the round paid (or
     the payout stage is recording it: PENDING), or FAILED for another reason than waiting for
@@ -180,8 +187,9 @@ class Outcome(enum.StrEnum):
     again, but its review item was decided already and does not reopen. An alert
     (``RefundBenchRefundNeedsOperator``) asks a payment operator to pay the customer."""
     REFUNDED_AFTER_SETTLED = "refunded_after_settled"
-    """As :attr:`NOW_REFUNDED`, for a round a payment operator had meanwhile settled another
-    way (PAID_ELSEWHERE): the customer may have been paid twice. The same alert fires."""
+    """As :attr:`NOW_REFUNDED` (its ``payout.completed`` queued too), for a round a payment
+    operator had meanwhile settled another way (PAID_ELSEWHERE): the customer may have been paid
+    twice. The same alert fires."""
 
 
 @dataclass(frozen=True)
@@ -200,16 +208,45 @@ class RefundFailureRecord:
     error_code: str
     error_message: str
     reported_at: datetime
+    revision: int
+    """The round's ledger revision after this failure (the event's ``revision``)."""
+    published: bool = False
+
+
+@dataclass(frozen=True)
+class RefundCompletionRecord:
+    """A ``refund_completions`` row: one round whose refund Stripe reported refunded after it
+    had waited for the customer."""
+
+    dispute_id: str
+    round: int
+    stripe_refund_id: str
+    stripe_event_id: str
+    amount_minor: int
+    currency: str
+    idempotency_key: str
+    revision: int
+    """The round's ledger revision after the refund (the event's ``revision``)."""
+    reported_at: datetime
     published: bool = False
 
 
 REFUND_FAILURES = OutboxTable(
     "refund_failures",
     "dispute_id, round, stripe_refund_id, refund_status, failure_reason, stripe_event_id,"
-    " amount_minor, currency, idempotency_key, error_code, error_message, reported_at, published",
+    " amount_minor, currency, idempotency_key, error_code, error_message, reported_at, revision,"
+    " published",
     key="stripe_refund_id",
     oldest="reported_at",
     make=lambda row: RefundFailureRecord(**row),
+)
+REFUND_COMPLETIONS = OutboxTable(
+    "refund_completions",
+    "dispute_id, round, stripe_refund_id, stripe_event_id, amount_minor, currency,"
+    " idempotency_key, revision, reported_at, published",
+    key="stripe_refund_id",
+    oldest="reported_at",
+    make=lambda row: RefundCompletionRecord(**row),
 )
 _LEDGER_ROW = """
 SELECT status, error_code, error_message, stripe_refund_id, amount_minor, currency,
@@ -220,8 +257,9 @@ _WAITING = WAITING_FOR_CUSTOMER
 _FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
 _LEDGER_REFUNDED = """
 UPDATE payout_ledger SET status = 'SUCCEEDED', stripe_refund_id = %s, error_code = NULL,
-                         error_message = %s, updated_at = now()
+                         error_message = %s, revision = revision + 1, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
+RETURNING revision
 """
 _LEDGER_FINAL = """
 UPDATE payout_ledger SET error_code = %s, error_message = %s, updated_at = now()
@@ -229,17 +267,18 @@ WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
 """
 _LEDGER_FAIL = """
 UPDATE payout_ledger SET status = 'FAILED', error_code = %s, error_message = %s,
-                         updated_at = now()
+                         revision = revision + 1, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'SUCCEEDED'
+RETURNING revision
 """
 _INSERT = f"""
 INSERT INTO refund_failures ({REFUND_FAILURES.columns})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
 ON CONFLICT (dispute_id, round) DO UPDATE
 SET refund_status = EXCLUDED.refund_status, failure_reason = EXCLUDED.failure_reason,
     stripe_event_id = EXCLUDED.stripe_event_id, error_code = EXCLUDED.error_code,
     error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at,
-    published = false
+    revision = EXCLUDED.revision, published = false
 WHERE refund_failures.stripe_refund_id = EXCLUDED.stripe_refund_id
 RETURNING stripe_refund_id
 """  # noqa: S608 - the column list is a constant
@@ -247,6 +286,18 @@ RETURNING stripe_refund_id
 for the customer, was refunded, and then failed after all has its row from the first failure
 (if the webhook recorded it): it is brought up to date and queued again, so that its new
 ``payout.failed`` is published."""
+_INSERT_COMPLETION = f"""
+INSERT INTO refund_completions ({REFUND_COMPLETIONS.columns})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)
+ON CONFLICT (dispute_id, round) DO UPDATE
+SET stripe_event_id = EXCLUDED.stripe_event_id, revision = EXCLUDED.revision,
+    reported_at = EXCLUDED.reported_at, published = false
+WHERE refund_completions.stripe_refund_id = EXCLUDED.stripe_refund_id
+RETURNING stripe_refund_id
+"""  # noqa: S608 - the column list is a constant
+"""Returns the row written, none if the round's row names another refund. A round turns back
+to SUCCEEDED once (only from waiting for the customer, which nothing returns it to); should it
+ever do so again, its row is brought up to date and queued again."""
 
 
 def _refunded_message(refund_id: str) -> str:
@@ -285,8 +336,10 @@ class RefundFailures:
         ``payout.failed`` if the ledger paid it with this refund; record a refund that waited
         for the customer as failed for good (:attr:`Outcome.NOW_FINAL`, no second
         ``payout.failed``: the desk reads the ledger). A status in :data:`REFUNDED_STATUSES`:
-        turn a round FAILED waiting for the customer SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`).
-        Otherwise change nothing. Stripe's errors propagate (the transaction rolls back):
+        turn a round FAILED waiting for the customer SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`)
+        and queue its ``payout.completed``. Otherwise change nothing. Each change that queues
+        an event counts up the round's ``revision``, which the event carries. Stripe's errors
+        propagate (the transaction rolls back):
         ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
         :attr:`Outcome.REFUND_NOT_FOUND`."""
         async with self._pool.connection() as conn, conn.transaction():
@@ -306,7 +359,7 @@ class RefundFailures:
                 report = failure_report(event, retrieved)
                 return await self._failed(conn, ledger, report, at), retrieved
             if retrieved.status in REFUNDED_STATUSES:
-                return await self._refunded(conn, ledger, event), retrieved
+                return await self._refunded(conn, ledger, event, at), retrieved
             return Outcome.IGNORED, retrieved
 
     @staticmethod
@@ -323,7 +376,8 @@ class RefundFailures:
             return Outcome.NOW_FINAL
         if ledger["status"] != "SUCCEEDED":
             return Outcome.NOT_SETTLED
-        await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
+        failed = await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
+        (revision,) = await _one(failed)
         queued = await conn.execute(
             _INSERT,
             (
@@ -339,6 +393,7 @@ class RefundFailures:
                 code,
                 message,
                 at,
+                revision,
             ),
         )
         if await queued.fetchone() is None:
@@ -354,7 +409,9 @@ class RefundFailures:
         return Outcome.RECORDED
 
     @staticmethod
-    async def _refunded(conn: Any, ledger: Mapping[str, Any], event: PayoutRefundEvent) -> Outcome:
+    async def _refunded(
+        conn: Any, ledger: Mapping[str, Any], event: PayoutRefundEvent, at: datetime
+    ) -> Outcome:
         where = f"{event.dispute_id} round {event.round}"
         if ledger["status"] != "FAILED":
             return Outcome.ALREADY_PAID
@@ -368,10 +425,30 @@ class RefundFailures:
             )
             return Outcome.ALREADY_PAID
         refund_id = event.stripe_refund_id
-        await conn.execute(
+        refunded = await conn.execute(
             _LEDGER_REFUNDED,
             (refund_id, _refunded_message(refund_id), event.dispute_id, event.round, _WAITING),
         )
+        (revision,) = await _one(refunded)
+        queued = await conn.execute(
+            _INSERT_COMPLETION,
+            (
+                event.dispute_id,
+                event.round,
+                refund_id,
+                event.stripe_event_id,
+                ledger["amount_minor"],
+                ledger["currency"],
+                ledger["idempotency_key"],
+                revision,
+                at,
+            ),
+        )
+        if await queued.fetchone() is None:
+            # As for a failure: nothing queued, so the round must not turn SUCCEEDED unreported.
+            raise RuntimeError(
+                f"{where} has a refund completion recorded for another refund than {refund_id}"
+            )
         if ledger["paid_elsewhere"]:
             log.error(
                 "Stripe reported refund %s succeeded after it waited for the customer, and %s"
@@ -381,6 +458,14 @@ class RefundFailures:
             )
             return Outcome.REFUNDED_AFTER_SETTLED
         return Outcome.NOW_REFUNDED
+
+
+async def _one(cur: Any) -> tuple[Any, ...]:
+    """The one row a statement returned: the ledger row it changed, which is locked."""
+    row: tuple[Any, ...] | None = await cur.fetchone()
+    if row is None:
+        raise RuntimeError("the locked ledger row was not changed")
+    return row
 
 
 def payout_failed(row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:
@@ -394,5 +479,22 @@ def payout_failed(row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:
         reason=row.error_message,
         idempotency_key=row.idempotency_key,
         failed_at=row.reported_at,
+        revision=row.revision,
     )
     return failed.dispute_id, failed.to_avro()
+
+
+def payout_completed(row: RefundCompletionRecord) -> tuple[str, Mapping[str, Any]]:
+    """The ``payout.completed`` record of a round whose refund Stripe reported refunded after
+    it had waited for the customer."""
+    completed = ev.PayoutCompleted(
+        dispute_id=row.dispute_id,
+        round=row.round,
+        amount_minor=row.amount_minor,
+        currency=row.currency,
+        stripe_refund_id=row.stripe_refund_id,
+        idempotency_key=row.idempotency_key,
+        completed_at=row.reported_at,
+        revision=row.revision,
+    )
+    return completed.dispute_id, completed.to_avro()

@@ -11,7 +11,9 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
 (:meth:`services.api.refund_failures.RefundFailures.settle`).
 
 - 200: taken; ``outcome`` says what it changed (see :class:`services.api.refund_failures.Outcome`;
-  ``ignored`` for events that are not about a payout round's refund).
+  ``ignored`` for events that are not about a payout round's refund). What a change publishes
+  (``payout.failed``, or ``payout.completed`` for a round refunded after a wait for the
+  customer) goes out after the answer, through its outbox.
 - 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
 - 503: not configured (no secret or no API key); the round's refund is not recorded yet; Stripe
   could not be read (unreachable, 429, 5xx: ``stripe_unavailable``) or refused our key (401,
@@ -36,6 +38,7 @@ from services.api.intake import problem_response
 from services.api.outbox import Outbox
 from services.api.refund_failures import (
     Outcome,
+    RefundCompletionRecord,
     RefundFailureRecord,
     RefundFailures,
     StripeEvent,
@@ -66,8 +69,11 @@ def stripe_webhook_router(
     ctx: AppContext,
     failures: RefundFailures,
     outbox: Outbox[RefundFailureRecord],
+    completions: Outbox[RefundCompletionRecord],
     refunds: RefundReader | None,
 ) -> APIRouter:
+    """The webhook's route. ``outbox`` publishes the ``payout.failed`` of the rounds it turns
+    FAILED, ``completions`` the ``payout.completed`` of those it turns SUCCEEDED again."""
     router = APIRouter(tags=["payments"])
     slots = asyncio.Semaphore(ctx.settings.stripe_webhook_concurrency)
     waiting = ctx.metrics.stripe_events_waiting
@@ -79,11 +85,11 @@ def stripe_webhook_router(
         counted.labels(outcome).inc()
         return ApiProblem(status, detail)
 
-    async def publish(key: str, where: str) -> None:
+    async def publish(queue: Outbox[Any], key: str, where: str) -> None:
         try:
-            await outbox.publish(key)
+            await queue.publish(key)
         except Exception:  # recorded all the same: the outbox publishes it on its next drain
-            log.exception("payout.failed of %s recorded; publishing it failed", where)
+            log.exception("%s of %s recorded; publishing it failed", queue.name, where)
 
     @router.post(
         "/webhooks/stripe",
@@ -193,10 +199,12 @@ def stripe_webhook_router(
                 status,
                 where,
             )
+        # After the answer: the round is recorded, and Stripe's delivery must not wait for
+        # Kafka. What this does not publish, the outbox's next drain does.
         if outcome in (Outcome.RECORDED, Outcome.FAILED_AGAIN):
-            # After the answer: the round is recorded, and Stripe's delivery must not wait for
-            # Kafka. What this does not publish, the outbox's next drain does.
-            background.add_task(publish, refund_id, where)
+            background.add_task(publish, outbox, refund_id, where)
+        if outcome in (Outcome.NOW_REFUNDED, Outcome.REFUNDED_AFTER_SETTLED):
+            background.add_task(publish, completions, refund_id, where)
         detail = _DETAIL[outcome].format(where=where, refund=refund_id, status=status)
         return m.StripeEventReceived(outcome=outcome.value, detail=detail)
 
@@ -212,13 +220,15 @@ _DETAIL = {
     " the customer; the ledger now records that no money went back, and the desk offers to pay"
     " it again",
     Outcome.NOW_REFUNDED: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
-    " the customer; the ledger now records it paid, and the desk closes its review item",
+    " the customer; the ledger now records it paid, payout.completed says so, and the desk"
+    " closes its review item",
     Outcome.FAILED_AGAIN: "Stripe holds refund {refund} {status}: {where} was refunded after"
     " waiting for the customer and is FAILED again; its payout.failed is published again, and"
     " an alert asks a payment operator to pay it",
     Outcome.REFUNDED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
     " waiting for the customer and settled another way meanwhile; the ledger now records it"
-    " paid, and an alert asks a payment operator to check for a double payment",
+    " paid, payout.completed says so, and an alert asks a payment operator to check for a"
+    " double payment",
     Outcome.ALREADY_PAID: "Stripe holds refund {refund} {status}: nothing to change for {where}",
     Outcome.REFUND_NOT_FOUND: "Stripe has no refund {refund}: nothing to change for {where}",
     Outcome.IGNORED: "Stripe holds refund {refund} {status}, neither paid nor failed: nothing to"

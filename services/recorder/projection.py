@@ -156,6 +156,7 @@ PAYOUTS_COMPLETED = Table(
         ("amount_minor", "bigint"),
         ("stripe_refund_id", "text"),
         ("at", "timestamptz"),
+        ("revision", "integer"),
     ),
     ("dispute_id", "round"),
 )
@@ -169,6 +170,7 @@ PAYOUTS_FAILED = Table(
         ("error_code", "text"),
         ("reason", "text"),
         ("at", "timestamptz"),
+        ("revision", "integer"),
     ),
     ("dispute_id", "round"),
 )
@@ -373,8 +375,12 @@ def _line_review_rows(e: ev.RefundPriced) -> list[Statement]:
 
 
 def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
-    """A paid round. Its ``payout.failed`` (Stripe reported the refund failed later) may be
-    read first, from the other topic: the FAILED round then gains the refund's id."""
+    """A paid round. A round's ``payout_events`` row holds the outcome of its event with the
+    highest ``revision`` (at equal revisions a failure's), whatever order the two topics are
+    read in: a ``payout.completed`` the API published after Stripe refunded a round that had
+    failed waiting for the customer turns the FAILED round COMPLETED again, and a redelivered
+    older one changes nothing. A ``payout.failed`` of a higher revision (Stripe reported the
+    refund failed later) may be read first: the FAILED round then gains the refund's id."""
     return [
         (
             PAYOUTS_COMPLETED,
@@ -385,6 +391,21 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
                 e.amount_minor,
                 e.stripe_refund_id,
                 e.completed_at,
+                e.revision,
+            ),
+        ),
+        (
+            "UPDATE payout_events SET outcome = 'COMPLETED', amount_minor = %s,"
+            " stripe_refund_id = %s, error_code = NULL, reason = NULL, at = %s, revision = %s"
+            " WHERE dispute_id = %s AND round = %s AND revision < %s",
+            (
+                e.amount_minor,
+                e.stripe_refund_id,
+                e.completed_at,
+                e.revision,
+                e.dispute_id,
+                e.round,
+                e.revision,
             ),
         ),
         (
@@ -396,8 +417,11 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
 
 
 def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
-    """A failed round, and its review item. A round recorded COMPLETED turns FAILED: Stripe
-    reported its refund failed after taking it on (:mod:`services.api.refund_failures`).
+    """A failed round, and its review item. The round's record turns FAILED unless it holds an
+    event of a higher revision (see :func:`payout_completed_rows`): a round recorded COMPLETED
+    turns FAILED when Stripe reported its refund failed after taking it on
+    (:mod:`services.api.refund_failures`), and a redelivered failure does not undo a later
+    refund.
 
     A ``LEDGER_CONFLICT`` is a request the payout refused, not the round's outcome (the round
     may well be paid): it opens the review item and leaves the round's record as it is."""
@@ -417,12 +441,32 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     return [
         (
             PAYOUTS_FAILED,
-            (e.dispute_id, e.round, "FAILED", e.amount_minor, e.error_code, e.reason, e.failed_at),
+            (
+                e.dispute_id,
+                e.round,
+                "FAILED",
+                e.amount_minor,
+                e.error_code,
+                e.reason,
+                e.failed_at,
+                e.revision,
+            ),
         ),
         (
-            "UPDATE payout_events SET outcome = 'FAILED', error_code = %s, reason = %s, at = %s"
-            " WHERE dispute_id = %s AND round = %s AND outcome = 'COMPLETED'",
-            (e.error_code, e.reason, e.failed_at, e.dispute_id, e.round),
+            "UPDATE payout_events SET outcome = 'FAILED', amount_minor = %s, error_code = %s,"
+            " reason = %s, at = %s, revision = %s WHERE dispute_id = %s AND round = %s"
+            " AND (revision < %s OR (revision = %s AND outcome = 'COMPLETED'))",
+            (
+                e.amount_minor,
+                e.error_code,
+                e.reason,
+                e.failed_at,
+                e.revision,
+                e.dispute_id,
+                e.round,
+                e.revision,
+                e.revision,
+            ),
         ),
         item,
     ]

@@ -237,6 +237,7 @@ def event_codec(stack: Stack) -> Codec:
             t.COMPLAINT_RECEIVED.name: t.COMPLAINT_RECEIVED.schema,
             t.REVIEW_DECIDED.name: t.REVIEW_DECIDED.schema,
             t.PAYOUT_FAILED.name: t.PAYOUT_FAILED.schema,
+            t.PAYOUT_COMPLETED.name: t.PAYOUT_COMPLETED.schema,
         },
     )
 

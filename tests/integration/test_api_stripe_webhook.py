@@ -392,6 +392,82 @@ def test_a_refund_that_waited_for_the_customer_and_then_succeeded_pays_its_round
     assert ledger_row(api.database_url, dispute) == row
 
 
+def completion_rows(database: str, dispute_id: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database) as conn:
+        return conn.execute(
+            "SELECT stripe_refund_id, revision, published FROM refund_completions"
+            " WHERE dispute_id = %s",
+            (dispute_id,),
+        ).fetchall()
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        "by an earlier event",
+        "by Stripe's answer to the payout",
+        "by Stripe's answer, and settled another way meanwhile",
+    ],
+)
+def test_a_refund_that_succeeded_after_waiting_is_published_as_completed_once(
+    api: ApiServer, fake: FakeStripeServer, stack: Stack, codec: Codec, reported: str
+) -> None:
+    """The round turned SUCCEEDED in the ledger; analysts and the audit record read the topics,
+    where the round's last word was a payout.failed: one payout.completed for the round says it
+    is paid, carrying the round's revision after the change (one more than the failure's), and
+    Stripe's redeliveries publish no second one."""
+    completed_start = end_offsets(stack.kafka, t.PAYOUT_COMPLETED.name)
+    failed_start = end_offsets(stack.kafka, TOPIC)
+    if reported == "by an earlier event":
+        dispute, refund_id = held_paid_round(api, fake, "requires_action")
+        waiting = refund_event(refund_id, dispute_id=dispute, status="requires_action")
+        assert deliver(api, waiting).json()["outcome"] == "recorded"
+        [failure] = dispute_events(stack.kafka, codec, TOPIC, failed_start, dispute, settle_s=0)
+        assert (failure["error_code"], failure["revision"]) == ("refund_requires_action", 1)
+        revision, outcome = 2, "now_refunded"
+    else:  # the payout stage failed the round itself (revision 0), keeping no refund id
+        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+        settled = reported.endswith("meanwhile")
+        seed_round(
+            api.database_url,
+            dispute,
+            status="FAILED",
+            error_code="refund_requires_action",
+            paid_elsewhere=settled,
+        )
+        revision = 1
+        outcome = "refunded_after_settled" if settled else "now_refunded"
+    fake.fake.hold(refund_id, "succeeded")
+    paid = refund_event(refund_id, dispute_id=dispute, status="succeeded")
+    answer = deliver(api, paid)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, outcome), answer.text
+    assert "payout.completed" in answer.json()["detail"]
+    wait_for(
+        lambda: completion_rows(api.database_url, dispute) == [(refund_id, revision, True)],
+        30,
+        "the round's payout.completed to be published",
+    )
+    for event_type in ("refund.updated", "charge.refund.updated"):  # Stripe delivers again
+        again = deliver(api, {**paid, "type": event_type})
+        assert again.json()["outcome"] == "already_paid", again.text
+    events = dispute_events(
+        stack.kafka, codec, t.PAYOUT_COMPLETED.name, completed_start, dispute, settle_s=2.0
+    )
+    assert events == [
+        {
+            "dispute_id": dispute,
+            "round": 1,
+            "amount_minor": 68900,
+            "currency": "INR",
+            "stripe_refund_id": refund_id,
+            "idempotency_key": idempotency_key(dispute, 1),
+            "completed_at": events[0]["completed_at"],
+            "revision": revision,
+        }
+    ]
+    assert completion_rows(api.database_url, dispute) == [(refund_id, revision, True)]
+
+
 @pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
 def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_again(
     api: ApiServer, fake: FakeStripeServer, stack: Stack, codec: Codec, reported: str
@@ -432,8 +508,13 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
         "the failure's payout.failed to be published",
     )
     events = dispute_events(stack.kafka, codec, TOPIC, start, dispute, settle_s=0.5)
-    earlier = ["refund_requires_action"] if reported == "by an earlier event" else []
-    assert [e["error_code"] for e in events] == [*earlier, "refund_failed"]
+    earlier = [("refund_requires_action", 1)] if reported == "by an earlier event" else []
+    # Each change counts up the round's revision: the refund in between was one as well.
+    again_at = 3 if earlier else 2
+    assert [(e["error_code"], e["revision"]) for e in events] == [
+        *earlier,
+        ("refund_failed", again_at),
+    ]
     again = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert again.json()["outcome"] == "already_failed", "a redelivery publishes nothing more"
 

@@ -320,6 +320,95 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
         assert rows[0] == (2, "COMPLETED", None, None, "re_later_failed")
 
 
+def _round_outcome(dispute_id: str, event: str, revision: int) -> Message:
+    """An outcome of round 2 of ``dispute_id`` at ``revision``: ``completed`` (Stripe's refund
+    went back) or ``failed`` (Stripe reported it failed or waiting for the customer)."""
+    if event == "completed":
+        completed = ev.PayoutCompleted(
+            dispute_id=dispute_id,
+            round=2,
+            amount_minor=68900,
+            currency="INR",
+            stripe_refund_id="re_waited",
+            idempotency_key=f"refund-{dispute_id}-2",
+            completed_at=AT,
+            revision=revision,
+        )
+        return _message(t.PAYOUT_COMPLETED.name, dispute_id, completed.to_avro())
+    failed = ev.PayoutFailed(
+        dispute_id=dispute_id,
+        round=2,
+        amount_minor=68900,
+        currency="INR",
+        error_code="refund_requires_action" if revision < 2 else "refund_failed",
+        reason=f"Stripe reported refund re_waited {event} (revision {revision})",
+        idempotency_key=f"refund-{dispute_id}-2",
+        failed_at=AT,
+        revision=revision,
+    )
+    return _message(t.PAYOUT_FAILED.name, dispute_id, failed.to_avro())
+
+
+def _payout_event(database: str, dispute_id: str) -> tuple[Any, ...]:
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT outcome, error_code, stripe_refund_id, revision FROM payout_events"
+            " WHERE dispute_id = %s",
+            (dispute_id,),
+        ).fetchall()
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        "completed0 failed1 completed2",
+        "completed2 failed1 completed0",
+        "failed1 completed2 completed0",
+        "completed0+failed1+completed2",
+        "completed2+failed1 completed0",
+    ],
+    ids=["in order", "backwards", "the failure first", "one batch", "a replay after"],
+)
+def test_a_round_refunded_after_waiting_for_the_customer_is_completed_again(
+    database: str, order: str
+) -> None:
+    """The payout stage's refund was pending (completed, revision 0), Stripe then reported it
+    waiting for the customer (failed, 1), then refunded (completed, 2): the round is COMPLETED,
+    with no error, whatever order the two topics are read in and however often."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    batches = [
+        [_round_outcome(dispute, e[:-1], int(e[-1])) for e in batch.split("+")]
+        for batch in order.split()
+    ]
+    queue = _queue(database, *batches)
+    assert queue == {"payout:round2": "OPEN"}, "the operator closes the item on the desk"
+    assert _payout_event(database, dispute) == ("COMPLETED", None, "re_waited", 2)
+
+
+@pytest.mark.parametrize(
+    "order",
+    ["failed0 completed1 failed2", "failed2 completed1 failed0", "completed1 failed2+failed0"],
+    ids=["in order", "backwards", "mixed"],
+)
+def test_a_refund_that_fails_after_it_was_refunded_fails_its_round_again(
+    database: str, order: str
+) -> None:
+    """The payout stage's own answer was waiting for the customer (failed, 0); Stripe refunded
+    it (completed, 1) and then reported it failed after all (failed, 2): FAILED again, whatever
+    the order; redelivered, the refund in between does not undo it."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    batches = [
+        [_round_outcome(dispute, e[:-1], int(e[-1])) for e in batch.split("+")]
+        for batch in order.split()
+    ]
+    _queue(database, *batches)
+    assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 2)
+    _queue(database, [_round_outcome(dispute, "completed", 1)])
+    assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 2)
+
+
 def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str) -> None:
     """Two replicas update one dispute's review items from different topics, so PostgreSQL may
     pick one batch's transaction as a deadlock's victim. It rolled back whole: the same write

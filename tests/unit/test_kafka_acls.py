@@ -37,7 +37,7 @@ def test_each_flow_topic_is_written_by_its_producers_only() -> None:
         "refund.priced": {"extractor", "pricing"},
         "reply.published": {"settler"},
         "payout.requested": {"settler"},
-        "payout.completed": {"payout"},
+        "payout.completed": {"payout", API},
         "payout.failed": {"payout", API},
     }
 
