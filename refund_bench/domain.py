@@ -85,8 +85,11 @@ outside the desk (a corrected complaint)."""
 
 DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
 """The key of a DISPUTE review item: the round whose total it approves or declines."""
-PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)")
-"""The key of a PAYOUT review item: the round whose refund failed."""
+PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)(?::again)?")
+"""The key of a PAYOUT review item: the round whose refund failed (``payout:round<n>``), or
+failed again after Stripe had refunded it following a wait for the customer
+(``payout:round<n>:again``; the round's own item was decided when Stripe refunded it, and the
+desk records one decision per item)."""
 _ITEM_KEY_OF_KIND = {"DISPUTE": DISPUTE_ITEM, "PAYOUT": PAYOUT_ITEM}
 
 
@@ -96,7 +99,8 @@ def review_problem(
     """Why a ``review.decided`` cannot be applied as it stands, or ``None``: a decision its kind
     of review cannot make, or an item that is not of its kind (a GRIEVANCE review decides
     ``grievance:<its grievance_id>``, a DISPUTE review a ``dispute:round<n>`` item or, published
-    before decisions named their items, none; a PAYOUT review must name ``payout:round<n>``).
+    before decisions named their items, none; a PAYOUT review must name ``payout:round<n>`` or
+    ``payout:round<n>:again``).
     Pricing and the recorder both refuse such a decision, so neither acts on it alone."""
     allowed = DECISIONS_BY_KIND.get(kind)
     if allowed is None:

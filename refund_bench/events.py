@@ -316,6 +316,7 @@ class PayoutFailed(Event):
     idempotency_key: str
     failed_at: datetime
     revision: int = 0
+    item_key: Id | None = None
 
 
 TOPIC_MODELS: dict[str, type[Event]] = {

@@ -116,23 +116,37 @@ pricing keeps it, so that a REPAY recorded reaches pricing while it still has th
 
 
 def why_not_repayable(
-    status: str | None, error_code: str | None, last_priced_age_s: float | None = None
+    status: str | None,
+    error_code: str | None,
+    last_priced_age_s: float | None = None,
+    *,
+    paid_elsewhere: bool = False,
+    repaid_on: str | None = None,
 ) -> str | None:
     """``None`` when paying a round again (a new round for its amount) can mend it: the round is
-    FAILED in the ledger for a reason that may pass, and the dispute's last round was priced
-    less than :data:`REPAY_WINDOW_S` ago (``last_priced_age_s``). Otherwise why not, as a
-    reviewer reads it.
+    FAILED in the ledger for a reason that may pass, was neither settled another way
+    (``paid_elsewhere``) nor paid again on another of its review items (``repaid_on``, that
+    item's key: a round failing again after a refund has two), and the dispute's last round was
+    priced less than :data:`REPAY_WINDOW_S` ago (``last_priced_age_s``). Otherwise why not, as
+    a reviewer reads it.
 
-    A ``None`` holds once given: a FAILED row turns back only while its refund waits for the
-    customer (:data:`WAITING_FOR_CUSTOMER`, never repayable), to SUCCEEDED when Stripe refunds
-    it; a repayable FAILED row stays FAILED, and the age only grows. So a round is never paid
-    again after its refund went back."""
+    A round is never paid again after its refund went back: a FAILED row turns back only while
+    its refund waits for the customer (:data:`WAITING_FOR_CUSTOMER`, never repayable), to
+    SUCCEEDED when Stripe refunds it, and a repayable FAILED row stays FAILED."""
     if status != "FAILED":
         held = "not in the payout ledger" if status is None else f"{status} in the payout ledger"
         return f"it is {held}, and only a FAILED refund can be paid again"
     unmendable = UNMENDABLE_FAILURES.get(error_code or "")
     if unmendable is not None:
         return unmendable
+    if paid_elsewhere:
+        return (
+            "a payment operator settled it another way before (PAID_ELSEWHERE), and Stripe's"
+            " refund has failed since: find out what the customer has been paid, and pay by hand"
+            " only what is still owed"
+        )
+    if repaid_on is not None:
+        return f"it was paid again already, in a new round (REPAY on {repaid_on})"
     if last_priced_age_s is not None and last_priced_age_s > REPAY_WINDOW_S:
         return (
             f"its dispute was last priced {last_priced_age_s / 86400:.0f} days ago, and pricing"
@@ -147,9 +161,16 @@ def payout_item(settlement_round: int) -> str:
     return f"payout:round{settlement_round}"
 
 
+def payout_again_item(settlement_round: int) -> str:
+    """The key of the review item this round opens when its refund fails again after Stripe
+    had refunded it following a wait for the customer: the round's own item
+    (:func:`payout_item`) was decided then, and an item takes one decision."""
+    return f"{payout_item(settlement_round)}:again"
+
+
 def payout_item_round(item_key: str | None) -> int | None:
-    """The round a payout review item's key names (:func:`payout_item`); ``None`` for any
-    other key."""
+    """The round a payout review item's key names (:func:`payout_item`,
+    :func:`payout_again_item`); ``None`` for any other key."""
     named = PAYOUT_ITEM.fullmatch(item_key or "")
     return None if named is None else int(named[1])
 

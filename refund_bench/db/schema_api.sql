@@ -118,6 +118,22 @@ BEGIN
 END
 $$;
 
+-- The review item a refund_failures row's payout.failed opens when it is not the round's own
+-- (payout:round<n>): payout:round<n>:again for a refund Stripe reported failed after it had
+-- refunded it following a wait for the customer (the round's own item was decided then). Added
+-- once to a table created before it.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'refund_failures'::regclass AND attname = 'item_key'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE refund_failures ADD COLUMN item_key text;
+    END IF;
+END
+$$;
+
 -- Refunds that waited for the customer (their round FAILED, refund_requires_action) and that
 -- Stripe then reported refunded (its webhook): one row per payout round, written in the
 -- transaction that turns the round SUCCEEDED in payout_ledger. A round turns back that way at

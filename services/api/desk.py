@@ -78,15 +78,23 @@ def failed_round(
     item: m.ReviewItemRecord,
     ledger: Mapping[int, m.LedgerRecord],
     last_priced_age_s: float | None = None,
+    repaid: Mapping[int, str] | None = None,
 ) -> dict[str, Any] | None:
     """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
     it can; the desk offers REPAY only then, and the store checks again when it records one).
-    ``last_priced_age_s``: seconds since the dispute's last priced round."""
+    ``last_priced_age_s``: seconds since the dispute's last priced round; ``repaid``: the rounds
+    a REPAY was recorded for, and the item it was recorded on."""
     round_ = payout_item_round(item.item_key) if item.kind == "PAYOUT" else None
     row = None if round_ is None else ledger.get(round_)
-    if row is None:
+    if row is None or round_ is None:
         return None
-    why_not = why_not_repayable(row.status, row.error_code, last_priced_age_s)
+    why_not = why_not_repayable(
+        row.status,
+        row.error_code,
+        last_priced_age_s,
+        paid_elsewhere=row.paid_elsewhere,
+        repaid_on=(repaid or {}).get(round_),
+    )
     return {
         "ledger": row,
         "why_not": why_not,
@@ -123,11 +131,17 @@ def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:
             }
         )
     ledger = {row.round: row for row in story.payouts.ledger}
+    repaid = {
+        round_: d.item_key
+        for d in story.review_decisions
+        if d.decision == ReviewDecision.REPAY.value
+        and (round_ := payout_item_round(d.item_key)) is not None
+    }
     other_items = [
         {
             "item": i,
             "decision": decisions.get(i.item_key),
-            "failed": failed_round(i, ledger, priced_age_s),
+            "failed": failed_round(i, ledger, priced_age_s, repaid),
         }
         for i in story.review_items
         if i.kind != "GRIEVANCE"

@@ -198,6 +198,8 @@ class LedgerRecord(BaseModel):
     attempts: int
     created_at: datetime
     updated_at: datetime
+    paid_elsewhere: bool = False
+    """A payment operator recorded the FAILED round settled another way (PAID_ELSEWHERE)."""
 
 
 class PayoutEventRecord(BaseModel):

@@ -51,6 +51,7 @@ from refund_bench.db.payout_rounds import (
     REFUNDED_STATUSES,
     WAITING_FOR_CUSTOMER,
     not_refunded_code,
+    payout_again_item,
 )
 from services.api.store import OutboxTable
 from services.payout.payments import RefundNotFound, RefundReader, RetrievedRefund
@@ -184,12 +185,14 @@ class Outcome(enum.StrEnum):
     FAILED_AGAIN = "failed_again"
     """The round's refund waited for the customer, was then refunded (:attr:`NOW_REFUNDED`),
     and now failed after all: the round is FAILED again and its ``payout.failed`` is published
-    again, but its review item was decided already and does not reopen. An alert
-    (``RefundBenchRefundNeedsOperator``) asks a payment operator to pay the customer."""
+    again, naming the review item ``payout:round<n>:again``: the round's own item was decided
+    when Stripe refunded it, and the desk takes one decision per item, so the failure reaches
+    a payment operator's queue as an item of its own."""
     REFUNDED_AFTER_SETTLED = "refunded_after_settled"
     """As :attr:`NOW_REFUNDED` (its ``payout.completed`` queued too), for a round a payment
     operator had meanwhile settled another way (PAID_ELSEWHERE): the customer may have been paid
-    twice. The same alert fires."""
+    twice; no review item opens for it, and an alert (``RefundBenchRefundNeedsOperator``) asks
+    a payment operator to check."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,9 @@ class RefundFailureRecord:
     reported_at: datetime
     revision: int
     """The round's ledger revision after this failure (the event's ``revision``)."""
+    item_key: str | None
+    """The review item the failure opens when not the round's own (the event's ``item_key``):
+    :func:`~refund_bench.db.payout_rounds.payout_again_item` for a failure after a refund."""
     published: bool = False
 
 
@@ -235,7 +241,7 @@ REFUND_FAILURES = OutboxTable(
     "refund_failures",
     "dispute_id, round, stripe_refund_id, refund_status, failure_reason, stripe_event_id,"
     " amount_minor, currency, idempotency_key, error_code, error_message, reported_at, revision,"
-    " published",
+    " item_key, published",
     key="stripe_refund_id",
     oldest="reported_at",
     make=lambda row: RefundFailureRecord(**row),
@@ -273,19 +279,19 @@ RETURNING revision
 """
 _INSERT = f"""
 INSERT INTO refund_failures ({REFUND_FAILURES.columns})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false)
 ON CONFLICT (dispute_id, round) DO UPDATE
 SET refund_status = EXCLUDED.refund_status, failure_reason = EXCLUDED.failure_reason,
     stripe_event_id = EXCLUDED.stripe_event_id, error_code = EXCLUDED.error_code,
     error_message = EXCLUDED.error_message, reported_at = EXCLUDED.reported_at,
-    revision = EXCLUDED.revision, published = false
+    revision = EXCLUDED.revision, item_key = EXCLUDED.item_key, published = false
 WHERE refund_failures.stripe_refund_id = EXCLUDED.stripe_refund_id
 RETURNING stripe_refund_id
 """  # noqa: S608 - the column list is a constant
 """Returns the row written, none if the round's row names another refund. A round that waited
 for the customer, was refunded, and then failed after all has its row from the first failure
 (if the webhook recorded it): it is brought up to date and queued again, so that its new
-``payout.failed`` is published."""
+``payout.failed`` is published (naming its own review item)."""
 _INSERT_COMPLETION = f"""
 INSERT INTO refund_completions ({REFUND_COMPLETIONS.columns})
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)
@@ -376,6 +382,8 @@ class RefundFailures:
             return Outcome.NOW_FINAL
         if ledger["status"] != "SUCCEEDED":
             return Outcome.NOT_SETTLED
+        # SUCCEEDED only since Stripe refunded it after a wait: its item was decided then.
+        again = ledger["error_message"] == _refunded_message(report.stripe_refund_id)
         failed = await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
         (revision,) = await _one(failed)
         queued = await conn.execute(
@@ -394,6 +402,7 @@ class RefundFailures:
                 message,
                 at,
                 revision,
+                payout_again_item(report.round) if again else None,
             ),
         )
         if await queued.fetchone() is None:
@@ -403,10 +412,7 @@ class RefundFailures:
                 f"{report.dispute_id} round {report.round} has a refund failure recorded for"
                 f" another refund than {report.stripe_refund_id}"
             )
-        if ledger["error_message"] == _refunded_message(report.stripe_refund_id):
-            # SUCCEEDED only since Stripe refunded it after a wait: its item was decided then.
-            return Outcome.FAILED_AGAIN
-        return Outcome.RECORDED
+        return Outcome.FAILED_AGAIN if again else Outcome.RECORDED
 
     @staticmethod
     async def _refunded(
@@ -480,6 +486,7 @@ def payout_failed(row: RefundFailureRecord) -> tuple[str, Mapping[str, Any]]:
         idempotency_key=row.idempotency_key,
         failed_at=row.reported_at,
         revision=row.revision,
+        item_key=row.item_key,
     )
     return failed.dispute_id, failed.to_avro()
 

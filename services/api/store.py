@@ -32,7 +32,13 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from refund_bench.db.payout_rounds import how_to_close, payout_item_round, why_not_repayable
+from refund_bench.db.payout_rounds import (
+    how_to_close,
+    payout_again_item,
+    payout_item,
+    payout_item_round,
+    why_not_repayable,
+)
 from refund_bench.domain import ReviewDecision
 from services.api import models as m
 
@@ -367,6 +373,12 @@ class Store:
         the decision, so a decision is never recorded for an item closed meanwhile. No
         deadlock: this transaction locks no other row of ``review_items``, and the recorder
         (the only other writer of it) never touches ``review_decisions`` or ``payout_ledger``.
+
+        A decision on a PAYOUT item also locks its round's ledger row (``FOR UPDATE``) before it
+        is checked and recorded: a round failing again after a refund has two items, and two
+        decisions on them (a REPAY on one, and a REPAY or a PAID_ELSEWHERE on the other) are
+        then made one after the other, the second checked against the first. Stripe's webhook
+        locks only the ledger row, so the order items, ledger, decisions cannot deadlock.
         """
         async with (
             self._pool.connection() as conn,
@@ -384,6 +396,11 @@ class Store:
             check(item["kind"])
             if item["status"] != "OPEN":
                 raise AlreadyDecided(await self._decision_for(cur, new))
+            if item["kind"] == "PAYOUT":
+                await cur.execute(
+                    "SELECT 1 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE",
+                    (new.dispute_id, payout_item_round(new.item_key)),
+                )
             if new.decision == ReviewDecision.REPAY.value:
                 await self._check_repayable(cur, new.dispute_id, new.item_key)
             await cur.execute(
@@ -422,7 +439,8 @@ class Store:
         if round_ is None:
             raise NotDecidable("REPAY applies to a payout:round<n> item only.")
         await cur.execute(
-            "SELECT status, error_code FROM payout_ledger WHERE dispute_id = %s AND round = %s",
+            "SELECT status, error_code, paid_elsewhere FROM payout_ledger"
+            " WHERE dispute_id = %s AND round = %s",
             (dispute_id, round_),
         )
         row = await cur.fetchone()
@@ -433,7 +451,19 @@ class Store:
             (dispute_id,),
         )
         priced = await cur.fetchone()
-        why = why_not_repayable(status, error_code, priced["age_s"] if priced else None)
+        await cur.execute(
+            "SELECT item_key FROM review_decisions"
+            " WHERE dispute_id = %s AND decision = 'REPAY' AND item_key = ANY(%s)",
+            (dispute_id, [payout_item(round_), payout_again_item(round_)]),
+        )
+        repaid = await cur.fetchone()
+        why = why_not_repayable(
+            status,
+            error_code,
+            priced["age_s"] if priced else None,
+            paid_elsewhere=bool(row and row["paid_elsewhere"]),
+            repaid_on=repaid["item_key"] if repaid else None,
+        )
         if why is not None:
             raise NotDecidable(
                 f"Round {round_} cannot be paid again: {why}. {how_to_close(error_code, status)}"
@@ -625,8 +655,8 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         m.LedgerRecord(**r)
         for r in await q.all(
             "SELECT round, amount_minor, currency, payment_reference, idempotency_key, status,"
-            " stripe_refund_id, error_code, error_message, attempts, created_at, updated_at"
-            " FROM payout_ledger WHERE dispute_id = %s ORDER BY round"
+            " stripe_refund_id, error_code, error_message, attempts, created_at, updated_at,"
+            " paid_elsewhere FROM payout_ledger WHERE dispute_id = %s ORDER BY round"
         )
     ]
     payout_events = [

@@ -184,10 +184,9 @@ def stripe_webhook_router(
                 where,
             )
         if outcome is Outcome.FAILED_AGAIN:
-            log.error(
+            log.warning(
                 "Stripe reported refund %s %s after it had refunded it following a wait for the"
-                " customer: %s is FAILED again, and its review item was decided before; a"
-                " payment operator must pay the customer",
+                " customer: %s is FAILED again, sent to review as an item of its own",
                 refund_id,
                 status,
                 where,
@@ -223,8 +222,8 @@ _DETAIL = {
     " the customer; the ledger now records it paid, payout.completed says so, and the desk"
     " closes its review item",
     Outcome.FAILED_AGAIN: "Stripe holds refund {refund} {status}: {where} was refunded after"
-    " waiting for the customer and is FAILED again; its payout.failed is published again, and"
-    " an alert asks a payment operator to pay it",
+    " waiting for the customer and is FAILED again; its payout.failed is published again and"
+    " sends it to review as an item of its own",
     Outcome.REFUNDED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
     " waiting for the customer and settled another way meanwhile; the ledger now records it"
     " paid, payout.completed says so, and an alert asks a payment operator to check for a"

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_item
+from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_again_item, payout_item
 from refund_bench.domain import Decision, LineStatus, Ruling, review_problem
 from refund_bench.errors import InvalidInput
 
@@ -423,13 +423,23 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     (:mod:`services.api.refund_failures`), and a redelivered failure does not undo a later
     refund.
 
+    The review item is the round's own (``payout:round<n>``), or the one the event names: a
+    refund Stripe reported failed after it had refunded it following a wait for the customer
+    opens ``payout:round<n>:again``, since the round's own item was decided then. Either is
+    inserted once, so a redelivered failure opens nothing more.
+
     A ``LEDGER_CONFLICT`` is a request the payout refused, not the round's outcome (the round
     may well be paid): it opens the review item and leaves the round's record as it is."""
+    if e.item_key not in (None, payout_item(e.round), payout_again_item(e.round)):
+        raise InvalidInput(
+            f"payout.failed of round {e.round} names review item {e.item_key!r}, which is not"
+            " one of that round's"
+        )
     item = (
         REVIEW_ITEMS,
         (
             e.dispute_id,
-            payout_item(e.round),
+            e.item_key or payout_item(e.round),
             "PAYOUT",
             None,
             f"payout failed ({e.error_code}): {e.reason}",

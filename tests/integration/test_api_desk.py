@@ -527,6 +527,98 @@ def test_a_refund_waiting_for_the_customer_is_not_to_be_paid_another_way(
     assert "Settle it with the customer another way" not in case
 
 
+def fail_round_one_again(
+    database_url: str, dispute_id: str, *, first: str, paid_elsewhere: bool = False
+) -> None:
+    """Round 1 of a seeded dispute as after a refund that waited for the customer, was refunded
+    and then failed after all: FAILED (refund_failed) in the ledger, its own item
+    ``payout:round1`` ``first`` (DECIDED: closed as refunded by alice; or OPEN), and the item
+    the second failure opened, ``payout:round1:again``, open."""
+    with psycopg.connect(database_url) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE payout_ledger SET status = 'FAILED', error_code = 'refund_failed',"
+            " paid_elsewhere = %s WHERE dispute_id = %s AND round = 1",
+            (paid_elsewhere, dispute_id),
+        )
+        conn.execute(
+            "INSERT INTO review_items (dispute_id, item_key, kind, reason, status)"
+            " VALUES (%s, 'payout:round1', 'PAYOUT', 'payout failed (refund_requires_action)',"
+            " %s), (%s, 'payout:round1:again', 'PAYOUT', 'payout failed (refund_failed)',"
+            " 'OPEN')",
+            (dispute_id, first, dispute_id),
+        )
+        if first == "DECIDED":
+            conn.execute(
+                "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, decision,"
+                " reviewer, note, decided_at, published) VALUES (%s, %s, 'payout:round1',"
+                " 'PAYOUT', 'PAID_ELSEWHERE', 'alice', 'Stripe refunded it', now(), true)",
+                (f"r-{uuid.uuid4().hex}", dispute_id),
+            )
+
+
+def test_a_refund_that_failed_again_after_it_was_refunded_is_paid_again_on_its_own_item(
+    api: ApiServer, dispute: str
+) -> None:
+    """The round's own item was closed when Stripe refunded it; the failure after that has an
+    item of its own, which offers and records REPAY like any failed round."""
+    fail_round_one_again(api.database_url, dispute, first="DECIDED")
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        item = case[case.index('id="item-payout:round1:again"') :]
+        item = item[: item.index("</form>")]
+        assert 'value="REPAY">Pay again (INR 689)</button>' in item
+        form = {"item_key": "payout:round1:again", "note": "card re-issued", "csrf_token": token}
+        repaid = client.post(url, data={**form, "decision": "REPAY"})
+        assert repaid.status_code == 303, repaid.text
+    assert sorted(decisions(api, dispute)) == [
+        ("payout:round1", "PAID_ELSEWHERE", "alice"),
+        ("payout:round1:again", "REPAY", "carol"),
+    ]
+
+
+def test_a_round_settled_another_way_is_not_paid_again_when_its_refund_fails_again(
+    api: ApiServer, dispute: str
+) -> None:
+    """A payment operator settled the waiting round another way, Stripe refunded it all the same
+    and then reported that refund failed: the customer has had the other payment, so the new
+    item offers no REPAY, refuses one, and says to find out what is still owed."""
+    fail_round_one_again(api.database_url, dispute, first="DECIDED", paid_elsewhere=True)
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        assert 'value="REPAY"' not in case
+        form = {"item_key": "payout:round1:again", "note": "again", "csrf_token": token}
+        refused = client.post(url, data={**form, "decision": "REPAY"})
+    assert refused.status_code == 422
+    assert "settled it another way before (PAID_ELSEWHERE)" in refused.text
+    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "alice")]
+
+
+def test_a_round_with_two_open_items_is_paid_again_once(api: ApiServer, dispute: str) -> None:
+    """Nobody closed the round's own item before its refund failed again: both items are open,
+    and a REPAY on one leaves the other to be closed, never paid again."""
+    fail_round_one_again(api.database_url, dispute, first="OPEN")
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        form = {"note": "card re-issued", "csrf_token": token, "decision": "REPAY"}
+        first = client.post(url, data={**form, "item_key": "payout:round1:again"})
+        assert first.status_code == 303, first.text
+        case = client.get(f"/review/disputes/{dispute}").text
+        item = case[case.index('id="item-payout:round1"') :]
+        item = item[: item.index("</form>")]
+        assert 'value="REPAY"' not in item
+        second = client.post(url, data={**form, "item_key": "payout:round1"})
+    assert second.status_code == 422
+    assert "it was paid again already, in a new round (REPAY on payout:round1:again)" in (
+        second.text
+    )
+    assert decisions(api, dispute) == [("payout:round1:again", "REPAY", "carol")]
+
+
 def _password_threads() -> set[threading.Thread]:
     """The API's password-check threads in this process (the API is served by a thread here)."""
     return {t for t in threading.enumerate() if t.name.startswith("password-check")}

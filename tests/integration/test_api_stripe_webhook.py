@@ -475,9 +475,10 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
     """Stripe may report a refund failed after it succeeded: the round turns FAILED again, the
     round's one refund_failures row is written or brought up to date (not duplicated) and
     queued, so that a payout.failed for the failure is published. The round's review item was
-    decided when Stripe refunded it: the outcome ``failed_again`` raises an alert instead,
-    whether the wait for the customer was reported by an earlier event or by Stripe's answer
-    to the payout itself."""
+    decided when Stripe refunded it, so that payout.failed names an item of its own,
+    ``payout:round1:again``, for the recorder to open (outcome ``failed_again``), whether the
+    wait for the customer was reported by an earlier event or by Stripe's answer to the payout
+    itself."""
     start = end_offsets(stack.kafka, TOPIC)
     if reported == "by an earlier event":
         dispute, refund_id = held_paid_round(api, fake, "requires_action")
@@ -508,12 +509,12 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
         "the failure's payout.failed to be published",
     )
     events = dispute_events(stack.kafka, codec, TOPIC, start, dispute, settle_s=0.5)
-    earlier = [("refund_requires_action", 1)] if reported == "by an earlier event" else []
+    earlier = [("refund_requires_action", 1, None)] if reported == "by an earlier event" else []
     # Each change counts up the round's revision: the refund in between was one as well.
     again_at = 3 if earlier else 2
-    assert [(e["error_code"], e["revision"]) for e in events] == [
+    assert [(e["error_code"], e["revision"], e["item_key"]) for e in events] == [
         *earlier,
-        ("refund_failed", again_at),
+        ("refund_failed", again_at, "payout:round1:again"),
     ]
     again = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert again.json()["outcome"] == "already_failed", "a redelivery publishes nothing more"

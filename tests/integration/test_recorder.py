@@ -409,6 +409,57 @@ def test_a_refund_that_fails_after_it_was_refunded_fails_its_round_again(
     assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 2)
 
 
+def _decided_payout(dispute_id: str, item_key: str) -> Message:
+    decided = ev.ReviewDecided(
+        dispute_id=dispute_id,
+        review_id=uuid.uuid4().hex,
+        kind="PAYOUT",
+        decision="PAID_ELSEWHERE",
+        reviewer="carol",
+        decided_at=AT,
+        item_key=item_key,
+    )
+    return _message(t.REVIEW_DECIDED.name, dispute_id, decided.to_avro())
+
+
+def _failed_again(dispute_id: str, item_key: str | None = "payout:round2:again") -> Message:
+    failed = ev.PayoutFailed.model_validate(
+        {**_round_outcome(dispute_id, "failed", 3).value, "item_key": item_key}
+    )
+    return _message(t.PAYOUT_FAILED.name, dispute_id, failed.to_avro())
+
+
+def test_a_refund_that_fails_again_after_its_item_was_closed_opens_an_item_of_its_own(
+    database: str,
+) -> None:
+    """The round's own item was closed when Stripe refunded the refund that had waited for the
+    customer; when it fails after all, its payout.failed names ``payout:round2:again``, which
+    opens for a payment operator and is decided on its own. Redelivered, neither failure
+    reopens an item or opens another."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    waited = _round_outcome(dispute, "failed", 1)
+    refunded = _round_outcome(dispute, "completed", 2)
+    closed = _queue(database, [waited], [refunded, _decided_payout(dispute, "payout:round2")])
+    assert closed == {"payout:round2": "DECIDED"}
+    reopened = _queue(database, [_failed_again(dispute)])
+    assert reopened == {"payout:round2": "DECIDED", "payout:round2:again": "OPEN"}
+    assert _queue(database, [waited, _failed_again(dispute), refunded]) == reopened
+    assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 3)
+    decided = _queue(database, [_decided_payout(dispute, "payout:round2:again")])
+    assert decided == {"payout:round2": "DECIDED", "payout:round2:again": "DECIDED"}
+
+
+@pytest.mark.parametrize(
+    "item_key", ["payout:round3:again", "dispute:round2", "payout:round2:later"]
+)
+def test_a_failure_naming_an_item_not_of_its_round_is_dead_lettered(
+    database: str, item_key: str
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(InvalidInput, match="names review item"):
+        _queue(database, [_failed_again(dispute, item_key)])
+
+
 def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str) -> None:
     """Two replicas update one dispute's review items from different topics, so PostgreSQL may
     pick one batch's transaction as a deadlock's victim. It rolled back whole: the same write

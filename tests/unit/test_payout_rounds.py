@@ -19,6 +19,16 @@ def test_a_failed_round_within_the_window_can_be_paid_again() -> None:
     assert why_not_repayable("FAILED", "refund_failed", REPAY_WINDOW_S) is None
 
 
+def test_a_round_settled_elsewhere_or_paid_again_on_its_other_item_is_not_paid_again() -> None:
+    """A round whose refund failed again after Stripe refunded it has two review items: neither
+    pays it again once it was settled another way, or paid again on the other."""
+    settled = why_not_repayable("FAILED", "refund_failed", 0.0, paid_elsewhere=True)
+    assert settled is not None
+    assert "settled it another way before (PAID_ELSEWHERE)" in settled
+    repaid = why_not_repayable("FAILED", "refund_failed", 0.0, repaid_on="payout:round1")
+    assert repaid == "it was paid again already, in a new round (REPAY on payout:round1)"
+
+
 def test_a_failed_round_past_the_window_cannot() -> None:
     why = why_not_repayable("FAILED", "refund_failed", REPAY_WINDOW_S + 1)
     assert why is not None

@@ -419,6 +419,22 @@ def test_repaying_a_failed_round_pays_its_amount_again_in_a_new_round_once() -> 
     )
 
 
+def test_a_round_whose_refund_failed_again_is_paid_again_from_its_second_item_once() -> None:
+    """Round 1's refund waited for the customer, Stripe refunded it (its item closed as
+    settled), then reported it failed after all: the second failure's item
+    ``payout:round1:again`` pays it again, once; a REPAY on the round's own item after that is
+    refused."""
+    store, handler = _handler()
+    _article_paid(store, handler)
+    closed = _decided("r-1", "PAYOUT", "PAID_ELSEWHERE", "payout:round1")
+    assert _outputs(store, handler, closed) == []
+    again = _priced(store, handler, _decided("r-2", "PAYOUT", "REPAY", "payout:round1:again"))
+    assert (again["round"], again["already_paid_minor"], again["payable_minor"]) == (2, 0, 68900)
+    assert again["reason"].endswith("; round 1's refund of 68900 failed: no longer counted as paid")
+    twice = _decided("r-3", "PAYOUT", "REPAY", "payout:round1")
+    _refused(store, handler, twice, "r-3: round 1 of dispute d-1 was paid again already")
+
+
 def test_a_round_settled_elsewhere_prices_nothing_and_stays_paid() -> None:
     store, handler = _handler()
     _article_paid(store, handler)

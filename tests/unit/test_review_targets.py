@@ -17,6 +17,8 @@ from refund_bench.domain import review_problem
         ("DISPUTE", "DECLINE", None, None),
         ("PAYOUT", "REPAY", None, "payout:round2"),
         ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round12"),
+        ("PAYOUT", "REPAY", None, "payout:round2:again"),  # failed again after a refund
+        ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round2:again"),
     ],
 )
 def test_a_decision_on_an_item_of_its_kind_is_taken(
@@ -42,6 +44,8 @@ def test_a_decision_on_an_item_of_its_kind_is_taken(
         ("DISPUTE", "APPROVE", None, "dispute:roundx", "a DISPUTE review cannot decide item"),
         ("PAYOUT", "REPAY", None, None, "must name its payout:round<n> item, not None"),
         ("PAYOUT", "REPAY", None, "dispute:round2", "must name its payout:round<n> item"),
+        ("PAYOUT", "REPAY", None, "payout:round2:later", "must name its payout:round<n> item"),
+        ("DISPUTE", "APPROVE", None, "payout:round2:again", "a DISPUTE review cannot decide"),
     ],
 )
 def test_any_other_decision_is_refused_with_why(
