@@ -85,12 +85,30 @@ outside the desk (a corrected complaint)."""
 
 DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
 """The key of a DISPUTE review item: the round whose total it approves or declines."""
-PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)(?::again)?")
+PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)(?::(again|conflict))?")
 """The key of a PAYOUT review item: the round whose refund failed (``payout:round<n>``), or
 failed again after Stripe had refunded it following a wait for the customer
 (``payout:round<n>:again``; the round's own item was decided when Stripe refunded it, and the
-desk records one decision per item)."""
+desk records one decision per item), or a request for the round that the payout refused because
+the ledger holds the round with another amount or currency (``payout:round<n>:conflict``, a
+``LEDGER_CONFLICT``: the round itself may be paid, and has its own item if it failed)."""
 _ITEM_KEY_OF_KIND = {"DISPUTE": DISPUTE_ITEM, "PAYOUT": PAYOUT_ITEM}
+
+
+def payout_item_is_conflict(item_key: str | None) -> bool:
+    """Whether ``item_key`` names a conflicting payout request (``payout:round<n>:conflict``)."""
+    named = PAYOUT_ITEM.fullmatch(item_key or "")
+    return named is not None and named[2] == "conflict"
+
+
+def decisions_for(kind: str, item_key: str | None) -> tuple[ReviewDecision, ...] | None:
+    """What a reviewer may decide on the item ``item_key`` of ``kind``; ``None`` for a kind
+    resolved outside the desk. Those of :data:`DECISIONS_BY_KIND`, except that a conflicting
+    payout request's item is only closed (PAID_ELSEWHERE, which prices nothing): nothing was paid
+    for that request, and paying its round again could pay it twice."""
+    if kind == "PAYOUT" and payout_item_is_conflict(item_key):
+        return (ReviewDecision.PAID_ELSEWHERE,)
+    return DECISIONS_BY_KIND.get(kind)
 
 
 def review_problem(
@@ -99,8 +117,9 @@ def review_problem(
     """Why a ``review.decided`` cannot be applied as it stands, or ``None``: a decision its kind
     of review cannot make, or an item that is not of its kind (a GRIEVANCE review decides
     ``grievance:<its grievance_id>``, a DISPUTE review a ``dispute:round<n>`` item or, published
-    before decisions named their items, none; a PAYOUT review must name ``payout:round<n>`` or
-    ``payout:round<n>:again``).
+    before decisions named their items, none; a PAYOUT review must name ``payout:round<n>``,
+    ``payout:round<n>:again`` or ``payout:round<n>:conflict``, and decides only PAID_ELSEWHERE
+    on the last, see :func:`decisions_for`).
     Pricing and the recorder both refuse such a decision, so neither acts on it alone."""
     allowed = DECISIONS_BY_KIND.get(kind)
     if allowed is None:
@@ -115,6 +134,11 @@ def review_problem(
         return None
     if kind == "PAYOUT" and not _ITEM_KEY_OF_KIND[kind].fullmatch(item_key or ""):
         return f"a PAYOUT review must name its payout:round<n> item, not {item_key!r}"
+    if decision not in (decisions_for(kind, item_key) or ()):
+        return (
+            f"a review of {item_key}, a payout request refused for the round's recorded amount,"
+            f" cannot decide {decision}: nothing was paid for it, and it is only closed"
+        )
     if item_key is not None and not _ITEM_KEY_OF_KIND[kind].fullmatch(item_key):
         return f"a {kind} review cannot decide item {item_key!r}"
     return None

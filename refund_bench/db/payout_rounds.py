@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from refund_bench.domain import PAYOUT_ITEM
+from refund_bench.domain import PAYOUT_ITEM, payout_item_is_conflict
 
 NOT_REFUNDED_STATUSES = frozenset({"failed", "canceled", "requires_action"})
 """Stripe refund statuses that mean no money went back (``requires_action``: not without the
@@ -81,6 +81,18 @@ WAITING_FOR_CUSTOMER = not_refunded_code("requires_action")
 """A round whose refund waits for the customer at Stripe: never paid another way meanwhile.
 The only FAILED round that turns back: SUCCEEDED once Stripe's webhook reports its refund
 succeeded (:mod:`services.api.refund_failures`), and the desk then closes its item."""
+
+
+CONFLICT_NOT_REPAYABLE = (
+    "it is a request for this round with another amount or currency than the ledger holds,"
+    " which the payout refused: nothing was paid for it, and paying the round again could pay it"
+    " twice"
+)
+"""Why a conflicting payout request's item (``LEDGER_CONFLICT``) is never paid again."""
+CONFLICT_HOW_TO_CLOSE = (
+    "Find out why the amount changed (the reason names both); if the customer is owed more than"
+    " the round pays, pay the difference by hand; then close it here"
+)
 
 
 def how_to_close(error_code: str | None, status: str | None = None) -> str:
@@ -168,9 +180,22 @@ def payout_again_item(settlement_round: int) -> str:
     return f"{payout_item(settlement_round)}:again"
 
 
+def payout_conflict_item(settlement_round: int) -> str:
+    """The key of the review item a ``LEDGER_CONFLICT`` of this round opens: a request the
+    payout refused, apart from the round's own item (:func:`payout_item`), which its failure, if
+    any, opens; deciding one leaves the other open."""
+    return f"{payout_item(settlement_round)}:conflict"
+
+
+def is_payout_failure_item(item_key: str | None) -> bool:
+    """Whether ``item_key`` is the item of a round whose refund failed (:func:`payout_item`,
+    :func:`payout_again_item`): one a REPAY may pay again, and a PAID_ELSEWHERE settles."""
+    return payout_item_round(item_key) is not None and not payout_item_is_conflict(item_key)
+
+
 def payout_item_round(item_key: str | None) -> int | None:
     """The round a payout review item's key names (:func:`payout_item`,
-    :func:`payout_again_item`); ``None`` for any other key."""
+    :func:`payout_again_item`, :func:`payout_conflict_item`); ``None`` for any other key."""
     named = PAYOUT_ITEM.fullmatch(item_key or "")
     return None if named is None else int(named[1])
 

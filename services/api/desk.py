@@ -21,8 +21,19 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import how_to_close, payout_item_round, why_not_repayable
-from refund_bench.domain import DECISIONS_BY_KIND, ReviewDecision
+from refund_bench.db.payout_rounds import (
+    CONFLICT_HOW_TO_CLOSE,
+    CONFLICT_NOT_REPAYABLE,
+    how_to_close,
+    payout_item_round,
+    why_not_repayable,
+)
+from refund_bench.domain import (
+    DECISIONS_BY_KIND,
+    ReviewDecision,
+    decisions_for,
+    payout_item_is_conflict,
+)
 from services.api import models as m
 from services.api.context import AppContext
 from services.api.formatting import Span, highlight, pretty_json, when
@@ -72,6 +83,10 @@ AFTER_DECISION = {
     " the order's other disputes now go to a payment operator as after a paid round.",
 }
 """What follows a published decision, where it is not a re-pricing alone (the flash message)."""
+AFTER_CONFLICT = (
+    "the conflicting request is closed; nothing is paid for it, and its round is left as it is."
+)
+"""What follows closing a conflicting payout request's item (the flash message)."""
 
 
 def failed_round(
@@ -88,6 +103,13 @@ def failed_round(
     row = None if round_ is None else ledger.get(round_)
     if row is None or round_ is None:
         return None
+    if payout_item_is_conflict(item.item_key):
+        return {
+            "ledger": row,
+            "why_not": CONFLICT_NOT_REPAYABLE,
+            "how_to_close": CONFLICT_HOW_TO_CLOSE,
+            "conflict": True,
+        }
     why_not = why_not_repayable(
         row.status,
         row.error_code,
@@ -99,6 +121,7 @@ def failed_round(
         "ledger": row,
         "why_not": why_not,
         "how_to_close": how_to_close(row.error_code, row.status),
+        "conflict": False,
     }
 
 
@@ -376,12 +399,17 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         chosen = ReviewDecision(decision)
 
         def fits(kind: str) -> None:
-            allowed = DECISIONS_BY_KIND.get(kind)
+            allowed = decisions_for(kind, item_key)
             if allowed is None:
                 raise NotDecidable(f"{kind} items are resolved outside the desk.")
             if chosen not in allowed:
                 names = " or ".join(d.value for d in allowed)
-                raise NotDecidable(f"{chosen.value} does not apply to a {kind} item: {names}.")
+                what = (
+                    f"{item_key}, a conflicting payout request"
+                    if payout_item_is_conflict(item_key)
+                    else f"a {kind} item"
+                )
+                raise NotDecidable(f"{chosen.value} does not apply to {what}: {names}.")
 
         record = DecisionRecord(
             review_id=f"r-{ctx.new_id()}",
@@ -418,11 +446,16 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             log.exception("review %s recorded; publishing it failed", stored.review_id)
             published = False
         if published:
+            after = (
+                AFTER_CONFLICT
+                if payout_item_is_conflict(stored.item_key)
+                else AFTER_DECISION.get(stored.decision, REPRICED)
+            )
             flash(
                 request,
                 "ok",
                 f"Recorded {stored.decision} ({stored.item_key}) and published it"
-                f" to review.decided; {AFTER_DECISION.get(stored.decision, REPRICED)}",
+                f" to review.decided; {after}",
             )
         else:
             flash(

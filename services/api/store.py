@@ -33,7 +33,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from refund_bench.db.payout_rounds import (
+    CONFLICT_HOW_TO_CLOSE,
+    CONFLICT_NOT_REPAYABLE,
     how_to_close,
+    is_payout_failure_item,
     payout_again_item,
     payout_item,
     payout_item_round,
@@ -421,9 +424,12 @@ class Store:
             )
             if await cur.fetchone() is None:
                 raise AlreadyDecided(await self._decision_for(cur, new))
-            if new.decision == ReviewDecision.PAID_ELSEWHERE.value:
+            if new.decision == ReviewDecision.PAID_ELSEWHERE.value and is_payout_failure_item(
+                new.item_key
+            ):
                 # Money went back by hand: the round now holds the order's other disputes for
-                # a payment operator, as a paid round does (payout_claim_round).
+                # a payment operator, as a paid round does (payout_claim_round). Closing a
+                # conflicting request's item says nothing of the round.
                 await cur.execute(
                     "UPDATE payout_ledger SET paid_elsewhere = true, updated_at = now()"
                     " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'",
@@ -438,6 +444,11 @@ class Store:
         round_ = payout_item_round(item_key)
         if round_ is None:
             raise NotDecidable("REPAY applies to a payout:round<n> item only.")
+        if not is_payout_failure_item(item_key):
+            raise NotDecidable(
+                f"Round {round_} cannot be paid again from {item_key}: {CONFLICT_NOT_REPAYABLE}."
+                f" {CONFLICT_HOW_TO_CLOSE} (PAID_ELSEWHERE)."
+            )
         await cur.execute(
             "SELECT status, error_code, paid_elsewhere FROM payout_ledger"
             " WHERE dispute_id = %s AND round = %s",

@@ -392,10 +392,12 @@ def _take_review(message: Message, stored: StateLookup) -> Taken | None:
 
 def _failed_round(state: dict[str, Any], review: ev.ReviewDecided) -> tuple[int, int] | None:
     """Apply a payment operator's decision on a round whose refund failed (its item
-    ``payout:round<n>``). REPAY takes the round's payable amount off what earlier rounds
-    approved, once per round, and returns (round, amount): the dispute is re-priced, and the
+    ``payout:round<n>``, or ``payout:round<n>:again`` for a failure after Stripe refunded it).
+    REPAY takes the round's payable amount off what earlier rounds approved, once per round
+    whichever item it comes from, and returns (round, amount): the dispute is re-priced, and the
     next round pays it again. PAID_ELSEWHERE changes nothing (the amount stays approved: the
-    operator settled it another way) and returns ``None``.
+    operator settled it another way, or closed a conflicting request's
+    ``payout:round<n>:conflict`` item, which takes nothing else) and returns ``None``.
 
     ``review`` names its round (:func:`~refund_bench.domain.review_problem` refused it
     otherwise). :class:`InvalidInput` for a REPAY of a round that approved no payment this

@@ -17,7 +17,12 @@ from psycopg import sql
 from psycopg.adapt import PyFormat
 
 from refund_bench import events as ev
-from refund_bench.db.payout_rounds import LEDGER_CONFLICT, payout_again_item, payout_item
+from refund_bench.db.payout_rounds import (
+    LEDGER_CONFLICT,
+    payout_again_item,
+    payout_conflict_item,
+    payout_item,
+)
 from refund_bench.domain import Decision, LineStatus, Ruling, review_problem
 from refund_bench.errors import InvalidInput
 
@@ -429,24 +434,29 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     inserted once, so a redelivered failure opens nothing more.
 
     A ``LEDGER_CONFLICT`` is a request the payout refused, not the round's outcome (the round
-    may well be paid): it opens the review item and leaves the round's record as it is."""
-    if e.item_key not in (None, payout_item(e.round), payout_again_item(e.round)):
+    may well be paid): it leaves the round's record as it is and opens an item of its own,
+    ``payout:round<n>:conflict``, so that a real failure of the round and the conflict are
+    decided apart, and deciding one never closes the other."""
+    conflict = e.error_code == LEDGER_CONFLICT
+    own = payout_conflict_item(e.round) if conflict else payout_item(e.round)
+    named = {None, own} if conflict else {None, own, payout_again_item(e.round)}
+    if e.item_key not in named:
         raise InvalidInput(
-            f"payout.failed of round {e.round} names review item {e.item_key!r}, which is not"
-            " one of that round's"
+            f"payout.failed ({e.error_code}) of round {e.round} names review item"
+            f" {e.item_key!r}, which is not one of that round's"
         )
     item = (
         REVIEW_ITEMS,
         (
             e.dispute_id,
-            e.item_key or payout_item(e.round),
+            e.item_key or own,
             "PAYOUT",
             None,
-            f"payout failed ({e.error_code}): {e.reason}",
+            f"payout {'request refused' if conflict else 'failed'} ({e.error_code}): {e.reason}",
             e.failed_at,
         ),
     )
-    if e.error_code == LEDGER_CONFLICT:
+    if conflict:
         return [item]
     return [
         (

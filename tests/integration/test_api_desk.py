@@ -619,6 +619,65 @@ def test_a_round_with_two_open_items_is_paid_again_once(api: ApiServer, dispute:
     assert decisions(api, dispute) == [("payout:round1:again", "REPAY", "carol")]
 
 
+def open_conflict(database_url: str, dispute_id: str) -> None:
+    """A request for round 1 of a seeded dispute with another amount, refused by the payout
+    (LEDGER_CONFLICT): its own item open."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO review_items (dispute_id, item_key, kind, reason)"
+            " VALUES (%s, 'payout:round1:conflict', 'PAYOUT', %s)",
+            (dispute_id, "payout request refused (LEDGER_CONFLICT): round already recorded"),
+        )
+
+
+def ledger_paid_elsewhere(database_url: str, dispute_id: str) -> bool:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT paid_elsewhere FROM payout_ledger WHERE dispute_id = %s AND round = 1",
+            (dispute_id,),
+        ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+@pytest.mark.parametrize("round_failed", [False, True], ids=["round paid", "round failed too"])
+def test_a_conflicting_request_is_closed_apart_from_its_round(
+    api: ApiServer, dispute: str, round_failed: bool
+) -> None:
+    """A LEDGER_CONFLICT has its own item: the desk offers only to close it (REPAY could pay the
+    round twice, and is refused), closing it leaves the round's ledger row as it is, and a
+    failure of the round itself stays open, REPAY offered there."""
+    if round_failed:
+        fail_round_one(api.database_url, dispute, "refund_failed")
+    open_conflict(api.database_url, dispute)
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+        item = case[case.index('id="item-payout:round1:conflict"') :]
+        item = item[: item.index("</form>")]
+        assert 'value="REPAY"' not in item
+        assert 'value="PAID_ELSEWHERE">Close (investigated)</button>' in item
+        assert "Nothing is to be paid for this request" in item
+        form = {"item_key": "payout:round1:conflict", "note": "amount fixed", "csrf_token": token}
+        refused = client.post(url, data={**form, "decision": "REPAY"})
+        assert refused.status_code == 422
+        assert (
+            "REPAY does not apply to payout:round1:conflict, a conflicting payout request:"
+            " PAID_ELSEWHERE." in refused.text
+        )
+        closed = client.post(url, data={**form, "decision": "PAID_ELSEWHERE"})
+        assert closed.status_code == 303, closed.text
+        shown = client.get(closed.headers["location"]).text
+    assert "the conflicting request is closed; nothing is paid for it" in shown
+    assert decisions(api, dispute) == [("payout:round1:conflict", "PAID_ELSEWHERE", "carol")]
+    assert not ledger_paid_elsewhere(api.database_url, dispute)
+    if round_failed:
+        own = shown[shown.index('id="item-payout:round1"') :]
+        own = own[: own.index("</form>")]
+        assert 'value="REPAY">Pay again (INR 689)</button>' in own
+
+
 def _password_threads() -> set[threading.Thread]:
     """The API's password-check threads in this process (the API is served by a thread here)."""
     return {t for t in threading.enumerate() if t.name.startswith("password-check")}

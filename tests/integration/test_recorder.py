@@ -294,8 +294,8 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
 ) -> None:
     """payout.failed of a round recorded COMPLETED: when Stripe reported the refund failed after
     taking it on, the round is FAILED; when the payout refused a request with another amount
-    (LEDGER_CONFLICT), it stays paid. Either way a person is asked, whatever order the two
-    topics are read in."""
+    (LEDGER_CONFLICT), it stays paid. Either way a person is asked (the conflict on an item of
+    its own), whatever order the two topics are read in."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     messages = {
         "completed": _payout_completed(dispute),
@@ -305,7 +305,8 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
         database,
         *[[messages[name] for name in batch.split("+")] for batch in batches],
     )
-    assert queue == {"payout:round2": "OPEN"}
+    item = "payout:round2:conflict" if code == "LEDGER_CONFLICT" else "payout:round2"
+    assert queue == {item: "OPEN"}
     with psycopg.connect(database) as conn:
         rows = conn.execute(
             "SELECT round, outcome, error_code, reason, stripe_refund_id FROM payout_events"
@@ -450,7 +451,8 @@ def test_a_refund_that_fails_again_after_its_item_was_closed_opens_an_item_of_it
 
 
 @pytest.mark.parametrize(
-    "item_key", ["payout:round3:again", "dispute:round2", "payout:round2:later"]
+    "item_key",
+    ["payout:round3:again", "dispute:round2", "payout:round2:later", "payout:round2:conflict"],
 )
 def test_a_failure_naming_an_item_not_of_its_round_is_dead_lettered(
     database: str, item_key: str
@@ -458,6 +460,67 @@ def test_a_failure_naming_an_item_not_of_its_round_is_dead_lettered(
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     with pytest.raises(InvalidInput, match="names review item"):
         _queue(database, [_failed_again(dispute, item_key)])
+
+
+def _payout_decision(dispute_id: str, decision: str, item_key: str) -> Message:
+    decided = ev.ReviewDecided(
+        dispute_id=dispute_id,
+        review_id=uuid.uuid4().hex,
+        kind="PAYOUT",
+        decision=decision,
+        reviewer="carol",
+        decided_at=AT,
+        item_key=item_key,
+    )
+    return _message(t.REVIEW_DECIDED.name, dispute_id, decided.to_avro())
+
+
+@pytest.mark.parametrize(
+    ("decided", "still_open"),
+    [
+        ("payout:round2:conflict", "payout:round2"),
+        ("payout:round2", "payout:round2:conflict"),
+    ],
+)
+def test_a_conflicting_request_and_a_failure_of_its_round_are_decided_apart(
+    database: str, decided: str, still_open: str
+) -> None:
+    """The payout refused a request for round 2 with another amount (LEDGER_CONFLICT), and the
+    round's refund itself failed: two items, and deciding either leaves the other open, whatever
+    order the events came in; redelivered, neither reopens."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    conflict = _payout_failed(
+        dispute, "LEDGER_CONFLICT", "round already recorded for 68900 INR (FAILED); 70000 INR"
+    )
+    failure = _payout_failed(dispute, "refund_failed", "Stripe reported refund re_1 failed")
+    assert _queue(database, [conflict, failure]) == {
+        "payout:round2": "OPEN",
+        "payout:round2:conflict": "OPEN",
+    }
+    after = _queue(database, [_payout_decision(dispute, "PAID_ELSEWHERE", decided)])
+    assert after == {decided: "DECIDED", still_open: "OPEN"}
+    assert _queue(database, [failure, conflict]) == after
+    with psycopg.connect(database) as conn:
+        reasons: dict[str, str] = dict(
+            conn.execute(
+                "SELECT item_key, reason FROM review_items WHERE dispute_id = %s", (dispute,)
+            ).fetchall()
+        )
+    assert reasons["payout:round2:conflict"].startswith("payout request refused (LEDGER_CONFLICT)")
+    assert _payout_event(database, dispute)[:2] == ("FAILED", "refund_failed")
+
+
+def test_a_repay_of_a_conflicting_request_closes_nothing_and_is_dead_lettered(
+    database: str,
+) -> None:
+    """Nothing was paid for a conflicting request, and paying its round again could pay it
+    twice: pricing refuses a REPAY of its item, and the recorder leaves the item open."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    conflict = _payout_failed(dispute, "LEDGER_CONFLICT", "round already recorded (SUCCEEDED)")
+    repay = _payout_decision(dispute, "REPAY", "payout:round2:conflict")
+    with pytest.raises(InvalidInput, match="cannot decide REPAY"):
+        _queue(database, [conflict], [repay])
+    assert _queue(database, [conflict]) == {"payout:round2:conflict": "OPEN"}
 
 
 def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str) -> None:

@@ -435,6 +435,18 @@ def test_a_round_whose_refund_failed_again_is_paid_again_from_its_second_item_on
     _refused(store, handler, twice, "r-3: round 1 of dispute d-1 was paid again already")
 
 
+def test_closing_a_conflicting_request_prices_nothing_and_leaves_its_round_repayable() -> None:
+    """A request for round 1 with another amount was refused (LEDGER_CONFLICT); its item is
+    closed, which prices nothing. Round 1's own failure is decided apart: a REPAY of it still
+    pays it again."""
+    store, handler = _handler()
+    _article_paid(store, handler)
+    closed = _decided("r-1", "PAYOUT", "PAID_ELSEWHERE", "payout:round1:conflict")
+    assert _outputs(store, handler, closed) == []
+    again = _priced(store, handler, _decided("r-2", "PAYOUT", "REPAY", "payout:round1"))
+    assert (again["round"], again["payable_minor"]) == (2, 68900)
+
+
 def test_a_round_settled_elsewhere_prices_nothing_and_stays_paid() -> None:
     store, handler = _handler()
     _article_paid(store, handler)
@@ -479,6 +491,7 @@ def test_repaying_an_approved_round_above_the_cap_stays_within_the_approval() ->
         ("REPAY", "dispute:round1", "a PAYOUT review must name its payout:round<n> item"),
         ("PAID_ELSEWHERE", None, "a PAYOUT review must name its payout:round<n> item, not None"),
         ("UPHOLD", "payout:round1", "a PAYOUT review cannot decide UPHOLD"),
+        ("REPAY", "payout:round1:conflict", "payout:round1:conflict, a payout request refused"),
     ],
 )
 def test_a_payout_decision_on_no_paid_round_is_invalid_and_changes_nothing(

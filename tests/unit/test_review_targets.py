@@ -19,6 +19,7 @@ from refund_bench.domain import review_problem
         ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round12"),
         ("PAYOUT", "REPAY", None, "payout:round2:again"),  # failed again after a refund
         ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round2:again"),
+        ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round2:conflict"),  # closes a LEDGER_CONFLICT
     ],
 )
 def test_a_decision_on_an_item_of_its_kind_is_taken(
@@ -46,6 +47,14 @@ def test_a_decision_on_an_item_of_its_kind_is_taken(
         ("PAYOUT", "REPAY", None, "dispute:round2", "must name its payout:round<n> item"),
         ("PAYOUT", "REPAY", None, "payout:round2:later", "must name its payout:round<n> item"),
         ("DISPUTE", "APPROVE", None, "payout:round2:again", "a DISPUTE review cannot decide"),
+        (
+            "PAYOUT",
+            "REPAY",
+            None,
+            "payout:round2:conflict",
+            "a review of payout:round2:conflict, a payout request refused for the round's recorded"
+            " amount, cannot decide REPAY",
+        ),
     ],
 )
 def test_any_other_decision_is_refused_with_why(
