@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import quote
 
@@ -172,6 +173,48 @@ def cached_answer(value: str) -> str:
     if reason is not None:
         raise RefusedBefore(reason)
     return value
+
+
+_MAKER_PREFIX = "made-by:"
+"""Before an answer cached with the model and prompt version that wrote it (:func:`with_maker`):
+this prefix, the two as a one-line JSON object, a newline, then the answer."""
+
+
+@dataclass(frozen=True)
+class MadeAnswer:
+    """An answer, and the model and prompt version that wrote it; ``None`` for an answer cached
+    before answers kept them."""
+
+    answer: str
+    model: str | None = None
+    prompt_version: str | None = None
+
+
+def with_maker(answer: str, model: str, prompt_version: str) -> str:
+    """``answer`` as it is cached with its maker, so that a cache key without model or prompt
+    version (the extractor's) still tells which wrote the answer a redelivery reuses:
+    ``made_answer(with_maker(a, m, v)) == MadeAnswer(a, m, v)``."""
+    maker = json.dumps({"model": model, "prompt_version": prompt_version}, ensure_ascii=True)
+    return f"{_MAKER_PREFIX}{maker}\n{answer}"
+
+
+def made_answer(value: str) -> MadeAnswer:
+    """The answer ``value`` (a :func:`cached_answer`) holds and, if it was cached with them
+    (:func:`with_maker`), its model and prompt version; any other value is an answer cached
+    before makers were, whatever it begins with."""
+    if not value.startswith(_MAKER_PREFIX):
+        return MadeAnswer(value)
+    header, newline, answer = value[len(_MAKER_PREFIX) :].partition("\n")
+    try:
+        maker = json.loads(header)
+    except (ValueError, RecursionError):
+        return MadeAnswer(value)
+    if not newline or not isinstance(maker, dict):
+        return MadeAnswer(value)
+    model, version = maker.get("model"), maker.get("prompt_version")
+    if not isinstance(model, str) or not isinstance(version, str):
+        return MadeAnswer(value)
+    return MadeAnswer(answer, model, version)
 
 
 class InFlight:

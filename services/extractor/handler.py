@@ -8,7 +8,9 @@ complaint without a checkable grievance still gets a reply (a priced outcome wit
 pay). Answers are cached per (dispute, complaint, snapshot), with no model or prompt version, so
 a redelivered complaint costs no new call and gets the outcome already published; a refusal is
 cached too, so a redelivery cannot turn a dispute held for review into a second round 1 that
-pays. Extraction never judges: truth is for the judges.
+pays. Each answer is cached with the model and prompt version that wrote it, and the events name
+those, not the ones configured when a redelivery reuses it. Extraction never judges: truth is
+for the judges.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from refund_bench.domain import Decision, LineItem, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
     InFlight,
+    MadeAnswer,
     OnCall,
     RefusedBefore,
     ResponseCache,
     cached_call,
     extractor_cache_key,
+    made_answer,
     sha256_hex,
+    with_maker,
 )
 from refund_bench.llm.client import JsonCompleter
 from refund_bench.llm.roles import (
@@ -150,7 +155,7 @@ class ExtractorHandler:
                 f" line items this version refuses: {exc.error_count()} error(s)"
             ) from exc
         try:
-            grievances = await self._extract(complaint, snapshot_sha, items)
+            grievances, made = await self._extract(complaint, snapshot_sha, items)
         except RefusedBefore as exc:
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
@@ -178,8 +183,8 @@ class ExtractorHandler:
                     item_quantity=g.item_quantity,
                     snapshot_sha256=snapshot_sha,
                     snapshot_json=snapshot_json,
-                    extractor_model=self._llm.model,
-                    extractor_prompt_version=self._prompt.version,
+                    extractor_model=made.model or self._llm.model,
+                    extractor_prompt_version=made.prompt_version or self._prompt.version,
                     extracted_at=extracted_at,
                 ).to_avro(),
             )
@@ -188,38 +193,40 @@ class ExtractorHandler:
 
     async def _extract(
         self, complaint: ev.ComplaintReceived, snapshot_sha: str, items: list[LineItem]
-    ) -> tuple[ExtractedGrievance, ...] | ExtractionInvalid:
+    ) -> tuple[tuple[ExtractedGrievance, ...] | ExtractionInvalid, MadeAnswer]:
         """The validated grievances, or what is wrong with the repaired answer when even that
-        is invalid."""
+        is invalid; with the answer they were read from."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
-        raw = await self._call(key, request, complaint.dispute_id)
+        made = await self._call(key, request, complaint.dispute_id)
         try:
-            return validate_extraction(_json(raw), complaint.text, items)
+            return validate_extraction(_json(made.answer), complaint.text, items), made
         except ExtractionInvalid as first:
-            repair = _repair_request(request, raw, first.problems)
-            raw = await self._call(f"{key}:repair", repair, complaint.dispute_id)
+            repair = _repair_request(request, made.answer, first.problems)
+            made = await self._call(f"{key}:repair", repair, complaint.dispute_id)
             try:
-                return validate_extraction(_json(raw), complaint.text, items)
+                return validate_extraction(_json(made.answer), complaint.text, items), made
             except ExtractionInvalid as second:
-                return second
+                return second, made
 
-    async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> str:
-        """The answer cached under ``key``, or the endpoint's (then cached). Raises
-        :class:`RefusedBefore` when the endpoint refuses the request, now or before."""
+    async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> MadeAnswer:
+        """The answer cached under ``key``, or the endpoint's (then cached with the model and
+        prompt version that wrote it). Raises :class:`RefusedBefore` when the endpoint refuses
+        the request, now or before."""
 
         async def compute() -> str:
             try:
-                return await self._llm.complete_json(
+                raw = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
             except MalformedAnswer as exc:
-                return exc.raw  # cut short or empty: validation fails, the repair call follows
+                raw = exc.raw  # cut short or empty: validation fails, the repair call follows
+            return with_maker(raw, self._llm.model, request.prompt_version)
 
-        raw, _ = await cached_call(
+        value, _ = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
         )
-        return raw
+        return made_answer(value)
 
     def _unpriced(
         self,

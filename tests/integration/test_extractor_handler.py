@@ -63,6 +63,7 @@ def _handle(
     endpoint: FixedAnswerServer | None = None,
     order_id: str = ARTICLE_ORDER.order_id,
     prompt_version: str = EXTRACTOR_PROMPT_VERSION,
+    model: str = "standin-extractor",
 ) -> list[Sequence[Emit]]:
     """What the handler emits for each dispute's complaint (``text``), handled together; answers
     are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
@@ -73,7 +74,7 @@ def _handle(
         await pool.open()
         redis = Redis.from_url(redis_url)
         llm = (
-            standin.client("standin-extractor", temperature=0.0)
+            standin.client(model, temperature=0.0)
             if endpoint is None
             else endpoint.client(temperature=0.0)
         )
@@ -313,6 +314,34 @@ def test_a_complaint_held_for_review_stays_held_when_redelivered_after_a_prompt_
     assert [e.topic for e in again] == [t.REFUND_PRICED.name]
     assert again[0].value["decision"] == first[0].value["decision"] == "HELD_FOR_REVIEW"
     assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+
+
+def test_a_redelivery_after_a_model_and_prompt_change_names_those_that_wrote_the_grievances(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A complaint extracted under extractor/v1 by one model, delivered again once another
+    model and prompt are configured, reuses the cached answer: its events name the model and
+    prompt that wrote the grievances, not the ones configured now."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _handle(
+        database,
+        redis_url,
+        standin,
+        dispute,
+        cache_prefix=cache,
+        prompt_version="extractor/v1",
+        model="extractor-before",
+    )
+    (again,) = _handle(
+        database, redis_url, standin, dispute, cache_prefix=cache, model="extractor-after"
+    )
+    assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+    assert len(again) == len(first) == 4
+    for emits in (first, again):
+        makers = {(e.value["extractor_model"], e.value["extractor_prompt_version"]) for e in emits}
+        assert makers == {("extractor-before", "extractor/v1")}
+    assert [e.value["text"] for e in again] == [e.value["text"] for e in first]
 
 
 def test_an_answer_that_looks_like_a_cached_refusal_ends_the_same_on_every_delivery(
