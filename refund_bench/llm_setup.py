@@ -44,7 +44,7 @@ from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
 from refund_bench.runtime.metrics import Metrics, retry_counter
-from refund_bench.urls import printable_url
+from refund_bench.urls import base_url_problem, printable_url
 
 
 @dataclass(frozen=True, repr=False)
@@ -141,6 +141,16 @@ class LlmStageSettings(StageSettings):
     ``MAX_INFLIGHT``."""
     redis_max_connections: int = Field(default=64, ge=1)
 
+    @field_validator("llm_base_url")
+    @classmethod
+    def _usable_base_url(cls, value: str) -> str:
+        """An http(s) URL with a host, and no credentials, query or fragment
+        (:func:`~refund_bench.urls.base_url_problem`); the error never quotes it."""
+        problem = base_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"LLM_BASE_URL {problem}")
+        return value
+
     @model_validator(mode="after")
     def _deadline_holds_a_timeout(self) -> Self:
         if self.llm_attempt_deadline_seconds < self.llm_timeout_seconds:
@@ -171,9 +181,14 @@ class LlmStageSettings(StageSettings):
         it calls ``LLM_BASE_URL``; without a key of its own it sends ``LLM_API_KEY``, but only
         to ``LLM_BASE_URL``; without a rate of its own its bucket refills at
         ``LLM_RATE_PER_SECOND``. ``ValueError``, naming ``who`` and settings but never a key or
-        a URL, for a URL of its own without a key of its own, and for a rate of its own that
+        a URL, for a URL of its own that cannot be a base URL
+        (:func:`~refund_bench.urls.base_url_problem`) or has no key of its own, and for a rate
+        of its own that
         differs from ``LLM_RATE_PER_SECOND`` on the bucket every stage shares at that rate
         (``LLM_BASE_URL``'s host with ``LLM_API_KEY``)."""
+        problem = base_url_problem(base_url) if base_url else None
+        if problem is not None:
+            raise ValueError(f"{url_setting} gives {who} a base URL that {problem}")
         url = base_url or self.llm_base_url
         if api_key.get_secret_value():
             key = api_key

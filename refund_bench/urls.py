@@ -43,3 +43,23 @@ def without_credentials(text: str) -> str:
     """``text`` with every URL quoted in it (``scheme://...``) as :func:`printable_url` shows
     it."""
     return _URL.sub(lambda match: printable_url(match.group(0)), text)
+
+
+def base_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an LLM endpoint's base URL, or ``None``: it must be ``http`` or
+    ``https`` with a host and a valid port, and carry no user name, password, query or fragment
+    (the HTTP client turns a user name into an ``Authorization`` header that clashes with the
+    key's, and the openai client appends its paths after a query). The reason never quotes the
+    URL, which may hold a credential."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return "is not a URL with a valid host and port"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return "must be an http or https URL with a host"
+    if "@" in parts.netloc:
+        return "must carry no user name or password: give the endpoint's key as its API key setting"
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        return "must carry no query or fragment: give the endpoint's key as its API key setting"
+    return None

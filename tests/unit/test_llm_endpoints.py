@@ -67,12 +67,12 @@ def test_a_role_with_its_own_endpoint_and_no_key_of_its_own_refuses_to_start(
     settings: type[BaseSettings], role: str
 ) -> None:
     with pytest.raises(ValidationError) as caught:
-        _role(settings, **{f"{role}_base_url": "https://user:pw@own.example/v1"})
+        _role(settings, **{f"{role}_base_url": "https://own.example/v1"})
     message = str(caught.value)
     assert f"{role.upper()}_BASE_URL sends the {role}" in message
     assert f"{role.upper()}_API_KEY" in message
     assert SHARED_KEY not in message
-    assert "user:pw" not in message
+    assert "own.example" not in message
 
 
 def _shared(**values: object) -> LlmStageSettings:
@@ -155,3 +155,46 @@ def test_an_attempt_deadline_below_the_timeout_refuses_to_start() -> None:
         LlmStageSettings(llm_timeout_seconds=90, llm_attempt_deadline_seconds=60)
     settings = LlmStageSettings(llm_timeout_seconds=90, llm_attempt_deadline_seconds=90)
     assert settings.llm_attempt_deadline_seconds == 90
+
+
+UNUSABLE_BASE_URLS = [
+    ("https://user:pw-golf-7e2a@llm.example/v1", "no user name or password"),
+    ("https://llm.example/v1?key=pw-golf-7e2a", "no query or fragment"),
+    ("https://llm.example/v1#pw-golf-7e2a", "no query or fragment"),
+    ("ftp://llm.example/v1", "http or https URL with a host"),
+    ("llm.example/v1", "http or https URL with a host"),
+    ("https://llm.example:99999/v1", "valid host and port"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), UNUSABLE_BASE_URLS)
+def test_a_base_url_no_client_could_call_refuses_to_start_without_quoting_it(
+    url: str, why: str
+) -> None:
+    """A user name in the URL becomes an Authorization header that clashes with the key's, and
+    a query ends up before the client's own path: refused at start, for every place a base URL
+    is set, and the refusal names the setting, never the URL."""
+    places: list[tuple[type[BaseSettings], dict[str, str], str]] = [
+        (LlmStageSettings, {"llm_base_url": url}, "LLM_BASE_URL"),
+        (
+            JudgePanelSettings,
+            {"judge_base_urls": url, "judge_api_keys": OWN_KEY},
+            "JUDGE_BASE_URLS",
+        ),
+        *(
+            (
+                settings,
+                {f"{role}_base_url": url, f"{role}_api_key": OWN_KEY},
+                f"{role.upper()}_BASE_URL",
+            )
+            for settings, role in ROLES
+        ),
+    ]
+    for settings, values, setting in places:
+        with pytest.raises(ValidationError) as refused:
+            settings.model_validate({"llm_base_url": LLM, "llm_api_key": SHARED_KEY} | values)
+        message = str(refused.value)
+        assert setting in message, message
+        assert why in message, message
+        assert "pw-golf" not in message, message
+        assert "llm.example:99999" not in message, message

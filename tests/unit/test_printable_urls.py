@@ -81,17 +81,19 @@ def test_an_access_is_printed_without_credentials() -> None:
 
 
 def test_the_settings_print_their_urls_without_credentials() -> None:
-    panel = JudgePanelSettings.model_validate(
-        {
-            "llm_base_url": WITH_CREDENTIALS,
-            "judge_count": 3,
-            "judge_base_urls": f"{WITH_CREDENTIALS},,http://alice:s3cr3t-pass@b.example/v1",
-            "judge_api_keys": "k0,,k2",
-            "schema_registry_url": "https://alice:s3cr3t-pass@registry.example/apis/ccompat/v7",
-        }
+    """The registry's URL may carry credentials; an LLM base URL that does is refused at load
+    (``test_llm_endpoints``), so those are built here without validation, as printed anyway."""
+    registry = "https://alice:s3cr3t-pass@registry.example/apis/ccompat/v7"
+    assert JudgePanelSettings.model_validate({"schema_registry_url": registry})
+    panel = JudgePanelSettings.model_construct(
+        llm_base_url=WITH_CREDENTIALS,
+        judge_count=3,
+        judge_base_urls=f"{WITH_CREDENTIALS},,http://alice:s3cr3t-pass@b.example/v1",
+        judge_api_keys=SecretStr("k0,,k2"),
+        schema_registry_url=registry,
     )
-    role = ExtractorSettings.model_validate(
-        {"extractor_base_url": WITH_CREDENTIALS, "extractor_api_key": "k"}
+    role = ExtractorSettings.model_construct(
+        extractor_base_url=WITH_CREDENTIALS, extractor_api_key=SecretStr("k")
     )
     for text in (repr(panel), str(panel), repr(role), str(role)):
         assert _clean(text), text
