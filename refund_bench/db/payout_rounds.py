@@ -95,9 +95,17 @@ CONFLICT_HOW_TO_CLOSE = (
 )
 
 
-def how_to_close(error_code: str | None, status: str | None = None) -> str:
+def how_to_close(
+    error_code: str | None, status: str | None = None, repaid_on: str | None = None
+) -> str:
     """What the desk tells a payment operator to do with a round paying again cannot mend
-    (``status``: the round's status in the ledger)."""
+    (``status``: the round's status in the ledger; ``repaid_on``: the round's other item a REPAY
+    was recorded on, if any)."""
+    if repaid_on is not None:
+        return (
+            f"It was paid again from {repaid_on}, so nothing is left to pay for it: do not pay"
+            " the customer another way; close it here"
+        )
     if status == "SUCCEEDED":
         return "Stripe refunded this round, so nothing is left to pay for it: close it here"
     if error_code == WAITING_FOR_CUSTOMER:

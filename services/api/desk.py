@@ -25,6 +25,7 @@ from refund_bench.db.payout_rounds import (
     CONFLICT_HOW_TO_CLOSE,
     CONFLICT_NOT_REPAYABLE,
     how_to_close,
+    is_payout_failure_item,
     payout_item_round,
     why_not_repayable,
 )
@@ -94,11 +95,14 @@ def failed_round(
     ledger: Mapping[int, m.LedgerRecord],
     last_priced_age_s: float | None = None,
     repaid: Mapping[int, str] | None = None,
+    open_items: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
     """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
     it can; the desk offers REPAY only then, and the store checks again when it records one).
     ``last_priced_age_s``: seconds since the dispute's last priced round; ``repaid``: the rounds
-    a REPAY was recorded for, and the item it was recorded on."""
+    a REPAY was recorded for, and the item it was recorded on; ``open_items``: the keys of the
+    dispute's open items (``also_open``: the round's other open failure item, which a payment
+    operator must not decide as well)."""
     round_ = payout_item_round(item.item_key) if item.kind == "PAYOUT" else None
     row = None if round_ is None else ledger.get(round_)
     if row is None or round_ is None:
@@ -109,19 +113,30 @@ def failed_round(
             "why_not": CONFLICT_NOT_REPAYABLE,
             "how_to_close": CONFLICT_HOW_TO_CLOSE,
             "conflict": True,
+            "repaid_on": None,
+            "also_open": [],
         }
+    repaid_on = (repaid or {}).get(round_)
     why_not = why_not_repayable(
         row.status,
         row.error_code,
         last_priced_age_s,
         paid_elsewhere=row.paid_elsewhere,
-        repaid_on=(repaid or {}).get(round_),
+        repaid_on=repaid_on,
     )
     return {
         "ledger": row,
         "why_not": why_not,
-        "how_to_close": how_to_close(row.error_code, row.status),
+        "how_to_close": how_to_close(row.error_code, row.status, repaid_on),
         "conflict": False,
+        "repaid_on": repaid_on,
+        "also_open": sorted(
+            key
+            for key in open_items
+            if key != item.item_key
+            and is_payout_failure_item(key)
+            and payout_item_round(key) == round_
+        ),
     }
 
 
@@ -160,11 +175,12 @@ def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:
         if d.decision == ReviewDecision.REPAY.value
         and (round_ := payout_item_round(d.item_key)) is not None
     }
+    open_keys = frozenset(i.item_key for i in story.review_items if i.status == "OPEN")
     other_items = [
         {
             "item": i,
             "decision": decisions.get(i.item_key),
-            "failed": failed_round(i, ledger, priced_age_s, repaid),
+            "failed": failed_round(i, ledger, priced_age_s, repaid, open_keys),
         }
         for i in story.review_items
         if i.kind != "GRIEVANCE"

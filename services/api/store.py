@@ -380,7 +380,9 @@ class Store:
         A decision on a PAYOUT item also locks its round's ledger row (``FOR UPDATE``) before it
         is checked and recorded: a round failing again after a refund has two items, and two
         decisions on them (a REPAY on one, and a REPAY or a PAID_ELSEWHERE on the other) are
-        then made one after the other, the second checked against the first. Stripe's webhook
+        then made one after the other, the second checked against the first: a REPAY is refused
+        after the other item's, and a PAID_ELSEWHERE after the other item's REPAY closes its
+        item without marking the round settled another way. Stripe's webhook
         locks only the ledger row, so the order items, ledger, decisions cannot deadlock.
         """
         async with (
@@ -424,16 +426,27 @@ class Store:
             )
             if await cur.fetchone() is None:
                 raise AlreadyDecided(await self._decision_for(cur, new))
-            if new.decision == ReviewDecision.PAID_ELSEWHERE.value and is_payout_failure_item(
-                new.item_key
+            round_ = payout_item_round(new.item_key)
+            if (
+                new.decision == ReviewDecision.PAID_ELSEWHERE.value
+                and round_ is not None
+                and is_payout_failure_item(new.item_key)
             ):
                 # Money went back by hand: the round now holds the order's other disputes for
                 # a payment operator, as a paid round does (payout_claim_round). Closing a
-                # conflicting request's item says nothing of the round.
+                # conflicting request's item says nothing of the round, and neither does
+                # closing one of a round paid again from its other item (the desk says so).
                 await cur.execute(
                     "UPDATE payout_ledger SET paid_elsewhere = true, updated_at = now()"
-                    " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'",
-                    (new.dispute_id, payout_item_round(new.item_key)),
+                    " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'"
+                    " AND NOT EXISTS (SELECT 1 FROM review_decisions d WHERE d.dispute_id = %s"
+                    " AND d.decision = 'REPAY' AND d.item_key = ANY(%s))",
+                    (
+                        new.dispute_id,
+                        round_,
+                        new.dispute_id,
+                        [payout_item(round_), payout_again_item(round_)],
+                    ),
                 )
         return replace(new, kind=item["kind"], grievance_id=item["grievance_id"])
 

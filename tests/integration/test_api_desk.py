@@ -619,6 +619,39 @@ def test_a_round_with_two_open_items_is_paid_again_once(api: ApiServer, dispute:
     assert decisions(api, dispute) == [("payout:round1:again", "REPAY", "carol")]
 
 
+def _item_html(case: str, item_key: str) -> str:
+    item = case[case.index(f'id="item-{item_key}"') :]
+    return item[: item.index("</form>")]
+
+
+def test_the_other_item_of_a_round_paid_again_is_closed_without_paying_or_settling_it(
+    api: ApiServer, dispute: str
+) -> None:
+    """Both items of a round whose refund failed again are open: each page says so. Once one is
+    paid again, the other tells the operator that nothing is left to pay and offers only to
+    close it; closing it does not mark the round settled another way."""
+    fail_round_one_again(api.database_url, dispute, first="OPEN")
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        before = _item_html(client.get(f"/review/disputes/{dispute}").text, "payout:round1")
+        assert "This round has another open item, payout:round1:again" in before
+        form = {"note": "card re-issued", "csrf_token": token}
+        repay = {**form, "decision": "REPAY", "item_key": "payout:round1:again"}
+        assert client.post(url, data=repay).status_code == 303
+        after = _item_html(client.get(f"/review/disputes/{dispute}").text, "payout:round1")
+        assert "It was paid again from payout:round1:again" in after
+        assert "do not pay the customer another way" in after
+        assert 'value="PAID_ELSEWHERE">Close (paid again)</button>' in after
+        close = {**form, "decision": "PAID_ELSEWHERE", "item_key": "payout:round1"}
+        assert client.post(url, data=close).status_code == 303
+    assert sorted(decisions(api, dispute)) == [
+        ("payout:round1", "PAID_ELSEWHERE", "carol"),
+        ("payout:round1:again", "REPAY", "carol"),
+    ]
+    assert not ledger_paid_elsewhere(api.database_url, dispute), "the round was paid again"
+
+
 def open_conflict(database_url: str, dispute_id: str) -> None:
     """A request for round 1 of a seeded dispute with another amount, refused by the payout
     (LEDGER_CONFLICT): its own item open."""
