@@ -175,46 +175,43 @@ def cached_answer(value: str) -> str:
     return value
 
 
-_MAKER_PREFIX = "made-by:"
-"""Before an answer cached with the model and prompt version that wrote it (:func:`with_maker`):
-this prefix, the two as a one-line JSON object, a newline, then the answer."""
+MAKER_SUFFIX = ":made-by"
+"""Appended to a cache key: the key of the model and prompt version that wrote its answer
+(:func:`maker_value`). Kept apart from the answer, so that the answer's value is the same for
+every version of the code reading it (a rolling update, a rollback)."""
 
 
 @dataclass(frozen=True)
 class MadeAnswer:
-    """An answer, and the model and prompt version that wrote it; ``None`` for an answer cached
-    before answers kept them."""
+    """An answer, and the model and prompt version that wrote it; ``None`` when that is not
+    known (an answer cached by an earlier release, or read before its writer recorded it)."""
 
     answer: str
     model: str | None = None
     prompt_version: str | None = None
 
 
-def with_maker(answer: str, model: str, prompt_version: str) -> str:
-    """``answer`` as it is cached with its maker, so that a cache key without model or prompt
-    version (the extractor's) still tells which wrote the answer a redelivery reuses:
-    ``made_answer(with_maker(a, m, v)) == MadeAnswer(a, m, v)``."""
-    maker = json.dumps({"model": model, "prompt_version": prompt_version}, ensure_ascii=True)
-    return f"{_MAKER_PREFIX}{maker}\n{answer}"
+def maker_value(model: str, prompt_version: str) -> str:
+    """What the cache holds under an answer's key plus :data:`MAKER_SUFFIX`:
+    ``read_maker(maker_value(m, v)) == (m, v)``."""
+    return json.dumps({"model": model, "prompt_version": prompt_version}, ensure_ascii=True)
 
 
-def made_answer(value: str) -> MadeAnswer:
-    """The answer ``value`` (a :func:`cached_answer`) holds and, if it was cached with them
-    (:func:`with_maker`), its model and prompt version; any other value is an answer cached
-    before makers were, whatever it begins with."""
-    if not value.startswith(_MAKER_PREFIX):
-        return MadeAnswer(value)
-    header, newline, answer = value[len(_MAKER_PREFIX) :].partition("\n")
+def read_maker(value: str | None) -> tuple[str, str] | None:
+    """The ``(model, prompt version)`` a :func:`maker_value` holds; ``None`` for no value or
+    any other."""
+    if value is None:
+        return None
     try:
-        maker = json.loads(header)
+        maker = json.loads(value)
     except (ValueError, RecursionError):
-        return MadeAnswer(value)
-    if not newline or not isinstance(maker, dict):
-        return MadeAnswer(value)
+        return None
+    if not isinstance(maker, dict):
+        return None
     model, version = maker.get("model"), maker.get("prompt_version")
     if not isinstance(model, str) or not isinstance(version, str):
-        return MadeAnswer(value)
-    return MadeAnswer(answer, model, version)
+        return None
+    return model, version
 
 
 class InFlight:

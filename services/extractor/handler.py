@@ -8,9 +8,9 @@ complaint without a checkable grievance still gets a reply (a priced outcome wit
 pay). Answers are cached per (dispute, complaint, snapshot), with no model or prompt version, so
 a redelivered complaint costs no new call and gets the outcome already published; a refusal is
 cached too, so a redelivery cannot turn a dispute held for review into a second round 1 that
-pays. Each answer is cached with the model and prompt version that wrote it, and the events name
-those, not the ones configured when a redelivery reuses it. Extraction never judges: truth is
-for the judges.
+pays. The model and prompt version that wrote each answer are cached beside it, and the events
+name those, not the ones configured when a redelivery reuses it. Extraction never judges: truth
+is for the judges.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze, frozen_di
 from refund_bench.domain import Decision, LineItem, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
+    MAKER_SUFFIX,
     InFlight,
     MadeAnswer,
     OnCall,
@@ -36,9 +37,9 @@ from refund_bench.llm.cache import (
     ResponseCache,
     cached_call,
     extractor_cache_key,
-    made_answer,
+    maker_value,
+    read_maker,
     sha256_hex,
-    with_maker,
 )
 from refund_bench.llm.client import JsonCompleter
 from refund_bench.llm.roles import (
@@ -210,23 +211,29 @@ class ExtractorHandler:
                 return second, made
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> MadeAnswer:
-        """The answer cached under ``key``, or the endpoint's (then cached with the model and
-        prompt version that wrote it). Raises :class:`RefusedBefore` when the endpoint refuses
-        the request, now or before."""
+        """The answer cached under ``key``, or the endpoint's (then cached, and the model and
+        prompt version that wrote it beside it). Raises :class:`RefusedBefore` when the
+        endpoint refuses the request, now or before."""
 
         async def compute() -> str:
             try:
-                raw = await self._llm.complete_json(
+                return await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
             except MalformedAnswer as exc:
-                raw = exc.raw  # cut short or empty: validation fails, the repair call follows
-            return with_maker(raw, self._llm.model, request.prompt_version)
+                return exc.raw  # cut short or empty: validation fails, the repair call follows
 
-        value, _ = await cached_call(
+        answer, from_cache = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
         )
-        return made_answer(value)
+        maker_key = key + MAKER_SUFFIX
+        if from_cache:
+            stored = await self._cache.get(maker_key)
+        else:
+            mine = maker_value(self._llm.model, request.prompt_version)
+            stored = await self._cache.put_if_absent(maker_key, mine)
+        maker = read_maker(stored)
+        return MadeAnswer(answer) if maker is None else MadeAnswer(answer, *maker)
 
     def _unpriced(
         self,

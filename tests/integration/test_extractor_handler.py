@@ -344,6 +344,37 @@ def test_a_redelivery_after_a_model_and_prompt_change_names_those_that_wrote_the
     assert [e.value["text"] for e in again] == [e.value["text"] for e in first]
 
 
+def test_an_answer_cached_without_its_maker_stays_readable_and_names_the_configured_model(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The maker is kept beside the answer, not in it: the answer's value is the model's JSON
+    as an earlier release cached it and still reads it. An answer without a maker (cached by
+    an earlier release) is reused, and its events name the model and prompt configured now."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    _handle(database, redis_url, standin, dispute, cache_prefix=cache, model="extractor-before")
+
+    async def strip_makers() -> list[str]:
+        redis = Redis.from_url(redis_url, decode_responses=True)
+        try:
+            keys = [key async for key in redis.scan_iter(f"{cache}*")]
+            makers = [key for key in keys if key.endswith(":made-by")]
+            assert len(makers) == 1, keys
+            await redis.delete(*makers)
+            return [str(await redis.get(key)) for key in keys if key not in makers]
+        finally:
+            await redis.aclose()
+
+    (answer,) = asyncio.run(strip_makers())
+    assert len(json.loads(answer)["grievances"]) == 4
+    (again,) = _handle(
+        database, redis_url, standin, dispute, cache_prefix=cache, model="extractor-after"
+    )
+    assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
+    makers = {(e.value["extractor_model"], e.value["extractor_prompt_version"]) for e in again}
+    assert makers == {("extractor-after", EXTRACTOR_PROMPT_VERSION)}
+
+
 def test_an_answer_that_looks_like_a_cached_refusal_ends_the_same_on_every_delivery(
     database: str, redis_url: str, standin: Standin
 ) -> None:

@@ -1,35 +1,25 @@
-"""An answer is cached with the model and prompt version that wrote it, and read back whole."""
+"""The model and prompt version that wrote a cached answer, kept beside it and read back."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refund_bench.llm.cache import (
-    MadeAnswer,
-    cache_value,
-    cached_answer,
-    made_answer,
-    with_maker,
-)
+from refund_bench.llm.cache import maker_value, read_maker
 
 
-@given(st.text(), st.text(), st.text())
-def test_an_answer_cached_with_its_maker_reads_back_as_written(
-    answer: str, model: str, version: str
-) -> None:
-    value = cache_value(with_maker(answer, model, version))
-    assert made_answer(cached_answer(value)) == MadeAnswer(answer, model, version)
+@given(st.text(), st.text())
+def test_a_maker_reads_back_as_written(model: str, version: str) -> None:
+    assert read_maker(maker_value(model, version)) == (model, version)
 
 
-def test_an_answer_cached_before_makers_were_is_read_whole_without_one() -> None:
+def test_no_maker_or_another_value_reads_as_unknown() -> None:
     for value in (
-        '{"grievances": []}',
-        "made-by:",
-        "made-by:not json\n{}",
-        'made-by:{"model": "m"}\n{}',
-        'made-by:{"model": "m", "prompt_version": 2}\n{}',
-        'made-by:["m", "v"]\n{}',
-        'made-by:{"model": "m", "prompt_version": "v"}',
+        None,
+        "",
+        "not json",
+        '{"model": "m"}',
+        '{"model": "m", "prompt_version": 2}',
+        '["m", "v"]',
     ):
-        assert made_answer(value) == MadeAnswer(value), value
+        assert read_maker(value) is None, value
