@@ -104,8 +104,9 @@ CREATE INDEX IF NOT EXISTS refund_failures_unpublished
     ON refund_failures (reported_at) WHERE NOT published;
 
 -- The revision of a refund_failures row's payout.failed: the round's payout_ledger.revision
--- after the change it reports. Rows written before it were each the webhook's first change of
--- their round: 1. Added once to a table created before it.
+-- after the change it reports. Rows written before it (and by an API of an earlier release
+-- during an upgrade) read 0, as their rounds' ledger rows do: a later change of the round
+-- counts 1, and its event outranks theirs. Added once to a table created before it.
 DO $$
 BEGIN
     IF NOT EXISTS (
@@ -113,7 +114,7 @@ BEGIN
         WHERE attrelid = 'refund_failures'::regclass AND attname = 'revision'
           AND NOT attisdropped
     ) THEN
-        ALTER TABLE refund_failures ADD COLUMN revision integer NOT NULL DEFAULT 1;
+        ALTER TABLE refund_failures ADD COLUMN revision integer NOT NULL DEFAULT 0;
     END IF;
 END
 $$;

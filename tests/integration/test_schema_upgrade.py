@@ -190,3 +190,32 @@ def test_ledger_rows_written_before_paid_elsewhere_keep_their_rows_and_gain_it_o
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:
         assert _paid_elsewhere_column(conn) == attnum, "the second start adds nothing"
+
+
+def test_a_failure_an_earlier_api_queued_ranks_below_the_next_change_of_its_round(
+    earlier_database: str,
+) -> None:
+    """A ``refund_failures`` row written without a revision (before the column, or by an API of
+    the earlier release during the upgrade) reads its round's ledger revision, which no change
+    had counted: the webhook's next change of the round counts 1 and outranks it, so a refund
+    Stripe completes after that failure is the round's outcome, not the failure."""
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO payout_ledger (dispute_id, round, amount_minor, currency,"
+            " payment_reference, idempotency_key, status, error_code)"
+            " VALUES ('d-1', 1, 4900, 'INR', 'pi_1', 'k-1', 'FAILED', 'refund_requires_action')"
+        )
+        conn.execute(
+            "INSERT INTO refund_failures (dispute_id, round, stripe_refund_id, refund_status,"
+            " stripe_event_id, amount_minor, currency, idempotency_key, error_code,"
+            " error_message, reported_at)"
+            " VALUES ('d-1', 1, 're_1', 'requires_action', 'evt_1', 4900, 'INR', 'k-1',"
+            " 'refund_requires_action', 'waits for the customer', now())"
+        )
+        queued = conn.execute("SELECT revision FROM refund_failures").fetchone()
+        changed = conn.execute(
+            "UPDATE payout_ledger SET revision = revision + 1 RETURNING revision"
+        ).fetchone()
+    assert queued == (0,)
+    assert changed == (1,)
