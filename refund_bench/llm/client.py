@@ -49,7 +49,7 @@ from refund_bench.llm.http import AioHttpClient
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy
-from refund_bench.urls import printable_url
+from refund_bench.urls import printable_url, without_credentials
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +143,15 @@ SETTING_CODES = frozenset(
 class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
     """The endpoint refused the request (a 4xx other than 408/429). Retrying cannot help.
 
-    ``code`` and ``param`` are the error body's (OpenAI's shape), when it has them."""
+    ``code`` and ``param`` are the error body's (OpenAI's shape), when it has them. ``message``
+    is the endpoint's, with every URL in it shown without credentials
+    (:func:`~refund_bench.urls.without_credentials`): it is logged, cached as a refusal's
+    reason and shown to reviewers, and an endpoint may echo the URL it was called at."""
 
     def __init__(
         self, status: int, message: str, code: str | None = None, param: str | None = None
     ) -> None:
+        message = without_credentials(message)
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from pydantic import SecretStr
 
-from refund_bench.llm.client import LlmClient, LlmEndpoint
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
 from refund_bench.llm_setup import EndpointAccess, JudgePanelSettings
 from refund_bench.urls import UNPRINTABLE, printable_url, without_credentials
 from services.extractor.__main__ import Settings as ExtractorSettings
@@ -102,3 +102,15 @@ def test_the_settings_print_their_urls_without_credentials() -> None:
     assert "schema_registry_url='https://registry.example/apis/ccompat/v7'" in repr(panel)
     assert f"extractor_base_url='{PRINTED}'" in repr(role)
     assert panel.seat_endpoint(0) == WITH_CREDENTIALS, "the settings keep the URL as given"
+
+
+def test_an_endpoints_refusal_quoting_its_url_keeps_no_credentials() -> None:
+    """The message is logged, cached as a refusal's reason and shown to reviewers: a URL the
+    endpoint echoes loses its credentials there."""
+    refused = LlmRejected(
+        400, "content refused at https://alice:s3cr3t-pass@llm.example/v1?key=sk-query-key"
+    )
+    for text in (refused.message, str(refused)):
+        assert "s3cr3t-pass" not in text, text
+        assert "sk-query-key" not in text, text
+        assert "https://llm.example/v1" in text, text
