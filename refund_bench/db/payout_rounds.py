@@ -96,15 +96,23 @@ CONFLICT_HOW_TO_CLOSE = (
 
 
 def how_to_close(
-    error_code: str | None, status: str | None = None, repaid_on: str | None = None
+    error_code: str | None,
+    status: str | None = None,
+    repaid_on: str | None = None,
+    settled_on: str | None = None,
 ) -> str:
     """What the desk tells a payment operator to do with a round paying again cannot mend
-    (``status``: the round's status in the ledger; ``repaid_on``: the round's other item a REPAY
-    was recorded on, if any)."""
+    (``status``: the round's status in the ledger; ``repaid_on``, ``settled_on``: the round's
+    other item a REPAY, or a PAID_ELSEWHERE, was recorded on, if any)."""
     if repaid_on is not None:
         return (
             f"It was paid again from {repaid_on}, so nothing is left to pay for it: do not pay"
             " the customer another way; close it here"
+        )
+    if settled_on is not None:
+        return (
+            f"It was settled another way from {settled_on}, so nothing is left to pay for it:"
+            " do not pay the customer again; close it here"
         )
     if status == "SUCCEEDED":
         return "Stripe refunded this round, so nothing is left to pay for it: close it here"
@@ -142,11 +150,13 @@ def why_not_repayable(
     *,
     paid_elsewhere: bool = False,
     repaid_on: str | None = None,
+    settled_on: str | None = None,
 ) -> str | None:
     """``None`` when paying a round again (a new round for its amount) can mend it: the round is
     FAILED in the ledger for a reason that may pass, was neither settled another way
-    (``paid_elsewhere``) nor paid again on another of its review items (``repaid_on``, that
-    item's key: a round failing again after a refund has two), and the dispute's last round was
+    (``paid_elsewhere``; ``settled_on``: the other review item of the round it was settled on)
+    nor paid again on another of its review items (``repaid_on``, that item's key: a round
+    failing again after a refund has two), and the dispute's last round was
     priced less than :data:`REPAY_WINDOW_S` ago (``last_priced_age_s``). Otherwise why not, as
     a reviewer reads it.
 
@@ -159,14 +169,16 @@ def why_not_repayable(
     unmendable = UNMENDABLE_FAILURES.get(error_code or "")
     if unmendable is not None:
         return unmendable
+    if repaid_on is not None:
+        return f"it was paid again already, in a new round (REPAY on {repaid_on})"
+    if settled_on is not None:
+        return f"it was settled another way already (PAID_ELSEWHERE on {settled_on})"
     if paid_elsewhere:
         return (
             "a payment operator settled it another way before (PAID_ELSEWHERE), and Stripe's"
             " refund has failed since: find out what the customer has been paid, and pay by hand"
             " only what is still owed"
         )
-    if repaid_on is not None:
-        return f"it was paid again already, in a new round (REPAY on {repaid_on})"
     if last_priced_age_s is not None and last_priced_age_s > REPAY_WINDOW_S:
         return (
             f"its dispute was last priced {last_priced_age_s / 86400:.0f} days ago, and pricing"
@@ -184,7 +196,7 @@ def payout_item(settlement_round: int) -> str:
 def payout_again_item(settlement_round: int) -> str:
     """The key of the review item this round opens when its refund fails again after Stripe
     had refunded it following a wait for the customer: the round's own item
-    (:func:`payout_item`) was decided then, and an item takes one decision."""
+    (:func:`payout_item`) may have been decided then, and an item takes one decision."""
     return f"{payout_item(settlement_round)}:again"
 
 

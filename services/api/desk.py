@@ -88,6 +88,8 @@ AFTER_CONFLICT = (
     "the conflicting request is closed; nothing is paid for it, and its round is left as it is."
 )
 """What follows closing a conflicting payout request's item (the flash message)."""
+AFTER_PAID_AGAIN = "the item is closed; its round is paid again from its other item, once."
+"""What follows closing the other item of a round paid again (the flash message)."""
 
 
 def failed_round(
@@ -96,11 +98,15 @@ def failed_round(
     last_priced_age_s: float | None = None,
     repaid: Mapping[int, str] | None = None,
     open_items: frozenset[str] = frozenset(),
+    settled: Mapping[int, m.ReviewDecisionRecord] | None = None,
 ) -> dict[str, Any] | None:
     """For a PAYOUT item: its round's ledger row, and why paying again cannot mend it (``None``:
     it can; the desk offers REPAY only then, and the store checks again when it records one).
     ``last_priced_age_s``: seconds since the dispute's last priced round; ``repaid``: the rounds
-    a REPAY was recorded for, and the item it was recorded on; ``open_items``: the keys of the
+    a REPAY was recorded for, and the item it was recorded on; ``settled``: likewise for a
+    PAID_ELSEWHERE on a round's failure item (``settled_on``: a settlement by hand on another
+    item than this one, since this one opened: it settled this failure too);
+    ``open_items``: the keys of the
     dispute's open items (``also_open``: the round's other open failure item, which a payment
     operator must not decide as well)."""
     round_ = payout_item_round(item.item_key) if item.kind == "PAYOUT" else None
@@ -114,22 +120,34 @@ def failed_round(
             "how_to_close": CONFLICT_HOW_TO_CLOSE,
             "conflict": True,
             "repaid_on": None,
+            "settled_on": None,
             "also_open": [],
         }
     repaid_on = (repaid or {}).get(round_)
+    by_hand = (settled or {}).get(round_)
+    settled_on = (
+        by_hand.item_key
+        if by_hand is not None
+        and row.paid_elsewhere
+        and by_hand.item_key != item.item_key
+        and by_hand.decided_at > item.created_at
+        else None
+    )
     why_not = why_not_repayable(
         row.status,
         row.error_code,
         last_priced_age_s,
         paid_elsewhere=row.paid_elsewhere,
         repaid_on=repaid_on,
+        settled_on=settled_on,
     )
     return {
         "ledger": row,
         "why_not": why_not,
-        "how_to_close": how_to_close(row.error_code, row.status, repaid_on),
+        "how_to_close": how_to_close(row.error_code, row.status, repaid_on, settled_on),
         "conflict": False,
         "repaid_on": repaid_on,
+        "settled_on": settled_on,
         "also_open": sorted(
             key
             for key in open_items
@@ -175,12 +193,19 @@ def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:
         if d.decision == ReviewDecision.REPAY.value
         and (round_ := payout_item_round(d.item_key)) is not None
     }
+    settled = {
+        round_: d
+        for d in story.review_decisions
+        if d.decision == ReviewDecision.PAID_ELSEWHERE.value
+        and is_payout_failure_item(d.item_key)
+        and (round_ := payout_item_round(d.item_key)) is not None
+    }
     open_keys = frozenset(i.item_key for i in story.review_items if i.status == "OPEN")
     other_items = [
         {
             "item": i,
             "decision": decisions.get(i.item_key),
-            "failed": failed_round(i, ledger, priced_age_s, repaid, open_keys),
+            "failed": failed_round(i, ledger, priced_age_s, repaid, open_keys, settled),
         }
         for i in story.review_items
         if i.kind != "GRIEVANCE"
@@ -383,6 +408,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         decision: Annotated[str, Form()] = "",
         note: Annotated[str, Form()] = "",
         csrf_token_field: Annotated[str, Form(alias="csrf_token")] = "",
+        repaid_on: Annotated[str, Form()] = "",
     ) -> Response:
         user = reviewer(request)
         if user is None:
@@ -439,7 +465,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             decided_at=ctx.clock(),
         )
         try:
-            stored = await ctx.store.record_decision(record, fits)
+            stored = await ctx.store.record_decision(record, fits, repaid_on or None)
         except ItemNotFound:
             return await render_case(request, dispute_id, 404, "No such review item.")
         except NotDecidable as exc:
@@ -462,11 +488,12 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             log.exception("review %s recorded; publishing it failed", stored.review_id)
             published = False
         if published:
-            after = (
-                AFTER_CONFLICT
-                if payout_item_is_conflict(stored.item_key)
-                else AFTER_DECISION.get(stored.decision, REPRICED)
-            )
+            if payout_item_is_conflict(stored.item_key):
+                after = AFTER_CONFLICT
+            elif repaid_on and stored.decision == ReviewDecision.PAID_ELSEWHERE.value:
+                after = AFTER_PAID_AGAIN
+            else:
+                after = AFTER_DECISION.get(stored.decision, REPRICED)
             flash(
                 request,
                 "ok",

@@ -360,11 +360,18 @@ class Store:
         return counts, items
 
     async def record_decision(
-        self, new: DecisionRecord, check: Callable[[str], None]
+        self,
+        new: DecisionRecord,
+        check: Callable[[str], None],
+        seen_repaid_on: str | None = None,
     ) -> DecisionRecord:
         """Record ``new`` as the one decision of its (dispute, item); return it as stored.
 
         ``check(kind)`` raises :class:`NotDecidable` when the decision does not fit the item.
+        ``seen_repaid_on``: the other item of the round whose REPAY the operator was shown
+        (the desk's "Close (paid again)"); a PAID_ELSEWHERE on a failure item whose round was
+        paid again from its other item is :class:`NotDecidable` unless it names that item: the
+        REPAY came while the operator decided, and a settlement by hand would pay twice.
         Raises :class:`ItemNotFound`, or :class:`AlreadyDecided` when another decision won,
         including one committed a moment earlier by a concurrent request: the UNIQUE
         (dispute_id, item_key) constraint lets exactly one insert succeed. Also
@@ -382,8 +389,9 @@ class Store:
         decisions on them (a REPAY on one, and a REPAY or a PAID_ELSEWHERE on the other) are
         then made one after the other, the second checked against the first: a REPAY is refused
         after the other item's, and a PAID_ELSEWHERE after the other item's REPAY closes its
-        item without marking the round settled another way. Stripe's webhook
-        locks only the ledger row, so the order items, ledger, decisions cannot deadlock.
+        item without marking the round settled another way, if the operator saw that REPAY.
+        Stripe's webhook locks only the ledger row, so the order items, ledger, decisions cannot
+        deadlock.
         """
         async with (
             self._pool.connection() as conn,
@@ -391,7 +399,7 @@ class Store:
             conn.cursor(row_factory=dict_row) as cur,
         ):
             await cur.execute(
-                "SELECT kind, grievance_id, status FROM review_items"
+                "SELECT kind, grievance_id, status, created_at FROM review_items"
                 " WHERE dispute_id = %s AND item_key = %s FOR SHARE",
                 (new.dispute_id, new.item_key),
             )
@@ -407,7 +415,24 @@ class Store:
                     (new.dispute_id, payout_item_round(new.item_key)),
                 )
             if new.decision == ReviewDecision.REPAY.value:
-                await self._check_repayable(cur, new.dispute_id, new.item_key)
+                await self._check_repayable(cur, new, item["created_at"])
+            round_ = payout_item_round(new.item_key)
+            settles = (
+                new.decision == ReviewDecision.PAID_ELSEWHERE.value
+                and round_ is not None
+                and is_payout_failure_item(new.item_key)
+            )
+            if settles and round_ is not None:
+                repaid = await self._other_decision(cur, new, round_, ReviewDecision.REPAY)
+                if repaid is not None and repaid.item_key != seen_repaid_on:
+                    raise NotDecidable(
+                        f"Round {round_} was paid again from {repaid.item_key} by"
+                        f" {repaid.reviewer} at {repaid.decided_at:%Y-%m-%d %H:%M} UTC while you"
+                        " decided: nothing is left to pay, and your decision was not recorded."
+                        " If you paid the customer by hand meanwhile, recover that payment."
+                        " Then close this item with Close (paid again)."
+                    )
+                settles = repaid is None
             await cur.execute(
                 f"INSERT INTO review_decisions ({DECISIONS.columns})"  # noqa: S608
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, false)"
@@ -426,34 +451,25 @@ class Store:
             )
             if await cur.fetchone() is None:
                 raise AlreadyDecided(await self._decision_for(cur, new))
-            round_ = payout_item_round(new.item_key)
-            if (
-                new.decision == ReviewDecision.PAID_ELSEWHERE.value
-                and round_ is not None
-                and is_payout_failure_item(new.item_key)
-            ):
+            if settles:
                 # Money went back by hand: the round now holds the order's other disputes for
                 # a payment operator, as a paid round does (payout_claim_round). Closing a
                 # conflicting request's item says nothing of the round, and neither does
-                # closing one of a round paid again from its other item (the desk says so).
+                # closing one of a round paid again from its other item (checked above).
                 await cur.execute(
                     "UPDATE payout_ledger SET paid_elsewhere = true, updated_at = now()"
-                    " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'"
-                    " AND NOT EXISTS (SELECT 1 FROM review_decisions d WHERE d.dispute_id = %s"
-                    " AND d.decision = 'REPAY' AND d.item_key = ANY(%s))",
-                    (
-                        new.dispute_id,
-                        round_,
-                        new.dispute_id,
-                        [payout_item(round_), payout_again_item(round_)],
-                    ),
+                    " WHERE dispute_id = %s AND round = %s AND status = 'FAILED'",
+                    (new.dispute_id, round_),
                 )
         return replace(new, kind=item["kind"], grievance_id=item["grievance_id"])
 
     @staticmethod
-    async def _check_repayable(cur: Any, dispute_id: str, item_key: str) -> None:
+    async def _check_repayable(cur: Any, new: DecisionRecord, opened_at: datetime) -> None:
         """:class:`NotDecidable` unless paying the payout item's round again can mend it
-        (:func:`~refund_bench.db.payout_rounds.why_not_repayable`)."""
+        (:func:`~refund_bench.db.payout_rounds.why_not_repayable`); ``opened_at``: when the
+        item opened (a settlement by hand on the round's other item since then settled this
+        failure too)."""
+        dispute_id, item_key = new.dispute_id, new.item_key
         round_ = payout_item_round(item_key)
         if round_ is None:
             raise NotDecidable("REPAY applies to a payout:round<n> item only.")
@@ -475,24 +491,42 @@ class Store:
             (dispute_id,),
         )
         priced = await cur.fetchone()
-        await cur.execute(
-            "SELECT item_key FROM review_decisions"
-            " WHERE dispute_id = %s AND decision = 'REPAY' AND item_key = ANY(%s)",
-            (dispute_id, [payout_item(round_), payout_again_item(round_)]),
+        repaid = await Store._other_decision(cur, new, round_, ReviewDecision.REPAY)
+        settled = await Store._other_decision(cur, new, round_, ReviewDecision.PAID_ELSEWHERE)
+        repaid_on = repaid.item_key if repaid else None
+        settled_on = (
+            settled.item_key
+            if settled and row and row["paid_elsewhere"] and settled.decided_at > opened_at
+            else None
         )
-        repaid = await cur.fetchone()
         why = why_not_repayable(
             status,
             error_code,
             priced["age_s"] if priced else None,
             paid_elsewhere=bool(row and row["paid_elsewhere"]),
-            repaid_on=repaid["item_key"] if repaid else None,
+            repaid_on=repaid_on,
+            settled_on=settled_on,
         )
         if why is not None:
+            close = how_to_close(error_code, status, repaid_on, settled_on)
             raise NotDecidable(
-                f"Round {round_} cannot be paid again: {why}. {how_to_close(error_code, status)}"
-                " (PAID_ELSEWHERE)."
+                f"Round {round_} cannot be paid again: {why}. {close} (PAID_ELSEWHERE)."
             )
+
+    @staticmethod
+    async def _other_decision(
+        cur: Any, new: DecisionRecord, round_: int, decision: ReviewDecision
+    ) -> DecisionRecord | None:
+        """The ``decision`` recorded on another failure item of the round (``payout:round<n>``,
+        ``payout:round<n>:again``) than ``new``'s, if any."""
+        others = [payout_item(round_), payout_again_item(round_)]
+        await cur.execute(
+            f"SELECT {DECISIONS.columns} FROM review_decisions"  # noqa: S608
+            " WHERE dispute_id = %s AND decision = %s AND item_key = ANY(%s) AND item_key <> %s",
+            (new.dispute_id, decision.value, others, new.item_key),
+        )
+        row = await cur.fetchone()
+        return None if row is None else DecisionRecord(**row)
 
     @staticmethod
     async def _decision_for(cur: Any, new: DecisionRecord) -> DecisionRecord | None:

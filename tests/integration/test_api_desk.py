@@ -616,6 +616,8 @@ def test_a_round_with_two_open_items_is_paid_again_once(api: ApiServer, dispute:
     assert "it was paid again already, in a new round (REPAY on payout:round1:again)" in (
         second.text
     )
+    assert "It was paid again from payout:round1:again" in second.text
+    assert "Settle it with the customer another way" not in second.text
     assert decisions(api, dispute) == [("payout:round1:again", "REPAY", "carol")]
 
 
@@ -643,13 +645,43 @@ def test_the_other_item_of_a_round_paid_again_is_closed_without_paying_or_settli
         assert "It was paid again from payout:round1:again" in after
         assert "do not pay the customer another way" in after
         assert 'value="PAID_ELSEWHERE">Close (paid again)</button>' in after
+        assert '<input type="hidden" name="repaid_on" value="payout:round1:again">' in after
         close = {**form, "decision": "PAID_ELSEWHERE", "item_key": "payout:round1"}
-        assert client.post(url, data=close).status_code == 303
+        unseen = client.post(url, data=close)
+        assert unseen.status_code == 422, "a page loaded before the REPAY"
+        assert "was paid again from payout:round1:again by carol" in unseen.text
+        assert "If you paid the customer by hand meanwhile, recover that payment" in unseen.text
+        seen = client.post(url, data={**close, "repaid_on": "payout:round1:again"})
+        assert seen.status_code == 303
     assert sorted(decisions(api, dispute)) == [
         ("payout:round1", "PAID_ELSEWHERE", "carol"),
         ("payout:round1:again", "REPAY", "carol"),
     ]
     assert not ledger_paid_elsewhere(api.database_url, dispute), "the round was paid again"
+
+
+def test_the_other_item_of_a_round_settled_by_hand_is_closed_without_paying_again(
+    api: ApiServer, dispute: str
+) -> None:
+    """Both items of a round whose refund failed again are open, and an operator settles the
+    round by hand on one: the other says nothing is left to pay and offers only to close it,
+    and paying it again is refused."""
+    fail_round_one_again(api.database_url, dispute, first="OPEN")
+    url = f"/review/disputes/{dispute}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "carol")
+        form = {"note": "paid by bank transfer", "csrf_token": token}
+        settle = {**form, "decision": "PAID_ELSEWHERE", "item_key": "payout:round1"}
+        assert client.post(url, data=settle).status_code == 303
+        other = _item_html(client.get(f"/review/disputes/{dispute}").text, "payout:round1:again")
+        assert "It was settled another way from payout:round1" in other
+        assert 'value="PAID_ELSEWHERE">Close (settled)</button>' in other
+        assert 'value="REPAY"' not in other
+        repay = {**form, "decision": "REPAY", "item_key": "payout:round1:again"}
+        refused = client.post(url, data=repay)
+    assert refused.status_code == 422
+    assert "settled another way already (PAID_ELSEWHERE on payout:round1)" in refused.text
+    assert decisions(api, dispute) == [("payout:round1", "PAID_ELSEWHERE", "carol")]
 
 
 def open_conflict(database_url: str, dispute_id: str) -> None:
