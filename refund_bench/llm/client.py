@@ -103,10 +103,11 @@ class LlmEndpoint(BaseModel):
 
 
 class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
-    """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any."""
+    """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any. The
+    message, which is logged, shows every URL it quotes without credentials."""
 
     def __init__(self, kind: UnavailableKind, message: str, status: int | None = None) -> None:
-        super().__init__(f"{kind}: {message}", dependency=f"llm_{kind}")
+        super().__init__(f"{kind}: {without_credentials(message)}", dependency=f"llm_{kind}")
         self.kind: UnavailableKind = kind
         self.status = status
 
@@ -447,7 +448,9 @@ class LlmClient:
                         self.model,
                         mapped,
                     )
-                raise mapped from exc
+                # Not chained: the openai error holds the endpoint's message as it came, and a
+                # traceback would print it; ``mapped`` holds it without credentials.
+                raise mapped from None
             return _answer(response.content)
 
         self._track(+1)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from pydantic import SecretStr
 
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected, LlmUnavailable
 from refund_bench.llm_setup import EndpointAccess, JudgePanelSettings
 from refund_bench.urls import UNPRINTABLE, printable_url, without_credentials
 from services.extractor.__main__ import Settings as ExtractorSettings
@@ -114,3 +114,11 @@ def test_an_endpoints_refusal_quoting_its_url_keeps_no_credentials() -> None:
         assert "s3cr3t-pass" not in text, text
         assert "sk-query-key" not in text, text
         assert "https://llm.example/v1" in text, text
+
+
+def test_a_transient_failure_quoting_its_url_keeps_no_credentials() -> None:
+    unavailable = LlmUnavailable(
+        "server_error", "upstream https://alice:s3cr3t-pass@llm.example/v1?key=sk-query-key", 502
+    )
+    assert "s3cr3t-pass" not in str(unavailable)
+    assert "sk-query-key" not in str(unavailable)
