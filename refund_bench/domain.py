@@ -88,9 +88,10 @@ DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
 PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)(?::(again|conflict))?")
 """The key of a PAYOUT review item: the round whose refund failed (``payout:round<n>``), or
 failed again after Stripe had refunded it following a wait for the customer
-(``payout:round<n>:again``; the round's own item was decided when Stripe refunded it, and the
-desk records one decision per item), or a request for the round that the payout refused because
-the ledger holds the round with another amount or currency (``payout:round<n>:conflict``, a
+(``payout:round<n>:again``; the round's own item may have been decided when Stripe refunded
+it, and the desk records one decision per item), or a request for the round that the payout
+refused because the ledger holds the round with another amount or currency
+(``payout:round<n>:conflict``, a
 ``LEDGER_CONFLICT``: the round itself may be paid, and has its own item if it failed)."""
 _ITEM_KEY_OF_KIND = {"DISPUTE": DISPUTE_ITEM, "PAYOUT": PAYOUT_ITEM}
 

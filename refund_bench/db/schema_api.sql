@@ -118,11 +118,12 @@ BEGIN
     END IF;
 END
 $$;
+ALTER TABLE refund_failures ALTER COLUMN revision SET DEFAULT 0;
 
 -- The review item a refund_failures row's payout.failed opens when it is not the round's own
 -- (payout:round<n>): payout:round<n>:again for a refund Stripe reported failed after it had
--- refunded it following a wait for the customer (the round's own item was decided then). Added
--- once to a table created before it.
+-- refunded it following a wait for the customer (the round's own item may have been decided
+-- then). Added once to a table created before it.
 DO $$
 BEGIN
     IF NOT EXISTS (

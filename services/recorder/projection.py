@@ -430,8 +430,8 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
 
     The review item is the round's own (``payout:round<n>``), or the one the event names: a
     refund Stripe reported failed after it had refunded it following a wait for the customer
-    opens ``payout:round<n>:again``, since the round's own item was decided then. Either is
-    inserted once, so a redelivered failure opens nothing more.
+    opens ``payout:round<n>:again``, since the round's own item may have been decided then.
+    Either is inserted once, so a redelivered failure opens nothing more.
 
     A ``LEDGER_CONFLICT`` is a request the payout refused, not the round's outcome (the round
     may well be paid): it leaves the round's record as it is and opens an item of its own,
