@@ -448,9 +448,11 @@ class LlmClient:
                         self.model,
                         mapped,
                     )
-                # Not chained: the openai error holds the endpoint's message as it came, and a
-                # traceback would print it; ``mapped`` holds it without credentials.
-                raise mapped from None
+                # An error with a status holds the endpoint's message as it came, and a
+                # traceback would print it: not chained (``mapped`` holds it without
+                # credentials). Others are chained: their causes print URLs cleaned (http.py).
+                cause = None if isinstance(exc, openai.APIStatusError) else exc
+                raise mapped from cause
             return _answer(response.content)
 
         self._track(+1)

@@ -5,6 +5,7 @@ password and query. Against real sockets on 127.0.0.1, no stack needed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import traceback
@@ -13,9 +14,10 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
-from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmUnavailable
+from refund_bench.llm.client import LlmClient, LlmEndpoint, LlmRejected, LlmUnavailable
 from refund_bench.llm.roles import ChatMessage
 from refund_bench.retry import RetryPolicy
+from tests.fakes.chat_completion import FixedAnswerServer
 
 QUERY_KEY = "sk-in-query-7c2b"
 PASSWORD = "s3cr3t-pass"
@@ -89,3 +91,33 @@ def test_a_refused_url_prints_without_user_name_password_and_query(
     for secret in (PASSWORD, QUERY_KEY, "alice"):
         assert secret not in printed
         assert not any(secret in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_an_endpoints_error_quoting_a_url_prints_without_its_credentials(status: int) -> None:
+    """The endpoint's error body is the openai error's message; a traceback of the error the
+    client raises prints it only without credentials (that openai error is not chained)."""
+    body = json.dumps(
+        {"error": {"message": f"see https://alice:{PASSWORD}@llm.example/v1?key={QUERY_KEY}"}}
+    ).encode()
+    with FixedAnswerServer(body, statuses=[status]) as server:
+
+        async def call() -> str:
+            endpoint = LlmEndpoint(
+                base_url=f"http://127.0.0.1:{server.port}/v1",
+                api_key=SecretStr("k"),
+                model="m",
+                temperature=0.7,
+                timeout_seconds=5,
+            )
+            async with LlmClient(endpoint, retry=RetryPolicy(attempts=1)) as client:
+                return await client.complete_json(
+                    MESSAGES, "ruling", {"type": "object"}, 1, "d-url"
+                )
+
+        with pytest.raises((LlmUnavailable, LlmRejected)) as caught:
+            asyncio.run(call())
+    printed = "".join(traceback.format_exception(caught.value))
+    assert "https://llm.example/v1" in printed
+    for secret in (PASSWORD, QUERY_KEY, "alice"):
+        assert secret not in printed
