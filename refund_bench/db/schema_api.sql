@@ -118,7 +118,20 @@ BEGIN
     END IF;
 END
 $$;
-ALTER TABLE refund_failures ALTER COLUMN revision SET DEFAULT 0;
+-- A database that got the column with DEFAULT 1 gets 0; checked first, so that a start does not
+-- take the table's exclusive lock for nothing.
+DO $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM pg_attrdef d
+        JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = 'refund_failures'::regclass AND a.attname = 'revision'
+          AND pg_get_expr(d.adbin, d.adrelid) <> '0'
+    ) THEN
+        ALTER TABLE refund_failures ALTER COLUMN revision SET DEFAULT 0;
+    END IF;
+END
+$$;
 
 -- The review item a refund_failures row's payout.failed opens when it is not the round's own
 -- (payout:round<n>): payout:round<n>:again for a refund Stripe reported failed after it had

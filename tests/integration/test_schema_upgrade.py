@@ -219,3 +219,17 @@ def test_a_failure_an_earlier_api_queued_ranks_below_the_next_change_of_its_roun
         ).fetchone()
     assert queued == (0,)
     assert changed == (1,)
+
+
+def test_a_revision_default_of_one_becomes_zero_on_the_next_start(earlier_database: str) -> None:
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE refund_failures ALTER COLUMN revision SET DEFAULT 1")
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        default = conn.execute(
+            "SELECT column_default FROM information_schema.columns"
+            " WHERE table_name = 'refund_failures' AND column_name = 'revision'"
+            " AND table_schema = current_schema()"
+        ).fetchone()
+    assert default == ("0",)
