@@ -68,6 +68,9 @@ class ApiSettings(StackSettings):
     stripe_timeout_s: float = Field(default=5.0, gt=0)
     """How long reading a refund back may take; beyond it the event is answered 503, and Stripe
     delivers it again."""
+    stripe_webhook_wait_s: float | None = Field(default=None, gt=0)
+    """How long an event waits for one of the ``STRIPE_WEBHOOK_CONCURRENCY`` slots before it is
+    answered 503 ``busy`` (Stripe delivers it again); unset: ``STRIPE_TIMEOUT_S``."""
     api_docs: bool = True
     """Serve the OpenAPI document (``/openapi.json``) and its Swagger UI (``/docs``) without
     sign-in. Off in production (``deploy/k8s/config.env``): the document is then published from

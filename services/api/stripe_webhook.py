@@ -76,6 +76,7 @@ def stripe_webhook_router(
     FAILED, ``completions`` the ``payout.completed`` of those it turns SUCCEEDED again."""
     router = APIRouter(tags=["payments"])
     slots = asyncio.Semaphore(ctx.settings.stripe_webhook_concurrency)
+    slot_wait_s = ctx.settings.stripe_webhook_wait_s or ctx.settings.stripe_timeout_s
     waiting = ctx.metrics.stripe_events_waiting
     secret = ctx.settings.stripe_webhook_secret.get_secret_value()
     tolerance_s = ctx.settings.stripe_webhook_tolerance_s
@@ -139,7 +140,7 @@ def stripe_webhook_router(
         try:
             waiting.inc()
             try:
-                await asyncio.wait_for(slots.acquire(), ctx.settings.stripe_timeout_s)
+                await asyncio.wait_for(slots.acquire(), slot_wait_s)
             except TimeoutError:
                 raise refuse(
                     503, "busy", "too many Stripe events are being settled; deliver again"

@@ -576,10 +576,17 @@ def test_no_more_events_than_the_concurrency_hold_a_connection_while_stripe_is_r
 
 
 def test_an_event_that_waits_longer_than_stripe_may_take_is_delivered_again(
-    api: ApiServer, fake: FakeStripeServer
+    stack: Stack, fake: FakeStripeServer
 ) -> None:
-    """Both slots stay taken past STRIPE_TIMEOUT_S: a third event is answered 503 ``busy``
-    (Stripe delivers it again) instead of waiting without end, and changes nothing."""
+    """Both slots stay taken past STRIPE_WEBHOOK_WAIT_S: a third event is answered 503 ``busy``
+    (Stripe delivers it again) instead of waiting without end, and changes nothing. The reads
+    may take far longer than the wait, so that the slots are still taken when it ends."""
+    settings = {**webhook_settings(fake.url), "stripe_timeout_s": 30.0}
+    with running_api(stack, **settings, stripe_webhook_wait_s=1.0) as api:
+        _turned_away_while_both_slots_read(api, fake)
+
+
+def _turned_away_while_both_slots_read(api: ApiServer, fake: FakeStripeServer) -> None:
     rounds = [held_paid_round(api, fake, "failed") for _ in range(3)]
     gate = threading.Event()
     fake.fake.read_gate = gate
