@@ -13,6 +13,7 @@ however close together two disputes of one order come.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -186,6 +187,25 @@ def why_not_repayable(
             " price the new round"
         )
     return None
+
+
+def settled_on_other_item(
+    item_key: str,
+    opened_at: datetime,
+    settled: tuple[str, datetime] | None,
+    *,
+    paid_elsewhere: bool,
+) -> str | None:
+    """The key of the round's other failure item whose settlement by hand settled the failure
+    ``item_key`` reports too, or ``None``. ``settled``: the round's PAID_ELSEWHERE decision on a
+    failure item (its item key, when it was decided), if any; ``opened_at``: when ``item_key``
+    opened; ``paid_elsewhere``: the ledger row's mark. A settlement counts only while the row
+    still carries the mark, and only if it was decided after ``item_key`` opened: a failure
+    reported since is news to the operator who settled."""
+    if settled is None or not paid_elsewhere:
+        return None
+    key, decided_at = settled
+    return key if key != item_key and decided_at > opened_at else None
 
 
 def payout_item(settlement_round: int) -> str:

@@ -27,6 +27,7 @@ from refund_bench.db.payout_rounds import (
     how_to_close,
     is_payout_failure_item,
     payout_item_round,
+    settled_on_other_item,
     why_not_repayable,
 )
 from refund_bench.domain import (
@@ -125,13 +126,11 @@ def failed_round(
         }
     repaid_on = (repaid or {}).get(round_)
     by_hand = (settled or {}).get(round_)
-    settled_on = (
-        by_hand.item_key
-        if by_hand is not None
-        and row.paid_elsewhere
-        and by_hand.item_key != item.item_key
-        and by_hand.decided_at > item.created_at
-        else None
+    settled_on = settled_on_other_item(
+        item.item_key,
+        item.created_at,
+        None if by_hand is None else (by_hand.item_key, by_hand.decided_at),
+        paid_elsewhere=row.paid_elsewhere,
     )
     why_not = why_not_repayable(
         row.status,

@@ -40,6 +40,7 @@ from refund_bench.db.payout_rounds import (
     payout_again_item,
     payout_item,
     payout_item_round,
+    settled_on_other_item,
     why_not_repayable,
 )
 from refund_bench.domain import ReviewDecision
@@ -494,10 +495,11 @@ class Store:
         repaid = await Store._other_decision(cur, new, round_, ReviewDecision.REPAY)
         settled = await Store._other_decision(cur, new, round_, ReviewDecision.PAID_ELSEWHERE)
         repaid_on = repaid.item_key if repaid else None
-        settled_on = (
-            settled.item_key
-            if settled and row and row["paid_elsewhere"] and settled.decided_at > opened_at
-            else None
+        settled_on = settled_on_other_item(
+            item_key,
+            opened_at,
+            None if settled is None else (settled.item_key, settled.decided_at),
+            paid_elsewhere=bool(row and row["paid_elsewhere"]),
         )
         why = why_not_repayable(
             status,
