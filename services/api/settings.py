@@ -73,15 +73,15 @@ class ApiSettings(StackSettings):
     answered 503 ``busy`` (Stripe delivers it again); unset: ``STRIPE_TIMEOUT_S``."""
     api_docs: bool = True
     """Serve the OpenAPI document (``/openapi.json``) and its Swagger UI (``/docs``) without
-    sign-in. Off in production (``deploy/k8s/config.env``): the document is then published from
+    sign-in. Off in production (``deploy/k8s/api.yaml``): the document is then published from
     the repository (``python -m services.api openapi``, docs/api.md) rather than by every
     replica to anyone who can reach it."""
     stripe_webhook_concurrency: int = Field(default=2, ge=1)
     """Stripe events settled at once. Each holds a PostgreSQL connection of the API's pool (and
     its round's row lock) while it reads the refund back from Stripe, so a burst of events while
     Stripe is slow takes at most this many of each replica's ``DB_POOL_MAX`` from the intake and
-    the desk; the others wait without a connection, for up to ``STRIPE_TIMEOUT_S``, and are
-    then answered 503 (``busy``: Stripe delivers them again)."""
+    the desk; the others wait without a connection, for up to ``STRIPE_WEBHOOK_WAIT_S``, and
+    are then answered 503 (``busy``: Stripe delivers them again)."""
     log_level: str = "INFO"
 
     @model_validator(mode="after")
