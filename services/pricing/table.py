@@ -8,7 +8,8 @@ ever taken from a model's output. Safety bounds, in order:
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
 - QUALITY pays half of the units no other line refunded in full (MISSING_ITEM, WRONG_ITEM,
-  PACKAGING) or for quality: each unit at most once;
+  PACKAGING) or for quality: each unit at most once; a unit refunded in full after it was
+  compensated for quality (a reviewer upholds it missing) is paid the rest of its price only;
 - the missing units the bench upheld are paid only as far as the pickup-weight shortfall
   explains them together (each item's estimate in the snapshot explains it alone): a line
   beyond that is HELD for a reviewer, whose UPHOLD pays it;
@@ -39,7 +40,7 @@ from refund_bench.domain import (
 )
 from refund_bench.errors import InvalidInput
 
-PRICING_VERSION = "2026-12-05.v2"
+PRICING_VERSION = "2026-12-06.v3"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -50,6 +51,8 @@ LATE_DELIVERY_FLAT_MINOR: Mapping[str, MinorUnits] = {"INR": 4900}
 _ITEM_PRICED = frozenset(
     {Category.MISSING_ITEM, Category.WRONG_ITEM, Category.PACKAGING, Category.QUALITY}
 )
+_FULL_REFUND = _ITEM_PRICED - {Category.QUALITY}
+"""The categories whose lines refund their units in full (QUALITY pays half)."""
 _ONCE_PER_DISPUTE = frozenset({Category.LATE_DELIVERY, Category.BILLING})
 
 
@@ -272,6 +275,11 @@ class _Bounds:
         self.units_open = {item.name: item.quantity for item in order.line_items}
         """Units not yet refunded in full (MISSING_ITEM, WRONG_ITEM, PACKAGING) nor compensated
         for quality: what a QUALITY line may still pay half of."""
+        self.unit_price = {item.name: item.unit_price_minor for item in order.line_items}
+        self.quality_units = {item.name: 0 for item in order.line_items}
+        """Units compensated for quality and not refunded in full since."""
+        self.quality_paid = {item.name: 0 for item in order.line_items}
+        """What the QUALITY lines paid for those units."""
         self.paid_by: dict[Category, str] = {}
         self.shortfall_g = order.pickup_shortfall_g
         self.missing_g = 0
@@ -303,10 +311,37 @@ class _Bounds:
             f"{min(explained, rule.quantity)} of these {rule.quantity} units"
         )
 
+    def quality_overlap(self, verdict: GrievanceVerdict, rule: _Rule) -> tuple[int, int]:
+        """For a line refunding units in full: how many of its units a QUALITY line priced
+        before compensated already (it takes the open units first), and what those units were
+        paid for quality. A unit refunded in full is paid its price once, all told: this line
+        pays it less what it was paid for quality. Lines priced in the bench's pass never
+        overlap (QUALITY comes after); a reviewer's UPHOLD of a missing item after the bench's
+        QUALITY on the same units does."""
+        name = verdict.item_name
+        if verdict.category not in _FULL_REFUND or name is None or not rule.quantity:
+            return 0, 0
+        units = min(self.quality_units[name], max(0, rule.quantity - self.units_open[name]))
+        if units == 0:
+            return 0, 0
+        remaining = self.quality_units[name] - units
+        # What the QUALITY lines would have paid for the units they keep; the rest was paid for
+        # these (never less than 0: several QUALITY lines each round their half down).
+        keeps = self.unit_price[name] * remaining // 2
+        return units, max(0, self.quality_paid[name] - keeps)
+
     def bound(self, verdict: GrievanceVerdict, rule: _Rule) -> _Rule:
         category = verdict.category
         if category in _ONCE_PER_DISPUTE and category in self.paid_by:
             return _Rule(0, f"{category}: 0, already paid by {self.paid_by[category]}")
+        units, paid = self.quality_overlap(verdict, rule)
+        if paid > 0:
+            less = min(paid, rule.amount)
+            rule = _Rule(
+                rule.amount - less,
+                f"{rule.text}; less {less} paid for quality on {units} of these units",
+                rule.quantity,
+            )
         if category in _ITEM_PRICED and verdict.item_name is not None:
             left = self.left[verdict.item_name]
             if rule.amount > left:
@@ -324,9 +359,17 @@ class _Bounds:
         if verdict.category in _ONCE_PER_DISPUTE:
             self.paid_by[verdict.category] = verdict.grievance_id
         if verdict.category in _ITEM_PRICED and verdict.item_name is not None:
-            self.left[verdict.item_name] -= amount
-            open_units = self.units_open[verdict.item_name]
-            self.units_open[verdict.item_name] = open_units - min(open_units, rule.quantity or 0)
+            name = verdict.item_name
+            units, paid = self.quality_overlap(verdict, rule)
+            self.quality_units[name] -= units
+            self.quality_paid[name] -= min(paid, self.quality_paid[name])
+            self.left[name] -= amount
+            open_units = self.units_open[name]
+            taken = min(open_units, rule.quantity or 0)
+            self.units_open[name] = open_units - taken
+            if verdict.category is Category.QUALITY:
+                self.quality_units[name] += taken
+                self.quality_paid[name] += amount
 
 
 def _line(

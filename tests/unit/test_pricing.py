@@ -86,7 +86,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-05.v2"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-06.v3"
 
 
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
@@ -194,6 +194,40 @@ def test_rejected_and_escalated_lines_pay_nothing_but_show_the_proposal() -> Non
     assert priced.payable_minor == 0
 
 
+def test_a_unit_paid_half_for_quality_then_upheld_missing_is_paid_its_price_once() -> None:
+    """Four naan, a 500 g shortfall that explains one missing: the bench upholds two missing
+    (held: the weights explain one) and all four soggy (half of four paid in round 1). A
+    reviewer then upholds the two missing. Each naan is paid once: two in full, two half."""
+    order = article_order(
+        line_items=[
+            {"name": "Naan", "quantity": 4, "unit_price_minor": 10000, "unit_weight_g": 500}
+        ],
+        charged_total_minor=40000,
+        pickup_weight_expected_g=2000,
+        pickup_weight_actual_g=1500,
+    )
+    verdicts = [
+        verdict("g1", Category.MISSING_ITEM, item="Naan", quantity=2),
+        verdict("g2", Category.QUALITY, item="Naan", quantity=4),
+    ]
+    snapshot = build_snapshot(order)
+    first = price_refund(verdicts, snapshot)
+    assert [(ln.status, ln.amount_minor) for ln in first.lines] == [
+        (LineStatus.HELD, 0),
+        (LineStatus.PAY, 20000),
+    ]
+    upheld = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g1")
+    second = price_refund(
+        verdicts, snapshot, already_approved_minor=first.payable_minor, overrides=upheld
+    )
+    assert [ln.amount_minor for ln in second.lines] == [10000, 20000]
+    assert second.lines[0].rule == (
+        "MISSING_ITEM: 2 x 10000 (Naan); less 10000 paid for quality on 2 of these units"
+    )
+    assert (second.total_minor, second.payable_minor) == (30000, 10000)
+    assert first.payable_minor + second.payable_minor == 20000 + 10000
+
+
 def test_nothing_upheld_pays_nothing() -> None:
     priced = price_refund([verdict("g1", Category.PARTNER_CONDUCT)], SNAPSHOT)
     assert (priced.decision, priced.payable_minor, priced.total_minor) == (
@@ -221,9 +255,23 @@ def test_lines_naming_one_item_never_pay_more_than_its_line_total() -> None:
         " refunded in full or for quality) = 16000"
     )
     assert priced.lines[1].quantity == 1
+    # The delivered one was paid half for quality: refunded in full, it is paid the other half.
     assert priced.lines[2].proposed_minor == 16000  # what is left of the biryani line
-    assert "capped at 16000 left" in priced.lines[2].rule
+    assert priced.lines[2].rule.endswith("; less 16000 paid for quality on 1 of these units")
     assert priced.total_minor == 112000
+
+    priced = price_refund(
+        [
+            verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=3),
+            verdict("g3", Category.PACKAGING, E, item=BIRYANI, quantity=4),
+        ],
+        EMPTY_BAG,
+        cap_minor=200_000,
+    )
+    assert priced.lines[1].proposed_minor == 32000
+    assert priced.lines[1].rule.endswith(
+        "; capped at 32000 left of the Hyderabadi Biryani line total"
+    )
 
 
 NAAN = "Butter Naan"
@@ -678,19 +726,27 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
             per_item[line.item_name] = per_item.get(line.item_name, 0) + line.amount_minor
     for item in order.line_items:
         assert per_item.get(item.name, 0) <= item.unit_price_minor * item.quantity
-    if not overrides.grievances:
-        # The bench's QUALITY lines on an item pay at most half of the units its other paid
-        # lines did not refund in full.
-        for item in order.line_items:
-            on_item = [ln for ln in priced.lines if ln.item_name == item.name]
-            full = sum(
-                ln.quantity or 0
-                for ln in on_item
-                if ln.category is not Category.QUALITY and ln.status is LineStatus.PAY
-            )
-            quality = sum(ln.amount_minor for ln in on_item if ln.category is Category.QUALITY)
-            open_units = item.quantity - min(item.quantity, full)
-            assert quality <= item.unit_price_minor * open_units // 2
+    for item in order.line_items:
+        on_item = [
+            ln for ln in priced.lines if ln.item_name == item.name and ln.category in ITEM_PRICED
+        ]
+        full_units = sum(
+            ln.quantity or 0
+            for ln in on_item
+            if ln.category is not Category.QUALITY and ln.status is LineStatus.PAY
+        )
+        open_units = item.quantity - min(item.quantity, full_units)
+        price = item.unit_price_minor
+        quality = sum(ln.amount_minor for ln in on_item if ln.category is Category.QUALITY)
+        # All lines on an item, the reviewers' among them, pay each unit at most once: in full
+        # for the units refunded in full, half for the others (compensated for quality).
+        if quality:
+            each_once = price * (item.quantity - open_units) + price * open_units // 2
+            assert sum(ln.amount_minor for ln in on_item) <= each_once
+        if not overrides.grievances:
+            # The bench's QUALITY lines on an item pay at most half of the units its other
+            # paid lines did not refund in full.
+            assert quality <= price * open_units // 2
 
 
 @given(cases(), st.data())
