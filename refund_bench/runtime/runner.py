@@ -4,9 +4,11 @@ Exactly-once mode (the default) follows Kafka's transactional consume-transform-
 pattern: read with ``isolation.level=read_committed``; for each batch (bounded by count and
 time) begin a transaction, produce the outputs, the DLQ records and the state-changelog writes,
 add the consumed offsets with ``send_offsets_to_transaction`` and commit. A crash anywhere
-before the commit aborts the transaction (explicitly, or when the restarted instance with the
-same ``transactional.id`` re-initialises), so a read_committed reader sees each input's outputs
-exactly once.
+before the commit aborts the transaction: explicitly, when an instance with the same
+``transactional.id`` re-initialises (a local restart), or when the broker's transaction timeout
+(``transaction_timeout_ms``) passes (a pod's id holds its pod's name, so the pod replacing a
+crashed one has another id); until then read_committed readers of the partitions it wrote
+wait at its first record. So a read_committed reader sees each input's outputs exactly once.
 
 At-least-once mode produces with an idempotent producer, waits for delivery, then commits
 offsets synchronously: nothing is lost, a crash may duplicate.
@@ -91,8 +93,9 @@ class StageSpec:
     shutdown: Callable[[], Awaitable[None]] | None = None
     """Async stages: run on the stage's event loop when the stage stops."""
     before_commit: Callable[[], None] | None = None
-    """Called once per batch (in its transaction) after its handlers ran and before its outputs
-    go to the producer and its offsets commit: a stage that buffers external writes (e.g. a
+    """Called once per transaction (one batch; in a pipelined stage, every finished batch at the
+    head) after its handlers ran and before its outputs go to the producer and its offsets
+    commit: a stage that buffers external writes (e.g. a
     database projection) makes them durable here. If it raises, the batch is aborted and
     redelivered."""
 
@@ -371,7 +374,8 @@ class StageRunner:
                 # transaction still committing offsets for these partitions (a paused earlier
                 # owner's; the broker ends it within the transaction timeout), so the restore
                 # below reads its state writes too. Restoring first could miss them, then
-                # resume after their input.
+                # resume after their input. The restore itself reads on past a transaction
+                # still open on the changelog, whose offsets may be committed already.
                 settle_s = self.config.transaction_timeout_ms / 1000 + 30
                 consumer.committed(partitions, timeout=settle_s)
                 read = self._store.restore(

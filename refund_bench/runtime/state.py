@@ -36,6 +36,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     TopicPartition,
 )
 
@@ -274,10 +275,12 @@ class StateStore:
     ) -> int:
         """Rebuild the committed view of ``partitions`` from the changelog; returns records read.
 
-        Reads read_committed until every partition reports end-of-partition, however long that
-        takes while records keep coming; raises ``TimeoutError`` after ``stall_timeout_s``
-        without a record or an end-of-partition. ``on_progress`` is called after each fetch
-        (wire it to the liveness heartbeat: a long restore is not a wedged loop).
+        Reads read_committed until every partition reports end-of-partition with no
+        transaction open after it (:func:`_at_the_log_end`), however long that takes while
+        records keep coming; raises ``TimeoutError`` after ``stall_timeout_s`` without a record
+        or such an end (an open transaction ends within the producers' transaction timeout).
+        ``on_progress`` is called after each fetch (wire it to the liveness heartbeat: a long
+        restore is not a wedged loop).
         """
         wanted = sorted(set(partitions))
         if not wanted:
@@ -313,7 +316,8 @@ class StateStore:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            remaining.discard(msg.partition())
+                            if _at_the_log_end(restorer, msg):
+                                remaining.discard(msg.partition())
                             continue
                         raise KafkaException(err)
                     raw_key, partition = msg.key(), msg.partition()
@@ -329,6 +333,25 @@ class StateStore:
         finally:
             restorer.close()
         return read
+
+
+def _at_the_log_end(restorer: Consumer, eof: Message) -> bool:
+    """Whether the end-of-partition ``eof`` is the end of its changelog partition, not just of
+    what read_committed may read yet.
+
+    A read_committed reader stops at the last stable offset: before the first record of a
+    transaction still open on the partition. Such a transaction may be an earlier owner's whose
+    input offsets are committed already, for the coordinator ends a transaction by writing its
+    marker to each partition apart (the group's offsets and the changelog may even sit on
+    different brokers). Its state writes are then part of the committed view and must be read.
+    So an end short of the high watermark (the one the same fetch brought) is not the end:
+    another end-of-partition follows once that transaction has committed or aborted. Unknown
+    watermarks count as the end."""
+    topic, partition, offset = eof.topic(), eof.partition(), eof.offset()
+    if topic is None or partition is None or offset is None:
+        return True
+    _low, high = restorer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    return high < 0 or offset >= high
 
 
 def _retention(msg: Any) -> float | None:

@@ -754,6 +754,55 @@ class _RestoreLog(Heartbeat):
         self.ended.set()
 
 
+def _handover(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, name: str
+) -> tuple[str, str, str, str, Codec]:
+    """A counter stage's group, input, output and changelog topics (one partition each), and
+    3 records of key ``k`` already in the input: what an earlier owner counted."""
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    group = f"{name}-{uuid.uuid4().hex[:8]}"
+    source, sink = new_topic(f"{name}-in", 1), new_topic(f"{name}-out", 1)
+    changelog = f"{group}.counts.changelog"
+    ensure_topics(stack.kafka, [TopicSpec(changelog, compacted=True)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, [("k", {"id": f"a{i}", "seq": 0, "payload": ""})
+                                         for i in range(3)], codec)  # fmt: skip
+    return group, source, sink, changelog, codec
+
+
+def _counts_after_restore(
+    stack: Stack,
+    framing: Framing,
+    topics: tuple[str, str, str, str, Codec],
+    end_the_transaction: Callable[[], None],
+    what: str,
+) -> list[int]:
+    """Start a new owner of the counter stage; check that its restore waits while the
+    transaction is open, call ``end_the_transaction``, wait for the restore, feed 2 records of
+    ``k`` and return their counts."""
+    group, source, sink, _changelog, codec = topics
+    heartbeat = _RestoreLog()
+    runner = StageRunner(
+        counter_spec(group, source, sink),
+        _config(stack.kafka, group, batch_max_records=10),
+        framing,
+        heartbeat=heartbeat,
+    )
+    stage = StageThread(runner).start()
+    try:
+        assert heartbeat.began.wait(30), "the new owner was never assigned the partition"
+        assert not heartbeat.ended.wait(5), f"restored while {what} was still open"
+        end_the_transaction()
+        assert heartbeat.ended.wait(30), "the restore did not end after the transaction"
+        produce_values(stack.kafka, source, [("k", {"id": f"b{i}", "seq": 0, "payload": ""})
+                                             for i in range(2)], codec)  # fmt: skip
+        out = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.5)
+    finally:
+        assert stage.stop() is None
+    return [r.value["seq"] for r in out]
+
+
 def test_a_new_owner_restores_the_state_an_earlier_owner_was_still_committing(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
@@ -762,16 +811,9 @@ def test_a_new_owner_restores_the_state_an_earlier_owner_was_still_committing(
     the new owner is assigned the partition. The new owner restores only once that transaction
     has ended, so it resumes after those 3 records with their count, not from nothing."""
     from refund_bench.runtime.state import encode_state
-    from refund_bench.topics import TopicSpec, ensure_topics
 
-    group = f"handover-{uuid.uuid4().hex[:8]}"
-    source, sink = new_topic("handover-in", 1), new_topic("handover-out", 1)
-    changelog = f"{group}.counts.changelog"
-    ensure_topics(stack.kafka, [TopicSpec(changelog, compacted=True)], partitions=1)
-    codec = bench_codec(framing, source, sink)
-    produce_values(stack.kafka, source, [("k", {"id": f"a{i}", "seq": 0, "payload": ""})
-                                         for i in range(3)], codec)  # fmt: skip
-
+    topics = _handover(stack, framing, new_topic, "handover")
+    group, source, _sink, changelog, _codec = topics
     earlier = Consumer({"bootstrap.servers": stack.kafka, "group.id": group})
     earlier.assign([TopicPartition(source, 0, 0)])
     committing = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"{group}-x"})
@@ -784,26 +826,43 @@ def test_a_new_owner_restores_the_state_an_earlier_owner_was_still_committing(
     committing.flush(30)
     earlier.close()
 
-    heartbeat = _RestoreLog()
-    runner = StageRunner(
-        counter_spec(group, source, sink),
-        _config(stack.kafka, group, batch_max_records=10),
-        framing,
-        heartbeat=heartbeat,
+    # The earlier owner's transaction is open: the new owner must not restore past it.
+    counts = _counts_after_restore(
+        stack, framing, topics, lambda: committing.commit_transaction(30), "an earlier owner's"
     )
-    stage = StageThread(runner).start()
-    try:
-        assert heartbeat.began.wait(30), "the new owner was never assigned the partition"
-        # The earlier owner's transaction is open: the new owner must not restore past it.
-        assert not heartbeat.ended.wait(5), "restored while an earlier owner was committing"
-        committing.commit_transaction(30)
-        assert heartbeat.ended.wait(30), "the restore did not end after the commit"
-        produce_values(stack.kafka, source, [("k", {"id": f"b{i}", "seq": 0, "payload": ""})
-                                             for i in range(2)], codec)  # fmt: skip
-        out = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.5)
-    finally:
-        assert stage.stop() is None
-    assert [r.value["seq"] for r in out] == [4, 5]
+    assert counts == [4, 5]
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_a_new_owner_reads_state_writes_still_open_after_their_offsets_committed(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, ending: str
+) -> None:
+    """The coordinator ends a transaction by writing its marker to each partition apart, so
+    the group's offsets can be committed while the same transaction's state write is not yet
+    readable in the changelog. Here the offsets of 3 records are committed and their count sits
+    in a transaction still open on the changelog. The new owner's restore ends only once that
+    transaction has: committed, the owner resumes with the count 3; aborted, from nothing."""
+    from refund_bench.runtime.state import encode_state
+
+    topics = _handover(stack, framing, new_topic, "marker")
+    group, source, _sink, changelog, _codec = topics
+    writing = Producer({"bootstrap.servers": stack.kafka, "transactional.id": f"{group}-x"})
+    writing.init_transactions(30)
+    writing.begin_transaction()
+    writing.produce(changelog, value=encode_state(3), key=b"k", partition=0)
+    writing.flush(30)
+    earlier = Consumer({"bootstrap.servers": stack.kafka, "group.id": group})
+    earlier.commit(offsets=[TopicPartition(source, 0, 3)], asynchronous=False)
+    earlier.close()
+
+    def end() -> None:
+        if ending == "commit":
+            writing.commit_transaction(30)
+        else:
+            writing.abort_transaction(30)
+
+    counts = _counts_after_restore(stack, framing, topics, end, "a state write")
+    assert counts == ([4, 5] if ending == "commit" else [1, 2])
 
 
 class _ReadinessLog(Heartbeat):
