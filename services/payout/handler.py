@@ -6,7 +6,8 @@ carries the same idempotency key, so a crash between the call and the ledger upd
 same refund instead of creating a second one. Only within Stripe's idempotency window, though: a
 round still PENDING 23 hours after its first call is not called again but fails to review
 (``STALE_PENDING``). The window counts from that call, not from the settler's reservation: a
-round reserved during a long payout outage is still paid.
+round reserved during a long payout outage is still paid; nor from a first call Stripe refused
+for our key (401, 403), which it did not take.
 
 At most one dispute per order is paid automatically: a round of another dispute of the same
 payment fails to review (``ORDER_ALREADY_REFUNDED``, recorded by the ledger) without a call.
@@ -24,7 +25,7 @@ from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PAYOUT
 from services.payout.ledger import LedgerRow, PayoutLedger
-from services.payout.payments import PaymentRejected, Payments
+from services.payout.payments import PaymentRejected, Payments, PaymentsRefusedUs
 
 IDEMPOTENCY_WINDOW_S = 23 * 3600.0
 """Stripe keeps an idempotency key for at least 24 hours; an hour's margin."""
@@ -88,7 +89,16 @@ class PayoutHandler:
         return [_failed(row, row.error_code or "FAILED", row.error_message or "")]
 
     async def _pay(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
+        """Call Stripe for the PENDING round ``row`` (retrying with its key) and settle it.
+        Every call is counted in the ledger before it is made; the open that returned ``row``
+        counted the first when it ``opened`` the round."""
+        calls = 0
+
         async def call() -> str:
+            nonlocal calls
+            if calls > 0 or not row.opened:
+                await self._ledger.record_attempt(request.dispute_id, request.round)
+            calls += 1
             return await self._payments.refund(
                 payment_reference=request.payment_reference,
                 amount_minor=request.amount_minor,
@@ -97,14 +107,19 @@ class PayoutHandler:
                 metadata={"dispute_id": request.dispute_id, "round": str(request.round)},
             )
 
-        if not row.opened:  # a replay: the round was opened (and its call counted) before
-            await self._ledger.record_attempt(request.dispute_id, request.round)
         try:
             refund_id = await self._retry.run_async(call)
         except PaymentRejected as exc:
             return await self._ledger.settle(
                 request.dispute_id, request.round, error_code=exc.code, error_message=exc.message
             )
+        except PaymentsRefusedUs:
+            if row.opened and calls == 1:
+                # Stripe refused the round's only call for our key, so it took no refund and
+                # keeps no idempotency key: the round's 23 hours start with the first call it
+                # takes, however long the key stays wrong.
+                await self._ledger.forget_refused_call(request.dispute_id, request.round)
+            raise
         return await self._ledger.settle(request.dispute_id, request.round, refund_id=refund_id)
 
 

@@ -3,7 +3,9 @@
 The row is written (PENDING) before the provider is called; a round already SUCCEEDED or
 FAILED is answered from the ledger without calling the provider again. ``attempts`` counts the
 provider calls begun for the round: the insert that opens the round counts the first, and each
-later call for a round found PENDING (a replay after a crash) is counted before it is made.
+later call (a retry, or a replay of a round found PENDING after a crash) is counted before it
+is made. A first call the provider refused for our key is not counted
+(:meth:`PayoutLedger.forget_refused_call`).
 
 One order, one automatic payout: a round of a second dispute of the same payment is recorded
 FAILED (``ORDER_ALREADY_REFUNDED``) and goes to review instead of to the provider. The settler
@@ -113,6 +115,18 @@ class PayoutLedger:
             await conn.execute(
                 "UPDATE payout_ledger SET attempts = attempts + 1, updated_at = now()"
                 " WHERE dispute_id = %s AND round = %s",
+                (dispute_id, round_),
+            )
+
+    async def forget_refused_call(self, dispute_id: str, round_: int) -> None:
+        """Count a PENDING round's one provider call as never begun (``attempts`` 0, no
+        ``first_call_at``), as after the settler's reservation: the provider refused that call
+        for our key, so it took nothing under the round's idempotency key. The next call opens
+        the round again. A round with more calls is left as it is."""
+        async with self._pool.connection() as conn:
+            await conn.execute(
+                "UPDATE payout_ledger SET attempts = 0, first_call_at = NULL, updated_at = now()"
+                " WHERE dispute_id = %s AND round = %s AND status = 'PENDING' AND attempts = 1",
                 (dispute_id, round_),
             )
 

@@ -140,6 +140,7 @@ def test_lost_responses_are_retried_with_the_same_key_and_pay_once(
     assert [o.topic for o in outputs] == ["payout.completed"]
     assert len(fake.fake.refunds) == 1, "three attempts, one refund"
     assert fake.fake.requests == 4
+    assert _attempts(database, dispute) == 4, "every call to Stripe is counted, retries too"
     refund_id = next(iter(fake.fake.refunds))
     assert outputs[0].value["stripe_refund_id"] == refund_id
     assert outputs[0].value["idempotency_key"] == idempotency_key(dispute, 1)
@@ -601,5 +602,14 @@ def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
     with pytest.raises(PaymentsRefusedUs, match="HTTP 401 AuthenticationError"):
         asyncio.run(go())
     assert _ledger_statuses(database, dispute) == ["PENDING"]
+    # Stripe took no call under the round's key: its 23 hours have not begun, however long the
+    # key stays wrong (here: the round's row a day old when the key is fixed).
+    with psycopg.connect(database) as conn:
+        attempts, first_call_at = conn.execute(
+            "UPDATE payout_ledger SET created_at = now() - interval '30 hours'"
+            " WHERE dispute_id = %s RETURNING attempts, first_call_at",
+            (dispute,),
+        ).fetchone() or (None, None)
+    assert (attempts, first_call_at) == (0, None)
     [completed] = _run(database, stack.stripe_api_base, _request(dispute))
     assert [o.topic for o in completed] == ["payout.completed"], "paid once the key is right"
