@@ -140,7 +140,10 @@ def stripe_webhook_router(
         try:
             waiting.inc()
             try:
-                await asyncio.wait_for(slots.acquire(), slot_wait_s)
+                # The acquire runs in this task (wait_for would wrap it in one more), so a
+                # timeout or a cancellation cancels it where it waits: no slot is taken then.
+                async with asyncio.timeout(slot_wait_s):
+                    await slots.acquire()
             except TimeoutError:
                 raise refuse(
                     503, "busy", "too many Stripe events are being settled; deliver again"
