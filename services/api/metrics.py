@@ -57,7 +57,8 @@ class ApiMetrics:
             "Stripe webhook events by outcome: recorded, already_failed, now_final,"
             " now_refunded, failed_again, refunded_after_settled, already_paid,"
             " refund_not_found, not_settled, unknown_round, other_refund, ignored, invalid,"
-            " not_configured, stripe_unavailable, stripe_key_refused, busy.",
+            " not_configured, stripe_unavailable, stripe_key_refused, own_refund_not_found,"
+            " busy.",
             ["outcome"],
             registry=registry,
         )

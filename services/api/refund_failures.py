@@ -179,7 +179,13 @@ class Outcome(enum.StrEnum):
     the payout stage is recording it: PENDING), or FAILED for another reason than waiting for
     the customer: nothing changes."""
     REFUND_NOT_FOUND = "refund_not_found"
-    """Stripe has no refund of that id: nothing changes."""
+    """Stripe has no refund of that id, and the ledger paid the round with none: nothing
+    changes."""
+    OWN_REFUND_NOT_FOUND = "own_refund_not_found"
+    """Stripe, read with ``STRIPE_API_KEY``, has no refund of that id, yet the ledger paid the
+    round with it: the key is of another Stripe account or mode than the payout's. Nothing
+    changes; the webhook answers 503 (Stripe delivers the event again) and logs an error, for
+    the round's failures reach nobody until the key is right."""
     IGNORED = "ignored"
     """Not about a payout round, or a refund status that is neither paid nor failed."""
     FAILED_AGAIN = "failed_again"
@@ -348,7 +354,8 @@ class RefundFailures:
         an event counts up the round's ``revision``, which the event carries. Stripe's errors
         propagate (the transaction rolls back):
         ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
-        :attr:`Outcome.REFUND_NOT_FOUND`."""
+        :attr:`Outcome.REFUND_NOT_FOUND`, or :attr:`Outcome.OWN_REFUND_NOT_FOUND` when the
+        ledger paid the round with it."""
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_LEDGER_ROW, (event.dispute_id, event.round))
@@ -361,6 +368,8 @@ class RefundFailures:
             try:
                 retrieved = await refunds.retrieve_refund(event.stripe_refund_id)
             except RefundNotFound:
+                if paid_with is not None:
+                    return Outcome.OWN_REFUND_NOT_FOUND, None
                 return Outcome.REFUND_NOT_FOUND, None
             if retrieved.status in NOT_REFUNDED_STATUSES:
                 report = failure_report(event, retrieved)
