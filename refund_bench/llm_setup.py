@@ -36,12 +36,15 @@ from pydantic import (
     model_validator,
 )
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from refund_bench.config import StageSettings
 from refund_bench.domain import MAX_JUDGES
 from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.llm.redis_errors import REDIS_UNREACHABLE
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
 from refund_bench.runtime.metrics import Metrics, retry_counter
 from refund_bench.urls import base_url_problem, printable_url
@@ -254,13 +257,36 @@ class SingleRoleSettings(LlmStageSettings):
         )
 
 
+REDIS_RETRIES = 3
+"""How many times redis-py sends a command again, on a fresh connection, after its connection
+broke or timed out (a Redis restart, a failover, an idle connection the server closed)."""
+REDIS_BACKOFF = ExponentialWithJitterBackoff(base=0.1, cap=1.0)
+"""The wait before each of those: up to 0.2, 0.4 and 0.8 s, drawn at random."""
+REDIS_TIMEOUT_SECONDS = 5.0
+"""How long a connection may take to open, and a command to be answered, before it counts as
+broken (redis-py waits forever by default: a Redis cut off by the network would hang the
+stage)."""
+REDIS_HEALTH_CHECK_SECONDS = 30
+"""A pooled connection idle this long is checked (``PING``) before it is used again."""
+
+
 def redis_client(settings: LlmStageSettings) -> Redis:
     """A client whose pool waits for a free connection instead of failing when hundreds of
-    calls are in flight at once."""
+    calls are in flight at once, and rides out a short Redis outage: a command whose connection
+    breaks or times out is sent again on a fresh one (:data:`REDIS_RETRIES`, after
+    :data:`REDIS_BACKOFF`), and an idle connection is checked before use. What that does not
+    heal reaches the cache and the rate limiter as a redis-py error, which they raise as
+    ``TransientError(dependency="redis")``. Query arguments of ``REDIS_URL``
+    (``?socket_timeout=2``) override these settings."""
     pool = BlockingConnectionPool.from_url(
         settings.redis_url.get_secret_value(),
         max_connections=settings.redis_max_connections,
         timeout=30,
+        retry=Retry(REDIS_BACKOFF, REDIS_RETRIES),
+        retry_on_error=list(REDIS_UNREACHABLE),
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        health_check_interval=REDIS_HEALTH_CHECK_SECONDS,
     )
     return Redis(connection_pool=pool)
 

@@ -8,6 +8,11 @@ hash, prompt version), so the replay reuses it instead of drawing a new ruling a
 ``put_if_absent`` is first-writer-wins: when two replicas race on one key (a rebalance can hand
 a batch to a second instance while the first is still working), both end up using the single
 stored answer.
+
+Redis out of reach (a restart, a failover, a closed connection) is a
+:class:`~refund_bench.errors.TransientError` with ``dependency="redis"``: the handler is retried
+and its batch is not committed meanwhile. An answer drawn but not yet stored when that happened
+is kept in the process (:class:`InFlight`) and stored by the retry, not drawn and paid for again.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from urllib.parse import quote
 from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
+from refund_bench.errors import TransientError
 from refund_bench.llm.client import LlmRejected
+from refund_bench.llm.redis_errors import redis_unreachable_is_transient
 from refund_bench.storable import storable
 
 CallOutcome = Literal["made", "cached", "refused"]
@@ -37,14 +44,17 @@ class ResponseCache(Protocol):
     """A first-writer-wins string store."""
 
     async def get(self, key: str) -> str | None:
-        """The stored value, or ``None`` when there is none (never stored, or expired)."""
+        """The stored value, or ``None`` when there is none (never stored, or expired).
+        :class:`~refund_bench.errors.TransientError` when the store is out of reach."""
         ...
 
     async def put_if_absent(self, key: str, value: str) -> str:
         """Store ``value`` unless ``key`` holds one already; return the value that is stored.
 
         The return value is the one every caller must use: it differs from ``value`` when
-        another writer got there first.
+        another writer got there first. :class:`~refund_bench.errors.TransientError` when the
+        store is out of reach: ``value`` may or may not be stored then, and storing it again is
+        safe (the answer is the stored value either way).
         """
         ...
 
@@ -73,7 +83,8 @@ class RedisResponseCache:
     longest possible redelivery (consumer lag plus retention of the input topic).
 
     Concurrent calls are coalesced (:class:`refund_bench.coalesce.TickBatcher`): the lookups of
-    one event-loop iteration are one ``MGET``, its writes one script call.
+    one event-loop iteration are one ``MGET``, its writes one script call. Either one failing
+    for Redis out of reach is ``TransientError(dependency="redis")`` to each of its callers.
     """
 
     def __init__(self, redis: Redis, prefix: str, ttl_seconds: int) -> None:
@@ -102,15 +113,17 @@ class RedisResponseCache:
         return stored
 
     async def _get_many(self, keys: list[str]) -> list[str | None]:
-        values: list[bytes | str | None] = await self._redis.mget(keys)
+        with redis_unreachable_is_transient(f"LLM cache lookup of {len(keys)} keys"):
+            values: list[bytes | str | None] = await self._redis.mget(keys)
         return [self._text(value) for value in values]
 
     async def _put_many(self, entries: list[tuple[str, str]]) -> list[str | None]:
         """Per entry: its own value if its SET NX won, else the stored one."""
-        answers: list[int | bytes | None] = await self._put_script(
-            keys=[key for key, _ in entries],
-            args=[*(value.encode("utf-8") for _, value in entries), self._ttl],
-        )
+        with redis_unreachable_is_transient(f"LLM cache write of {len(entries)} answers"):
+            answers: list[int | bytes | None] = await self._put_script(
+                keys=[key for key, _ in entries],
+                args=[*(value.encode("utf-8") for _, value in entries), self._ttl],
+            )
         return [
             value if isinstance(answer, int) else self._text(answer)
             for (_, value), answer in zip(entries, answers, strict=True)
@@ -214,6 +227,10 @@ def read_maker(value: str | None) -> tuple[str, str] | None:
     return model, version
 
 
+UNWRITTEN_LIMIT = 1_000
+"""The most drawn answers an :class:`InFlight` keeps whose write to the cache failed."""
+
+
 class InFlight:
     """The cached calls under way in one process, by cache key.
 
@@ -222,13 +239,36 @@ class InFlight:
     (one seat failed, the others had not finished), or one record delivered twice in a batch.
     A call keeps running when its caller is cancelled, so its answer is cached and a later
     caller of the key can still join it.
+
+    An answer drawn whose write to the cache failed (Redis out of reach) is kept too, until a
+    later call of its key stores it instead of drawing again: the handler's retry pays nothing
+    more. Nothing was published with it (the failed write failed its handler, and so its
+    batch), so a record that comes back in another process and is drawn anew stays consistent.
+    At most :data:`UNWRITTEN_LIMIT` are kept; beyond that the oldest are forgotten.
     """
 
     def __init__(self) -> None:
         self._calls: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._unwritten: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._calls)
+
+    def unwritten(self, key: str) -> str | None:
+        """The value drawn for ``key`` whose write failed, if one is kept."""
+        return self._unwritten.get(key)
+
+    def keep_unwritten(self, key: str, value: str) -> None:
+        """Keep ``value``, drawn for ``key``, until :meth:`written` (oldest dropped at the
+        limit)."""
+        self._unwritten.pop(key, None)
+        self._unwritten[key] = value
+        while len(self._unwritten) > UNWRITTEN_LIMIT:
+            del self._unwritten[next(iter(self._unwritten))]
+
+    def written(self, key: str) -> None:
+        """``key``'s answer is in the cache: forget a value kept for it."""
+        self._unwritten.pop(key, None)
 
     async def run(
         self, key: str, call: Callable[[], Awaitable[tuple[str, bool]]]
@@ -270,11 +310,16 @@ async def cached_call(
     A refusal for the input is raised on, like every other error, unless ``keep_refusals``:
     then it is cached in the answer's place, so that every delivery of the request ends the
     same way, and raised as :class:`RefusedBefore` (now and on every later call for ``key``).
+
+    The cache out of reach is the cache's :class:`~refund_bench.errors.TransientError`, raised
+    on: the caller must not use an answer that is not stored. With ``in_flight``, an answer
+    computed whose write failed is kept there, and the next call for ``key`` stores it instead
+    of computing again (a refusal is not kept: it is asked again).
     """
     if in_flight is None:
-        return await _cached_call(cache, key, compute, on_call, keep_refusals)
+        return await _cached_call(cache, key, compute, on_call, keep_refusals, None)
     (answer, from_cache), joined = await in_flight.run(
-        key, lambda: _cached_call(cache, key, compute, on_call, keep_refusals)
+        key, lambda: _cached_call(cache, key, compute, on_call, keep_refusals, in_flight)
     )
     if joined:
         if on_call is not None:
@@ -289,27 +334,38 @@ async def _cached_call(
     compute: Callable[[], Awaitable[str]],
     on_call: OnCall | None,
     keep_refusals: bool,
+    in_flight: InFlight | None,
 ) -> tuple[str, bool]:
     hit = await cache.get(key)
     if hit is None:
+        # An answer an earlier attempt drew but could not store: stored now, not drawn again.
+        value = in_flight.unwritten(key) if in_flight is not None else None
+        if value is None:
+            try:
+                fresh = await compute()
+            except LlmRejected as exc:
+                if not exc.refused_input:
+                    raise
+                if on_call is not None:
+                    on_call("refused")
+                if not keep_refusals:
+                    raise
+                stored = await cache.put_if_absent(key, refusal_value(str(exc)))
+                # Read back as every later delivery reads it: RefusedBefore, with the same
+                # reason; or the answer a concurrent call stored first.
+                return cached_answer(stored), True
+            value = cache_value(fresh) if keep_refusals else fresh
         try:
-            fresh = await compute()
-        except LlmRejected as exc:
-            if not exc.refused_input:
-                raise
-            if on_call is not None:
-                on_call("refused")
-            if not keep_refusals:
-                raise
-            stored = await cache.put_if_absent(key, refusal_value(str(exc)))
-            # Read back as every later delivery reads it: RefusedBefore, with the same reason;
-            # or the answer a concurrent call stored first.
-            return cached_answer(stored), True
-        value = cache_value(fresh) if keep_refusals else fresh
-        hit = await cache.put_if_absent(key, value)
+            hit = await cache.put_if_absent(key, value)
+        except TransientError:
+            if in_flight is not None:
+                in_flight.keep_unwritten(key, value)
+            raise
         from_cache = hit != value
     else:
         from_cache = True
+    if in_flight is not None:
+        in_flight.written(key)
     if on_call is not None:
         on_call("cached" if from_cache else "made")
     return (cached_answer(hit) if keep_refusals else hit), from_cache

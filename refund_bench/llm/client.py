@@ -10,6 +10,8 @@ Error policy (by type, see :mod:`refund_bench.errors`):
 
 - :class:`LlmUnavailable` (a :class:`TransientError`): 429, 408, 5xx, timeout, connection
   failure; raised only after the retry policy gave up.
+- the rate limiter's :class:`TransientError` (``dependency="redis"``: its Redis out of reach) is
+  retried by the same policy, before the next attempt, and raised as it is when it gives up.
 - :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
   for a judge, auth). Not retried.
 - :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty or
@@ -400,7 +402,8 @@ class LlmClient:
         """Send one strict structured-output request and return the answer text, unparsed.
 
         Transient failures are retried by the retry policy, each attempt after a fresh
-        rate-limiter token. Raises :class:`LlmUnavailable` when retries are exhausted,
+        rate-limiter token (a failed take is retried too). Raises :class:`LlmUnavailable` when
+        retries are exhausted (the limiter's :class:`TransientError` when it failed last),
         :class:`LlmRejected` on other 4xx, :class:`MalformedAnswer` on an empty or truncated
         answer. The answer is not cached here: see :func:`refund_bench.llm.cache.cached_call`.
         """
@@ -428,6 +431,7 @@ class LlmClient:
         )
 
         async def attempt() -> str:
+            # A TransientError of the limiter (Redis out of reach) is retried as a failed call.
             await self._limiter.acquire()
             try:
                 # The client's generic request method with the options of the endpoint

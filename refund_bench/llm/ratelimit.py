@@ -13,6 +13,10 @@ told to wait until it has been earned (the bucket goes negative, by at most
 acquisition costs at most one round trip, instead of every waiter polling Redis. Once that credit is
 used up the script takes nothing and returns the wait; :meth:`RedisTokenBucket.acquire` sleeps
 it and tries again.
+
+Redis out of reach is ``TransientError(dependency="redis")``: the LLM client retries it, like a
+failed call, before its next attempt. A take redis-py sent again after a broken connection may
+have taken its tokens twice, which only paces the calls a little slower.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Protocol
 from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
+from refund_bench.llm.redis_errors import redis_unreachable_is_transient
 from refund_bench.retry import AsyncSleep
 
 _TAKE_SCRIPT = """
@@ -121,7 +126,8 @@ class RedisTokenBucket:
         return self._rate
 
     async def acquire(self) -> None:
-        """Take one token, sleeping (with the injected sleep) as long as the bucket says."""
+        """Take one token, sleeping (with the injected sleep) as long as the bucket says.
+        ``TransientError(dependency="redis")`` when Redis is out of reach."""
         while True:
             taken, wait = await self._takes.submit(None)
             if wait > 0:
@@ -136,10 +142,11 @@ class RedisTokenBucket:
         taken on credit and waits until that debt has been earned back.
         """
         count = len(requests)
-        result = await self._script(
-            keys=[self._key],
-            args=[repr(self._rate), self._burst, repr(self._max_debt), self._ttl_ms, count],
-        )
+        with redis_unreachable_is_transient(f"rate-limit take of {count} tokens"):
+            result = await self._script(
+                keys=[self._key],
+                args=[repr(self._rate), self._burst, repr(self._max_debt), self._ttl_ms, count],
+            )
         taken, balance, retry_ms = int(result[0]), float(result[1]), int(result[2])
         waits = [(True, max(0.0, index + 1 - balance) / self._rate) for index in range(taken)]
         return waits + [(False, retry_ms / 1000)] * (count - taken)
