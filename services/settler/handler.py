@@ -40,6 +40,7 @@ from refund_bench.llm.cache import (
     settler_cache_key,
 )
 from refund_bench.llm.client import JsonCompleter, LlmRejected
+from refund_bench.llm.redis_errors import REDIS_DEPENDENCY
 from refund_bench.llm.roles import (
     HeldForReply,
     MalformedAnswer,
@@ -245,6 +246,10 @@ class SettlerHandler:
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
         except TransientError as exc:
+            if exc.dependency == REDIS_DEPENDENCY:
+                # The answer cache or the rate limit, not the model: the handler is retried, so
+                # that a Redis blip does not put a template reply on record for every replay.
+                raise
             failures = [f"model unavailable: {type(exc).__name__}"]
         except LlmRejected as exc:
             if not exc.refused_input:

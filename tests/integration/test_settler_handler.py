@@ -4,6 +4,7 @@ says is waiting, when a payout is requested, and which model failures stop the s
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -11,15 +12,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from redis.asyncio import Redis
+from pydantic import SecretStr
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
-from refund_bench.errors import InvalidInput
+from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import RedisResponseCache
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
+from refund_bench.llm_setup import LlmStageSettings, redis_client
 from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
@@ -116,7 +118,7 @@ def _settle_together(
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
-        redis = Redis.from_url(redis_url)
+        redis = redis_client(LlmStageSettings(redis_url=SecretStr(redis_url)))
         llm = standin.client("standin-settler", temperature=0.2)
         cache = RedisResponseCache(redis, f"test-settler-{uuid.uuid4().hex}:", 600)
         try:
@@ -420,3 +422,22 @@ def test_the_payment_reference_the_event_carries_is_the_one_paid(
     (request,) = [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
     assert request["payment_reference"] == carried != ARTICLE_ORDER.payment_reference
     assert _reply_event(emits)["amount_minor"] == 68900
+
+
+def test_redis_out_of_reach_is_retried_not_answered_with_the_template(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Redis out of reach is not the model unavailable: the settler raises Redis's
+    TransientError, which the runtime retries, instead of storing the template reply that every
+    replay of the round would then publish. Once Redis answers, the reply is the model's."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nobody = f"redis://127.0.0.1:{probe.getsockname()[1]}/0"
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    with pytest.raises(TransientError) as raised:
+        _settle(database, nobody, standin, message, freeze(ARTICLE_ORDER))
+    assert raised.value.dependency == "redis"
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+    (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
+    assert reply["source"] == "MODEL", reply["guard_failures"]
