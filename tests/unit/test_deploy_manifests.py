@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings
 from refund_bench.config import StackSettings, StageSettings
 from refund_bench.kafka_acls import client_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
+from refund_bench.runtime.runner import RuntimeConfig
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
 from services.api.server import GRACEFUL_SHUTDOWN_S
 from services.api.settings import ApiSettings
@@ -402,6 +403,20 @@ def test_each_stage_and_the_api_sign_in_to_kafka_as_their_own_user() -> None:
         signed_in[name] = user
     assert signed_in == {name: f"refund-bench-{name}" for name in signed_in}
     assert set(signed_in.values()) == users
+
+
+def test_a_stopping_stage_has_time_to_drain_and_commit_before_it_is_killed() -> None:
+    """A stage killed with its transaction open stalls the read_committed readers of what it
+    wrote until the broker aborts it (60 s): each stage's grace period covers its drain
+    (``DRAIN_TIMEOUT_S``, async stages) and its last commit at its longest."""
+    stages = [(n, t, c) for n, t, c in _workloads() if n != "api" and n != "provision"]
+    assert len(stages) == 7
+    commit_s = RuntimeConfig("", "", "").commit_timeout_s
+    for name, template, container in stages:
+        settings = _settings(container)
+        assert isinstance(settings, StageSettings), name
+        needed = settings.drain_timeout_s + commit_s
+        assert template["spec"]["terminationGracePeriodSeconds"] >= needed, name
 
 
 def test_the_api_leaves_the_load_balancer_before_it_stops_and_has_time_to_finish() -> None:
