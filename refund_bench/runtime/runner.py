@@ -6,8 +6,9 @@ time) begin a transaction, produce the outputs, the DLQ records and the state-ch
 add the consumed offsets with ``send_offsets_to_transaction`` and commit. A crash anywhere
 before the commit aborts the transaction: explicitly, when an instance with the same
 ``transactional.id`` re-initialises (a local restart), or when the broker's transaction timeout
-(``transaction_timeout_ms``) passes (a pod's id holds its pod's name, so the pod replacing a
-crashed one has another id); until then read_committed readers of the partitions it wrote
+(``transaction_timeout_ms``, then up to the broker's next scan for timed-out transactions, 10 s
+by default) passes (a pod's id holds its pod's name, so the pod replacing a crashed one has
+another id); until then read_committed readers of the partitions it wrote
 wait at its first record. So a read_committed reader sees each input's outputs exactly once.
 
 At-least-once mode produces with an idempotent producer, waits for delivery, then commits

@@ -179,13 +179,15 @@ class Outcome(enum.StrEnum):
     the payout stage is recording it: PENDING), or FAILED for another reason than waiting for
     the customer: nothing changes."""
     REFUND_NOT_FOUND = "refund_not_found"
-    """Stripe has no refund of that id, and the ledger paid the round with none: nothing
-    changes."""
+    """Stripe has no refund of that id, and the round is FAILED with none (no refund was made
+    for it): nothing changes."""
     OWN_REFUND_NOT_FOUND = "own_refund_not_found"
     """Stripe, read with ``STRIPE_API_KEY``, has no refund of that id, yet the ledger paid the
-    round with it: the key is of another Stripe account or mode than the payout's. Nothing
-    changes; the webhook answers 503 (Stripe delivers the event again) and logs an error, for
-    the round's failures reach nobody until the key is right."""
+    round with it, or is paying it (PENDING: a refund of a round the payout has not recorded
+    yet). Stripe signed the event about that refund, so the key is of another Stripe account
+    or mode than the payout's. Nothing changes; the webhook answers 503 (Stripe delivers the
+    event again) and logs an error, for the round's failures reach nobody until the key is
+    right."""
     IGNORED = "ignored"
     """Not about a payout round, or a refund status that is neither paid nor failed."""
     FAILED_AGAIN = "failed_again"
@@ -355,7 +357,7 @@ class RefundFailures:
         propagate (the transaction rolls back):
         ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
         :attr:`Outcome.REFUND_NOT_FOUND`, or :attr:`Outcome.OWN_REFUND_NOT_FOUND` when the
-        ledger paid the round with it."""
+        ledger paid the round with it or is paying it."""
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_LEDGER_ROW, (event.dispute_id, event.round))
@@ -368,7 +370,7 @@ class RefundFailures:
             try:
                 retrieved = await refunds.retrieve_refund(event.stripe_refund_id)
             except RefundNotFound:
-                if paid_with is not None:
+                if paid_with is not None or ledger["status"] == "PENDING":
                     return Outcome.OWN_REFUND_NOT_FOUND, None
                 return Outcome.REFUND_NOT_FOUND, None
             if retrieved.status in NOT_REFUNDED_STATUSES:

@@ -17,9 +17,9 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
 - 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
 - 503: not configured (no secret or no API key); the round's refund is not recorded yet; Stripe
   could not be read (unreachable, 429, 5xx: ``stripe_unavailable``) or refused our key (401,
-  403: ``stripe_key_refused``, logged as an error), or does not know the refund the ledger paid
-  the round with (``own_refund_not_found``: our key is of another account or mode, logged as an
-  error). Nothing was changed. Any other failure (the
+  403: ``stripe_key_refused``, logged as an error), or does not know the refund of a round the
+  ledger paid with it or is paying (``own_refund_not_found``: our key is of another account or
+  mode, logged as an error). Nothing was changed. Any other failure (the
   database unreachable) answers 500. Stripe delivers again; nothing is lost.
 """
 
@@ -175,15 +175,15 @@ def stripe_webhook_router(
             )
         if outcome is Outcome.OWN_REFUND_NOT_FOUND:
             log.error(
-                "Stripe has no refund %s, which the ledger paid %s with: STRIPE_API_KEY is not"
-                " of the payout's Stripe account or mode",
+                "Stripe has no refund %s, of %s in the ledger: STRIPE_API_KEY is not of the"
+                " payout's Stripe account or mode",
                 refund_id,
                 where,
             )
             raise refuse(
                 503,
                 outcome.value,
-                f"Stripe has no refund {refund_id}, which paid {where}: this service's"
+                f"Stripe has no refund {refund_id}, of {where} in the ledger: this service's"
                 " STRIPE_API_KEY is not of the payout's Stripe account or mode",
             )
         counted.labels(outcome.value).inc()

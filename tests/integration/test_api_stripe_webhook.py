@@ -752,33 +752,42 @@ def test_a_key_stripe_refuses_is_a_503_and_an_error_that_does_not_show_the_key(
 def test_a_refund_stripe_does_not_know_changes_nothing(
     api: ApiServer, fake: FakeStripeServer
 ) -> None:
-    """An event about a refund of a round the payout has not paid yet, which Stripe does not
-    know either: taken (200), nothing changes."""
+    """An event about a refund of a round that failed with no refund made (another dispute of
+    its order holds the payment), which Stripe does not know either: taken (200), nothing
+    changes."""
     dispute = f"d-test-{uuid.uuid4().hex}"
-    seed_round(api.database_url, dispute, status="PENDING")
+    seed_round(api.database_url, dispute, status="FAILED", error_code="ORDER_ALREADY_REFUNDED")
     refund_id = f"re_{uuid.uuid4().hex[:16]}"
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert (answer.status_code, answer.json()["outcome"]) == (200, "refund_not_found"), answer.text
     assert fake.fake.reads[-1] == refund_id
-    assert read_round(api.database_url, dispute) == ("PENDING", 1, None)
+    assert (read_round(api.database_url, dispute) or ("",))[0] == "FAILED"
     assert published_rows(api.database_url, dispute) == []
 
 
-def test_the_ledgers_own_refund_unknown_to_stripe_is_a_503_and_an_error(
-    api: ApiServer, fake: FakeStripeServer, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("round_is", ["paid with it", "still being paid"])
+def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
+    api: ApiServer, fake: FakeStripeServer, caplog: pytest.LogCaptureFixture, round_is: str
 ) -> None:
-    """Stripe, read with the API's key, does not know the refund the ledger paid the round
-    with: the key is of another account or mode than the payout's. Stripe is asked to deliver
-    again (503), and the error says what to check, so the round's failures are not dropped."""
-    dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
+    """Stripe, read with the API's key, does not know a refund of a round the ledger paid with
+    it, or is paying (PENDING: the payout has not recorded its refund yet): the key is of
+    another account or mode than the payout's. Stripe is asked to deliver again (503), and the
+    error says what to check, so the round's failure is not dropped."""
+    if round_is == "paid with it":
+        dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
+        status = "SUCCEEDED"
+    else:
+        dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(api.database_url, dispute, status="PENDING")
+        status = "PENDING"
     with caplog.at_level(logging.ERROR, logger="services.api.stripe_webhook"):
-        answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+        answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status="failed"))
     assert answer.status_code == 503, answer.text
     assert "STRIPE_API_KEY is not of the payout's Stripe account or mode" in answer.text
     assert fake.fake.reads[-1] == refund_id
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(refund_id in e and "STRIPE_API_KEY" in e for e in errors), errors
-    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
+    assert (read_round(api.database_url, dispute) or ("",))[0] == status
     assert published_rows(api.database_url, dispute) == []
 
 
