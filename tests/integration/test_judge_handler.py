@@ -43,29 +43,10 @@ from services.judge.handler import (
 )
 from services.judge.normalise import normalise
 from tests.fakes.chat_completion import FixedAnswerServer, completion
+from tests.grievances import grievance_message
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
-
-
-def _grievance(dispute_id: str, category: str = "LATE_DELIVERY") -> Message:
-    snapshot = freeze(ARTICLE_ORDER)
-    value = ev.GrievanceExtracted(
-        dispute_id=dispute_id,
-        order_id=ARTICLE_ORDER.order_id,
-        grievance_id="g1",
-        grievance_total=1,
-        category=category,
-        text="The order arrived well after the promised time.",
-        span_start=0,
-        span_end=10,
-        snapshot_sha256=snapshot.sha256,
-        snapshot_json=snapshot.json,
-        extractor_model="standin-extractor",
-        extractor_prompt_version="extractor/v1",
-        extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
-    ).to_avro()
-    return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
 
 
 def _dispute() -> str:
@@ -122,7 +103,7 @@ def test_a_refused_request_is_that_seats_escalate_on_every_delivery(
     standin.faults(next_faults=["400"])
     outcomes: list[CallOutcome] = []
 
-    first, second = _deliver(redis_url, standin, _grievance(dispute), outcomes, deliveries=2)
+    first, second = _deliver(redis_url, standin, grievance_message(dispute), outcomes, deliveries=2)
 
     (refused,) = [r for r in first if r["model_ruling"] == "REFUSED"]
     assert refused["ruling"] == "ESCALATE"
@@ -145,7 +126,7 @@ def test_a_seat_given_another_model_draws_anew_and_names_it(
     first, replay, changed = _deliver(
         redis_url,
         standin,
-        _grievance(dispute),
+        grievance_message(dispute),
         outcomes,
         models=["standin-judge", "standin-judge", "standin-judge-2"],
     )
@@ -164,7 +145,7 @@ def test_a_seat_whose_answer_is_cut_short_draws_again_with_its_next_seed(
     names the same seeds."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     standin.faults(next_faults=["malformed"])
-    first, again = _deliver(redis_url, standin, _grievance(dispute), [], deliveries=2)
+    first, again = _deliver(redis_url, standin, grievance_message(dispute), [], deliveries=2)
 
     offsets = sorted(r["seed"] - (1000 + r["judge_seat"]) for r in first)
     assert offsets == [0, 0, REDRAW_SEED_STRIDE], "one seat drew a second time"
@@ -179,7 +160,7 @@ def test_a_wrong_api_key_stops_the_judge(redis_url: str, standin: Standin) -> No
     """HTTP 401 is the settings, not the grievance: raised, so the stage stops and alerts."""
     standin.faults(next_faults=["401"])
     with pytest.raises(LlmRejected) as caught:
-        _deliver(redis_url, standin, _grievance(f"d-{uuid.uuid4().hex[:12]}"), [])
+        _deliver(redis_url, standin, grievance_message(f"d-{uuid.uuid4().hex[:12]}"), [])
     assert caught.value.status == 401
 
 
@@ -193,7 +174,7 @@ def test_a_setting_the_model_refuses_stops_the_judge_and_caches_nothing(
     standin.faults(next_faults=["400_setting"])
     outcomes: list[CallOutcome] = []
     with pytest.raises(LlmRejected) as caught:
-        _deliver(redis_url, standin, _grievance(dispute), outcomes)
+        _deliver(redis_url, standin, grievance_message(dispute), outcomes)
     assert (caught.value.status, caught.value.param) == (400, "temperature")
     assert not caught.value.refused_input
     assert "refused" not in outcomes
@@ -204,7 +185,7 @@ def test_an_unknown_category_is_invalid_input_and_calls_no_model(
 ) -> None:
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     with pytest.raises(InvalidInput, match="unknown grievance category 'SMELL'"):
-        _deliver(redis_url, standin, _grievance(dispute, category="SMELL"), [])
+        _deliver(redis_url, standin, grievance_message(dispute, category="SMELL"), [])
     assert standin.stats()["by_dispute"].get(dispute, 0) == 0
 
 
@@ -215,7 +196,7 @@ def test_a_grievance_handled_twice_at_once_pays_for_each_seat_once(
     attempt's calls still run, or a grievance twice in a batch): the second joins the calls of
     the first instead of drawing again, and both cast the same rulings."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
-    message = _grievance(dispute)
+    message = grievance_message(dispute)
     outcomes: list[CallOutcome] = []
 
     async def go() -> list[list[Mapping[str, Any]]]:
@@ -294,7 +275,7 @@ def test_a_model_ruling_on_silent_or_no_evidence_is_cast_as_escalate(
     content = json.dumps({**answer, "confidence": 0.9, "reasoning": why})
 
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(dispute, "PACKAGING"))
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(dispute, "PACKAGING"))
 
     assert len(server.requests) == 3, "three seats asked"
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3, why
@@ -325,7 +306,7 @@ def test_every_seat_upholding_a_claim_without_its_record_is_cast_marked(
         "reasoning": "Nothing contradicts the customer's account.",
     }
     with FixedAnswerServer(completion(json.dumps(answer))) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(dispute, "PACKAGING"))
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(dispute, "PACKAGING"))
     assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
     assert [r["cites_missing_evidence"] for r in rulings] == [True] * 3
 
@@ -336,7 +317,7 @@ def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> 
     failing the audit record on every redelivery."""
     content = '{"ruling": "UPH\x00ELD", "reasoning": "late'
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute()))
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
 
     assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain"
     assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
@@ -356,7 +337,7 @@ def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_wri
     answer = {"ruling": "REJECTED", "confidence": 0.9, "evidence_cited": cited}
     content = json.dumps({**answer, "reasoning": "\U0001f642" * 300_000})
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute()))
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
 
     assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
     ruling = rulings[0]
@@ -465,7 +446,7 @@ def test_a_ruling_is_judged_on_exactly_the_citations_it_keeps(
     replaying the stored ruling gets the same outcome and mark."""
     content = json.dumps({**answer, "confidence": 0.9, "reasoning": "As cited."})
     with FixedAnswerServer(completion(content)) as server:
-        rulings = _rulings_for_answer(redis_url, server, _grievance(_dispute(), category))
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute(), category))
 
     assert [r["ruling"] for r in rulings] == [ruling] * 3
     for cast in rulings:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,9 +21,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from refund_bench import events as ev
 from refund_bench import llm_setup
-from refund_bench import topics as t
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RateLimiter
@@ -32,36 +29,15 @@ from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.retry import RetryPolicy
 from refund_bench.runtime import Context, Message
 from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
-from refund_bench.samples import ARTICLE_ORDER
-from services.extractor.evidence import freeze
 from services.judge.handler import JudgeHandler, Seat
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.grievances import grievance_message
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
 
 WAIT_SECONDS = 30.0
 """The longest any condition of these tests is waited for."""
-
-
-def _grievance(dispute_id: str) -> Message:
-    snapshot = freeze(ARTICLE_ORDER)
-    value = ev.GrievanceExtracted(
-        dispute_id=dispute_id,
-        order_id=ARTICLE_ORDER.order_id,
-        grievance_id="g1",
-        grievance_total=1,
-        category="LATE_DELIVERY",
-        text="The order arrived well after the promised time.",
-        span_start=0,
-        span_end=10,
-        snapshot_sha256=snapshot.sha256,
-        snapshot_json=snapshot.json,
-        extractor_model="standin-extractor",
-        extractor_prompt_version="extractor/v1",
-        extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
-    ).to_avro()
-    return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
 
 
 def _ruled(ruling: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -200,11 +176,13 @@ def test_redis_closing_the_judges_connections_while_it_works_costs_nothing(
             await admin.aclose()
 
     async def go() -> tuple[list[list[Mapping[str, Any]]], ...]:
-        first = await judge.deliver([_grievance(disputes[0])], while_judging=kill_them)
-        rest = await judge.deliver([_grievance(d) for d in disputes[1:]], while_judging=kill_them)
+        first = await judge.deliver([grievance_message(disputes[0])], while_judging=kill_them)
+        rest = await judge.deliver(
+            [grievance_message(d) for d in disputes[1:]], while_judging=kill_them
+        )
         made = list(judge.outcomes)
         judge.outcomes.clear()
-        again = await judge.deliver([_grievance(d) for d in disputes])
+        again = await judge.deliver([grievance_message(d) for d in disputes])
         assert made == ["made"] * 33, made
         return first + rest, again
 
@@ -250,13 +228,13 @@ def test_redis_gone_longer_than_the_clients_retries_is_a_retry_of_the_handler(
                 proxy.restore()
 
             judged = await judge.deliver(
-                [_grievance(dispute)],
+                [grievance_message(dispute)],
                 retry_sleep=back_when_retried,
                 while_judging=cut_while_calling,
             )
             made = list(judge.outcomes)
             judge.outcomes.clear()
-            again = await judge.deliver([_grievance(dispute)])
+            again = await judge.deliver([grievance_message(dispute)])
             return judge, proxy, judged, again, made
 
     judge, proxy, judged, again, made = asyncio.run(go())

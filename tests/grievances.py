@@ -1,0 +1,33 @@
+"""A judge's input, as the extractor would publish it, for tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.runtime.messages import Message
+from refund_bench.samples import ARTICLE_ORDER
+from services.extractor.evidence import freeze
+
+
+def grievance_message(dispute_id: str, category: str = "LATE_DELIVERY") -> Message:
+    """One grievance ``g1`` of ``category`` about the article's order (the only one of its
+    dispute), with the order's frozen snapshot, as ``grievance.extracted`` delivers it."""
+    snapshot = freeze(ARTICLE_ORDER)
+    value = ev.GrievanceExtracted(
+        dispute_id=dispute_id,
+        order_id=ARTICLE_ORDER.order_id,
+        grievance_id="g1",
+        grievance_total=1,
+        category=category,
+        text="The order arrived well after the promised time.",
+        span_start=0,
+        span_end=10,
+        snapshot_sha256=snapshot.sha256,
+        snapshot_json=snapshot.json,
+        extractor_model="standin-extractor",
+        extractor_prompt_version="extractor/v1",
+        extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+    ).to_avro()
+    return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
