@@ -31,7 +31,7 @@ from refund_bench.coalesce import TickBatcher
 from refund_bench.db.payout_rounds import Reservation, RoundToReserve, reserve_rounds
 from refund_bench.db.snapshots import AsyncSnapshotReader, payment_reference
 from refund_bench.domain import Category, Decision
-from refund_bench.errors import InvalidInput, TransientError
+from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
     InFlight,
     OnCall,
@@ -39,8 +39,7 @@ from refund_bench.llm.cache import (
     cached_call,
     settler_cache_key,
 )
-from refund_bench.llm.client import JsonCompleter, LlmRejected
-from refund_bench.llm.redis_errors import REDIS_DEPENDENCY
+from refund_bench.llm.client import JsonCompleter, LlmRejected, LlmUnavailable
 from refund_bench.llm.roles import (
     HeldForReply,
     MalformedAnswer,
@@ -245,11 +244,10 @@ class SettlerHandler:
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
-        except TransientError as exc:
-            if exc.dependency == REDIS_DEPENDENCY:
-                # The answer cache or the rate limit, not the model: the handler is retried, so
-                # that a Redis blip does not put a template reply on record for every replay.
-                raise
+        except LlmUnavailable as exc:
+            # The model only: any other transient failure (the answer cache's or the rate
+            # limit's Redis) is raised, and the handler retried, rather than putting a template
+            # reply on record for every replay.
             failures = [f"model unavailable: {type(exc).__name__}"]
         except LlmRejected as exc:
             if not exc.refused_input:
