@@ -30,7 +30,7 @@ from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext, Deps
 from services.api.desk import desk_router
-from services.api.formatting import money, when
+from services.api.formatting import money, path_segment, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
 from services.api.outbox import Outbox, review_decided
@@ -124,6 +124,7 @@ def _templates() -> Jinja2Templates:
     )
     env.filters["money"] = money
     env.filters["when"] = when
+    env.filters["segment"] = path_segment
     return Jinja2Templates(env=env)
 
 

@@ -13,6 +13,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -38,9 +39,10 @@ from refund_bench.domain import (
 )
 from services.api import models as m
 from services.api.context import AppContext
-from services.api.formatting import Span, highlight, pretty_json, when
+from services.api.formatting import Span, highlight, path_segment, pretty_json, when
 from services.api.outbox import Outbox
 from services.api.sessions import SESSION_ID_KEY, csrf_ok, csrf_token, new_session_id
+from services.api.settings import SESSION_MAX_AGE_LIMIT_S
 from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, NotDecidable
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,15 @@ PAGE_HEADERS = {
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
 """No script runs on desk pages at all; forms post only to the desk."""
+
+
+@dataclass(frozen=True)
+class KeptNote:
+    """A decision the desk refused: the note the reviewer typed goes back into the form of the
+    item it was written for, so that a refusal costs no retyping."""
+
+    item_key: str
+    note: str
 
 
 BUSY_RETRY_AFTER_S = 5
@@ -352,7 +363,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             )
         session_id, signed_in_at = request.session.get(SESSION_ID_KEY), request.session.get("iat")
         if isinstance(session_id, str) and isinstance(signed_in_at, int | float):
-            expires = datetime.fromtimestamp(signed_in_at + max_age, UTC)
+            expires = datetime.fromtimestamp(signed_in_at + SESSION_MAX_AGE_LIMIT_S, UTC)
             await ctx.store.revoke_session(session_id, expires)
         request.session.clear()
         return RedirectResponse("/review/login", status_code=303)
@@ -378,8 +389,13 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         )
 
     async def render_case(
-        request: Request, dispute_id: str, status: int = 200, error: str | None = None
+        request: Request,
+        dispute_id: str,
+        status: int = 200,
+        error: str | None = None,
+        kept: KeptNote | None = None,
     ) -> Response:
+        """The case page; ``kept``: a refused decision's note, shown again in its item's form."""
         story = await ctx.store.dispute_story(dispute_id)
         if story is None:
             return render(
@@ -389,9 +405,11 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 title="No such dispute",
                 message=f"There is no dispute {dispute_id!r}.",
             )
-        return render(request, "case.html", status, error=error, **case_view(story, ctx.clock()))
+        return render(
+            request, "case.html", status, error=error, kept=kept, **case_view(story, ctx.clock())
+        )
 
-    @router.get("/disputes/{dispute_id}")
+    @router.get("/disputes/{dispute_id:path}")
     async def case(
         request: Request, dispute_id: Annotated[str, Path(pattern=m.ID_PATTERN)]
     ) -> Response:
@@ -399,7 +417,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
             return to_login(request)
         return await render_case(request, dispute_id)
 
-    @router.post("/disputes/{dispute_id}/decisions")
+    @router.post("/disputes/{dispute_id:path}/decisions")
     async def decide(
         request: Request,
         dispute_id: Annotated[str, Path(pattern=m.ID_PATTERN)],
@@ -415,7 +433,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 request,
                 "login.html",
                 401,
-                next=f"/review/disputes/{dispute_id}",
+                next=f"/review/disputes/{path_segment(dispute_id)}",
                 error="Sign in as a reviewer to decide; nothing was recorded.",
             )
         if not csrf_ok(request.session, csrf_token_field):
@@ -427,7 +445,9 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 message="The form expired or did not come from this desk; nothing was"
                 " recorded. Reload the case page and decide again.",
             )
-        note = note.strip()
+        # Browsers send a line break as CRLF but count it as one character against maxlength.
+        note = note.replace("\r\n", "\n").strip()
+        kept = KeptNote(item_key, note)
         problem = None
         if decision not in ReviewDecision.__members__ or not ITEM_KEY.fullmatch(item_key):
             problem = "Choose one of the decision buttons."
@@ -436,7 +456,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         elif len(note) > ev.MAX_NOTE_CHARS or "\x00" in note:
             problem = f"The note must be at most {ev.MAX_NOTE_CHARS} characters of text."
         if problem:
-            return await render_case(request, dispute_id, 422, problem)
+            return await render_case(request, dispute_id, 422, problem, kept)
         chosen = ReviewDecision(decision)
 
         def fits(kind: str) -> None:
@@ -466,9 +486,9 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         try:
             stored = await ctx.store.record_decision(record, fits, repaid_on or None)
         except ItemNotFound:
-            return await render_case(request, dispute_id, 404, "No such review item.")
+            return await render_case(request, dispute_id, 404, "No such review item.", kept)
         except NotDecidable as exc:
-            return await render_case(request, dispute_id, 422, exc.reason)
+            return await render_case(request, dispute_id, 422, exc.reason, kept)
         except AlreadyDecided as exc:
             won = exc.existing
             ctx.metrics.decisions.labels(won.kind if won else "unknown", "conflict").inc()
@@ -478,7 +498,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 if won
                 else "This item is already decided; your decision was not recorded."
             )
-            return await render_case(request, dispute_id, 409, message)
+            return await render_case(request, dispute_id, 409, message, kept)
         ctx.metrics.decisions.labels(stored.kind, "recorded").inc()
         log.info("review %s: %s %s by %s", stored.review_id, stored.kind, stored.decision, user)
         try:
@@ -506,6 +526,6 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 f"Recorded {stored.decision} ({stored.item_key}); publishing"
                 " is delayed (Kafka unreachable) and will be retried automatically.",
             )
-        return RedirectResponse(f"/review/disputes/{quote(dispute_id)}", status_code=303)
+        return RedirectResponse(f"/review/disputes/{path_segment(dispute_id)}", status_code=303)
 
     return router

@@ -1,4 +1,5 @@
-"""Pure helpers for the desk's pages: money, timestamps, highlighted spans, pretty JSON."""
+"""Pure helpers for the desk's pages: money, timestamps, URL path segments, highlighted spans,
+pretty JSON."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 ZERO_DECIMAL_CURRENCIES = frozenset({"JPY", "KRW", "VND", "CLP", "ISK", "UGX"})
 
@@ -25,6 +27,13 @@ def when(value: datetime | None) -> str:
     if value is None:
         return ""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def path_segment(value: str) -> str:
+    """``value`` as one URL path segment, every reserved character escaped (``/`` too):
+    ``"acme/d-1"`` -> ``"acme%2Fd-1"``. The routes that take a dispute id read ``/`` in it
+    (``{dispute_id:path}``), so a link built with this opens the dispute whatever its id holds."""
+    return quote(value, safe="")
 
 
 def pretty_json(text: str) -> str:

@@ -201,7 +201,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
         )
 
     @router.get(
-        "/disputes/{dispute_id}",
+        "/disputes/{dispute_id:path}",
         response_model=m.DisputeStory,
         dependencies=[Security(bearer_scheme)],
         responses={

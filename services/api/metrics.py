@@ -101,7 +101,7 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, send_and_note)
         finally:
             route: Any = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path_format", None) or "unmatched"
             method = str(scope.get("method", ""))
             method = method if method in _METHODS else "OTHER"
             self._metrics.requests.labels(template, method, str(status["code"])).inc()

@@ -10,6 +10,12 @@ from refund_bench.config import StackSettings
 MIN_SESSION_SECRET_CHARS = 32
 
 
+SESSION_MAX_AGE_LIMIT_S = 7 * 24 * 3600
+"""The longest a desk sign-in may be set to last. A sign-out is remembered this long after the
+session began, whatever ``SESSION_MAX_AGE_S`` is now: raising the setting later cannot bring a
+signed-out session back."""
+
+
 class ApiSettings(StackSettings):
     """``API_HOST``, ``API_PORT``, ``METRICS_PORT``, ``API_TOKENS``, ``REVIEWERS``,
     ``SESSION_SECRET``, ``STRIPE_WEBHOOK_SECRET``, ``STRIPE_API_KEY``, ... .
@@ -30,7 +36,7 @@ class ApiSettings(StackSettings):
     api_tokens: SecretStr = SecretStr("")
     reviewers: SecretStr = SecretStr("")
     session_secret: SecretStr = SecretStr("")
-    session_max_age_s: int = Field(default=8 * 3600, ge=60)
+    session_max_age_s: int = Field(default=8 * 3600, ge=60, le=SESSION_MAX_AGE_LIMIT_S)
     session_cookie_secure: bool = False
     """Set in production (HTTPS): the session cookie is then only sent over TLS."""
     desk_login_attempts: int = Field(default=5, ge=1)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import psycopg
@@ -16,6 +18,7 @@ import pytest
 from pydantic import SecretStr
 
 from services.api.passwords import PasswordHash
+from services.api.sessions import SESSION_ID_KEY, SessionSigner
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     PASSWORDS,
@@ -264,6 +267,25 @@ def test_a_signed_out_session_is_refused_even_from_a_copy_of_its_cookie(
         sign_in(client, "alice")
         assert client.cookies["rb_review_session"] != copied
         assert client.get("/review").status_code == 200
+
+
+def test_a_sign_out_outlives_a_later_raise_of_the_session_max_age(stack: Stack) -> None:
+    with running_api(stack, session_max_age_s=60) as short_lived, short_lived.client() as client:
+        token = sign_in(client, "alice")
+        cookie = client.cookies["rb_review_session"]
+        signer = SessionSigner(short_lived.settings.session_secret.get_secret_value().encode(), 60)
+        session = signer.loads(cookie, time.time())
+        assert session is not None
+        assert client.post("/review/logout", data={"csrf_token": token}).status_code == 303
+    with psycopg.connect(short_lived.database_url) as conn:
+        row = conn.execute(
+            "SELECT expires_at FROM desk_revoked_sessions WHERE session_id = %s",
+            (session[SESSION_ID_KEY],),
+        ).fetchone()
+    # Kept for the longest a session may be set to last (7 days), not the 60 s in force then.
+    assert row is not None
+    signed_in_at = datetime.fromtimestamp(session["iat"], UTC)
+    assert row[0] - signed_in_at == timedelta(days=7)
 
 
 def test_api_clients_cannot_decide_reviews(api: ApiServer, dispute: str) -> None:
@@ -801,3 +823,54 @@ def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_thre
             assert busy.headers["retry-after"] == "5"
         metrics = httpx.get(api.metrics_url, timeout=10).text
         assert 'api_desk_logins_total{outcome="busy"} 2.0' in metrics
+
+
+def test_a_dispute_whose_id_holds_a_slash_is_linked_opened_and_decided(api: ApiServer) -> None:
+    dispute_id = f"acme/d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    try:
+        escaped = dispute_id.replace("/", "%2F")
+        with api.client() as client:
+            sign_in(client, "alice")
+            queue = client.get("/review", params={"dispute": dispute_id}).text
+            assert f'href="/review/disputes/{escaped}"' in queue
+            case = client.get(f"/review/disputes/{escaped}")
+            assert case.status_code == 200
+            assert f'action="/review/disputes/{escaped}/decisions"' in case.text
+            form = {
+                "item_key": "grievance:g3",
+                "decision": "UPHOLD",
+                "note": "leak shown in the photo",
+                "csrf_token": csrf_of(case.text),
+            }
+            decided = client.post(f"/review/disputes/{escaped}/decisions", data=form)
+            assert decided.status_code == 303
+            assert decided.headers["location"] == f"/review/disputes/{escaped}"
+        assert decisions(api, dispute_id) == [("grievance:g3", "UPHOLD", "alice")]
+        with httpx.Client(base_url=api.url) as bearer:
+            for path in (escaped, dispute_id):
+                story = bearer.get(f"/disputes/{path}", headers=api.auth())
+                assert story.status_code == 200, path
+                assert story.json()["dispute_id"] == dispute_id
+    finally:
+        delete_dispute(api.database_url, dispute_id)
+
+
+def test_a_refused_decision_shows_the_note_again_and_a_line_break_counts_once(
+    api: ApiServer, dispute: str
+) -> None:
+    url = f"/review/disputes/{dispute}/decisions"
+    typed = "The photo shows the lid\r\nsplit; the bag is soaked."
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        base = {"item_key": "grievance:g3", "csrf_token": token}
+        misfit = client.post(url, data={**base, "decision": "APPROVE", "note": typed})
+        assert misfit.status_code == 422
+        shown = "The photo shows the lid\nsplit; the bag is soaked."
+        assert f">{shown}</textarea>" in misfit.text
+        # 2000 characters as a reviewer counts them, sent with CRLF line breaks.
+        at_the_limit = "\r\n".join(["x" * 398] * 5) + "x" * 6
+        assert len(at_the_limit.replace("\r\n", "\n")) == 2000
+        taken = client.post(url, data={**base, "decision": "UPHOLD", "note": at_the_limit})
+        assert taken.status_code == 303
+    assert decisions(api, dispute) == [("grievance:g3", "UPHOLD", "alice")]
