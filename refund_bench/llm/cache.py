@@ -397,11 +397,25 @@ def judge_cache_key(
     model: str,
     snapshot_sha256: str,
     prompt_version: str,
+    inputs_sha256: str,
 ) -> str:
     """Key of one judge seat's ruling on one grievance by one model against one snapshot and
     prompt. The model is part of it because the ruling names its model: after a seat's model
-    changes, a redelivered grievance is judged by the new model, not labelled with it."""
-    return _key("judge", dispute_id, grievance_id, seat, model, snapshot_sha256, prompt_version)
+    changes, a redelivered grievance is judged by the new model, not labelled with it.
+    ``inputs_sha256`` (:meth:`~refund_bench.llm.roles.LlmRequest.inputs_sha256`) is what the
+    judges read, the grievance's claim included: a grievance id is a position in its complaint,
+    and a complaint extracted again (its extraction gone from the cache) may put another claim
+    there, which must be judged, not given the rulings of the claim the id named before."""
+    return _key(
+        "judge",
+        dispute_id,
+        grievance_id,
+        seat,
+        model,
+        snapshot_sha256,
+        prompt_version,
+        inputs_sha256,
+    )
 
 
 def extractor_cache_key(dispute_id: str, complaint_sha256: str, snapshot_sha256: str) -> str:

@@ -3,8 +3,9 @@
 Each of the K seats is an independent call: fresh context (no history, no other seat's
 answer), its own seed, temperature above zero, optionally its own model. All K calls of all
 grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
-grievance, seat, model, snapshot hash, prompt version): a redelivered grievance reuses the
-rulings it already paid for, and a seat given another model draws anew. Rulings are normalised
+grievance, seat, model, snapshot hash, prompt version, and the hash of what the seat reads): a
+redelivered grievance reuses the rulings it already paid for, and a seat given another model,
+or a grievance id that comes back with another claim, draws anew. Rulings are normalised
 in code, on exactly the citations a ruling keeps (:func:`kept_citations`): an unreadable
 answer, or an UPHELD/REJECTED that cites no field of the evidence, or more than a ruling keeps,
 counts as ESCALATE; so does a seat whose request the endpoint refuses for its content (HTTP
@@ -136,8 +137,9 @@ class JudgeHandler:
         request = build_judge_request(
             GrievanceForJudge.of(grievance, category), snapshot, prompt=self._prompt
         )
+        inputs_sha256 = request.inputs_sha256()
         rulings = await asyncio.gather(
-            *(self._rule(seat, grievance, request, allowed) for seat in self._seats)
+            *(self._rule(seat, grievance, request, inputs_sha256, allowed) for seat in self._seats)
         )
         return [Emit(t.RULING_CAST.name, grievance.dispute_id, r.to_avro()) for r in rulings]
 
@@ -146,6 +148,7 @@ class JudgeHandler:
         seat: Seat,
         grievance: ev.GrievanceExtracted,
         request: LlmRequest,
+        inputs_sha256: str,
         allowed: _Citable,
     ) -> ev.RulingCast:
         # The answer as parsed while drawing; a cached answer is parsed below instead.
@@ -181,6 +184,7 @@ class JudgeHandler:
             seat.llm.model,
             grievance.snapshot_sha256,
             self._prompt.version,
+            inputs_sha256,
         )
         seed: int | None = None
         try:

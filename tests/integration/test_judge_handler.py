@@ -60,9 +60,11 @@ def _deliver(
     outcomes: list[CallOutcome],
     deliveries: int = 1,
     models: Sequence[str] = (),
+    then: Sequence[Message] = (),
 ) -> list[list[Mapping[str, Any]]]:
     """The rulings of a three-seat bench for each delivery of ``message`` (one cache for all);
-    ``models``: the seats' model in each delivery (default: ``standin-judge`` in all)."""
+    ``models``: the seats' model in each delivery (default: ``standin-judge`` in all);
+    ``then``: messages delivered after those, one each."""
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
@@ -70,12 +72,13 @@ def _deliver(
         prompt = load_prompt(JUDGE_PROMPT_VERSION)
         try:
             runs = []
-            for model in models or ["standin-judge"] * deliveries:
+            delivered = [(message, model) for model in models or ["standin-judge"] * deliveries]
+            for next_message, model in [*delivered, *((m, "standin-judge") for m in then)]:
                 llm = standin.client(model, temperature=0.7)
                 seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
                 handler = JudgeHandler(seats, cache, prompt, outcomes.append)
                 try:
-                    emits = await handler.handle(message, Context(None))
+                    emits = await handler.handle(next_message, Context(None))
                 finally:
                     await llm.aclose()
                 runs.append([e.value for e in emits])
@@ -113,6 +116,29 @@ def test_a_refused_request_is_that_seats_escalate_on_every_delivery(
     assert [_ruled(r) for r in second] == [_ruled(r) for r in first]
     assert sorted(outcomes) == ["cached", "cached", "cached", "made", "made", "refused"]
     assert standin.stats()["by_dispute"][dispute] == 3
+
+
+def test_a_grievance_id_that_names_another_claim_is_judged_anew(
+    redis_url: str, standin: Standin
+) -> None:
+    """The cache key holds what the judges read: a grievance id that comes back with another
+    claim (the complaint extracted again after its extraction left the cache) is judged on
+    that claim, not given the rulings drawn for the claim the id named before."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    outcomes: list[CallOutcome] = []
+
+    late, missing, late_again = _deliver(
+        redis_url,
+        standin,
+        grievance_message(dispute, "LATE_DELIVERY"),
+        outcomes,
+        then=[grievance_message(dispute, "MISSING_ITEM"), grievance_message(dispute)],
+    )
+
+    assert outcomes == ["made"] * 6 + ["cached"] * 3
+    assert standin.stats()["by_dispute"][dispute] == 6
+    assert [r["raw_response"] for r in late_again] == [r["raw_response"] for r in late]
+    assert [r["raw_response"] for r in missing] != [r["raw_response"] for r in late]
 
 
 def test_a_seat_given_another_model_draws_anew_and_names_it(

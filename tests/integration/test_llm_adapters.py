@@ -167,7 +167,7 @@ def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_compu
     redis_url: str,
 ) -> None:
     prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
-    key = judge_cache_key("dispute:1", "g1", 2, "m", sha256_hex("snapshot"), "judge/v1")
+    key = judge_cache_key("dispute:1", "g1", 2, "m", sha256_hex("snapshot"), "judge/v1", "i")
     computed: list[str] = []
 
     async def scenario() -> tuple[list[tuple[str, bool]], tuple[str, bool]]:
@@ -215,7 +215,7 @@ def test_a_refusal_and_an_answer_racing_for_one_key_end_the_same_for_both(
     """One replica's request is refused while another's is answered (a rebalance handed the
     batch over mid-call): whichever is stored first is what both callers end with."""
     prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
-    key = judge_cache_key("dispute:1", "g1", 0, "m", sha256_hex("snapshot"), "judge/v2")
+    key = judge_cache_key("dispute:1", "g1", 0, "m", sha256_hex("snapshot"), "judge/v2", "i")
 
     async def scenario() -> list[str]:
         redis = Redis.from_url(redis_url)

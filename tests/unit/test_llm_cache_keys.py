@@ -19,20 +19,21 @@ _PARTS = st.text() | st.from_regex(r"[A-Za-z0-9_.~-]*", fullmatch=True)
     model=_PARTS,
     sha=_PARTS,
     version=_PARTS,
+    inputs=_PARTS,
 )
 def test_a_key_is_its_parts_percent_encoded(
-    dispute: str, grievance: str, seat: int, model: str, sha: str, version: str
+    dispute: str, grievance: str, seat: int, model: str, sha: str, version: str, inputs: str
 ) -> None:
-    parts = (dispute, grievance, seat, model, sha, version)
+    parts = (dispute, grievance, seat, model, sha, version, inputs)
     expected = ":".join(["judge", *(quote(str(part), safe="") for part in parts)])
-    assert judge_cache_key(dispute, grievance, seat, model, sha, version) == expected
+    assert judge_cache_key(dispute, grievance, seat, model, sha, version, inputs) == expected
 
 
 def test_a_colon_inside_an_id_cannot_collide_with_the_separator() -> None:
     assert (
-        judge_cache_key("a:b", "c", 0, "m/1", "h", "judge/v1")
-        == "judge:a%3Ab:c:0:m%2F1:h:judge%2Fv1"
+        judge_cache_key("a:b", "c", 0, "m/1", "h", "judge/v1", "i")
+        == "judge:a%3Ab:c:0:m%2F1:h:judge%2Fv1:i"
     )
-    assert judge_cache_key("a:b", "c", 0, "m", "h", "judge/v1") != judge_cache_key(
-        "a", "b:c", 0, "m", "h", "judge/v1"
+    assert judge_cache_key("a:b", "c", 0, "m", "h", "judge/v1", "i") != judge_cache_key(
+        "a", "b:c", 0, "m", "h", "judge/v1", "i"
     )
