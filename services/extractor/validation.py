@@ -201,6 +201,10 @@ def _check_one(
 
     if problems:
         return problems, None
+    if item is not None and quantity is None:
+        # The contract's meaning of an item named without a number (the prompt asks for it,
+        # the judges rule on it): all its units, not one.
+        quantity = item.quantity
     return [], {
         "category": category,
         "text": text.strip(),

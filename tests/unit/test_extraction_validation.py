@@ -204,6 +204,22 @@ def test_quantity_must_be_within_what_was_ordered(quantity: int) -> None:
     assert "out of range 1..4" in problem
 
 
+def test_an_item_named_without_a_number_is_all_its_units() -> None:
+    """As the prompt asks and the judges read it: not one unit, which pricing would pay."""
+    answer = {
+        "grievances": [
+            grievance(
+                "Two of the four were missing completely",
+                "MISSING_ITEM",
+                "The Hyderabadi Biryani was not delivered.",
+                item_name="biryanis",
+            )
+        ]
+    }
+    (missing,) = validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)
+    assert (missing.item_name, missing.item_quantity) == (BIRYANI, 4)
+
+
 def test_quantity_without_an_item_is_a_problem() -> None:
     bad = grievance("Ordered at 8:15pm", "LATE_DELIVERY", item_quantity=1)
     (problem,) = problems_of({"grievances": [bad]})
