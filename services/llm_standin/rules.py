@@ -341,11 +341,17 @@ _OF_THE_RE: Final = re.compile(
 )
 
 
-_QUANTITY_BEFORE_RE: Final = re.compile(r"\b(?P<n>" + _NUM + r"|an?)\s+(?:[a-z\-]+\s+){0,2}$")
+_NOT_BETWEEN: Final = r"(?!(?:the|my|our|your|those|these|hours?|hrs?|minutes?|mins?|times)\b)"
+"""Words that end a number's reach: "after 2 hours the biryani" states no biryani count."""
+_QUANTITY_BEFORE_RE: Final = re.compile(
+    r"\b(?P<n>" + _NUM + r"|an?)\s+(?:of\s+(?:the|my|our|those|these)\s+)?"
+    r"(?:" + _NOT_BETWEEN + r"[a-z\-]+\s+){0,2}$"
+)
 
 
 def _quantity_before(clause: str, start: int) -> int | None:
-    """A number word or digit at most two words before the item mention at ``start``."""
+    """A number word or digit before the item mention at ``start``: right before it, or with
+    "of the" or up to two other words (adjectives: "two cold biryanis") in between."""
     before = clause[:start]
     match = _QUANTITY_BEFORE_RE.search(before)
     if match is None:
@@ -376,7 +382,18 @@ def _nearest(mentions: Sequence[_Mention], anchor: int) -> _Mention:
 def _resolve(
     clause: str, sentence: str, items: Sequence[_Item], last_item: _Item | None, anchor: int
 ) -> _Resolved:
-    """Resolve which line item (and how many units) the keyword at ``anchor`` is about."""
+    """Resolve which line item (and how many units) the keyword at ``anchor`` is about. A
+    stated count below one ("0 of the 4 biryanis") states none: the item's ordered quantity."""
+    resolved = _resolve_stated(clause, sentence, items, last_item, anchor)
+    if resolved.quantity is not None and resolved.quantity < 1:
+        whole = resolved.item.quantity if resolved.item is not None else None
+        return _Resolved(resolved.item, whole, resolved.whole, False)
+    return resolved
+
+
+def _resolve_stated(
+    clause: str, sentence: str, items: Sequence[_Item], last_item: _Item | None, anchor: int
+) -> _Resolved:
     source = clause
     mentions = _mentions(clause, items)
     if not mentions:
