@@ -14,10 +14,10 @@ Error policy (by type, see :mod:`refund_bench.errors`):
   retried by the same policy, before the next attempt, and raised as it is when it gives up.
 - :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
   for a judge, auth). Not retried.
-- :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty or
-  truncated. A 200 that is no chat completion at all (a gateway's page, a cut-off body) is
-  :class:`LlmUnavailable` instead: it says nothing about the model's answer, so it is retried,
-  and never cached as one.
+- :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty,
+  truncated, or holds a lone surrogate (no text at all). A 200 that is no chat completion at
+  all (a gateway's page, a cut-off body) is :class:`LlmUnavailable` instead: it says nothing
+  about the model's answer, so it is retried, and never cached as one.
 
 Each attempt has a deadline (``attempt_deadline_seconds``) besides the per-phase timeout, so an
 answer that trickles in cannot hold a call past it.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -216,6 +217,11 @@ def _answer(raw: bytes) -> str:
     try:
         completion = _Completion.model_validate_json(raw)
     except ValidationError as exc:
+        unencodable = _unencodable_answer(raw)
+        if unencodable is not None:
+            raise MalformedAnswer(
+                "the answer holds a lone surrogate, which is no text", unencodable
+            ) from exc
         raise LlmUnavailable(
             "server_error",
             f"HTTP 200 whose body is not a chat completion ({exc.error_count()} errors)",
@@ -230,6 +236,23 @@ def _answer(raw: bytes) -> str:
     if not content:
         raise MalformedAnswer("the answer is empty", content)
     return content
+
+
+def _unencodable_answer(raw: bytes) -> str | None:
+    """The first choice's text of a chat completion whose text holds a lone surrogate escape
+    (``"\\ud83d"``), which the strict parser refuses; each such surrogate replaced by ``?`` so
+    that the text can be kept for audit. ``None`` when ``raw`` is not such a completion. Read
+    only when the strict parse failed: a model's answer, not a gateway's page, to draw again."""
+    try:
+        parsed = json.loads(raw)
+        completion = _Completion.model_validate(parsed)
+    except (ValueError, ValidationError, RecursionError):
+        return None
+    content = completion.choices[0].message.content if completion.choices else None
+    if content is None:
+        return None
+    kept = content.encode("utf-8", "replace").decode("utf-8")
+    return kept if kept != content else None
 
 
 def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:

@@ -350,6 +350,23 @@ def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> 
     assert [r["raw_response"] for r in rulings] == [content.replace("\x00", "\ufffd")] * 3
 
 
+def test_an_answer_holding_a_lone_surrogate_is_drawn_again_not_retried_as_an_outage(
+    redis_url: str,
+) -> None:
+    """A completion whose text holds a lone surrogate escape is the model's answer, unusable:
+    each seat draws again and then casts ESCALATE, keeping the text with the surrogate
+    replaced. Taken for a broken endpoint, it was retried with backoff and then failed the
+    whole grievance, on every redelivery."""
+    content = '{"ruling": "UPHELD", "reasoning": "late \ud83d"}'
+    with FixedAnswerServer(completion(content)) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain"
+    assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
+    assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
+    assert [r["raw_response"] for r in rulings] == [content.replace("\ud83d", "?")] * 3
+
+
 def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_writes(
     redis_url: str,
 ) -> None:
