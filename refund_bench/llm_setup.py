@@ -45,7 +45,7 @@ from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmClient, LlmEndpoint
 from refund_bench.llm.ratelimit import RedisTokenBucket
 from refund_bench.llm.redis_errors import REDIS_UNREACHABLE
-from refund_bench.llm.roles import JUDGE_PROMPT_VERSION
+from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, JudgePromptVersion
 from refund_bench.runtime.metrics import Metrics, retry_counter
 from refund_bench.urls import base_url_problem, printable_url
 
@@ -371,7 +371,7 @@ class JudgePanelSettings(LlmStageSettings):
     Seats that share a bucket (one host, one key) must be given the same rate."""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
     judge_seed_base: int = 1000
-    judge_prompt_version: str = JUDGE_PROMPT_VERSION
+    judge_prompt_version: JudgePromptVersion = JUDGE_PROMPT_VERSION
     batch_max_records: int = Field(default=200, ge=1)
     max_inflight: int = Field(default=256, ge=1)
     """Grievances in flight (at least 1: with 0 no handler would ever start, while the stage

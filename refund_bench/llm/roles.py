@@ -17,12 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final, Literal, Protocol, TypedDict, TypeVar
+from typing import Annotated, Any, Final, Literal, Protocol, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import RefundBenchError
@@ -137,6 +144,28 @@ def load_prompt(version: str) -> Prompt:
         "prompts", match["role"], f"{match['version']}.md"
     )
     return Prompt(version=version, text=path.read_text(encoding="utf-8"))
+
+
+def _shipped_prompt_of(role: str) -> Callable[[str], str]:
+    def check(version: str) -> str:
+        if not version.startswith(f"{role}/"):
+            raise ValueError(f"must be a {role} prompt ('{role}/vN'), got {version!r}")
+        try:
+            load_prompt(version)
+        except FileNotFoundError:
+            raise ValueError(f"no prompt {version!r} is shipped with this release") from None
+        return version
+
+    return check
+
+
+ExtractorPromptVersion = Annotated[str, AfterValidator(_shipped_prompt_of("extractor"))]
+"""A setting naming an extractor prompt this release ships (checked when settings load, so a
+wrong one stops the stage at start, not on every complaint)."""
+JudgePromptVersion = Annotated[str, AfterValidator(_shipped_prompt_of("judge"))]
+"""A setting naming a judge prompt this release ships."""
+SettlerPromptVersion = Annotated[str, AfterValidator(_shipped_prompt_of("settler"))]
+"""A setting naming a settler prompt this release ships."""
 
 
 # --------------------------------------------------------------------------- requests

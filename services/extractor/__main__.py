@@ -7,7 +7,7 @@ import dataclasses
 from prometheus_client import CollectorRegistry
 from pydantic import Field, SecretStr
 
-from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
+from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, ExtractorPromptVersion, load_prompt
 from refund_bench.llm_setup import OwnRate, SingleRoleSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
@@ -30,7 +30,7 @@ class Settings(SingleRoleSettings):
     """The refill rate (calls per second) of the rate-limit bucket of this role's endpoint and
     key; unset or empty: ``LLM_RATE_PER_SECOND``. Refused when not above 0, and on
     ``LLM_BASE_URL`` with ``LLM_API_KEY`` unless it equals ``LLM_RATE_PER_SECOND``."""
-    extractor_prompt_version: str = EXTRACTOR_PROMPT_VERSION
+    extractor_prompt_version: ExtractorPromptVersion = EXTRACTOR_PROMPT_VERSION
     auto_approve_cap_minor: CapMinor = DEFAULT_CAP_MINOR
     max_complaint_chars: int = Field(default=DEFAULT_MAX_COMPLAINT_CHARS, ge=1, le=1_000_000)
     """Longest complaint text judged; a longer one is dead-lettered before any model call (the

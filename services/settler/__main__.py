@@ -7,7 +7,7 @@ import dataclasses
 from prometheus_client import CollectorRegistry
 from pydantic import Field, SecretStr
 
-from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
+from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, SettlerPromptVersion, load_prompt
 from refund_bench.llm_setup import OwnRate, SingleRoleSettings, call_counter, single_role
 from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
@@ -29,7 +29,7 @@ class Settings(SingleRoleSettings):
     """The refill rate (calls per second) of the rate-limit bucket of this role's endpoint and
     key; unset or empty: ``LLM_RATE_PER_SECOND``. Refused when not above 0, and on
     ``LLM_BASE_URL`` with ``LLM_API_KEY`` unless it equals ``LLM_RATE_PER_SECOND``."""
-    settler_prompt_version: str = SETTLER_PROMPT_VERSION
+    settler_prompt_version: SettlerPromptVersion = SETTLER_PROMPT_VERSION
 
 
 def main() -> None:

@@ -30,3 +30,25 @@ def test_a_batch_of_no_records_is_refused(settings: type[BaseSettings]) -> None:
     with pytest.raises(ValidationError, match="batch_max_records"):
         settings(batch_max_records=0)
     assert settings(batch_max_records=1).batch_max_records == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "role"),
+    [
+        (ExtractorSettings, "extractor_prompt_version", "extractor"),
+        (JudgePanelSettings, "judge_prompt_version", "judge"),
+        (SettlerSettings, "settler_prompt_version", "settler"),
+    ],
+)
+def test_a_prompt_of_another_role_or_not_shipped_is_refused_at_start(
+    settings: type[BaseSettings], field: str, role: str
+) -> None:
+    """Refused when the settings load, not on every record the stage then reads."""
+    other = "judge/v3" if role != "judge" else "settler/v1"
+    with pytest.raises(ValidationError, match=f"must be a {role} prompt"):
+        settings(**{field: other})
+    with pytest.raises(ValidationError, match="is shipped with this release"):
+        settings(**{field: f"{role}/v999"})
+    with pytest.raises(ValidationError, match="must look like"):
+        settings(**{field: f"{role}/latest"})
+    assert getattr(settings(), field).startswith(f"{role}/")
