@@ -2,8 +2,9 @@
 
 Servers come from the running stack when its addresses are in the environment
 (``KAFKA_BOOTSTRAP_SERVERS`` and friends, written by ``make stack-up`` into
-``.stack/env.sh``), else from testcontainers when a Docker engine answers. With neither, a test
-that needs a server fails under ``CI=true`` and is skipped elsewhere.
+``.stack/env.sh``), else from testcontainers when a Docker engine answers (Kafka, PostgreSQL
+and Redis only). A test that needs a server the environment does not give fails under CI (``CI``
+set to ``true``, ``1`` or ``yes``, in any case) and is skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NoReturn
 
 import pytest
 
@@ -39,13 +41,20 @@ def _docker_available() -> bool:
     return probe.returncode == 0
 
 
-def unavailable(what: str) -> None:
-    """Skip, or fail under ``CI=true``: CI must never pass by skipping a server test."""
+def under_ci() -> bool:
+    """Whether the tests run under CI: ``CI`` set to ``true``, ``1`` or ``yes`` (any case), the
+    spellings CI systems export. The one place the tests decide between skipping and failing."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def unavailable(what: str) -> NoReturn:
+    """Skip, or fail under CI (:func:`under_ci`): CI must never pass by skipping a server test."""
     message = (
-        f"{what} is not available: run `make stack-up` and `source .stack/env.sh`, "
-        "or provide a Docker engine for testcontainers"
+        f"{what} is not available: run `make stack-up` and `source .stack/env.sh` "
+        "(without the stack, a Docker engine gives Kafka, PostgreSQL and Redis through "
+        "testcontainers, but not stripe-mock, the schema registry or the LLM stand-in)"
     )
-    if os.environ.get("CI") == "true":
+    if under_ci():
         pytest.fail(message)
     pytest.skip(message)
 

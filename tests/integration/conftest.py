@@ -4,7 +4,7 @@ stack's PostgreSQL with the schema applied and the sample orders seeded.
 The stand-in runs in the test process, in a background thread, as a real uvicorn server on a
 socket bound to 127.0.0.1 (port chosen by the OS); clients talk HTTP to it like to any
 endpoint. Redis comes from ``REDIS_URL`` (the stack's); without it the tests that need it are
-skipped, and fail under ``CI=true``.
+skipped, and fail under CI.
 """
 
 from __future__ import annotations
@@ -76,10 +76,7 @@ def sasl_bootstrap() -> str:
 def redis_url() -> str:
     url = os.environ.get("REDIS_URL", "")
     if not url:
-        message = "REDIS_URL is not set: run `make stack-up` and `source .stack/env.sh`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("Redis (REDIS_URL)")
     return url
 
 
