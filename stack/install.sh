@@ -181,10 +181,12 @@ install_apt_packages
 install_kafka
 install_stripe_mock
 install_promtool
-# The registry is optional (the Python side has a fallback): warn, don't fail.
+# The registry is optional on a developer machine (the stages fall back to fingerprint headers):
+# warn, don't fail. Under CI (CI=true/1/yes) it is required: the registry tests must run.
 rm -f "$RUN_DIR/schema-registry.unavailable"
 if ! install_registry; then
-  warn "schema registry unavailable; SCHEMA_REGISTRY_URL will be empty"
+  ci_truthy && die "the schema registry could not be installed, and CI needs it (see $LOG_DIR/install-*.log)"
+  warn "schema registry unavailable; SCHEMA_REGISTRY_URL will be empty and the tests that need the registry will skip (see $LOG_DIR/install-*.log)"
   echo "install failed: see .stack/logs/install-*.log" >"$RUN_DIR/schema-registry.unavailable"
 fi
 log "install complete"

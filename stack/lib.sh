@@ -69,6 +69,18 @@ info() { if [[ -n "${STACK_VERBOSE:-}" || -t 2 ]]; then echo "stack: $*" >&2; fi
 warn() { echo "stack: WARNING: $*" >&2; }
 die()  { echo "stack: ERROR: $*" >&2; exit 1; }
 
+# Whether this runs under CI: CI set to true, 1 or yes, in any case (the spellings CI systems
+# export; the tests read it the same way, tests/conftest.py under_ci). Under CI a part of the
+# stack that is optional on a developer machine (the schema registry) must be there.
+ci_truthy() {
+  local v="${CI:-}"
+  v="${v//[[:space:]]/}"
+  case "${v,,}" in
+    true | 1 | yes) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
 ensure_dirs() {
   mkdir -p "$CACHE_DIR" "$DATA_DIR" "$LOG_DIR" "$RUN_DIR"
   # the unprivileged PostgreSQL user must be able to traverse into .stack/data

@@ -100,6 +100,15 @@ def kafka(stack: Stack) -> str:
 
 
 @pytest.fixture(scope="session")
+def registry_url(stack: Stack) -> str:
+    """The schema registry, for a test that needs a real one (most tests take :func:`framing`,
+    which without a registry frames records with schema fingerprints instead)."""
+    if not stack.registry_url:
+        unavailable("the schema registry (SCHEMA_REGISTRY_URL)")
+    return stack.registry_url
+
+
+@pytest.fixture(scope="session")
 def framing(stack: Stack) -> Framing:
     return framing_from_registry_url(stack.registry_url)
 

@@ -19,7 +19,6 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.retry import RetryPolicy
-from tests.conftest import Stack
 
 pytestmark = pytest.mark.stack
 
@@ -63,23 +62,23 @@ def failing_registry() -> Iterator[str]:
     server.server_close()
 
 
-def test_an_unknown_schema_id_is_invalid_input(stack: Stack) -> None:
+def test_an_unknown_schema_id_is_invalid_input(registry_url: str) -> None:
     with pytest.raises(InvalidInput, match="writer schema id 987654 not found"):
-        _framing(stack.registry_url).writer_schema(_record(987654))
+        _framing(registry_url).writer_schema(_record(987654))
 
 
-def test_a_writer_schema_that_is_no_avro_schema_is_invalid_input(stack: Stack) -> None:
+def test_a_writer_schema_that_is_no_avro_schema_is_invalid_input(registry_url: str) -> None:
     """A record framed with the id of a JSON Schema, or of an Avro schema that names a type
     from another subject (a schema reference, which the codec does not resolve), is bad input
     like an unknown id: dead-lettered, not a stop of the stage."""
     from refund_bench.codec import Codec
     from refund_bench.topics import COMPLAINT_RECEIVED
 
-    client = SchemaRegistryClient({"url": stack.registry_url})
+    client = SchemaRegistryClient({"url": registry_url})
     subject = f"not-avro-{uuid.uuid4().hex[:8]}-value"
     json_schema = Schema('{"type": "object", "properties": {"a": {"type": "string"}}}', "JSON")
     json_id = client.register_schema(subject, json_schema)
-    codec = Codec(_framing(stack.registry_url), {"complaint.received": COMPLAINT_RECEIVED.schema})
+    codec = Codec(_framing(registry_url), {"complaint.received": COMPLAINT_RECEIVED.schema})
     with pytest.raises(InvalidInput, match=f"writer schema id {json_id} is a JSON schema"):
         codec.decode("complaint.received", _record(json_id))
 
@@ -120,12 +119,12 @@ def test_registering_a_schema_through_an_outage_is_retried_then_transient(
 
 
 def test_the_registry_refuses_a_complaint_schema_the_extractor_could_not_read(
-    stack: Stack,
+    registry_url: str,
 ) -> None:
     """Upstream services write complaint.received and the extractor reads it: a publisher's new
     schema that drops a field the contract needs (which BACKWARD alone would allow: a new reader
     can skip an old field) is refused at registration, before any record is written with it."""
-    client = SchemaRegistryClient({"url": stack.registry_url})
+    client = SchemaRegistryClient({"url": registry_url})
     subject = f"test-{uuid.uuid4().hex}-value"
     contract = load_schema("complaint.received")
     client.register_schema(subject, Schema(json.dumps(contract), "AVRO"))

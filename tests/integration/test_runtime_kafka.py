@@ -1026,7 +1026,7 @@ class _SlowLookupRegistry:
 
 
 def test_an_async_stage_goes_on_while_a_writer_schema_is_looked_up(
-    stack: Stack, new_topic: TopicFactory
+    stack: Stack, registry_url: str, new_topic: TopicFactory
 ) -> None:
     """A record names a writer schema the stage has not seen, and the registry takes seconds to
     answer (or is down, and the lookup is retried). The handlers already in flight (the judge's
@@ -1038,7 +1038,7 @@ def test_an_async_stage_goes_on_while_a_writer_schema_is_looked_up(
     from refund_bench.topics import TopicSpec, ensure_topics
 
     delay_s = 4.0
-    registry = _SlowLookupRegistry(stack.registry_url, delay_s)
+    registry = _SlowLookupRegistry(registry_url, delay_s)
     framing = RegistryFraming(SchemaRegistryClient({"url": registry.url, "max.retries": 0}))
     source, sink = new_topic("lookup-in", 1), new_topic("lookup-out", 1)
     dlq = f"{source}.dlq"
