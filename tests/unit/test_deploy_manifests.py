@@ -343,6 +343,43 @@ def test_every_deployment_spreads_its_own_pods_over_nodes_and_zones() -> None:
             assert constraint["maxSkew"] == 1, name
 
 
+def _selects(match_labels: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in match_labels.items())
+
+
+def test_every_deployment_has_a_disruption_budget_over_its_own_pods() -> None:
+    """A node drain evicts at most one pod of each Deployment at a time: each has a
+    PodDisruptionBudget (``maxUnavailable: 1``) whose selector picks its pods and no other
+    Deployment's (a budget that selects nothing protects nothing, silently)."""
+    documents = _all_documents()
+    deployments = [doc for doc in documents if doc["kind"] == "Deployment"]
+    budgets = [doc for doc in documents if doc["kind"] == "PodDisruptionBudget"]
+    assert deployments
+    for budget in budgets:
+        name = budget["metadata"]["name"]
+        assert budget["apiVersion"] == "policy/v1", name
+        assert set(budget["spec"]["selector"]) == {"matchLabels"}, name
+        assert budget["spec"]["maxUnavailable"] == 1, name
+        assert "minAvailable" not in budget["spec"], name
+    for doc in deployments:
+        name = doc["metadata"]["name"]
+        pod_labels = doc["spec"]["template"]["metadata"]["labels"]
+        covering = [
+            budget
+            for budget in budgets
+            if _selects(budget["spec"]["selector"]["matchLabels"], pod_labels)
+        ]
+        assert len(covering) == 1, f"{name}: {len(covering)} PodDisruptionBudgets select its pods"
+        (budget,) = covering
+        assert budget["spec"]["selector"] == doc["spec"]["selector"], name
+        for other in deployments:
+            if other is not doc:
+                other_labels = other["spec"]["template"]["metadata"]["labels"]
+                selector = budget["spec"]["selector"]["matchLabels"]
+                other_name = other["metadata"]["name"]
+                assert not _selects(selector, other_labels), f"{name}'s budget selects {other_name}"
+
+
 def test_strimzi_topics_are_the_topics_the_flow_creates() -> None:
     topics = {
         doc["spec"]["topicName"]: doc["spec"] for doc in _documents(K8S / "strimzi" / "topics.yaml")
