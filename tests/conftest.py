@@ -109,6 +109,14 @@ def registry_url(stack: Stack) -> str:
 
 
 @pytest.fixture(scope="session")
+def stripe_api_base(stack: Stack) -> str:
+    """stripe-mock, for a test that talks to a real Stripe API (most take a loopback fake)."""
+    if not stack.stripe_api_base:
+        unavailable("stripe-mock (STRIPE_API_BASE)")
+    return stack.stripe_api_base
+
+
+@pytest.fixture(scope="session")
 def framing(stack: Stack) -> Framing:
     return framing_from_registry_url(stack.registry_url)
 

@@ -23,7 +23,7 @@ from refund_bench.launcher import Launcher, start_at_the_end
 from refund_bench.provision import provision_stack
 from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
-from tests.conftest import Stack
+from tests.conftest import Stack, unavailable
 from tests.fakes.counting_proxy import CountingProxy, Forwarded
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -137,8 +137,14 @@ def pipeline(stack: Stack) -> Iterator[Pipeline]:
     """The six stages and the recorder, started once for the end-to-end tests and stopped
     after the last of them (not kept running under the integration tests, which publish to the
     same topics)."""
-    if not (stack.database_url and stack.llm_base_url and stack.stripe_api_base):
-        pytest.fail("the pipeline needs DATABASE_URL, LLM_BASE_URL and STRIPE_API_BASE")
+    for address, part in (
+        (stack.database_url, "PostgreSQL (DATABASE_URL)"),
+        (stack.redis_url, "Redis (REDIS_URL)"),
+        (stack.stripe_api_base, "stripe-mock (STRIPE_API_BASE)"),
+        (stack.llm_base_url, "the LLM stand-in (LLM_BASE_URL)"),
+    ):
+        if not address:
+            unavailable(f"{part}, which the pipeline needs,")
     provision_stack(stack.kafka, stack.database_url)
     # Records earlier runs left (decisions other tests published for disputes no stage knows)
     # are not this session's: the stages start after them.

@@ -3,8 +3,8 @@ stack's PostgreSQL with the schema applied and the sample orders seeded.
 
 The stand-in runs in the test process, in a background thread, as a real uvicorn server on a
 socket bound to 127.0.0.1 (port chosen by the OS); clients talk HTTP to it like to any
-endpoint. Redis comes from ``REDIS_URL`` (the stack's); without it the tests that need it are
-skipped, and fail under CI.
+endpoint. Redis comes from ``REDIS_URL`` (the stack's) or testcontainers; without either the
+tests that need it are skipped, and fail under CI.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests.standin import Standin
 def database(stack: Stack) -> str:
     """The stack's database URL, its schema applied and the sample orders seeded."""
     if not stack.database_url:
-        pytest.fail("DATABASE_URL is not set")
+        unavailable("PostgreSQL (DATABASE_URL)")
     migrate(stack.database_url)
     with psycopg.connect(stack.database_url) as conn:
         upsert_orders(conn, SAMPLE_ORDERS)
@@ -73,11 +73,11 @@ def sasl_bootstrap() -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
-    url = os.environ.get("REDIS_URL", "")
-    if not url:
+def redis_url(stack: Stack) -> str:
+    """The stack's Redis (``REDIS_URL``), or the testcontainers one."""
+    if not stack.redis_url:
         unavailable("Redis (REDIS_URL)")
-    return url
+    return stack.redis_url
 
 
 @pytest.fixture(scope="session")

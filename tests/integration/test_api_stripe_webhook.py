@@ -32,7 +32,7 @@ from pydantic import SecretStr
 from refund_bench import topics as t
 from refund_bench.codec import Codec
 from refund_bench.db.payout_rounds import idempotency_key, why_not_repayable
-from tests.conftest import Stack, unavailable
+from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
     delete_dispute,
@@ -791,16 +791,16 @@ def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     assert published_rows(api.database_url, dispute) == []
 
 
-def test_the_refund_is_read_from_stripe_mock_with_the_stripe_client(stack: Stack) -> None:
+def test_the_refund_is_read_from_stripe_mock_with_the_stripe_client(
+    stack: Stack, stripe_api_base: str
+) -> None:
     """stripe-mock holds every refund succeeded (its fixture): a failure event for a paid round
     is read back through the real client and changes nothing."""
-    if not stack.stripe_api_base:
-        unavailable("stripe-mock (STRIPE_API_BASE)")
     with running_api(
         stack,
         stripe_webhook_secret=SecretStr(WEBHOOK_SECRET),
         stripe_api_key=SecretStr("sk_test_123"),
-        stripe_api_base=stack.stripe_api_base,
+        stripe_api_base=stripe_api_base,
     ) as api:
         dispute, refund_id = paid_round(api.database_url)
         answer = deliver(api, refund_event(refund_id, dispute_id=dispute))

@@ -29,7 +29,6 @@ from refund_bench.runtime import Context, Emit, Message
 from services.payout.handler import PayoutHandler
 from services.payout.ledger import PayoutLedger
 from services.payout.payments import PaymentRejected, PaymentsRefusedUs, StripePayments
-from tests.conftest import Stack
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import read_round, seed_round
 from tests.pg_helpers import sessions_waiting_on
@@ -113,11 +112,9 @@ def fake() -> Iterator[FakeStripeServer]:
         yield server
 
 
-def test_refund_request_shape_is_accepted_by_stripe_mock(stack: Stack) -> None:
-    if not stack.stripe_api_base:
-        pytest.fail("STRIPE_API_BASE is not set")
+def test_refund_request_shape_is_accepted_by_stripe_mock(stripe_api_base: str) -> None:
     [refund_id] = _refunds(
-        stack.stripe_api_base,
+        stripe_api_base,
         {
             "payment_reference": "pi_order1840",
             "amount_minor": 68900,
@@ -581,7 +578,7 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
 
 @pytest.mark.parametrize("key", ["sk_live_revoked", "not a key"])
 def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
-    database: str, stack: Stack, key: str
+    database: str, stripe_api_base: str, key: str
 ) -> None:
     """A wrong or revoked STRIPE_API_KEY is the settings, not the refund: the payout stage stops
     (and crash-loops until fixed) instead of failing every round into the review queue; the
@@ -591,7 +588,7 @@ def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
     async def go() -> None:
         pool = pg_pool(database)
         await pool.open()
-        payments = StripePayments(key, stack.stripe_api_base)
+        payments = StripePayments(key, stripe_api_base)
         try:
             handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy(attempts=1))
             await handler.handle(_request(dispute), Context(None))
@@ -611,5 +608,5 @@ def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
             (dispute,),
         ).fetchone() or (None, None)
     assert (attempts, first_call_at) == (0, None)
-    [completed] = _run(database, stack.stripe_api_base, _request(dispute))
+    [completed] = _run(database, stripe_api_base, _request(dispute))
     assert [o.topic for o in completed] == ["payout.completed"], "paid once the key is right"

@@ -132,8 +132,10 @@ def _run_stage(
     stack: Stack, stage: str, setting: str, value: str
 ) -> subprocess.CompletedProcess[str]:
     """``services.<stage>`` run to its end (90 s at most) with ``setting`` set to ``value``."""
+    stores = {"DATABASE_URL": stack.database_url, "REDIS_URL": stack.redis_url}
     env = {
         **os.environ,
+        **{name: address for name, address in stores.items() if address},  # testcontainers'
         "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
         "SCHEMA_REGISTRY_URL": stack.registry_url,
         "METRICS_HOST": "127.0.0.1",
