@@ -60,7 +60,7 @@ install_kafka() {
   info "downloading Apache Kafka jars (Maven Central) into $KAFKA_LIBS"
   rm -rf "$KAFKA_LIBS"
   local mlog="$LOG_DIR/install-kafka-maven.log"
-  if ! mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
+  if ! mvn -q -B -C -Dstyle.color=never -f "$pom" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$KAFKA_LIBS" >"$mlog" 2>&1; then
     die "Maven could not fetch the Kafka jars: mvn -f $pom dependency:copy-dependencies (see $mlog):
 $(tail -n 20 "$mlog")"
@@ -180,7 +180,7 @@ install_registry() {
     local tgz="$dl/apicurio-registry-app-$APICURIO_VERSION-all.tar.gz"
     mkdir -p "$dl"
     if [[ ! -s "$tgz" ]]; then
-      if ! mvn -q -B -Dstyle.color=never "$MVN_DEPENDENCY_PLUGIN:copy" \
+      if ! mvn -q -B -C -Dstyle.color=never "$MVN_DEPENDENCY_PLUGIN:copy" \
           -Dartifact="io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all" \
           -DoutputDirectory="$dl" -Dmdep.useBaseVersion=true >"$rlog" 2>&1; then
         warn "could not download io.apicurio:apicurio-registry-app:$APICURIO_VERSION:tar.gz:all (see $rlog)"
