@@ -24,7 +24,8 @@ lock:
 	  .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt
 	rm -rf .lock-venv
 
-# Debian's Chromium for the review-desk browser test (Playwright drives it; nothing is downloaded).
+# A Chromium for the review-desk browser test (Playwright drives it; nothing is downloaded): the
+# `chromium` on PATH, which the test looks up the same way; Debian's package when there is none.
 browser:
 	@command -v chromium >/dev/null || { \
 	  [ "$$(id -u)" -eq 0 ] || { echo "missing system package: chromium (run as root, or: sudo apt-get install -y chromium)" >&2; exit 1; }; \

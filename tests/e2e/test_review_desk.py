@@ -8,6 +8,7 @@ Screenshots of the queue and the case page go to ``test-artifacts/review-desk/``
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,6 @@ from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "review-desk"
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -38,10 +38,12 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        unavailable(f"{CHROMIUM} (apt-get install chromium; `make test` installs it)")
+    # The `chromium` on PATH, as `make browser` finds it (it installs Debian's when there is none).
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        unavailable("Chromium (`chromium` on PATH: apt-get install chromium, as `make test` does)")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             yield browser
         finally:
