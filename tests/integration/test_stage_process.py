@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.stack
 
 GRACE_S = 30
 """Kubernetes' default grace period: a stage must have stopped this long after SIGTERM."""
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def _free_port() -> int:
@@ -32,6 +34,11 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _tail(log_path: Path) -> str:
+    """The end of a stage's log, to show with a failure."""
+    return f"last lines of {log_path}:\n" + log_path.read_text(errors="replace")[-2000:]
 
 
 def _get(port: int, path: str) -> httpx.Response | None:
@@ -57,19 +64,27 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
         "TRANSACTIONAL_ID": instance,
         "CONSUMER_GROUP": instance,
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.tally"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(
-            lambda: (r := _get(port, "/readyz")) is not None and r.status_code == 200,
-            60,
-            "tally to be ready",
+    # Its log goes to a file: a pipe nobody reads while it runs would block the stage once its
+    # ~64 KB buffer is full.
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / f"{instance}.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.tally"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
+    try:
+        try:
+            wait_for(
+                lambda: (r := _get(port, "/readyz")) is not None and r.status_code == 200,
+                60,
+                "tally to be ready",
+            )
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; {_tail(log_path)}")
         health = _get(port, "/healthz")
         assert health is not None
         assert health.status_code == 200
@@ -83,13 +98,13 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
         try:
             code = process.wait(GRACE_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"tally was still running {GRACE_S} s after SIGTERM")
+            pytest.fail(f"tally was still running {GRACE_S} s after SIGTERM; {_tail(log_path)}")
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(5)
         _delete_group(stack.kafka, instance)
-    assert code == 0, process.stderr.read().decode()[-2000:] if process.stderr else ""
+    assert code == 0, _tail(log_path)
 
 
 def _delete_group(kafka: str, group: str) -> None:
