@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
@@ -45,10 +47,13 @@ def test_a_prompt_of_another_role_or_not_shipped_is_refused_at_start(
 ) -> None:
     """Refused when the settings load, not on every record the stage then reads."""
     other = "judge/v3" if role != "judge" else "settler/v1"
-    with pytest.raises(ValidationError, match=f"must be a {role} prompt"):
-        settings(**{field: other})
-    with pytest.raises(ValidationError, match="is shipped with this release"):
-        settings(**{field: f"{role}/v999"})
-    with pytest.raises(ValidationError, match="must look like"):
-        settings(**{field: f"{role}/latest"})
+    refused: list[tuple[str, str]] = [
+        (other, f"must be a {role} prompt"),
+        (f"{role}/v999", "is shipped with this release"),
+        (f"{role}/latest", "must look like"),
+    ]
+    for version, why in refused:
+        given: dict[str, Any] = {field: version}
+        with pytest.raises(ValidationError, match=why):
+            settings(**given)
     assert getattr(settings(), field).startswith(f"{role}/")
