@@ -204,15 +204,21 @@ class MadeAnswer:
     prompt_version: str | None = None
 
 
-def maker_value(model: str, prompt_version: str) -> str:
+def maker_value(model: str, prompt_version: str, answer: str) -> str:
     """What the cache holds under an answer's key plus :data:`MAKER_SUFFIX`:
-    ``read_maker(maker_value(m, v)) == (m, v)``."""
-    return json.dumps({"model": model, "prompt_version": prompt_version}, ensure_ascii=True)
+    ``read_maker(maker_value(m, v, a), a) == (m, v)``. It names the answer it was written for
+    (by its sha256), so that a record that outlived its answer, which was then drawn again by
+    another model or prompt, is not read as the new answer's maker."""
+    return json.dumps(
+        {"model": model, "prompt_version": prompt_version, "answer_sha256": sha256_hex(answer)},
+        ensure_ascii=True,
+    )
 
 
-def read_maker(value: str | None) -> tuple[str, str] | None:
-    """The ``(model, prompt version)`` a :func:`maker_value` holds; ``None`` for no value or
-    any other."""
+def read_maker(value: str | None, answer: str) -> tuple[str, str] | None:
+    """The ``(model, prompt version)`` a :func:`maker_value` holds for ``answer``; ``None`` for
+    no value, any other value, or one written for another answer. A record of an earlier
+    release, which names no answer, is read as ``answer``'s."""
     if value is None:
         return None
     try:
@@ -223,6 +229,9 @@ def read_maker(value: str | None) -> tuple[str, str] | None:
         return None
     model, version = maker.get("model"), maker.get("prompt_version")
     if not isinstance(model, str) or not isinstance(version, str):
+        return None
+    written_for = maker.get("answer_sha256")
+    if written_for is not None and written_for != sha256_hex(answer):
         return None
     return model, version
 

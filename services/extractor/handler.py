@@ -230,9 +230,9 @@ class ExtractorHandler:
         if from_cache:
             stored = await self._cache.get(maker_key)
         else:
-            mine = maker_value(self._llm.model, request.prompt_version)
+            mine = maker_value(self._llm.model, request.prompt_version, answer)
             stored = await self._cache.put_if_absent(maker_key, mine)
-        maker = read_maker(stored)
+        maker = read_maker(stored, answer)
         return MadeAnswer(answer) if maker is None else MadeAnswer(answer, *maker)
 
     def _unpriced(

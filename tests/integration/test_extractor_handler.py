@@ -375,6 +375,52 @@ def test_an_answer_cached_without_its_maker_stays_readable_and_names_the_configu
     assert makers == {("extractor-after", EXTRACTOR_PROMPT_VERSION)}
 
 
+def test_an_answer_drawn_again_after_its_predecessor_left_the_cache_names_its_own_maker(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The answer left the cache (evicted, expired) while the record of its maker stayed. The
+    complaint delivered again is extracted anew, by the model configured now (the endpoint's
+    ``any-model``): its events name that model, not the one the surviving record names."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    _handle(
+        database,
+        redis_url,
+        standin,
+        dispute,
+        cache_prefix=cache,
+        prompt_version="extractor/v1",
+        model="extractor-before",
+    )
+
+    async def evict_the_answer() -> str:
+        redis = Redis.from_url(redis_url, decode_responses=True)
+        try:
+            keys = [key async for key in redis.scan_iter(f"{cache}*")]
+            (answer_key,) = [key for key in keys if not key.endswith(":made-by")]
+            answer = str(await redis.get(answer_key))
+            await redis.delete(answer_key)
+            return answer
+        finally:
+            await redis.aclose()
+
+    # The same grievances, worded as another draw would be (other whitespace).
+    redrawn = json.dumps(json.loads(asyncio.run(evict_the_answer())), indent=1)
+    with FixedAnswerServer(completion(redrawn)) as server:
+        (again,) = _handle(
+            database,
+            redis_url,
+            standin,
+            dispute,
+            cache_prefix=cache,
+            endpoint=server,
+        )
+    assert len(server.requests) == 1
+    assert len(again) == 4
+    makers = {(e.value["extractor_model"], e.value["extractor_prompt_version"]) for e in again}
+    assert makers == {("any-model", EXTRACTOR_PROMPT_VERSION)}
+
+
 def test_an_answer_that_looks_like_a_cached_refusal_ends_the_same_on_every_delivery(
     database: str, redis_url: str, standin: Standin
 ) -> None:

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from refund_bench.llm.cache import maker_value, read_maker
 
 
-@given(st.text(), st.text())
-def test_a_maker_reads_back_as_written(model: str, version: str) -> None:
-    assert read_maker(maker_value(model, version)) == (model, version)
+@given(st.text(), st.text(), st.text())
+def test_a_maker_reads_back_as_written(model: str, version: str, answer: str) -> None:
+    assert read_maker(maker_value(model, version, answer), answer) == (model, version)
+
+
+@given(st.text(), st.text(), st.text(), st.text())
+def test_a_maker_written_for_another_answer_is_not_this_ones(
+    model: str, version: str, answer: str, other: str
+) -> None:
+    """A record that outlived its answer, which another model then drew again, does not name
+    that model's answer."""
+    assume(answer != other)
+    assert read_maker(maker_value(model, version, other), answer) is None
+
+
+def test_a_maker_of_an_earlier_release_names_no_answer_and_is_read() -> None:
+    assert read_maker('{"model": "m", "prompt_version": "extractor/v1"}', "a") == (
+        "m",
+        "extractor/v1",
+    )
 
 
 def test_no_maker_or_another_value_reads_as_unknown() -> None:
@@ -22,4 +39,4 @@ def test_no_maker_or_another_value_reads_as_unknown() -> None:
         '{"model": "m", "prompt_version": 2}',
         '["m", "v"]',
     ):
-        assert read_maker(value) is None, value
+        assert read_maker(value, "a") is None, value
