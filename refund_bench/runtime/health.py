@@ -3,10 +3,17 @@
 ``/healthz`` is 200 while the poll loop has polled within ``liveness_timeout_s`` (a wedged loop
 fails it and Kubernetes restarts the pod); ``/readyz`` is 200 once the stage is consuming, except
 while it restores state from a changelog (a rolling update waits for a restored replica).
+
+Each connection is served in a thread of its own and dropped after ``CONNECTION_TIMEOUT_S`` of
+silence, so a client that connects and sends nothing, or reads ``/metrics`` slowly, cannot hold
+back the kubelet's probes (3 s each in the manifests) and get a healthy pod restarted.
 """
 
 from __future__ import annotations
 
+import logging
+import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +24,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+log = logging.getLogger(__name__)
+
 StartResponse = Callable[..., Any]
+
+CONNECTION_TIMEOUT_S = 5.0
+"""How long one connection may wait on its client, for each read of its request and each write
+of its answer; then the server closes it."""
 
 
 @dataclass
@@ -51,8 +64,33 @@ class Heartbeat:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    """One connection, whose socket times out after its server's ``connection_timeout_s``;
+    no access log."""
+
+    server: _ThreadingWSGIServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.connection_timeout_s)
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """wsgiref's server with a thread per connection, so that one slow or silent client does not
+    keep the others waiting. Daemon threads: stopping the server waits for none of them."""
+
+    daemon_threads = True
+    connection_timeout_s = CONNECTION_TIMEOUT_S
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or went away (an ``OSError``) is no error of the stage's:
+        logged at DEBUG only. Anything else is logged as a warning, with its traceback."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("health connection from %s dropped", client_address, exc_info=True)
+        else:
+            log.warning("health connection from %s failed", client_address, exc_info=True)
 
 
 class HealthServer:
@@ -64,10 +102,14 @@ class HealthServer:
         registry: CollectorRegistry,
         host: str = "0.0.0.0",  # noqa: S104 - probes and scrapes come from the cluster
         port: int = 0,
+        connection_timeout_s: float = CONNECTION_TIMEOUT_S,
     ) -> None:
         self._heartbeat = heartbeat
         self._metrics_app = make_wsgi_app(registry)
-        self._server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        self._server = make_server(
+            host, port, self._app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+        )
+        self._server.connection_timeout_s = connection_timeout_s
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
