@@ -68,6 +68,10 @@ from refund_bench.topics import Topic, changelog_topic
 log = logging.getLogger(__name__)
 
 _TXN_RETRIES = 10
+"""Attempts of one transactional call, at most (within the commit's deadline)."""
+TXN_CALL_MIN_S = 1.0
+"""The least time one transactional call is given, even past the commit's deadline: a call
+given none would fail unsent. A commit may so take ``commit_timeout_s`` plus this, at most."""
 _RECORD_OVERHEAD_BYTES = 512
 """Room left under the producer's ``message.max.bytes`` for a record's framing on the wire."""
 
@@ -146,6 +150,8 @@ class RuntimeConfig:
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
     commit_timeout_s: float = 30.0
+    """Exactly-once: how long one commit may take, ``send_offsets_to_transaction`` and
+    ``commit_transaction`` together, their retries included (see :func:`retry_transactional`)."""
     state_retention_s: float | None = None
     """Overrides the stage's ``StageSpec.store_retention_s``."""
     state_expiry_per_batch: int = 1000
@@ -851,29 +857,22 @@ class StageRunner:
             if tps:
                 consumer.commit(offsets=tps, asynchronous=False)
             return
-        timeout = self.config.commit_timeout_s
-        if tps:
-            self._retry_txn(
-                lambda: producer.send_offsets_to_transaction(
-                    tps, consumer.consumer_group_metadata(), timeout
-                )
-            )
-        self._retry_txn(lambda: producer.commit_transaction(timeout))
+        # One deadline for the whole commit, so that a broker that keeps timing out cannot
+        # hold the loop (and a stopping pod) past it: then the batch is aborted and the process
+        # exits, and the batch is redelivered.
+        deadline = time.monotonic() + self.config.commit_timeout_s
 
-    def _retry_txn(self, op: Callable[[], None]) -> None:
-        """Retry a transactional call while the error is retriable; map fencing to Fenced."""
-        for attempt in range(1, _TXN_RETRIES + 1):
-            try:
-                op()
-                return
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                if err.retriable() and attempt < _TXN_RETRIES:
-                    self.metrics.incr("retries", kind="transaction")
-                    continue
-                if err.fatal():
-                    raise Fenced(f"producer is fenced or fatal: {err.str()}") from exc
-                raise
+        def count_retry() -> None:
+            self.metrics.incr("retries", kind="transaction")
+
+        if tps:
+            group = consumer.consumer_group_metadata()
+            retry_transactional(
+                lambda timeout: producer.send_offsets_to_transaction(tps, group, timeout),
+                deadline,
+                on_retry=count_retry,
+            )
+        retry_transactional(producer.commit_transaction, deadline, on_retry=count_retry)
 
     def _abort_quietly(self) -> None:
         producer = self._producer
@@ -883,6 +882,39 @@ class StageRunner:
             producer.abort_transaction(self.config.commit_timeout_s)
         except KafkaException as exc:
             log.warning("abort_transaction failed: %s", exc)
+
+
+def retry_transactional(
+    call: Callable[[float], object],
+    deadline: float,
+    *,
+    on_retry: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """``call(timeout)``, a transactional call of the producer, retried while its error is
+    retriable, ``_TXN_RETRIES`` attempts at most, until ``deadline`` (on ``clock``). Each attempt
+    is given the time left (:func:`txn_call_timeout`). Fencing and other fatal errors are raised
+    as :class:`Fenced`; the last error otherwise as it is. ``on_retry`` is told of each retry."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            call(txn_call_timeout(deadline, clock()))
+            return
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.retriable() and attempt < _TXN_RETRIES and clock() < deadline:
+                on_retry()
+                continue
+            if err.fatal():
+                raise Fenced(f"producer is fenced or fatal: {err.str()}") from exc
+            raise
+
+
+def txn_call_timeout(deadline: float, now: float) -> float:
+    """Seconds a transactional call made at ``now`` may block: the time left until
+    ``deadline``, but at least :data:`TXN_CALL_MIN_S`."""
+    return max(deadline - now, TXN_CALL_MIN_S)
 
 
 class _NotStartedError(Exception):

@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings
 from refund_bench.config import StackSettings, StageSettings
 from refund_bench.kafka_acls import client_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
-from refund_bench.runtime.runner import RuntimeConfig
+from refund_bench.runtime.runner import TXN_CALL_MIN_S, RuntimeConfig
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
 from services.api.server import GRACEFUL_SHUTDOWN_S
 from services.api.settings import ApiSettings
@@ -448,7 +448,7 @@ def test_a_stopping_stage_has_time_to_drain_and_commit_before_it_is_killed() -> 
     (``DRAIN_TIMEOUT_S``, async stages) and its last commit at its longest."""
     stages = [(n, t, c) for n, t, c in _workloads() if n != "api" and n != "provision"]
     assert len(stages) == 7
-    commit_s = RuntimeConfig("", "", "").commit_timeout_s
+    commit_s = RuntimeConfig("", "", "").commit_timeout_s + TXN_CALL_MIN_S
     for name, template, container in stages:
         settings = _settings(container)
         assert isinstance(settings, StageSettings), name
