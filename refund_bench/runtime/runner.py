@@ -560,10 +560,20 @@ class StageRunner:
                         self.config.drain_timeout_s,
                     )
                     self.records_abandoned += sum(b.size for b in pending)
-                    return
+                    break
+                if self._failing_until is not None and time.monotonic() >= self._failing_until:
+                    # A fatal error in a later batch: the head's calls had the drain timeout.
+                    log.warning(
+                        "%s: %d records still in flight %g s after a fatal error: left uncommitted",
+                        self.spec.name,
+                        sum(b.size for b in pending),
+                        self.config.drain_timeout_s,
+                    )
+                    self.records_abandoned += sum(b.size for b in pending)
+                    break
                 # Wake up for the head batch, for the next poll, or at least every second so
                 # the heartbeat shows the loop alive while long calls are in flight.
-                polling = not self._stopping and room > 0
+                polling = not self._stopping and self._failing_until is None and room > 0
                 wake = self.config.async_poll_interval_s if polling else 1.0
                 await asyncio.wait([pending[0].task], timeout=wake)
         except Exception as exc:
@@ -575,6 +585,11 @@ class StageRunner:
             for batch in pending:
                 batch.task.cancel()
             await asyncio.gather(*(b.task for b in pending), return_exceptions=True)
+        if self._fatal is not None:
+            # A handler failed fatally in a batch behind one still running, or after a stop
+            # while the others of its batch still ran: the wait ran out before that batch came
+            # to be committed. Its error is raised all the same: the process exits non-zero.
+            raise self._fatal
 
     def _may_poll(self, consumer: Consumer, room: int) -> bool:
         """Whether the loop polls now, with ``room`` for this many more records pending: while

@@ -411,6 +411,50 @@ def test_a_stage_is_not_ready_while_it_drains_to_stop(
     assert (error is None) == (ending == "stop"), error
 
 
+@pytest.mark.parametrize("stopped", [True, False], ids=["after a stop", "without a stop"])
+def test_a_fatal_error_behind_a_batch_still_running_stops_the_stage_with_that_error(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, stopped: bool
+) -> None:
+    """r0's call never answers; r1, in the next batch, fails fatally, after a stop (SIGTERM in
+    a rollout) or without one. Once the drain timeout has run out the stage stops with r1's
+    error, so that the process exits non-zero: not as after a clean stop, nor waiting on r0's
+    call for ever. Nothing is committed."""
+    source, sink = new_topic("behind-in", 1), new_topic("behind-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(2), codec)
+    out = Topic(sink, "bench.record")
+    fail = threading.Event()
+    started: set[str] = set()
+
+    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        record_id = str(message.value["id"])
+        started.add(record_id)
+        if record_id == "r0":
+            await asyncio.Event().wait()  # a call that never answers
+        await asyncio.to_thread(fail.wait, 60)
+        raise RuntimeError("the model endpoint refused the API key")
+
+    group = f"behind-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec("behind", (Topic(source, "bench.record"),), (out,), handler)
+    config = _config(stack.kafka, group, batch_max_records=1, drain_timeout_s=2.0)
+    runner = StageRunner(spec, config, framing)
+    stage = StageThread(runner).start()
+    try:
+        wait_for(lambda: len(started) == 2 and runner.heartbeat.ready_now(), 60, "both in flight")
+        if stopped:
+            runner.stop()
+        fail.set()
+        error = stage.join(30)
+    finally:
+        fail.set()
+        if stage.alive:
+            stage.stop(30)
+    assert isinstance(error, RuntimeError), error
+    assert str(error) == "the model endpoint refused the API key"
+    assert runner.records_abandoned == 2
+    assert read_to_end(stack.kafka, sink, timeout_s=30) == [], "nothing is committed"
+
+
 def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_waits(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
