@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,7 +31,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from refund_bench.errors import InvalidInput, TransientError, error_summary
-from refund_bench.retry import RetryPolicy
+from refund_bench.retry import RetryPolicy, SyncSleep
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "avro"
 
@@ -132,6 +133,11 @@ class RegistryClient(Protocol):
     def get_schema(self, schema_id: int) -> Any: ...
 
 
+NOT_FOUND_RETRY = RetryPolicy(attempts=3, base_seconds=0.5, max_seconds=1.0, jitter_seconds=0.25)
+"""How a writer schema id the registry does not have is looked up again: 3 lookups, 0.5 and 1 s
+apart (plus up to 0.25 s each), about 2 s in all."""
+
+
 @dataclass
 class RegistryFraming:
     """Confluent wire format with subject ``<topic>-value`` (TopicNameStrategy)."""
@@ -139,8 +145,23 @@ class RegistryFraming:
     client: RegistryClient
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """For registering and looking up schemas: a registry outage is retried, then raised."""
+    not_found_retry: RetryPolicy = NOT_FOUND_RETRY
+    """A writer schema id the registry answers 404 for is looked up again this way before the
+    record naming it is dead-lettered: a replica of a registry can lack, for a moment, a schema
+    that was just registered on another (a publisher's new contract version)."""
+    missing_for_s: float = 60.0
+    """An id still not found after those lookups is taken as missing for this long: records
+    naming it meanwhile are dead-lettered at once, so that a run of them (a publisher using
+    another registry's ids, say) costs the wait once, not once per record."""
+    sleep: SyncSleep = time.sleep
+    """Between the lookups of an id not found (and of an outage's retries)."""
+    clock: Callable[[], float] = time.monotonic
     _ids: dict[tuple[str, str], int] = field(default_factory=dict)
     _schemas: dict[int, Schema] = field(default_factory=dict)
+    """Only schemas found: an id not found is looked up again at its next record (see
+    ``missing_for_s``)."""
+    _missing: dict[int, float] = field(default_factory=dict)
+    """Ids not found, until when they are taken as missing (on ``clock``)."""
 
     def header_for(self, topic: str, schema: Schema) -> bytes:
         from confluent_kafka.schema_registry import Schema as RegistrySchema
@@ -163,7 +184,7 @@ class RegistryFraming:
         (schema_id,) = struct.unpack(">I", data[1:5])
         schema = self._schemas.get(schema_id)
         if schema is None:
-            registered = self.retry.run(lambda: _asked(lambda: self._fetch(schema_id)))
+            registered = self._lookup(schema_id)
             kind = registered.schema_type or "AVRO"
             if kind != "AVRO":
                 raise InvalidInput(f"writer schema id {schema_id} is a {kind} schema, not Avro")
@@ -177,17 +198,51 @@ class RegistryFraming:
     def answers_offline(self, data: bytes) -> bool:
         return len(data) < 5 or data[0] != 0 or struct.unpack(">I", data[1:5])[0] in self._schemas
 
+    def _lookup(self, schema_id: int) -> Any:
+        """The registered schema. An outage is retried (``retry``), then raised; an id the
+        registry does not have (a 404) is looked up again (``not_found_retry``), then raises
+        :class:`InvalidInput`, so that the record naming it is dead-lettered."""
+        now = self.clock()
+        if self._missing.get(schema_id, now) > now:
+            raise InvalidInput(
+                f"writer schema id {schema_id} not found (looked up less than"
+                f" {self.missing_for_s:g} s ago)"
+            )
+        try:
+            registered = self.not_found_retry.run(
+                lambda: self.retry.run(
+                    lambda: _asked(lambda: self._fetch(schema_id)), sleep=self.sleep
+                ),
+                sleep=self.sleep,
+                retry_on=(_SchemaNotFound,),
+            )
+        except _SchemaNotFound as exc:
+            now = self.clock()
+            if len(self._missing) >= 1024:  # bounded: forget those whose time is up, or else all
+                self._missing = {i: until for i, until in self._missing.items() if until > now}
+                if len(self._missing) >= 1024:
+                    self._missing.clear()
+            self._missing[schema_id] = now + self.missing_for_s
+            lookups = max(1, self.not_found_retry.attempts)
+            raise InvalidInput(f"{exc.reason} ({lookups} lookups)") from exc
+        self._missing.pop(schema_id, None)
+        return registered
+
     def _fetch(self, schema_id: int) -> Any:
-        """The registered schema; :class:`InvalidInput` when the registry has no such id (a 404),
-        so that a record naming it is dead-lettered."""
+        """The registered schema; :class:`_SchemaNotFound` when the registry has no such id."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
             return self.client.get_schema(schema_id)
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
-                raise InvalidInput(f"writer schema id {schema_id} not found: {exc}") from exc
+                raise _SchemaNotFound(f"writer schema id {schema_id} not found: {exc}") from exc
             raise
+
+
+class _SchemaNotFound(InvalidInput):
+    """The registry answered 404 for a writer schema id (it may still be on its way to the
+    replica that answered)."""
 
 
 _T = TypeVar("_T")

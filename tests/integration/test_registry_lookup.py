@@ -1,6 +1,7 @@
-"""Looking up a writer schema: an id the registry does not have is bad input (the DLQ); a
-registry that cannot answer is an outage (retried, then raised), never a reason to dead-letter
-valid records. Registering a schema at start is retried the same way."""
+"""Looking up a writer schema: an id the registry does not have is bad input (the DLQ), once
+it has been looked up again for a moment (a replica may not have a new schema yet); a registry
+that cannot answer is an outage (retried, then raised), never a reason to dead-letter valid
+records. Registering a schema at start is retried the same way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import json
 import socket
 import struct
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,7 +30,9 @@ QUICK = RetryPolicy(attempts=3, base_seconds=0.01, max_seconds=0.01, jitter_seco
 
 
 def _framing(url: str) -> RegistryFraming:
-    return RegistryFraming(SchemaRegistryClient({"url": url, "max.retries": 0}), retry=QUICK)
+    return RegistryFraming(
+        SchemaRegistryClient({"url": url, "max.retries": 0}), retry=QUICK, not_found_retry=QUICK
+    )
 
 
 def _record(schema_id: int) -> bytes:
@@ -62,9 +68,100 @@ def failing_registry() -> Iterator[str]:
     server.server_close()
 
 
+class _LaggingReplica:
+    """The stack's registry behind a proxy that, like a replica a moment behind the one a
+    schema was registered on, answers 404 to the first ``misses`` lookups of each schema id;
+    it counts every lookup of an id."""
+
+    def __init__(self, origin: str, misses: int) -> None:
+        parts = urllib.parse.urlsplit(origin)
+        base = f"{parts.scheme}://{parts.netloc}"
+        self.lookups: dict[int, int] = {}
+        replica = self
+
+        class Forward(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if "/schemas/ids/" in self.path:
+                    schema_id = int(self.path.rsplit("/schemas/ids/", 1)[1].split("?")[0])
+                    seen = replica.lookups[schema_id] = replica.lookups.get(schema_id, 0) + 1
+                    if seen <= misses:
+                        self._answer(404, b'{"error_code": 40403, "message": "Schema not found"}')
+                        return
+                try:
+                    with urllib.request.urlopen(base + self.path, timeout=30) as answer:
+                        status, body = answer.status, answer.read()
+                except urllib.error.HTTPError as exc:
+                    status, body = exc.code, exc.read()
+                self._answer(status, body)
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{parts.path}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def lagging(registry_url: str) -> Iterator[_LaggingReplica]:
+    replica = _LaggingReplica(registry_url, misses=QUICK.attempts - 1)
+    yield replica
+    replica.close()
+
+
 def test_an_unknown_schema_id_is_invalid_input(registry_url: str) -> None:
     with pytest.raises(InvalidInput, match="writer schema id 987654 not found"):
         _framing(registry_url).writer_schema(_record(987654))
+
+
+def test_a_schema_a_replica_does_not_have_yet_is_found_when_looked_up_again(
+    registry_url: str, lagging: _LaggingReplica
+) -> None:
+    """A publisher registered a new contract version on one replica; the replica this stage
+    asks answers 404 for a moment. The record is read, not dead-lettered."""
+    contract = load_schema("bench.record")
+    schema_id = SchemaRegistryClient({"url": registry_url}).register_schema(
+        f"lagging-{uuid.uuid4().hex[:8]}-value", Schema(json.dumps(contract), "AVRO")
+    )
+    framing = _framing(lagging.url)
+    assert framing.writer_schema(_record(schema_id)) == (contract, 5)
+    assert lagging.lookups[schema_id] == QUICK.attempts
+    assert framing.writer_schema(_record(schema_id)) == (contract, 5)
+    assert lagging.lookups[schema_id] == QUICK.attempts, "found, it is kept"
+
+
+def test_an_unknown_schema_id_is_dead_lettered_after_its_lookups_and_then_at_once(
+    lagging: _LaggingReplica,
+) -> None:
+    """The stack's registry has no id 987655 (the replica's 404s give way to the registry's
+    own): its lookups run out and the record is bad input. A record naming it again within
+    ``missing_for_s`` is dead-lettered without looking it up again; after that it is looked
+    up anew."""
+    now = [0.0]
+    framing = _framing(lagging.url)
+    framing.clock = lambda: now[0]
+    with pytest.raises(InvalidInput, match=r"writer schema id 987655 not found: .*3 lookups"):
+        framing.writer_schema(_record(987655))
+    assert lagging.lookups[987655] == QUICK.attempts
+    now[0] += framing.missing_for_s - 1
+    with pytest.raises(InvalidInput, match=r"writer schema id 987655 not found .*ago"):
+        framing.writer_schema(_record(987655))
+    assert lagging.lookups[987655] == QUICK.attempts
+    now[0] += 1
+    with pytest.raises(InvalidInput, match="writer schema id 987655 not found: "):
+        framing.writer_schema(_record(987655))
+    assert lagging.lookups[987655] == 2 * QUICK.attempts
 
 
 def test_a_writer_schema_that_is_no_avro_schema_is_invalid_input(registry_url: str) -> None:
