@@ -67,8 +67,10 @@ def run_stage(
 ) -> None:
     """Run ``spec`` until SIGTERM/SIGINT, serving /healthz, /readyz and /metrics meanwhile.
 
-    On SIGTERM the open batch is finished (committed) and the consumer leaves the group, well
-    inside Kubernetes' default 30 s grace period.
+    On SIGTERM the open batches are finished (committed) and the consumer leaves the group:
+    an async stage drains for at most ``DRAIN_TIMEOUT_S`` (20 s), then the last commit takes at
+    most its commit timeout (30 s), inside the 60 s ``terminationGracePeriodSeconds`` of the
+    manifests (more than Kubernetes' default 30 s).
     """
     heartbeat = Heartbeat(liveness_timeout_s=120.0)
     metrics = metrics or PrometheusMetrics(spec.name, registry)

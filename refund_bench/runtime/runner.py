@@ -145,7 +145,8 @@ class RuntimeConfig:
     drain_timeout_s: float = 20.0
     """Async stages: after :meth:`StageRunner.stop`, how long the batches in flight may take to
     finish and commit. Those still running then are cancelled, uncommitted: their records go to
-    the partitions' next owner. Keep it below the pod's termination grace period."""
+    the partitions' next owner. Keep it, plus ``commit_timeout_s`` for the last commit, below the
+    pod's termination grace period (60 s in the manifests)."""
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
