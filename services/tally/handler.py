@@ -29,7 +29,7 @@ from services.tally.votes import (
     BenchState,
     RulingSummary,
     add_ruling,
-    should_emit,
+    is_complete,
     tally,
 )
 
@@ -73,7 +73,7 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
         raise InvalidInput(f"ruling cannot be counted: {exc}") from exc
     if not is_new:
         return ()
-    if not should_emit(bench):
+    if not is_complete(bench):
         store.put(key, {"bench": bench.to_dict(), "facts": facts})
         return ()
     verdict = _verdict(cast_, bench)

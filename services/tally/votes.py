@@ -8,9 +8,11 @@ word. An UPHELD or REJECTED that cites no evidence at all is counted as ESCALATE
 whoever wrote it. The split (3-0, 2-1, 1-1-1) is kept because a unanimous verdict is stronger
 than a narrow one.
 
-:class:`BenchState` is what the tally stores per grievance in its compacted changelog: the
-rulings seen so far (first ruling per seat wins, so redelivered ``ruling.cast`` records are
-harmless) and whether the verdict was already emitted, so it is emitted exactly once.
+:class:`BenchState` is the bench the tally stores per grievance in its compacted changelog until
+the last seat is in: the rulings seen so far (first ruling per seat wins, so redelivered
+``ruling.cast`` records are harmless). Once the bench is complete the verdict is emitted and the
+tally stores a ``decided_at`` marker instead (:mod:`services.tally.handler`), which is what
+makes the verdict come out exactly once.
 """
 
 from __future__ import annotations
@@ -127,7 +129,16 @@ class BenchState(BaseModel):
 
     judge_count: int = Field(ge=1)
     rulings: tuple[RulingSummary, ...] = ()
-    emitted: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_the_emitted_flag(cls, data: Any) -> Any:
+        """Benches stored by earlier versions carry an ``emitted`` flag, no longer kept (a
+        decided grievance is a ``decided_at`` marker, and a complete bench takes no new seat):
+        it is read and dropped."""
+        if isinstance(data, Mapping) and "emitted" in data:
+            return {k: v for k, v in data.items() if k != "emitted"}
+        return data
 
     @model_validator(mode="after")
     def _seats_are_valid(self) -> BenchState:
@@ -187,24 +198,12 @@ def add_ruling(
     if seat in state.seats():
         return state, False
     rulings = tuple(sorted((*state.rulings, ruling_summary), key=lambda r: r.judge_seat))
-    return BenchState(judge_count=judge_count, rulings=rulings, emitted=state.emitted), True
+    return BenchState(judge_count=judge_count, rulings=rulings), True
 
 
 def is_complete(state: BenchState) -> bool:
     """True when every seat of the bench has ruled."""
     return len(state.rulings) == state.judge_count
-
-
-def mark_emitted(state: BenchState) -> BenchState:
-    """The state after its verdict has been emitted (idempotent)."""
-    if state.emitted:
-        return state
-    return BenchState(judge_count=state.judge_count, rulings=state.rulings, emitted=True)
-
-
-def should_emit(state: BenchState) -> bool:
-    """True exactly when the bench is complete and its verdict has not been emitted yet."""
-    return is_complete(state) and not state.emitted
 
 
 def tally(state: BenchState) -> VoteCount:

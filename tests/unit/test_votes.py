@@ -14,8 +14,6 @@ from services.tally.votes import (
     add_ruling,
     count_votes,
     is_complete,
-    mark_emitted,
-    should_emit,
     tally,
 )
 
@@ -91,12 +89,7 @@ def test_state_collects_seats_and_completes_once() -> None:
     state, new = add_ruling(state, 2, summary(2, E), 3)
     assert new
     assert is_complete(state)
-    assert should_emit(state)
     assert tally(state).outcome is E
-    emitted = mark_emitted(state)
-    assert not should_emit(emitted)
-    assert is_complete(emitted)
-    assert mark_emitted(emitted) is emitted
 
 
 def test_duplicate_seat_is_ignored_and_first_ruling_wins() -> None:
@@ -107,16 +100,29 @@ def test_duplicate_seat_is_ignored_and_first_ruling_wins() -> None:
     assert again.rulings[0].reasoning == "first"
 
 
-def test_a_redelivered_ruling_after_emission_does_not_re_emit() -> None:
+def test_a_complete_bench_takes_no_new_seat() -> None:
+    """A ruling redelivered once the bench is complete (as the tally kept decided benches
+    before their marker) is never new, so it never makes a second verdict."""
     state: BenchState | None = None
     for seat in range(3):
         state, _ = add_ruling(state, seat, summary(seat), 3)
     assert state is not None
-    done = mark_emitted(state)
-    after, new = add_ruling(done, 1, summary(1, R), 3)
+    after, new = add_ruling(state, 1, summary(1, R), 3)
     assert not new
-    assert after == done
-    assert not should_emit(after)
+    assert after is state
+
+
+@pytest.mark.parametrize("emitted", [True, False])
+def test_a_bench_stored_with_the_earlier_emitted_flag_loads_and_is_stored_without_it(
+    emitted: bool,
+) -> None:
+    rulings = [summary(seat).model_dump(mode="json") for seat in range(3)]
+    stored = {"judge_count": 3, "rulings": rulings, "emitted": emitted}
+    state = BenchState.from_dict(stored)
+    assert is_complete(state)
+    assert state.to_dict() == {"judge_count": 3, "rulings": rulings}
+    assert "emitted" not in state.to_json()
+    assert BenchState.from_json(f'{{"judge_count": 1, "emitted": {str(emitted).lower()}}}')
 
 
 @pytest.mark.parametrize(
@@ -143,7 +149,6 @@ def test_tally_of_an_incomplete_bench_raises() -> None:
 def test_state_round_trips_through_json_and_dict() -> None:
     state, _ = add_ruling(None, 2, summary(2, E), 3)
     state, _ = add_ruling(state, 0, summary(0, U), 3)
-    state = mark_emitted(state)
     assert BenchState.from_json(state.to_json()) == state
     assert BenchState.from_dict(state.to_dict()) == state
     assert state.to_dict()["rulings"][0]["ruling"] == "UPHELD"
