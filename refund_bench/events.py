@@ -52,14 +52,20 @@ def parse(model: type[E], value: Mapping[str, Any]) -> E:
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        # The field and the rule, never the value: the reason is logged and kept with the dead
-        # letter, and a value may be a customer's words.
-        first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
-        field = ".".join(str(part) for part in first["loc"]) or "the event"
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise InvalidInput(
-            f"{model.__name__} failed validation: {field}: {first['msg']}{more}"
+            f"{model.__name__} failed validation: {validation_reason(exc, whole='the event')}"
         ) from exc
+
+
+def validation_reason(exc: ValidationError, where: str = "", whole: str = "the value") -> str:
+    """A pydantic validation error as a dead letter's reason may hold it: the first error's
+    field (under ``where``, if given; ``whole`` for the value as a whole) and rule, and how many
+    more there are; never the input. The reason is logged and kept with the dead letter, and a
+    value may be a customer's words (``str(exc)`` quotes each input)."""
+    first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+    field = ".".join(str(part) for part in (where, *first["loc"]) if part != "") or whole
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{field}: {first['msg']}{more}"
 
 
 K = TypeVar("K", bound=StrEnum)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -38,7 +38,8 @@ from refund_bench.domain import (
     Ruling,
     round_half_up_div,
 )
-from refund_bench.errors import InvalidInput
+from refund_bench.errors import InvalidInput, error_summary
+from refund_bench.events import validation_reason
 
 PRICING_VERSION = "2026-12-06.v3"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
@@ -178,12 +179,23 @@ class _Derived(BaseModel):
 
 
 def _read_snapshot(snapshot: Mapping[str, Any]) -> tuple[OrderRecord, _Derived]:
+    order = _snapshot_part(OrderRecord, snapshot, "order")
+    return order, _snapshot_part(_Derived, snapshot, "derived")
+
+
+_Part = TypeVar("_Part", bound=BaseModel)
+
+
+def _snapshot_part(model: type[_Part], snapshot: Mapping[str, Any], name: str) -> _Part:
+    """``snapshot[name]`` read as ``model``; :class:`InvalidInput` naming the field and the
+    rule that failed, never the value (the order's text, a customer's among it)."""
     try:
-        order = OrderRecord.model_validate(snapshot["order"])
-        derived = _Derived.model_validate(snapshot["derived"])
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise InvalidInput(f"evidence snapshot is malformed: {exc}") from exc
-    return order, derived
+        return model.model_validate(snapshot[name])
+    except ValidationError as exc:
+        reason = validation_reason(exc, name)
+        raise InvalidInput(f"evidence snapshot is malformed: {reason}") from exc
+    except (KeyError, TypeError) as exc:
+        raise InvalidInput(f"evidence snapshot is malformed: {error_summary(exc)}") from exc
 
 
 def _natural_key(grievance_id: str) -> tuple[str, int, str]:

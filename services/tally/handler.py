@@ -67,9 +67,16 @@ def handle(message: Message, ctx: Context) -> Sequence[Emit]:
     )
     try:
         bench = BenchState.from_dict(stored["bench"]) if stored else None
+    except ValidationError as exc:
+        reason = ev.validation_reason(exc, "bench")
+        raise InvalidInput(f"ruling cannot be counted: the stored {reason}") from exc
+    try:
         summary = RulingSummary.from_ruling_cast(message.value)
         bench, is_new = add_ruling(bench, cast_.judge_seat, summary, cast_.judge_count)
-    except (ValueError, ValidationError) as exc:
+    except ValidationError as exc:  # before ValueError, which it is: its text quotes the input
+        reason = ev.validation_reason(exc, whole="the ruling")
+        raise InvalidInput(f"ruling cannot be counted: {reason}") from exc
+    except ValueError as exc:  # add_ruling's own, naming seats and counts only
         raise InvalidInput(f"ruling cannot be counted: {exc}") from exc
     if not is_new:
         return ()

@@ -864,3 +864,26 @@ def test_pricing_is_deterministic_and_order_of_verdicts_does_not_matter(
     forward = price_refund(case["verdicts"], snapshot, **kw)
     backward = price_refund(list(reversed(case["verdicts"])), snapshot, **kw)
     assert forward == backward
+
+
+def test_a_malformed_snapshot_is_dead_lettered_naming_the_field_never_quoting_its_text() -> None:
+    """The reason is logged and kept with the dead letter: it names the field and the rule, and
+    leaves out the order's text (a partner conduct report, packaging notes)."""
+    words = "the rider shouted at me outside flat 221B"
+    snapshot = {**SNAPSHOT, "order": {**SNAPSHOT["order"], "partner_conduct_reports": words}}
+    with pytest.raises(InvalidInput) as refused:
+        price_refund([verdict("g1", Category.PARTNER_CONDUCT)], snapshot)
+    assert refused.value.reason == (
+        "evidence snapshot is malformed: order.partner_conduct_reports: Input should be a valid"
+        " tuple"
+    )
+    over = [
+        {**item, "unit_price_minor": MAX_ORDER_MINOR} for item in SNAPSHOT["order"]["line_items"]
+    ]
+    snapshot = {
+        **SNAPSHOT,
+        "order": {**SNAPSHOT["order"], "line_items": over, "packaging_notes": words},
+    }
+    with pytest.raises(InvalidInput, match="malformed: order: Value error, the line items") as too:
+        price_refund([verdict("g1", Category.PARTNER_CONDUCT)], snapshot)
+    assert "221B" not in too.value.reason

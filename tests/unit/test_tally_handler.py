@@ -203,3 +203,26 @@ def test_a_bench_stored_before_the_facts_were_kept_takes_the_next_rulings() -> N
     assert _run(store, _ruling(1)) == []
     [verdict] = _run(store, _ruling(2))
     assert (verdict["split"], verdict["item_name"]) == ("3-0", "Chicken Biryani")
+
+
+def test_a_corrupt_stored_bench_is_dead_lettered_without_quoting_the_rulings() -> None:
+    """A stored bench that cannot be read (its rulings out of seat order, say) dead-letters
+    the ruling with a reason naming the rule, not the stored rulings: their reasoning may
+    quote the customer, and the reason is logged and kept with the dead letter."""
+    store = _store()
+    words = "The customer wrote: my flat is 221B and the rider threw the bag"
+    stored = [
+        {
+            **{k: v for k, v in _ruling(seat).value.items() if k in _SUMMARY_FIELDS},
+            "reasoning": words,
+        }
+        for seat in (1, 0)
+    ]
+    corrupt = {"bench": {"judge_count": 3, "rulings": stored}}
+    store.install(0, bench_key("d-1", "g2"), encode_state(corrupt), 0.0)
+    with pytest.raises(InvalidInput) as refused:
+        _run(store, _ruling(2))
+    assert refused.value.reason == (
+        "ruling cannot be counted: the stored bench: Value error, rulings must be ordered by"
+        " seat, got [1, 0]"
+    )
