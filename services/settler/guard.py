@@ -24,6 +24,10 @@ _MAX_AMOUNT_DIGITS = 15
 state: it is read as inexact, never converted."""
 
 _LETTER = r"[^\W\d_]"
+"""A letter, as the patterns read one. Numerals that are not decimal digits ("❶", "½", "Ⅻ", "五")
+are word characters and so count as letters here; a reply holding one fails on its own
+(:func:`_numerals`), and every digit test below is for the ASCII digits only."""
+_DIGITS = frozenset("0123456789")
 _NUMBER = r"[0-9](?:[0-9]|,(?=[0-9]))*(?:\.[0-9]+)?"
 _KNOWN_CODES = {
     "INR": "INR",
@@ -192,6 +196,13 @@ def format_amount(minor: int, currency: str) -> str:
     return f"{currency} {major}" if cents == 0 else f"{currency} {major}.{cents:02d}"
 
 
+def _numerals(text: str) -> tuple[str, ...]:
+    """The numeric characters of ``text`` that are not decimal digits ("❶", "⓵", "①", "½", "²",
+    "Ⅻ", "五"), each once: numbers the guard does not read (NFKC turns some into digits or
+    letters, others it keeps), so a reply holding one is refused."""
+    return tuple(dict.fromkeys(c for c in text if c.isnumeric() and not c.isdecimal()))
+
+
 def _normalised(text: str) -> str:
     """``text`` as the guard reads it: NFKC (full-width digits and signs become plain ones),
     every other decimal digit as its ASCII one ("५००" is 500), every currency sign not in
@@ -342,11 +353,11 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
     dates = [match.span() for match in _DATE.finditer(text)]
     for token in _TOKEN.finditer(text):
         word = token.group(0)
-        if not word[0].isdigit():
+        if word[0] not in _DIGITS:
             continue
         if any(start <= token.start() < end for start, end in (*covered, *dates)):
             continue
-        if sum(c.isdigit() for c in word) < 2 and not _money_context(text, *token.span()):
+        if sum(c in _DIGITS for c in word) < 2 and not _money_context(text, *token.span()):
             continue
         if _not_money(text, *token.span()):
             continue
@@ -371,7 +382,7 @@ def _not_money(text: str, start: int, end: int) -> bool:
         return True
     if before == "-" and start > 1 and text[start - 2].isalpha():
         return True  # "order-1840"
-    if len(after) == 2 and after[0] in (":", "/") and after[1].isdigit():
+    if len(after) == 2 and after[0] in (":", "/") and after[1] in _DIGITS:
         return True  # "20:15", "04/12"
     return _NOT_MONEY_UNIT.match(text, end) is not None
 
@@ -412,10 +423,14 @@ def check_reply(
     The reply is read after :func:`_normalised` (full-width and other scripts' digits, other
     currency signs).
     """
+    written = text
     text = _normalised(text)
     if len(text) > MAX_REPLY_CHARS:
         return (f"is {len(text)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
     failures: list[str] = []
+    numerals = _numerals(written + text)
+    if numerals:
+        failures.append(f"writes a number in characters it cannot read: {''.join(numerals)!r}")
     stated = format_amount(approved_minor, currency)
     if approved_minor > 0:
         exact = re.compile(
@@ -518,7 +533,7 @@ def safe_phrase(phrase: str, currency: str) -> str:
     "lakh"), "/-", apology stems and what :data:`_OFF_SCRIPT` forbids (links, credentials,
     free things). Read as the guard reads it (:func:`_normalised`); whitespace collapsed."""
     codes = _currency_word_re(currency)
-    cleaned = "".join(c for c in _normalised(phrase) if c not in _SYMBOLS and not c.isdigit())
+    cleaned = "".join(c for c in _normalised(phrase) if c not in _SYMBOLS and not c.isnumeric())
     while True:
         stripped = codes.sub(" ", _SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", cleaned)))
         for _, pattern in _OFF_SCRIPT:

@@ -19,6 +19,7 @@ two disputes of one order come.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,8 @@ from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import SETTLER
 from services.settler.guard import check_reply, format_amount, template_reply
 from services.settler.phrases import describe
+
+log = logging.getLogger(__name__)
 
 _PAYING = (Decision.AUTO_APPROVED.value, Decision.REVIEW_APPROVED.value)
 WHOLE_CLAIM = "your whole claim"
@@ -104,6 +107,42 @@ def _only_held(
     item also on a decided line, "the missing Biryani" held for its quality, it may name)."""
     decided = {line.item_name for line in resolved}
     return sorted({line.item_name for line in held_lines if line.item_name} - decided)
+
+
+_GUARD_ERROR_CHARS = 200
+"""How much of an error the guard raised is stored with the reply."""
+
+
+def guard_failures(
+    text: str,
+    approved: int,
+    currency: str,
+    held: Sequence[str],
+    *,
+    earlier_refund: bool,
+    held_names: Sequence[str],
+    where: str,
+) -> list[str]:
+    """:func:`check_reply`'s failures for the model's ``text``. An error the guard raises is
+    logged (with ``where``) and becomes the one failure, never raised: the model's answer is
+    cached before the guard reads it, so a reply that made the guard raise would stop the stage
+    on every redelivery of the round. With a failure, the template is sent instead."""
+    try:
+        return list(
+            check_reply(
+                text,
+                approved,
+                currency,
+                held,
+                earlier_refund=earlier_refund,
+                held_names=held_names,
+            )
+        )
+    except Exception as exc:  # any fault of the guard's, on any model answer
+        log.exception("the reply guard raised on the model's reply for %s", where)
+        return [
+            f"the guard could not read the reply: {type(exc).__name__}: {exc}"[:_GUARD_ERROR_CHARS]
+        ]
 
 
 def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
@@ -232,15 +271,14 @@ class SettlerHandler:
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
             )
             text = parse_customer_reply(raw).reply
-            failures = list(
-                check_reply(
-                    text,
-                    approved,
-                    priced.currency,
-                    held,
-                    earlier_refund=earlier_refund,
-                    held_names=_only_held(held_lines, resolved),
-                )
+            failures = guard_failures(
+                text,
+                approved,
+                priced.currency,
+                held,
+                earlier_refund=earlier_refund,
+                held_names=_only_held(held_lines, resolved),
+                where=f"{priced.dispute_id} round {priced.round}",
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]

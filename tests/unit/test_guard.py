@@ -494,3 +494,87 @@ def test_the_formatted_amount_reads_back_as_itself(approved: int, currency: str)
     mentions = find_amounts(f"Refunded {format_amount(approved, currency)}.", currency)
     assert mentions
     assert all(m.minor == approved for m in mentions)
+
+
+# --- numerals that are not decimal digits (a reply holding one used to raise) -------------
+
+PAID_HELD = "We have refunded INR 689. The Raita will be reviewed."
+
+
+@pytest.mark.parametrize(
+    "numeral",
+    ["Ref ❶❷.", "Ref ⓿⓵.", "Ref ➀➁.", "Ref ①②.", "Add ½ more.", "Ref Ⅻ.", "五百 back.", "Ref 7²."],
+)
+def test_a_numeral_that_is_not_a_decimal_digit_fails_without_raising(numeral: str) -> None:
+    failures = check_reply(f"{PAID_HELD} {numeral}", 68900, "INR", ["the Raita"])
+    assert any(f.startswith("writes a number in characters it cannot read") for f in failures), (
+        failures
+    )
+
+
+def test_the_audits_circled_digits_fail_with_a_reason() -> None:
+    reply = "We have refunded INR 689. The Raita will be reviewed. Ref ❶❷."
+    assert check_reply(reply, 68900, "INR", ["the Raita"]) == (
+        "writes a number in characters it cannot read: '❶❷'",
+    )
+    assert find_amounts(reply, "INR") == (MoneyMention("INR 689", 68900, "INR"),)
+
+
+def test_other_scripts_decimal_digits_are_still_read_as_digits() -> None:
+    assert check_reply("We have refunded INR ٦٨٩.", 68900, "INR", []) == ()
+    assert check_reply("We have refunded INR \uff16\uff18\uff19.", 68900, "INR", []) == ()
+
+
+@given(
+    st.text(),
+    st.integers(min_value=0, max_value=10**12),
+    currencies,
+    st.lists(st.text(max_size=30), max_size=3),
+    st.lists(st.text(max_size=30), max_size=3),
+    st.booleans(),
+)
+@example(
+    "We have refunded INR 689. The Raita will be reviewed. Ref ❶❷.", 68900, "INR", ["x"], [], False
+)
+@example("⓿⓵ ➀ INR ❶ 12❷ #❸ x❹ 1:❺", 0, "INR", [], ["❶"], True)
+def test_the_guard_never_raises_it_only_passes_or_fails(
+    text: str, approved: int, currency: str, held: list[str], names: list[str], earlier: bool
+) -> None:
+    failures = check_reply(text, approved, currency, held, earlier_refund=earlier, held_names=names)
+    assert isinstance(failures, tuple)
+    assert all(isinstance(f, str) and f for f in failures)
+
+
+def test_a_guard_that_raises_is_a_failure_for_the_handler_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The model's answer is cached before the guard reads it: a guard that raised would stop
+    the settler on every redelivery of the round. It is a failure instead (and the template is
+    sent), logged."""
+    from services.settler import handler
+
+    def broken(*_args: object, **_kwargs: object) -> tuple[str, ...]:
+        raise ValueError("invalid literal for int() with base 10: '❶❷'")
+
+    monkeypatch.setattr(handler, "check_reply", broken)
+    failures = handler.guard_failures(
+        "Ref ❶❷.", 68900, "INR", [], earlier_refund=False, held_names=[], where="d-1 round 1"
+    )
+    assert failures == [
+        "the guard could not read the reply: ValueError: invalid literal for int() with base 10:"
+        " '❶❷'"
+    ]
+    assert "d-1 round 1" in caplog.text
+    monkeypatch.undo()
+    assert (
+        handler.guard_failures(
+            "We have refunded INR 689.",
+            68900,
+            "INR",
+            [],
+            earlier_refund=False,
+            held_names=[],
+            where="d-1 round 1",
+        )
+        == []
+    )
