@@ -159,27 +159,80 @@ _EARLIER = re.compile(
 )
 """A mention of the refund an earlier round paid ("our earlier refund", "our previous reply")."""
 _TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
-_PROMISES = tuple(
+_CLAUSE_BREAK = re.compile(
+    r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
+    r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
+    r"|until|once|after|before|which|who|that|what|where|when)\b",
+    re.IGNORECASE,
+)
+"""Where a clause ends: a bracket, a punctuation mark before a space (not the point of
+"689.50"), a dash between spaces, or a conjunction or relative word ("and", "but", "which",
+"that", ...). Negation and review are read per clause."""
+_NEGATION = r"(?:\b(?:not|no|nothing|never|none|neither|nor|without|cannot|unable)\b|n['\u2019]t\b)"
+_LIGHT = (
+    r"a|an|the|any|your|our|its|this|that|such|some|further|more|additional|extra|full|partial"
+    r"|automatic|immediate|refunds?|credits?|or|nor|be|been|being|is|are|was|were|am|will|would"
+    r"|shall|should|can|could|may|might|must|have|has|had|do|does|did|we|you|i|it|to|for|of|in"
+    r"|by|at|on|able|going|yet|currently|now|possible|due|eligible|entitled|applicable"
+    r"|available|offer(?:ed|ing)?|issu(?:e|ed|ing)|giv(?:e|en|ing)|mak(?:e|ing)|provid(?:e|ed|ing)"
+    r"|process(?:ed|ing)?|send(?:ing)?|approv(?:e|ed|ing)|get(?:ting)?|receiv(?:e|ed|ing)"
+    r"|pay(?:ing)?|part|included|covered|stage|moment|time|longer"
+)
+_NEGATED_BEFORE = re.compile(rf"{_NEGATION}(?:\s+(?:{_LIGHT})\b){{0,6}}\s*$", re.IGNORECASE)
+"""Before money talk in its clause: a negation with at most six auxiliary or light words
+between ("not able to offer a refund", "nothing is refunded", "no refund", "won't credit")."""
+_NOUN_START = re.compile(r"(?:^|\b(?:a|an|any|the|your|our|this|that|such)\s+)$", re.IGNORECASE)
+_NEGATED_AFTER = re.compile(
+    r"(?:\s+(?:for|of|on|to|from)(?:\s+[\w'\u2019-]+){1,3}?)?\s+(?:(?:is|are|was|were|will|would"
+    r"|can|could|shall|should|does|do|did|has|have)(?:\s+not\b|n['\u2019]t\b)|cannot\b)",
+    re.IGNORECASE,
+)
+"""After a refund noun that starts its clause or follows a determiner: a negated verb ("a refund
+is not possible", "refunds for the Raita cannot be made")."""
+_MONEY_NOUN = r"(?:refunds?|credits?|reimbursements?|compensation)"
+_ADVERBS = (
+    r"also|then|now|soon|fully|promptly|gladly|immediately|happily|be|definitely|certainly"
+    r"|surely|quickly|duly|still|just"
+)
+_SOME_WORDS = r"(?:[\w'\u2019-]+\s+){0,3}?"
+_STRONG_PROMISES = tuple(
     re.compile(pattern, re.IGNORECASE)
     for pattern in (
-        r"refunded",
-        r"\bwill\s+(?:be\s+)?refund",
-        r"\brefund\s+(?:of|is|has|was)\b",
-        r"\bcredit(?:ed)?\b",
-        r"\bissued?\s+(?:a\s+|your\s+|the\s+)?refund",
-        r"\bprocess(?:ed)?\s+(?:a\s+|your\s+|the\s+)?refund",
-        r"\b(?:are|is)\s+refunding",
-        r"\brefund\s+will\b",
-        r"\b(?:receive|get|getting|receiving)\s+(?:\w+\s+){0,2}refund",
-        r"\brefund\s+(?:is\s+|has\s+been\s+)?(?:on\s+(?:its|the)\s+way|being\s+processed"
-        r"|processed|initiated|approved)",
-        r"\bmoney\s+back\b",
-        r"\breimburs",
-        r"\bcompensat(?:e|ed|ing)\b",
-        r"\bpay(?:ing)?\s+(?:you\s+)?back\b|\bpaid\s+(?:you\s+)?back\b",
-        r"\b(?:send|sending|sent)\s+(?:\w+\s+){0,2}refund",
+        r"\b(?:refunded|refunding|credited|crediting|reimbursed|reimbursing|compensated"
+        r"|compensating|repaid|repaying)\b",
+        rf"(?:\b(?:will|shall|would|to|can|could|may|might|must|we|i)|['\u2019]ll)\s+"
+        rf"(?:(?:{_ADVERBS})\s+)*(?:refund|credit|reimburse|compensate|pay|repay)\b",
+        rf"\b(?:issu|process|approv|grant|initiat|arrang|send|sent|giv|gave|mak|made|offer"
+        rf"|provid|authori[sz]|confirm|complet|releas)\w*\s+{_SOME_WORDS}{_MONEY_NOUN}\b",
+        rf"\b(?:receiv\w*|get|gets|getting|got|gotten)\s+{_SOME_WORDS}(?:{_MONEY_NOUN}|money)\b",
+        r"\b(?:full|complete|partial|total)\s+refunds?\b|\brefund(?:s|ed)?\s+in\s+full\b",
+        rf"\b(?:{_MONEY_NOUN}|money|amount)\s+(?:[\w'\u2019-]+\s+){{0,4}}?(?:(?:is|are)\s+coming"
+        r"|on\s+(?:its|the|their)\s+way|(?:has|have)\s+been|(?:being\s+)?(?:processed|initiated"
+        r"|approved|issued|granted|sent|released|confirmed|completed)|will|shall|['\u2019]ll"
+        r"|should\s+(?:reach|arrive|reflect|show))\b",
+        r"\bmoney\s+back\b|\bpa(?:y|ys|id|ying)\s+(?:[\w'\u2019-]+\s+){0,2}?back\b"
+        r"|\bback\s+(?:to|into|in|on)\s+your\s+(?:card|account|wallet|bank|upi)\b",
+        rf"\b(?:return\w*|transfer\w*|send|sends|sending|sent|put|putting|deposit\w*|give|gives"
+        rf"|giving|gave|add|adds|added|adding)\s+{_SOME_WORDS}(?:money|amount|funds?|cash"
+        r"|payment|charge)\b",
+        rf"\b(?:money|amount|funds?|cash|payment|charge)\s+{_SOME_WORDS}(?:returned|transferred"
+        r"|sent|credited|reversed|back)\b",
+        r"\brevers\w*\s+(?:[\w'\u2019-]+\s+){0,2}?(?:charge|payment|transaction)s?\b",
     )
 )
+"""Wording that promises money: a refund, credit, reimbursement or compensation given or to
+come ("refunded", "we'll refund", "issued a full refund", "approved your refund request", "a
+refund ... is on the way"), money back or returned ("pay you back", "return the money"). Only a
+negation right before it excuses it (:data:`_NEGATED_BEFORE`)."""
+_MONEY_TALK = re.compile(
+    r"\b(?:refunds?|credits?(?!\s+cards?\b)|reimburs\w*|compensat\w*|cashback|chargebacks?)\b",
+    re.IGNORECASE,
+)
+"""Any other mention of a refund or credit ("a refund for the Raita", not "credit card"). When
+nothing is approved it is excused by a negation (:data:`_NEGATED_BEFORE`,
+:data:`_NEGATED_AFTER`), by a review in its clause ("will review whether a refund is due"), or
+when it names the earlier refund ("our earlier refund")."""
+_REVIEW_WORD = re.compile(r"\breview\w*", re.IGNORECASE)
 # What a caller-supplied phrase may never carry into a template reply: every stem the guard
 # reacts to, and the "/-" that marks rupees.
 _BANNED_STEMS = re.compile(
@@ -404,8 +457,12 @@ def check_reply(
       whole order"), when anything is held;
 
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
-      approved == 0: the reply must not promise money ("refunded", "will refund", "credited",
-      "reimburse", "compensated", "pay you back", "sending your refund"...);
+      approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
+      refund", "issued a full refund", "approved your refund request", "return the money", "a
+      refund ... is on the way", nor any other refund or credit wording, unless a negation
+      governs it ("nothing is refunded", "not able to offer a refund", "a refund is not
+      possible"), it is about a review ("will review whether a refund is due") or it names the
+      earlier refund; a clause giving the zero amount ("the amount approved is INR 0") is none;
     - no other amount (:func:`find_amounts`), and no amount in another currency, may appear;
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
     - no amount may be multiplied, divided or repeated ("INR 689 each", "3 x INR 689", "half of
@@ -441,9 +498,9 @@ def check_reply(
         if held_items:
             failures.extend(_covers_held(text, exact, held_names))
     else:
-        promises = [m.group(0) for p in _PROMISES for m in p.finditer(text)]
-        if promises:
-            failures.append(f"promises money although nothing is approved: {promises[0]!r}")
+        promise = _promise(text, stated)
+        if promise is not None:
+            failures.append(f"promises money although nothing is approved: {promise!r}")
     located = _located_amounts(text, currency)
     statements = _statements(text, located, approved_minor, _tag(currency))
     if approved_minor > 0 and statements > 1:
@@ -478,6 +535,48 @@ def check_reply(
     if apologies > 1:
         failures.append(f"apologises {apologies} times (at most once)")
     return tuple(dict.fromkeys(failures))
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at every :data:`_CLAUSE_BREAK`, empty pieces left out."""
+    return [clause for clause in _CLAUSE_BREAK.split(text) if clause.strip()]
+
+
+def _promise(text: str, stated: str) -> str | None:
+    """The first wording in ``text`` that promises money, when nothing is approved, or None.
+
+    Read clause by clause (:func:`_clauses`). A clause that gives the zero amount as what it is
+    ("the amount approved for refund is INR 0") promises nothing. Otherwise every
+    :data:`_STRONG_PROMISES` match is a promise unless a negation comes right before it
+    (:data:`_NEGATED_BEFORE`); every other :data:`_MONEY_TALK` is one unless negated (before, or
+    after a refund noun: :data:`_NEGATED_AFTER`), in a clause that mentions a review, or part of
+    a mention of the earlier refund.
+    """
+    amount = re.escape(stated)
+    zero = re.compile(
+        rf"\b(?:is|are|was|were|be|of|at|to)\s+{amount}(?![0-9]|[.,][0-9])"
+        rf"|(?<![0-9A-Za-z]){amount}(?![0-9]|[.,][0-9])\s+(?:is|are|was|has|have)\b",
+        re.IGNORECASE,
+    )
+    for clause in _clauses(text):
+        if zero.search(clause):
+            continue
+        for pattern in _STRONG_PROMISES:
+            for match in pattern.finditer(clause):
+                if not _NEGATED_BEFORE.search(clause, 0, match.start()):
+                    return match.group(0)
+        reviewed = _REVIEW_WORD.search(clause) is not None
+        earlier = [m.span() for m in _EARLIER.finditer(clause)]
+        for match in _MONEY_TALK.finditer(clause):
+            if reviewed or any(start <= match.start() < end for start, end in earlier):
+                continue
+            if _NEGATED_BEFORE.search(clause, 0, match.start()):
+                continue
+            noun = _NOUN_START.search(clause, 0, match.start()) is not None
+            if noun and _NEGATED_AFTER.match(clause, match.end()):
+                continue
+            return match.group(0)
+    return None
 
 
 _RESTATED = re.compile(

@@ -206,7 +206,7 @@ def test_a_second_amount_or_benefit_the_audit_found_fails(sneaked: str) -> None:
 
 def test_with_nothing_approved_a_one_digit_amount_fails() -> None:
     failures = check_reply("You will get 9 back in your wallet.", 0, "INR", [])
-    assert failures == ("names an amount other than the approved INR 0: '9'",)
+    assert "names an amount other than the approved INR 0: '9'" in failures, failures
 
 
 @pytest.mark.parametrize(
@@ -578,3 +578,56 @@ def test_a_guard_that_raises_is_a_failure_for_the_handler_not_a_crash(
         )
         == []
     )
+
+
+# --- nothing approved: no wording that promises money ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "promise",
+    [
+        "We'll refund you.",
+        "We have issued a full refund.",
+        "We're refunding the biryanis.",
+        "We shall refund the biryanis.",
+        "We will return the money for the biryanis to your card.",
+        "We are crediting your card for the biryanis.",
+        "We have approved your refund request.",
+        "A refund for the biryanis is on the way.",
+        "We will refund the biryanis you did not get.",
+        "Since the biryanis did not arrive we will refund them.",
+        "We will refund you without delay.",
+        "A refund for the biryanis is due, and a colleague will review the Raita.",
+        "After review we will refund the Raita.",
+        "The Raita is under review and a refund is on its way.",
+        "We have put the money back on your card.",
+        "Your money will be returned.",
+    ],
+)
+def test_with_nothing_approved_any_refund_wording_not_negated_promises_money(
+    promise: str,
+) -> None:
+    failures = check_reply(promise, 0, "INR", [])
+    assert any(f.startswith("promises money although nothing is approved") for f in failures), (
+        failures
+    )
+
+
+@pytest.mark.parametrize(
+    "honest",
+    [
+        "Nothing is refunded now; the Raita is with a reviewer.",
+        "We are not able to offer a refund for this order.",
+        "No refund applies to the late delivery.",
+        "A refund is not possible for this order.",
+        "We won't be refunding anything at this stage.",
+        "We have not credited anything to your wallet.",
+        "A colleague will review whether a refund is due for the Raita.",
+        "Your refund request for the Raita is under review.",
+        "The amount approved for refund at this stage is INR 0.",
+        "Our earlier refund for this order still stands.",
+        "Please check your credit card statement.",
+    ],
+)
+def test_with_nothing_approved_negated_or_review_refund_wording_passes(honest: str) -> None:
+    assert check_reply(honest, 0, "INR", []) == (), honest
