@@ -527,8 +527,15 @@ def check_reply(
         failures.append("does not say that the held items go to review")
     if earlier_refund and not _EARLIER.search(text):
         failures.append("does not mention the refund an earlier round paid")
+    # The reply's own currency code next to its amount is no credential ("CVC 689"): the
+    # amounts in that currency are read as blanks here (any other amount fails above).
+    own = _tag(currency)
+    masked = text
+    for start, end, mention in located:
+        if mention.currency == own:
+            masked = masked[:start] + " " * (end - start) + masked[end:]
     for problem, pattern in _OFF_SCRIPT:
-        found = pattern.search(text)
+        found = pattern.search(masked)
         if found:
             failures.append(f"{problem}: {found.group(0)!r}")
     apologies = len(_APOLOGY.findall(text))
@@ -627,14 +634,21 @@ def _statements(
 
 
 def safe_phrase(phrase: str, currency: str) -> str:
-    """``phrase`` with everything the guard reacts to removed: digits, currency signs, codes
-    and names, money words ("refund", "credit", "voucher", ...), numbers in words ("fifty",
-    "lakh"), "/-", apology stems and what :data:`_OFF_SCRIPT` forbids (links, credentials,
-    free things). Read as the guard reads it (:func:`_normalised`); whitespace collapsed."""
+    """``phrase`` with everything the guard reacts to removed: digits and other numerals,
+    currency signs, codes and names, wording that promises money ("pay back", "reimburse",
+    :data:`_STRONG_PROMISES`), money words ("refund", "credit", "voucher", ...), numbers in
+    words ("fifty", "lakh"), "/-", apology stems and what :data:`_OFF_SCRIPT` forbids (links,
+    credentials, free things). Read as the guard reads it (:func:`_normalised`); whitespace
+    collapsed. What it leaves may still trip a check in the template's sentence (a negation
+    next to "review", say): :func:`template_reply` checks itself for that."""
     codes = _currency_word_re(currency)
     cleaned = "".join(c for c in _normalised(phrase) if c not in _SYMBOLS and not c.isnumeric())
     while True:
-        stripped = codes.sub(" ", _SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", cleaned)))
+        stripped = cleaned
+        for promise in _STRONG_PROMISES:
+            stripped = promise.sub(" ", stripped)
+        stripped = _MONEY_TALK.sub(" ", stripped)
+        stripped = codes.sub(" ", _SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", stripped)))
         for _, pattern in _OFF_SCRIPT:
             stripped = pattern.sub(" ", stripped)
         if stripped == cleaned:
@@ -658,15 +672,42 @@ def template_reply(
     *,
     earlier_refund: bool = False,
 ) -> str:
-    """A plain, deterministic reply that passes :func:`check_reply` by construction.
+    """A plain, deterministic reply that passes :func:`check_reply`.
 
     ``resolved`` and ``held`` are short descriptions ("the late delivery", "the Raita"); they are
-    passed through :func:`safe_phrase` and kept away from the amount sentence.
+    passed through :func:`safe_phrase` and kept away from the amount sentence. A reply that
+    still fails the guard (an item named "No Onion Pizza" next to "will review", say) names
+    the resolved items, then the held ones, then both only generically ("the rest of your
+    complaint"); that last wording passes by construction.
     ``earlier_refund``: an earlier round of the dispute paid money (a later round's reply must
     not read as if nothing had been refunded, nor as if this amount covered everything).
     """
     done = _listing(resolved, currency)
     waiting = _listing(held, currency)
+    for named_done, named_waiting in ((done, waiting), ("", waiting), (done, "")):
+        reply = _template(
+            approved_minor, currency, named_done, named_waiting, bool(held), earlier_refund
+        )
+        try:
+            refused = check_reply(
+                reply, approved_minor, currency, held, earlier_refund=earlier_refund
+            )
+        except Exception:  # noqa: BLE001 - a guard fault on an item name: use plainer words
+            refused = ("unreadable",)
+        if not refused:
+            return reply
+    return _template(approved_minor, currency, "", "", bool(held), earlier_refund)
+
+
+def _template(
+    approved_minor: int,
+    currency: str,
+    done: str,
+    waiting: str,
+    held: bool,
+    earlier_refund: bool,
+) -> str:
+    """:func:`template_reply`'s words for the listings ``done`` and ``waiting`` ("" for none)."""
     sentences: list[str] = []
     if approved_minor > 0:
         besides = ", in addition to our earlier refund for this order" if earlier_refund else ""

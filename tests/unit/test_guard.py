@@ -451,7 +451,62 @@ def test_safe_phrase_strips_what_the_guard_reacts_to() -> None:
 
 # --- properties ---------------------------------------------------------------------------
 
-phrases = st.lists(st.text(max_size=40), max_size=4)
+_TRICKY = st.sampled_from(
+    [
+        "Pay",
+        "Back",
+        "Paid",
+        "Reimburse",
+        "Roll",
+        "refund",
+        "credit",
+        "money",
+        "return",
+        "the",
+        "will",
+        "we'll",
+        "no",
+        "not",
+        "nothing",
+        "n't",
+        "closed",
+        "review",
+        "again",
+        "the same",
+        "once more",
+        "that amount",
+        "nine",
+        "seven",
+        "grand",
+        "whole",
+        "everything",
+        "all your",
+        "every item",
+        "covers",
+        "wallet",
+        "added",
+        "#500",
+        "x5",
+        "credit-500",
+        "bonus:500",
+        "❶",
+        "½",
+        "Ⅻ",
+        "Raita",
+        "Combo",
+        "and",
+        ",",
+        ".",
+        ";",
+        "INR",
+        "₹",
+        "20:15",
+        "sorry",
+    ]
+)
+"""Words the guard reacts to, for item names made of them ("Pay Back Combo", "No Onion")."""
+names = st.text(max_size=40) | st.lists(_TRICKY, min_size=1, max_size=6).map(" ".join)
+phrases = st.lists(names, max_size=4)
 currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
     r"[A-Z]{3}", fullmatch=True
 )
@@ -469,6 +524,9 @@ currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
 @example(68900, "INR", ["a voucher worth 200/-", "1 lakh"], ["500 paisa", "Rupees 5"])
 @example(0, "INR", ["six hundred rupees"], ["money back in dollars"])
 @example(100, "INR", ["the www.evil.example link", "your OTP"], ["a free meal, on us"])
+@example(0, "INR", [], ["Pay Back Combo"])
+@example(1, "CVC", [], [])
+@example(0, "INR", ["Paid Back Pizza"], ["Paid Back Pizza", "Reimburse Roll"])
 def test_template_reply_always_passes_the_guard(
     approved: int, currency: str, resolved: list[str], held: list[str]
 ) -> None:
@@ -631,3 +689,11 @@ def test_with_nothing_approved_any_refund_wording_not_negated_promises_money(
 )
 def test_with_nothing_approved_negated_or_review_refund_wording_passes(honest: str) -> None:
     assert check_reply(honest, 0, "INR", []) == (), honest
+
+
+@pytest.mark.parametrize("name", ["Pay Back Combo", "Paid Back Pizza", "Reimburse Roll"])
+def test_a_held_item_named_like_a_promise_keeps_the_template_within_its_guard(name: str) -> None:
+    for approved in (0, 68900):
+        reply = template_reply(approved, "INR", [], [name])
+        assert check_reply(reply, approved, "INR", [name]) == (), reply
+        assert "A colleague will review" in reply
