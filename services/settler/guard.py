@@ -153,7 +153,12 @@ _REVIEW = re.compile(
     re.IGNORECASE,
 )
 """A review still to come ("will review", "under review", "pending review", "is reviewing"),
-not one done ("we reviewed")."""
+not one done ("we reviewed"). It counts only in a clause with no :data:`_REVIEW_NEGATION`."""
+_REVIEW_NEGATION = re.compile(
+    r"\b(?:not|no|nothing|never|none|without|cannot|unable|closed)\b|n['\u2019]t\b", re.IGNORECASE
+)
+"""A word that cancels a review mention anywhere in its clause: "nothing is left to review", "we
+decided not to review", "no need for a review", "under review earlier is now closed"."""
 _EARLIER = re.compile(
     r"\b(?:earlier|previous|prior|first)\s+(?:refunds?|repl(?:y|ies)|payments?)\b", re.IGNORECASE
 )
@@ -469,7 +474,9 @@ def check_reply(
       INR 689", "another 689", "INR 689 again", "INR 689 a day");
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
-    - with held items, the reply must say they go to review ("will review", "under review");
+    - with held items, the reply must say they go to review ("will review", "under review"), in
+      a clause no negation cancels ("nothing is left to review", "not sent for review", "now
+      closed": :data:`_REVIEW_NEGATION`);
     - after an earlier round paid money (``earlier_refund``), the reply must mention it ("our
       earlier refund", "our previous reply"), so that it reads neither as all there is nor as
       no refund at all;
@@ -523,7 +530,7 @@ def check_reply(
         at = word.start() - 1 if word.group(0).lstrip().startswith("/-") else word.start()
         if not any(start <= at < end for start, end, _ in located):
             failures.append(f"names money without an amount it may state: {word.group(0)!r}")
-    if held_items and not _REVIEW.search(text):
+    if held_items and not _review_mentioned(text):
         failures.append("does not say that the held items go to review")
     if earlier_refund and not _EARLIER.search(text):
         failures.append("does not mention the refund an earlier round paid")
@@ -547,6 +554,14 @@ def check_reply(
 def _clauses(text: str) -> list[str]:
     """``text`` split at every :data:`_CLAUSE_BREAK`, empty pieces left out."""
     return [clause for clause in _CLAUSE_BREAK.split(text) if clause.strip()]
+
+
+def _review_mentioned(text: str) -> bool:
+    """Whether a clause of ``text`` (:func:`_clauses`) says a review is to come
+    (:data:`_REVIEW`) without a negation (:data:`_REVIEW_NEGATION`)."""
+    return any(
+        _REVIEW.search(clause) and not _REVIEW_NEGATION.search(clause) for clause in _clauses(text)
+    )
 
 
 def _promise(text: str, stated: str) -> str | None:

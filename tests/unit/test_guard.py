@@ -697,3 +697,44 @@ def test_a_held_item_named_like_a_promise_keeps_the_template_within_its_guard(na
         reply = template_reply(approved, "INR", [], [name])
         assert check_reply(reply, approved, "INR", [name]) == (), reply
         assert "A colleague will review" in reply
+
+
+# --- a review mention a negation cancels is none ------------------------------------------
+
+PAID = "We have refunded INR 689 to your original payment method"
+
+
+@pytest.mark.parametrize(
+    "negated",
+    [
+        f"{PAID} and nothing is left to review.",
+        f"{PAID}. We decided not to review the Raita.",
+        f"{PAID}. The Raita was not sent for review.",
+        f"{PAID}. There is no need for a review of the Raita.",
+        f"{PAID}. The Raita under review earlier is now closed with nothing more to pay.",
+        f"{PAID}. We won't review the Raita.",
+    ],
+)
+def test_a_negated_review_does_not_say_the_held_items_go_to_review(negated: str) -> None:
+    assert check_reply(negated, 68900, "INR", ["the Raita"]) == (
+        "does not say that the held items go to review",
+    )
+
+
+@pytest.mark.parametrize(
+    "pending",
+    [
+        f"{PAID}. A colleague will review the Raita, which did not arrive sealed.",
+        f"{PAID}. Our team is reviewing the Raita and nothing else is needed from you.",
+        f"{PAID}; no more is due for the biryanis. The Raita is under review.",
+    ],
+)
+def test_a_review_with_a_negation_in_another_clause_still_counts(pending: str) -> None:
+    assert check_reply(pending, 68900, "INR", ["the Raita"]) == (), pending
+
+
+def test_a_held_item_whose_name_negates_gets_the_templates_generic_review_sentence() -> None:
+    reply = template_reply(0, "INR", ["the late delivery"], ["the No Onion Pizza"])
+    assert check_reply(reply, 0, "INR", ["the No Onion Pizza"]) == (), reply
+    assert "A colleague will review the rest of your complaint" in reply
+    assert "We have noted the late delivery." in reply
