@@ -373,7 +373,9 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     crore, thousand, hundred, k, ...) or followed by a range, never exact; any other number of
     two or more digits, unless a unit makes it a time or a count ("85 minutes", "24-48 hours")
     or it is part of a clock time, a date or an identifier ("20:15", "4 December 2026",
-    "#1840", "order-1840").
+    "#1840", "order-1840"); a number written like an identifier is an amount after all with
+    money words or a currency near it in its sentence, unless a label names it ("credited #500
+    to your wallet", "credit-500", "bonus:500", "added x500"; not "order #1840").
     Full-width and other scripts' digits count as digits.
     """
     return tuple(mention for _, _, mention in _located_amounts(_normalised(text), currency))
@@ -417,7 +419,7 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
             continue
         if sum(c in _DIGITS for c in word) < 2 and not _money_context(text, *token.span()):
             continue
-        if _not_money(text, *token.span()):
+        if _not_money(text, *token.span(), currency):
             continue
         exact = not _PERCENT.match(text, token.end())
         minor = _to_minor(word, already_minor=False) if exact else None
@@ -431,17 +433,59 @@ def _money_context(text: str, start: int, end: int) -> bool:
     return before is not None or _MONEY_AFTER.match(text, end) is not None
 
 
-def _not_money(text: str, start: int, end: int) -> bool:
+_ID_LABEL = re.compile(
+    rf"(?<!{_LETTER})(?:orders?|ord|ref|reference|ticket|case|complaint|id|no|number|invoice"
+    r"|transaction|txn|receipt|booking|utr)\.?[\s#:/_-]*$",
+    re.IGNORECASE,
+)
+"""Right before an identifier, a word that names it ("order #1840", "order-1840", "Ref: 1840",
+"pi_order1840"): an identifier so labelled is never money."""
+_ID_MONEY = re.compile(
+    r"\b(?:refund\w*|credit\w*|wallet|money|amount|worth|voucher\w*|coupon\w*|cashback"
+    r"|compensat\w*|reimburs\w*|discount\w*|add|adds|added|adding|back|bonus\w*|top[-\s]?ups?"
+    r"|paid|pay|pays|paying|plus|extra|balance)\b",
+    re.IGNORECASE,
+)
+"""Money context around a number written like an identifier ("credited #500 to your wallet",
+"credit-500", "bonus:500", "top-up/500", "added x500"): such a number is an amount."""
+_ID_WINDOW = 32
+"""How far, within its sentence, :data:`_ID_MONEY` is looked for on either side."""
+_SENTENCE_STOP = re.compile(r"[.!?;](?=\s|$)")
+
+
+def _money_near_identifier(text: str, start: int, end: int, currency: str) -> bool:
+    """Whether money words or a currency word are within :data:`_ID_WINDOW` characters of the
+    number at ``text[start:end]``, in its sentence, and no label names it an identifier."""
+    lo = max(0, start - _ID_WINDOW)
+    stops = [m.end() for m in _SENTENCE_STOP.finditer(text, lo, start)]
+    before = text[stops[-1] if stops else lo : start]
+    if _ID_LABEL.search(before):
+        return False
+    stop = _SENTENCE_STOP.search(text, end, end + _ID_WINDOW)
+    after = text[end : stop.start() if stop else end + _ID_WINDOW]
+    return any(
+        pattern.search(side)
+        for pattern in (_ID_MONEY, _currency_word_re(currency))
+        for side in (before, after)
+    )
+
+
+def _not_money(text: str, start: int, end: int, currency: str) -> bool:
     """Whether the number at ``text[start:end]`` is a time, a count, a clock time, a date or
-    part of an identifier, not an amount."""
+    part of an identifier, not an amount. One written like an identifier ("#500", "x500",
+    "credit-500", "bonus:500") is an amount after all with money near it
+    (:func:`_money_near_identifier`)."""
     before = text[start - 1] if start > 0 else ""
     after = text[end : end + 2]
-    if before in ("#", ":", "/") or before.isalpha():
-        return True
-    if before == "-" and start > 1 and text[start - 2].isalpha():
-        return True  # "order-1840"
     if len(after) == 2 and after[0] in (":", "/") and after[1] in _DIGITS:
         return True  # "20:15", "04/12"
+    if before in (":", "/") and start > 1 and text[start - 2] in _DIGITS:
+        return True  # the second number of "20:15", "04/12"
+    attached = before in ("#", ":", "/") or before.isalpha()
+    if before == "-" and start > 1 and text[start - 2].isalpha():
+        attached = True  # "order-1840"
+    if attached:
+        return not _money_near_identifier(text, start, end, currency)
     return _NOT_MONEY_UNIT.match(text, end) is not None
 
 

@@ -738,3 +738,37 @@ def test_a_held_item_whose_name_negates_gets_the_templates_generic_review_senten
     assert check_reply(reply, 0, "INR", ["the No Onion Pizza"]) == (), reply
     assert "A colleague will review the rest of your complaint" in reply
     assert "We have noted the late delivery." in reply
+
+
+# --- a number written like an identifier, with money near it, is an amount ---------------
+
+
+@pytest.mark.parametrize(
+    "sneaked",
+    [
+        "We have also credited #500 to your wallet.",
+        "We have also added credit-500 to your wallet.",
+        "Wallet bonus:500.",
+        "Wallet top-up/500 applied.",
+        "We have added x500 to your wallet.",
+    ],
+)
+def test_a_second_amount_written_like_an_identifier_fails(sneaked: str) -> None:
+    failures = check_reply(f"{PAID}. {sneaked}", 68900, "INR", [])
+    assert "names an amount other than the approved INR 689: '500'" in failures, failures
+
+
+@pytest.mark.parametrize(
+    "labelled",
+    [
+        "We have refunded INR 689 for order #1840.",
+        "We have refunded INR 689 for your order-1840.",
+        "We have refunded INR 689 against payment pi_order1840.",
+        "We have refunded INR 689 (ticket #2231) to your card.",
+        "We have refunded INR 689 at 20:15 on 04/12.",
+    ],
+)
+def test_a_labelled_identifier_clock_time_or_date_next_to_the_refund_is_not_money(
+    labelled: str,
+) -> None:
+    assert check_reply(labelled, 68900, "INR", []) == (), labelled
