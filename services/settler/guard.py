@@ -167,7 +167,7 @@ _TOKEN = re.compile(rf"{_LETTER}+|{_NUMBER}")
 _CLAUSE_BREAK = re.compile(
     r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
-    r"|until|once|after|before|which|who|that|what|where|when)\b",
+    r"|until|once(?!\s+(?:more|again)\b)|after|before|which|who|that|what|where|when)\b",
     re.IGNORECASE,
 )
 """Where a clause ends: a bracket, a punctuation mark before a space (not the point of
@@ -515,7 +515,8 @@ def check_reply(
     - no other amount (:func:`find_amounts`), and no amount in another currency, may appear;
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
     - no amount may be multiplied, divided or repeated ("INR 689 each", "3 x INR 689", "half of
-      INR 689", "another 689", "INR 689 again", "INR 689 a day");
+      INR 689", "another 689", "INR 689 again", "INR 689 a day"), nor said again without a
+      number ("the same again tomorrow", "that amount once more": :func:`_repeats_money`);
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
     - with held items, the reply must say they go to review ("will review", "under review"), in
@@ -557,6 +558,9 @@ def check_reply(
     if approved_minor > 0 and statements > 1:
         # "INR 689 for the biryanis and INR 689 for the delay" reads as twice the money.
         failures.append(f"states the approved amount {statements} times (at most once)")
+    repeat = _repeats_money(text, currency) if approved_minor > 0 else None
+    if repeat is not None:
+        failures.append(f"repeats the amount without a number: {repeat!r}")
     for start, end, mention in located:
         if mention.currency is not None and mention.currency != _tag(currency):
             failures.append(f"names an amount in another currency: {mention.text!r}")
@@ -598,6 +602,43 @@ def check_reply(
 def _clauses(text: str) -> list[str]:
     """``text`` split at every :data:`_CLAUSE_BREAK`, empty pieces left out."""
     return [clause for clause in _CLAUSE_BREAK.split(text) if clause.strip()]
+
+
+_SAME_AGAIN = re.compile(
+    r"\bthe\s+same\b(?=\s*(?:amount|sum|money|value|figure|again|once|to|into|in\s+(?:your|the)"
+    r"|for|as\s+well|too|later|tomorrow|next|on\s+top|every|each|back|more|extra)\b)",
+    re.IGNORECASE,
+)
+""""The same" as money again: "the same again tomorrow", "the same to your wallet", "the same
+amount for the delay" (not "the same as", nor "the same thing")."""
+_REPETITION = re.compile(
+    r"\b(?:again|once\s+more|one\s+more\s+time|another\s+time|a\s+second\s+time|repeat\w*"
+    r"|the\s+same)\b",
+    re.IGNORECASE,
+)
+_REPEATED_MONEY = re.compile(
+    r"\b(?:refund\w*|credit\w*|amount|sum|money|pa(?:y|ys|id|ying|yment)s?|wallet|reimburs\w*"
+    r"|compensat\w*)\b",
+    re.IGNORECASE,
+)
+
+
+def _repeats_money(text: str, currency: str) -> str | None:
+    """Where ``text``, which states the approved amount, says it again without a number, or
+    None: "the same" before money or a repetition (:data:`_SAME_AGAIN`), or a clause
+    (:func:`_clauses`) holding both a repetition word (:data:`_REPETITION`: "again", "once
+    more", "the same") and money (:data:`_REPEATED_MONEY`, a currency word): "that amount once
+    more", "we will refund it again". A repetition with no money in its clause ("we are sorry
+    this happened again", "again, thank you") is none."""
+    same = _SAME_AGAIN.search(text)
+    if same:
+        return same.group(0)
+    for clause in _clauses(text):
+        repetition = _REPETITION.search(clause)
+        money = _REPEATED_MONEY.search(clause) or _currency_word_re(currency).search(clause)
+        if repetition and money:
+            return clause.strip()
+    return None
 
 
 def _review_mentioned(text: str) -> bool:

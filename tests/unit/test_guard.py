@@ -772,3 +772,34 @@ def test_a_labelled_identifier_clock_time_or_date_next_to_the_refund_is_not_mone
     labelled: str,
 ) -> None:
     assert check_reply(labelled, 68900, "INR", []) == (), labelled
+
+
+# --- the amount said again without a number -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        "We have refunded INR 689 now and the same again tomorrow.",
+        "We have refunded INR 689 now and that amount once more.",
+        "We have refunded INR 689 to your card and the same to your wallet.",
+        "We have refunded INR 689 and the same amount for the delay.",
+        "We have refunded INR 689 and will refund it again if needed.",
+    ],
+)
+def test_the_amount_repeated_without_a_number_fails(again: str) -> None:
+    failures = check_reply(again, 68900, "INR", [])
+    assert any(f.startswith("repeats the amount without a number") for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "We are sorry this happened again.",
+        "Once again, we are sorry.",
+        "That amount should reach you within three working days.",
+        "The same delivery partner will not be assigned to your orders again.",
+    ],
+)
+def test_again_or_the_same_away_from_money_passes(plain: str) -> None:
+    assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == (), plain
