@@ -501,9 +501,10 @@ def check_reply(
     """The guard's failures for one reply; empty means it may be sent.
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
-    - the sentence that states the approved amount names none of ``held_names`` (the items only
-      held lines name) and does not say it covers everything ("everything", "in full", "the
-      whole order"), when anything is held;
+    - when anything is held, no sentence that refunds, credits or covers (not negated, not
+      about a review) names any of ``held_names`` (the items only held lines name: "This covers
+      the biryanis and the Raita", "We will refund the Raita as well") or says it covers
+      everything ("everything", "all your items", "every item", "in full", "the whole order");
 
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
@@ -547,8 +548,6 @@ def check_reply(
         )
         if not exact.search(text):
             failures.append(f"does not state the approved amount {stated}")
-        if held_items:
-            failures.extend(_covers_held(text, exact, held_names))
     else:
         promise = _promise(text, stated)
         if promise is not None:
@@ -558,6 +557,8 @@ def check_reply(
     if approved_minor > 0 and statements > 1:
         # "INR 689 for the biryanis and INR 689 for the delay" reads as twice the money.
         failures.append(f"states the approved amount {statements} times (at most once)")
+    if held_items:
+        failures.extend(_covers_held(text, held_names))
     repeat = _repeats_money(text, currency) if approved_minor > 0 else None
     if repeat is not None:
         failures.append(f"repeats the amount without a number: {repeat!r}")
@@ -668,21 +669,32 @@ def _promise(text: str, stated: str) -> str | None:
     for clause in _clauses(text):
         if zero.search(clause):
             continue
-        for pattern in _STRONG_PROMISES:
-            for match in pattern.finditer(clause):
-                if not _NEGATED_BEFORE.search(clause, 0, match.start()):
-                    return match.group(0)
-        reviewed = _REVIEW_WORD.search(clause) is not None
-        earlier = [m.span() for m in _EARLIER.finditer(clause)]
-        for match in _MONEY_TALK.finditer(clause):
-            if reviewed or any(start <= match.start() < end for start, end in earlier):
-                continue
-            if _NEGATED_BEFORE.search(clause, 0, match.start()):
-                continue
-            noun = _NOUN_START.search(clause, 0, match.start()) is not None
-            if noun and _NEGATED_AFTER.match(clause, match.end()):
-                continue
-            return match.group(0)
+        claim = _claim(clause, _MONEY_TALK)
+        if claim is not None:
+            return claim.group(0)
+    return None
+
+
+def _claim(clause: str, talk: re.Pattern[str]) -> re.Match[str] | None:
+    """The first wording in ``clause`` that gives money or claims something as paid, or None:
+    a :data:`_STRONG_PROMISES` match no negation governs (:data:`_NEGATED_BEFORE`), else a
+    ``talk`` match that is not negated (before it, or after a noun: :data:`_NEGATED_AFTER`),
+    not in a clause that mentions a review, and not part of a mention of the earlier refund."""
+    for pattern in _STRONG_PROMISES:
+        for match in pattern.finditer(clause):
+            if not _NEGATED_BEFORE.search(clause, 0, match.start()):
+                return match
+    reviewed = _REVIEW_WORD.search(clause) is not None
+    earlier = [m.span() for m in _EARLIER.finditer(clause)]
+    for match in talk.finditer(clause):
+        if reviewed or any(start <= match.start() < end for start, end in earlier):
+            continue
+        if _NEGATED_BEFORE.search(clause, 0, match.start()):
+            continue
+        noun = _NOUN_START.search(clause, 0, match.start()) is not None
+        if noun and _NEGATED_AFTER.match(clause, match.end()):
+            continue
+        return match
     return None
 
 
@@ -696,18 +708,27 @@ _RESTATED = re.compile(
 that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _COVERS_ALL = re.compile(
-    r"\b(?:everything|all\s+of\s+(?:it|your|the)|in\s+full|full\s+refund|whole|entire"
-    r"|all\s+(?:items|issues|grievances|claims))\b",
+    r"\b(?:every\s?thing|all\s+of\s+(?:it|them|your|the)|all\s+(?:your|the)\b|in\s+full"
+    r"|full\s+refund|whole|entire|all\s+(?:items|issues|grievances|claims|problems|complaints?"
+    r"|dishes)|(?:every|each)\s+(?:single\s+)?(?:item|issue|dish|part|problem|grievance|claim"
+    r"|line|thing))\b",
     re.IGNORECASE,
 )
+"""What claims everything: "everything", "all your items", "every item", "each dish", "in
+full", "the whole order"."""
+_COVERS_TALK = re.compile(rf"{_MONEY_TALK.pattern}|\b(?:cover\w*|includ\w*)\b", re.IGNORECASE)
+"""Wording that says something is paid for: a refund, a credit, "covers", "including"."""
 
 
-def _covers_held(text: str, stated: re.Pattern[str], held_names: Sequence[str]) -> list[str]:
-    """Failures for a sentence stating the approved amount that also claims a held item, or
-    everything, as covered ("INR 689 for everything, including the raita")."""
+def _covers_held(text: str, held_names: Sequence[str]) -> list[str]:
+    """Failures for a sentence, anywhere in ``text``, that claims a held item, or everything,
+    as refunded or covered ("INR 689 for everything, including the raita", "This covers the
+    biryanis and the Raita", "We will refund the Raita as well"): one holding refund, credit or
+    covers wording (:data:`_COVERS_TALK`) that :func:`_claim` does not excuse (negated, or in a
+    clause about a review) and a held name or :data:`_COVERS_ALL`."""
     failures = []
     for sentence in _SENTENCE_END.split(text):
-        if not stated.search(sentence):
+        if not any(_claim(clause, _COVERS_TALK) for clause in _clauses(sentence)):
             continue
         for name in held_names:
             if re.search(rf"(?<!{_LETTER}){re.escape(name)}(?!{_LETTER})", sentence, re.I):

@@ -803,3 +803,58 @@ def test_the_amount_repeated_without_a_number_fails(again: str) -> None:
 )
 def test_again_or_the_same_away_from_money_passes(plain: str) -> None:
     assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == (), plain
+
+
+# --- a held item claimed as refunded anywhere in the reply --------------------------------
+
+HELD_RAITA = " A colleague will review the Raita."
+
+
+@pytest.mark.parametrize(
+    ("claim", "failure"),
+    [
+        (
+            "We have refunded INR 689. This covers the biryanis, the delay and the Raita.",
+            "says the refund covers 'Raita', which is held for review",
+        ),
+        (
+            "We have refunded INR 689 which covers all your items.",
+            "says the refund covers all although items are held: 'all your'",
+        ),
+        (
+            "We have refunded INR 689. It covers every item in your order.",
+            "says the refund covers all although items are held: 'every item'",
+        ),
+        (
+            "We have refunded INR 689. We will refund the Raita as well.",
+            "says the refund covers 'Raita', which is held for review",
+        ),
+        (
+            "We have refunded INR 689. The Raita will be refunded too, it is under review.",
+            "says the refund covers 'Raita', which is held for review",
+        ),
+        (
+            "We have refunded INR 689. Each item in your order is included.",
+            "says the refund covers all although items are held: 'Each item'",
+        ),
+    ],
+)
+def test_a_held_item_or_everything_claimed_anywhere_in_the_reply_fails(
+    claim: str, failure: str
+) -> None:
+    failures = check_reply(claim + HELD_RAITA, 68900, "INR", ["the Raita"], held_names=["Raita"])
+    assert failure in failures, failures
+
+
+@pytest.mark.parametrize(
+    "apart",
+    [
+        "The Raita is not covered by this refund; a colleague will review it.",
+        "A colleague will review whether a refund is due for the Raita.",
+        "This refund does not include the Raita, which a colleague will review.",
+        "A colleague will review the Raita and get back to you.",
+    ],
+)
+def test_a_held_item_named_apart_from_the_refund_passes(apart: str) -> None:
+    reply = f"We have refunded INR 689 for the biryanis. {apart}"
+    assert check_reply(reply, 68900, "INR", ["the Raita"], held_names=["Raita"]) == (), reply
