@@ -327,6 +327,23 @@ _MONEY_AFTER = re.compile(
 )
 """Around a one-digit number, what makes it money ("plus 9", "add 5 to your wallet", "get 9
 back", "5% off"); without it a one-digit number is a count ("2 of the 4 biryanis")."""
+_DIGIT_WORDS = {
+    word: value
+    for value, word in enumerate(
+        ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine"), start=1
+    )
+}
+_DIGIT_WORD = re.compile(
+    rf"(?<!{_LETTER})(?:{'|'.join(_DIGIT_WORDS)}|grand)(?!{_LETTER})", re.IGNORECASE
+)
+"""A one-digit number in words, or "grand" (a thousand): money only in money context, like a
+one-digit number (:func:`_word_money_context`); "a grand" is never an exact amount."""
+_COUNTED_AFTER = re.compile(
+    rf"\s+(?:of(?!{_LETTER})|(?!(?:as|is|was|has|this|thus|plus|us|yes)(?!{_LETTER}))"
+    rf"{_LETTER}+s(?!{_LETTER}))",
+    re.IGNORECASE,
+)
+"""After a number word: "of" or a plural ("one of the biryanis", "two biryanis"): a count."""
 _PERCENT = re.compile(r"\s*(?:%|per\s*cent\b|percent\b)", re.IGNORECASE)
 _MONEY_BEFORE_WINDOW = 24
 """How far before a number :data:`_MONEY_BEFORE` and :data:`_TIMES_BEFORE` look."""
@@ -376,7 +393,11 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     "#1840", "order-1840"); a number written like an identifier is an amount after all with
     money words or a currency near it in its sentence, unless a label names it ("credited #500
     to your wallet", "credit-500", "bonus:500", "added x500"; not "order #1840").
-    Full-width and other scripts' digits count as digits.
+    A number in words from one to nine, or "grand", counts next to money words, as a one-digit
+    number does ("get seven back", "added nine to your wallet", "a grand to your wallet"), not
+    as a count ("one of the biryanis", "two biryanis").
+    Full-width and other scripts' digits count as digits; other numerals ("❶", "½") are left to
+    :func:`check_reply`.
     """
     return tuple(mention for _, _, mention in _located_amounts(_normalised(text), currency))
 
@@ -424,7 +445,27 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
         exact = not _PERCENT.match(text, token.end())
         minor = _to_minor(word, already_minor=False) if exact else None
         add(token.span(), token.span(), MoneyMention(word, minor, None))
+    for match in _DIGIT_WORD.finditer(text):
+        if _word_money_context(text, *match.span()):
+            word = match.group(0)
+            units = _DIGIT_WORDS.get(word.lower())
+            add(
+                match.span(),
+                match.span(),
+                MoneyMention(word, None if units is None else units * 100, None),
+            )
     return sorted(found, key=lambda located: located[0])
+
+
+def _word_money_context(text: str, start: int, end: int) -> bool:
+    """Whether the number word at ``text[start:end]`` is money: money words after it ("seven
+    back", "nine to your wallet"), or before it ("plus nine") unless what follows makes it a
+    count ("get two biryanis", "give one of them", "five minutes")."""
+    if _MONEY_AFTER.match(text, end):
+        return True
+    if not _MONEY_BEFORE.search(text, max(0, start - _MONEY_BEFORE_WINDOW), start):
+        return False
+    return not (_COUNTED_AFTER.match(text, end) or _NOT_MONEY_UNIT.match(text, end))
 
 
 def _money_context(text: str, start: int, end: int) -> bool:

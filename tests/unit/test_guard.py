@@ -858,3 +858,35 @@ def test_a_held_item_or_everything_claimed_anywhere_in_the_reply_fails(
 def test_a_held_item_named_apart_from_the_refund_passes(apart: str) -> None:
     reply = f"We have refunded INR 689 for the biryanis. {apart}"
     assert check_reply(reply, 68900, "INR", ["the Raita"], held_names=["Raita"]) == (), reply
+
+
+# --- a one-digit amount in words ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sneaked", "word"),
+    [
+        ("You will also get seven back.", "seven"),
+        ("We also added nine to your wallet.", "nine"),
+        ("We have also added a grand to your wallet.", "grand"),
+        ("We will add five to your wallet.", "five"),
+        ("You get one more as goodwill.", "one"),
+    ],
+)
+def test_a_one_digit_amount_in_words_fails(sneaked: str, word: str) -> None:
+    failures = check_reply(f"{PAID}. {sneaked}", 68900, "INR", [])
+    assert f"names an amount other than the approved INR 689: {word!r}" in failures, failures
+
+
+@pytest.mark.parametrize(
+    "count",
+    [
+        "We have refunded INR 689 for one of the biryanis.",
+        "We have refunded INR 689 for the two biryanis.",
+        "We have refunded INR 689 and added two biryanis to our notes for the restaurant.",
+        "We have refunded INR 689. One of our team read your complaint.",
+        "We have refunded INR 689 from your grand total.",
+    ],
+)
+def test_number_words_as_counts_still_pass(count: str) -> None:
+    assert check_reply(count, 68900, "INR", []) == (), count
