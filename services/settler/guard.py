@@ -542,11 +542,11 @@ def check_reply(
     """The guard's failures for one reply; empty means it may be sent.
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
+    - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五": :func:`_numerals`);
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
       the biryanis and the Raita", "We will refund the Raita as well") or says it covers
       everything ("everything", "all your items", "every item", "in full", "the whole order");
-
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "issued a full refund", "approved your refund request", "return the money", "a
@@ -554,7 +554,8 @@ def check_reply(
       governs it ("nothing is refunded", "not able to offer a refund", "a refund is not
       possible"), it is about a review ("will review whether a refund is due") or it names the
       earlier refund; a clause giving the zero amount ("the amount approved is INR 0") is none;
-    - no other amount (:func:`find_amounts`), and no amount in another currency, may appear;
+    - no other amount (:func:`find_amounts`: "seven back", "credited #500 to your wallet"
+      included), and no amount in another currency, may appear;
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
     - no amount may be multiplied, divided or repeated ("INR 689 each", "3 x INR 689", "half of
       INR 689", "another 689", "INR 689 again", "INR 689 a day"), nor said again without a
@@ -572,7 +573,7 @@ def check_reply(
       details), no promise of anything free (:data:`_OFF_SCRIPT`).
 
     The reply is read after :func:`_normalised` (full-width and other scripts' digits, other
-    currency signs).
+    currency signs). It returns failures for any text and never raises.
     """
     written = text
     text = _normalised(text)
