@@ -20,7 +20,7 @@ two disputes of one order come.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -122,14 +122,16 @@ def guard_failures(
     earlier_refund: bool,
     held_names: Sequence[str],
     where: str,
+    check: Callable[..., Sequence[str]] = check_reply,
 ) -> list[str]:
-    """:func:`check_reply`'s failures for the model's ``text``. An error the guard raises is
-    logged (with ``where``) and becomes the one failure, never raised: the model's answer is
-    cached before the guard reads it, so a reply that made the guard raise would stop the stage
-    on every redelivery of the round. With a failure, the template is sent instead."""
+    """``check``'s failures (the guard, :func:`check_reply`) for the model's ``text``. An error
+    the guard raises is logged (with ``where``) and becomes the one failure, never raised: the
+    model's answer is cached before the guard reads it, so a reply that made the guard raise
+    would stop the stage on every redelivery of the round. With a failure, the template is sent
+    instead."""
     try:
         return list(
-            check_reply(
+            check(
                 text,
                 approved,
                 currency,

@@ -604,26 +604,31 @@ def test_the_guard_never_raises_it_only_passes_or_fails(
 
 
 def test_a_guard_that_raises_is_a_failure_for_the_handler_not_a_crash(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The model's answer is cached before the guard reads it: a guard that raised would stop
     the settler on every redelivery of the round. It is a failure instead (and the template is
     sent), logged."""
     from services.settler import handler
 
-    def broken(*_args: object, **_kwargs: object) -> tuple[str, ...]:
+    def raising_guard(*_args: object, **_kwargs: object) -> tuple[str, ...]:
         raise ValueError("invalid literal for int() with base 10: '❶❷'")
 
-    monkeypatch.setattr(handler, "check_reply", broken)
     failures = handler.guard_failures(
-        "Ref ❶❷.", 68900, "INR", [], earlier_refund=False, held_names=[], where="d-1 round 1"
+        "Ref ❶❷.",
+        68900,
+        "INR",
+        [],
+        earlier_refund=False,
+        held_names=[],
+        where="d-1 round 1",
+        check=raising_guard,
     )
     assert failures == [
         "the guard could not read the reply: ValueError: invalid literal for int() with base 10:"
         " '❶❷'"
     ]
     assert "d-1 round 1" in caplog.text
-    monkeypatch.undo()
     assert (
         handler.guard_failures(
             "We have refunded INR 689.",
