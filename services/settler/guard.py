@@ -258,6 +258,8 @@ def _numerals(text: str) -> tuple[str, ...]:
     """The numeric characters of ``text`` that are not decimal digits ("❶", "⓵", "①", "½", "²",
     "Ⅻ", "五"), each once: numbers the guard does not read (NFKC turns some into digits or
     letters, others it keeps), so a reply holding one is refused."""
+    if text.isascii():  # the usual reply: every ASCII numeric character is a decimal digit
+        return ()
     return tuple(dict.fromkeys(c for c in text if c.isnumeric() and not c.isdecimal()))
 
 
@@ -265,13 +267,16 @@ def _normalised(text: str) -> str:
     """``text`` as the guard reads it: NFKC (full-width digits and signs become plain ones),
     every other decimal digit as its ASCII one ("५००" is 500), every currency sign not in
     :data:`_SYMBOLS` as ``¤``."""
+    normal = unicodedata.normalize("NFKC", text)
+    if normal.isascii():  # the usual reply: no other digit, and "$" is one of _SYMBOLS
+        return normal
     return "".join(
         str(unicodedata.decimal(c))
         if c.isdecimal() and not c.isascii()
         else _OTHER_SIGN
         if c not in _SYMBOLS and unicodedata.category(c) == "Sc"
         else c
-        for c in unicodedata.normalize("NFKC", text)
+        for c in normal
     )
 
 
@@ -769,13 +774,19 @@ def _covers_held(text: str, held_names: Sequence[str]) -> list[str]:
     covers wording (:data:`_COVERS_TALK`) that :func:`_claim` does not excuse (negated, or in a
     clause about a review) and a held name or :data:`_COVERS_ALL`."""
     failures = []
+    names = [
+        (name, re.compile(rf"(?<!{_LETTER}){re.escape(name)}(?!{_LETTER})", re.IGNORECASE))
+        for name in held_names
+    ]
     for sentence in _SENTENCE_END.split(text):
+        named = [name for name, pattern in names if pattern.search(sentence)]
+        covers = _COVERS_ALL.search(sentence)
+        if not named and covers is None:
+            continue  # the cheaper test first: most sentences name nothing held
         if not any(_claim(clause, _COVERS_TALK) for clause in _clauses(sentence)):
             continue
-        for name in held_names:
-            if re.search(rf"(?<!{_LETTER}){re.escape(name)}(?!{_LETTER})", sentence, re.I):
-                failures.append(f"says the refund covers {name!r}, which is held for review")
-        covers = _COVERS_ALL.search(sentence)
+        for name in named:
+            failures.append(f"says the refund covers {name!r}, which is held for review")
         if covers:
             failures.append(f"says the refund covers all although items are held: {covers[0]!r}")
     return failures
