@@ -336,15 +336,16 @@ def _mentions(clause: str, items: Sequence[_Item]) -> list[_Mention]:
     return sorted(found.values(), key=lambda mention: mention.start)
 
 
+_DETERMINERS: Final = r"(?:the|my|our|your|their|his|her|those|these)"
 _OF_THE_RE: Final = re.compile(
-    r"\b(?P<part>" + _NUM + r")\s+of\s+(?:the|my|our|those|these)\s+(?P<whole>" + _NUM + r")\b"
+    r"\b(?P<part>" + _NUM + r")\s+of\s+" + _DETERMINERS + r"\s+(?P<whole>" + _NUM + r")\b"
 )
 
 
-_NOT_BETWEEN: Final = r"(?!(?:the|my|our|your|those|these|hours?|hrs?|minutes?|mins?|times)\b)"
+_NOT_BETWEEN: Final = r"(?!(?:" + _DETERMINERS + r"|hours?|hrs?|minutes?|mins?|times)\b)"
 """Words that end a number's reach: "after 2 hours the biryani" states no biryani count."""
 _QUANTITY_BEFORE_RE: Final = re.compile(
-    r"\b(?P<n>" + _NUM + r"|an?)\s+(?:of\s+(?:the|my|our|those|these)\s+)?"
+    r"\b(?P<n>" + _NUM + r"|an?)\s+(?:of\s+" + _DETERMINERS + r"\s+)?"
     r"(?:" + _NOT_BETWEEN + r"[a-z\-]+\s+){0,2}$"
 )
 

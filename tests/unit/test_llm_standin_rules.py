@@ -192,6 +192,8 @@ def test_an_instruction_clause_is_dropped_but_a_claim_beside_it_is_kept() -> Non
         ("Delivered at 11pm.", "LATE_DELIVERY", None, None),
         ("Two cold biryanis came.", "QUALITY", "Hyderabadi Biryani", 2),
         ("Two of the biryanis were missing.", "MISSING_ITEM", "Hyderabadi Biryani", 2),
+        ("2 of your biryanis were missing.", "MISSING_ITEM", "Hyderabadi Biryani", 2),
+        ("Two of their biryanis were cold.", "QUALITY", "Hyderabadi Biryani", 2),
         ("After 2 hours the biryani was cold.", "QUALITY", "Hyderabadi Biryani", 4),
         ("0 of the 4 biryanis were missing.", "MISSING_ITEM", "Hyderabadi Biryani", 4),
         ("0 biryanis were in the bag, they were missing.", "MISSING_ITEM", "Hyderabadi Biryani", 4),
