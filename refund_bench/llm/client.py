@@ -217,16 +217,20 @@ def _answer(raw: bytes) -> str:
     try:
         completion = _Completion.model_validate_json(raw)
     except ValidationError as exc:
-        unencodable = _unencodable_answer(raw)
-        if unencodable is not None:
-            raise MalformedAnswer(
-                "the answer holds a lone surrogate, which is no text", unencodable
+        lenient = _lenient_completion(raw)
+        if lenient is None:
+            raise LlmUnavailable(
+                "server_error",
+                f"HTTP 200 whose body is not a chat completion ({exc.error_count()} errors)",
+                200,
             ) from exc
-        raise LlmUnavailable(
-            "server_error",
-            f"HTTP 200 whose body is not a chat completion ({exc.error_count()} errors)",
-            200,
-        ) from exc
+        completion = lenient
+        text = completion.choices[0].message.content if completion.choices else None
+        kept = None if text is None else text.encode("utf-8", "replace").decode("utf-8")
+        if kept != text:  # (the strict parser never gives a lone surrogate)
+            raise MalformedAnswer(
+                "the answer holds a lone surrogate, which is no text", kept or ""
+            ) from exc
     if not completion.choices:
         raise MalformedAnswer("the completion has no choices", "")
     choice = completion.choices[0]
@@ -238,21 +242,15 @@ def _answer(raw: bytes) -> str:
     return content
 
 
-def _unencodable_answer(raw: bytes) -> str | None:
-    """The first choice's text of a chat completion whose text holds a lone surrogate escape
-    (``"\\ud83d"``), which the strict parser refuses; each such surrogate replaced by ``?`` so
-    that the text can be kept for audit. ``None`` when ``raw`` is not such a completion. Read
-    only when the strict parse failed: a model's answer, not a gateway's page, to draw again."""
+def _lenient_completion(raw: bytes) -> _Completion | None:
+    """``raw`` read as a chat completion by the standard library's JSON parser, which keeps a
+    lone surrogate escape (``"\\ud83d"``) that the strict parser refuses, in the answer's
+    text or in a field this adapter ignores (``model``, ``refusal``); ``None`` when it is no
+    chat completion even so. Read only when the strict parse failed."""
     try:
-        parsed = json.loads(raw)
-        completion = _Completion.model_validate(parsed)
+        return _Completion.model_validate(json.loads(raw))
     except (ValueError, ValidationError, RecursionError):
         return None
-    content = completion.choices[0].message.content if completion.choices else None
-    if content is None:
-        return None
-    kept = content.encode("utf-8", "replace").decode("utf-8")
-    return kept if kept != content else None
 
 
 def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:

@@ -367,6 +367,29 @@ def test_an_answer_holding_a_lone_surrogate_is_drawn_again_not_retried_as_an_out
     assert [r["raw_response"] for r in rulings] == [content.replace("\ud83d", "?")] * 3
 
 
+def test_a_lone_surrogate_outside_the_answer_does_not_stop_the_answer_being_read(
+    redis_url: str,
+) -> None:
+    """A lone surrogate escape in a field the judge does not read (the model's name, a refusal
+    field) leaves the answer readable: the seats rule on it, with one call each."""
+    answer = {
+        "ruling": "UPHELD",
+        "evidence_cited": ["derived.sla_exceeded"],
+        "confidence": 0.8,
+        "reasoning": "Delivered after the promised time.",
+    }
+    content = json.dumps(answer)
+    message = {"role": "assistant", "content": content, "refusal": "\udc00"}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = json.dumps({"id": "x", "model": "m\ud83d", "choices": [choice]}).encode()
+    with FixedAnswerServer(body) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    assert len(server.requests) == 3
+    assert [r["model_ruling"] for r in rulings] == ["UPHELD"] * 3
+    assert [r["raw_response"] for r in rulings] == [content] * 3
+
+
 def test_a_ruling_and_a_full_bench_verdict_fit_one_record_whatever_the_model_writes(
     redis_url: str,
 ) -> None:
