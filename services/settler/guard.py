@@ -658,12 +658,15 @@ _SAME_AGAIN = re.compile(
     re.IGNORECASE,
 )
 """"The same" as money again: "the same again tomorrow", "the same to your wallet", "the same
-amount for the delay" (not "the same as", nor "the same thing")."""
+amount for the delay" (not "the same as", nor "the same thing", "the same card", "the same
+payment method", "in the same way")."""
 _REPETITION = re.compile(
-    r"\b(?:again|once\s+more|one\s+more\s+time|another\s+time|a\s+second\s+time|repeat\w*"
-    r"|the\s+same)\b",
+    r"\b(?:again|once\s+more|one\s+more\s+time|another\s+time|a\s+second\s+time|repeat\w*)\b"
+    r"|\bthe\s+same\W*$",
     re.IGNORECASE,
 )
+"""A repetition in a clause: "again", "once more", ..., or "the same" ending its clause, where it
+stands for a thing ("we will refund the same"), not before a noun ("the same card")."""
 _REPEATED_MONEY = re.compile(
     r"\b(?:refund\w*|credit\w*|amount|sum|money|pa(?:y|ys|id|ying|yment)s?|wallet|reimburs\w*"
     r"|compensat\w*)\b",
@@ -674,10 +677,12 @@ _REPEATED_MONEY = re.compile(
 def _repeats_money(text: str, currency: str) -> str | None:
     """Where ``text``, which states the approved amount, says it again without a number, or
     None: "the same" before money or a repetition (:data:`_SAME_AGAIN`), or a clause
-    (:func:`_clauses`) holding both a repetition word (:data:`_REPETITION`: "again", "once
-    more", "the same") and money (:data:`_REPEATED_MONEY`, a currency word): "that amount once
-    more", "we will refund it again". A repetition with no money in its clause ("we are sorry
-    this happened again", "again, thank you") is none."""
+    (:func:`_clauses`) holding both a repetition (:data:`_REPETITION`: "again", "once more",
+    "the same" ending the clause) and money (:data:`_REPEATED_MONEY`, a currency word): "that
+    amount once more", "we will refund it again", "we will credit the same". A repetition with
+    no money in its clause ("we are sorry this happened again", "again, thank you") is none,
+    and so is "the same" before a noun ("refunded INR 689 to the same card", "in the same
+    way you paid")."""
     same = _SAME_AGAIN.search(text)
     if same:
         return same.group(0)

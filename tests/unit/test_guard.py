@@ -810,6 +810,31 @@ def test_again_or_the_same_away_from_money_passes(plain: str) -> None:
     assert check_reply(f"We have refunded INR 689. {plain}", 68900, "INR", []) == (), plain
 
 
+@pytest.mark.parametrize(
+    "same_way",
+    [
+        "We have refunded INR 689 to the same payment method you used.",
+        "We have refunded INR 689. The refund will go to the same card.",
+        "We have refunded INR 689. You'll get the refund in your account in the same way you paid.",
+        "We have refunded INR 689 to the same account you paid from.",
+    ],
+)
+def test_the_same_card_account_or_way_is_not_the_amount_again(same_way: str) -> None:
+    assert check_reply(same_way, 68900, "INR", []) == (), same_way
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        "We have refunded INR 689 and will refund the same.",
+        "We have refunded INR 689 and will credit the same, as promised.",
+    ],
+)
+def test_the_same_standing_for_the_amount_still_repeats_it(again: str) -> None:
+    failures = check_reply(again, 68900, "INR", [])
+    assert any(f.startswith("repeats the amount without a number") for f in failures), failures
+
+
 # --- a held item claimed as refunded anywhere in the reply --------------------------------
 
 HELD_RAITA = " A colleague will review the Raita."
