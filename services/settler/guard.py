@@ -181,11 +181,14 @@ _LIGHT = (
     r"|by|at|on|able|going|yet|currently|now|possible|due|eligible|entitled|applicable"
     r"|available|offer(?:ed|ing)?|issu(?:e|ed|ing)|giv(?:e|en|ing)|mak(?:e|ing)|provid(?:e|ed|ing)"
     r"|process(?:ed|ing)?|send(?:ing)?|approv(?:e|ed|ing)|get(?:ting)?|receiv(?:e|ed|ing)"
-    r"|pay(?:ing)?|part|included|covered|stage|moment|time|longer"
+    r"|pay(?:ing)?|part|included|covered|stage|moment|time|longer|find|found|reasons?|grounds|basis"
+    r"|position|qualif(?:y|ies|ied)|justif(?:y|ies|ied)|warrant(?:s|ed)?"
 )
 _NEGATED_BEFORE = re.compile(rf"{_NEGATION}(?:\s+(?:{_LIGHT})\b){{0,6}}\s*$", re.IGNORECASE)
 """Before money talk in its clause: a negation with at most six auxiliary or light words
-between ("not able to offer a refund", "nothing is refunded", "no refund", "won't credit")."""
+between ("not able to offer a refund", "nothing is refunded", "no refund", "won't credit", "did
+not find a reason for a refund", "does not qualify for a refund", "not in a position to
+refund")."""
 _NOUN_START = re.compile(r"(?:^|\b(?:a|an|any|the|your|our|this|that|such)\s+)$", re.IGNORECASE)
 _NEGATED_AFTER = re.compile(
     r"(?:\s+(?:for|of|on|to|from)(?:\s+[\w'\u2019-]+){1,3}?)?\s+(?:(?:is|are|was|were|will|would"
@@ -194,7 +197,33 @@ _NEGATED_AFTER = re.compile(
 )
 """After a refund noun that starts its clause or follows a determiner: a negated verb ("a refund
 is not possible", "refunds for the Raita cannot be made")."""
+_REFUSED_AFTER = re.compile(
+    r"(?:(?:(?:could|can|will|would|shall|should|may|might|must|is|are|was|were|has|have|had"
+    r"|does|do|did)\s+not|(?:could|ca|wo|would|should|is|are|was|were|has|have|had|does|do|did)"
+    r"n['\u2019]t|cannot)(?:\s+(?:be|been|currently|yet|now|possibly|presently))*"
+    r"\s+(?:approved|issued|processed|made|given|offered|granted|possible|applicable|due"
+    r"|available|paid|provided|allowed|accepted|justified|warranted)"
+    r"|(?:(?:has|have|had)\s+been|is|are|was|were)\s+(?:(?:unfortunately|sadly|regrettably)\s+)?"
+    r"(?:rejected|declined|denied|refused|turned\s+down)"
+    r"|(?:is|are)\s+only\s+(?:possible|available|applicable|offered|given|issued|made|due"
+    r"|allowed))"
+    r"(?=\s*$|\s+(?:for|in|at|on|as|this|to|by|under|with|from|yet|now|currently|here)\b)",
+    re.IGNORECASE,
+)
+"""After a refund noun that starts its clause or follows a determiner, later in the clause: the
+clause's verb refuses it ("the refund you asked for could not be approved", "your refund request
+has been rejected", "a refund can't be issued in this case", "refunds are only possible for
+missing items"), with nothing after but a phrase ("for ...", "in this case"): not "a refund for
+what you could not be given is on the way"."""
+_UNSETTLED = re.compile(r"\b(?:any|whether|if|possible)\b", re.IGNORECASE)
+"""Before refund wording in a clause after a review in its sentence: the refund is left to the
+review ("a colleague will review the Raita and decide on any refund", "... and decide whether a
+refund is due")."""
 _MONEY_NOUN = r"(?:refunds?|credits?|reimbursements?|compensation)"
+_NOUN_CLAIM = re.compile(
+    rf"(?:{_MONEY_NOUN}|money|amount|funds?|cash|payment|charge)\b", re.IGNORECASE
+)
+"""A money noun at the start of a promise ("refund ... has been", "money ... returned")."""
 _ADVERBS = (
     r"also|then|now|soon|fully|promptly|gladly|immediately|happily|be|definitely|certainly"
     r"|surely|quickly|duly|still|just"
@@ -557,8 +586,11 @@ def check_reply(
       refund", "issued a full refund", "approved your refund request", "return the money", "a
       refund ... is on the way", nor any other refund or credit wording, unless a negation
       governs it ("nothing is refunded", "not able to offer a refund", "a refund is not
-      possible"), it is about a review ("will review whether a refund is due") or it names the
-      earlier refund; a clause giving the zero amount ("the amount approved is INR 0") is none;
+      possible", "does not qualify for a refund"), its clause refuses it ("your refund request
+      has been rejected", "a refund can't be issued in this case"), it is about a review ("will
+      review whether a refund is due", "will review the Raita and decide on any refund") or it
+      names the earlier refund; a clause giving the zero amount ("the amount approved is INR
+      0") is none;
     - no other amount (:func:`find_amounts`: "seven back", "credited #500 to your wallet"
       included), and no amount in another currency, may appear;
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
@@ -696,10 +728,14 @@ def _repeats_money(text: str, currency: str) -> str | None:
 
 def _review_mentioned(text: str) -> bool:
     """Whether a clause of ``text`` (:func:`_clauses`) says a review is to come
-    (:data:`_REVIEW`) without a negation (:data:`_REVIEW_NEGATION`)."""
-    return any(
-        _REVIEW.search(clause) and not _REVIEW_NEGATION.search(clause) for clause in _clauses(text)
-    )
+    (:func:`_pending_review`)."""
+    return any(_pending_review(clause) for clause in _clauses(text))
+
+
+def _pending_review(clause: str) -> bool:
+    """Whether ``clause`` says a review is to come (:data:`_REVIEW`) without a negation
+    (:data:`_REVIEW_NEGATION`)."""
+    return bool(_REVIEW.search(clause)) and not _REVIEW_NEGATION.search(clause)
 
 
 def _promise(text: str, stated: str) -> str | None:
@@ -718,33 +754,59 @@ def _promise(text: str, stated: str) -> str | None:
         rf"|(?<![0-9A-Za-z]){amount}(?![0-9]|[.,][0-9])\s+(?:is|are|was|has|have)\b",
         re.IGNORECASE,
     )
-    for clause in _clauses(text):
-        if zero.search(clause):
-            continue
-        claim = _claim(clause, _MONEY_TALK)
-        if claim is not None:
-            return claim.group(0)
+    for sentence in _SENTENCE_END.split(text):
+        for clause, after_review in _reviewed_clauses(sentence):
+            if zero.search(clause):
+                continue
+            claim = _claim(clause, _MONEY_TALK, after_review=after_review)
+            if claim is not None:
+                return claim.group(0)
     return None
 
 
-def _claim(clause: str, talk: re.Pattern[str]) -> re.Match[str] | None:
+def _reviewed_clauses(sentence: str) -> list[tuple[str, bool]]:
+    """The clauses of ``sentence`` (:func:`_clauses`), each with whether an earlier clause of
+    the sentence says a review is to come (:func:`_pending_review`)."""
+    clauses, seen = [], False
+    for clause in _clauses(sentence):
+        clauses.append((clause, seen))
+        seen = seen or _pending_review(clause)
+    return clauses
+
+
+def _refused(clause: str, match: re.Match[str]) -> bool:
+    """Whether ``match`` in ``clause`` is a refund noun that starts its clause or follows a
+    determiner, and the clause's verb refuses it (:data:`_NEGATED_AFTER`,
+    :data:`_REFUSED_AFTER`)."""
+    noun = _NOUN_CLAIM.match(clause, match.start(), match.end())
+    if noun is None or _NOUN_START.search(clause, 0, match.start()) is None:
+        return False
+    noun_end = noun.end()
+    return bool(_NEGATED_AFTER.match(clause, noun_end) or _REFUSED_AFTER.search(clause, noun_end))
+
+
+def _claim(
+    clause: str, talk: re.Pattern[str], *, after_review: bool = False
+) -> re.Match[str] | None:
     """The first wording in ``clause`` that gives money or claims something as paid, or None:
-    a :data:`_STRONG_PROMISES` match no negation governs (:data:`_NEGATED_BEFORE`), else a
-    ``talk`` match that is not negated (before it, or after a noun: :data:`_NEGATED_AFTER`),
-    not in a clause that mentions a review, and not part of a mention of the earlier refund."""
+    a :data:`_STRONG_PROMISES` match no negation governs (:data:`_NEGATED_BEFORE`) and the
+    clause does not refuse (:func:`_refused`), else a ``talk`` match that is not negated
+    (before it, or refused after it), not in a clause that mentions a review, not left to a
+    review earlier in its sentence (``after_review`` and :data:`_UNSETTLED` before it: "will
+    review the Raita and decide on any refund"), and not part of a mention of the earlier
+    refund."""
     for pattern in _STRONG_PROMISES:
         for match in pattern.finditer(clause):
-            if not _NEGATED_BEFORE.search(clause, 0, match.start()):
+            if not _NEGATED_BEFORE.search(clause, 0, match.start()) and not _refused(clause, match):
                 return match
     reviewed = _REVIEW_WORD.search(clause) is not None
     earlier = [m.span() for m in _EARLIER.finditer(clause)]
     for match in talk.finditer(clause):
         if reviewed or any(start <= match.start() < end for start, end in earlier):
             continue
-        if _NEGATED_BEFORE.search(clause, 0, match.start()):
+        if after_review and _UNSETTLED.search(clause, 0, match.start()):
             continue
-        noun = _NOUN_START.search(clause, 0, match.start()) is not None
-        if noun and _NEGATED_AFTER.match(clause, match.end()):
+        if _NEGATED_BEFORE.search(clause, 0, match.start()) or _refused(clause, match):
             continue
         return match
     return None

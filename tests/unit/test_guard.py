@@ -696,6 +696,51 @@ def test_with_nothing_approved_negated_or_review_refund_wording_passes(honest: s
     assert check_reply(honest, 0, "INR", []) == (), honest
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "The refund you asked for could not be approved.",
+        "Your refund request has been rejected.",
+        "I'm afraid a refund can't be issued in this case.",
+        "We did not find a reason for a refund.",
+        "Your order does not qualify for a refund.",
+        "We found no grounds for a refund.",
+        "Refunds are only possible for missing or wrong items.",
+        "We are not in a position to refund this order.",
+    ],
+)
+def test_with_nothing_approved_a_refusal_is_no_promise(refusal: str) -> None:
+    assert check_reply(refusal, 0, "INR", []) == (), refusal
+
+
+def test_with_nothing_approved_a_refund_left_to_the_review_is_no_promise() -> None:
+    reply = "A colleague will review your complaint and decide on any refund."
+    assert check_reply(reply, 0, "INR", ["the Raita"], held_names=["Raita"]) == ()
+
+
+@pytest.mark.parametrize(
+    "promise",
+    [
+        "We found a reason for a refund.",
+        "Your order qualifies for a refund.",
+        "We are in a position to refund this order.",
+        "The refund could be approved soon.",
+        "A refund for what you could not be given is on the way.",
+        "You don't need to do anything to get your refund.",
+        "The Raita is under review and a refund for the biryanis is due.",
+        "A colleague will review the Raita and we will refund you.",
+        "A colleague will review the Raita and a refund will follow.",
+    ],
+)
+def test_with_nothing_approved_refund_wording_beside_a_refusal_or_review_still_promises(
+    promise: str,
+) -> None:
+    failures = check_reply(promise, 0, "INR", [])
+    assert any(f.startswith("promises money although nothing is approved") for f in failures), (
+        failures
+    )
+
+
 @pytest.mark.parametrize("name", ["Pay Back Combo", "Paid Back Pizza", "Reimburse Roll"])
 def test_a_held_item_named_like_a_promise_keeps_the_template_within_its_guard(name: str) -> None:
     for approved in (0, 68900):
