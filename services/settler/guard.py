@@ -353,14 +353,18 @@ _MONEY_BEFORE = re.compile(
     r"|credit(?:ed|ing)?|give|giving|pay(?:ing)?|paid|worth|get(?:ting)?|receive)\s+$",
     re.IGNORECASE,
 )
-_MONEY_AFTER = re.compile(
-    r"\s*(?:%|per\s*cent\b|percent\b|back\b|more\b|extra\b|off\b"
+_MONEY_AFTER_WORDS = (
+    r"%|per\s*cent\b|percent\b|back\b|off\b"
     r"|(?:to|in|into)\s+(?:your\s+)?(?:wallet|account|credit)\b"
-    r"|as\s+(?:a\s+)?(?:credit|cashback|goodwill|compensation|refund|bonus)\b)",
-    re.IGNORECASE,
+    r"|as\s+(?:a\s+)?(?:credit|cashback|goodwill|compensation|refund|bonus)\b"
 )
+_MONEY_AFTER = re.compile(rf"\s*(?:{_MONEY_AFTER_WORDS}|more\b|extra\b)", re.IGNORECASE)
 """Around a one-digit number, what makes it money ("plus 9", "add 5 to your wallet", "get 9
-back", "5% off"); without it a one-digit number is a count ("2 of the 4 biryanis")."""
+back", "5% off", "9 more"); without it a one-digit number is a count ("2 of the 4
+biryanis")."""
+_WORD_MONEY_AFTER = re.compile(rf"\s*(?:{_MONEY_AFTER_WORDS})", re.IGNORECASE)
+"""After a number word, what makes it money: as :data:`_MONEY_AFTER`, but not "more" or "extra"
+alone ("one more chance", "one more question")."""
 _DIGIT_WORDS = {
     word: value
     for value, word in enumerate(
@@ -372,12 +376,23 @@ _DIGIT_WORD = re.compile(
 )
 """A one-digit number in words, or "grand" (a thousand): money only in money context, like a
 one-digit number (:func:`_word_money_context`); "a grand" is never an exact amount."""
+_NOT_COUNTED = (
+    r"back|more|extra|off|to|in|into|on|onto|as|at|for|from|and|or|but|now|today|tomorrow|too"
+    r"|also|plus|again|each|per|apiece|is|are|was|were|will|would|has|have|had|be|been|with|by"
+    r"|via|the|a|an|your|our|this|that|these|those|it|us|you|we|them|so|then|thus|yes|already"
+    r"|soon|later|less|instead|directly|straight|right|refund\w*|credit\w*|cash\w*|bonus\w*"
+    r"|goodwill|compensat\w*|money|rupees?|bucks?|dollars?|quid|paise|paisa|grand|k|lakhs?"
+    r"|lacs?|crores?|thousands?|hundreds?|percent|voucher\w*|coupon\w*|points?|wallets?"
+)
 _COUNTED_AFTER = re.compile(
-    rf"\s+(?:of(?!{_LETTER})|(?!(?:as|is|was|has|this|thus|plus|us|yes)(?!{_LETTER}))"
-    rf"{_LETTER}+s(?!{_LETTER}))",
+    rf"\s+(?:(?:more|extra|additional|other|single)\s+)?(?:of(?!{_LETTER})"
+    rf"|(?!(?:{_NOT_COUNTED})(?!{_LETTER})){_LETTER}+(?!{_LETTER}))",
     re.IGNORECASE,
 )
-"""After a number word: "of" or a plural ("one of the biryanis", "two biryanis"): a count."""
+"""After a number word: "of" or a noun, perhaps after "more" ("one of the biryanis", "two
+biryanis", "one email", "one visit", "one more chance"): a count. Not a function word, a
+money word or "more" alone ("get one back", "add five to your wallet", "get one more as
+goodwill", "five bucks")."""
 _PERCENT = re.compile(r"\s*(?:%|per\s*cent\b|percent\b)", re.IGNORECASE)
 _MONEY_BEFORE_WINDOW = 24
 """How far before a number :data:`_MONEY_BEFORE` and :data:`_TIMES_BEFORE` look."""
@@ -428,8 +443,9 @@ def find_amounts(text: str, currency: str) -> tuple[MoneyMention, ...]:
     money words or a currency near it in its sentence, unless a label names it ("credited #500
     to your wallet", "credit-500", "bonus:500", "added x500"; not "order #1840").
     A number in words from one to nine, or "grand", counts next to money words, as a one-digit
-    number does ("get seven back", "added nine to your wallet", "a grand to your wallet"), not
-    as a count ("one of the biryanis", "two biryanis").
+    number does ("get seven back", "added nine to your wallet", "a grand to your wallet", "get
+    one more"), not as a count ("one of the biryanis", "two biryanis", "get one email", "one
+    more chance").
     Full-width and other scripts' digits count as digits; other numerals ("❶", "½") are left to
     :func:`check_reply`.
     """
@@ -493,9 +509,10 @@ def _located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMent
 
 def _word_money_context(text: str, start: int, end: int) -> bool:
     """Whether the number word at ``text[start:end]`` is money: money words after it ("seven
-    back", "nine to your wallet"), or before it ("plus nine") unless what follows makes it a
-    count ("get two biryanis", "give one of them", "five minutes")."""
-    if _MONEY_AFTER.match(text, end):
+    back", "nine to your wallet"; :data:`_WORD_MONEY_AFTER`), or before it ("plus nine", "get
+    one more") unless what follows makes it a count ("get two biryanis", "give one of them",
+    "get one email", "paid one visit", "five minutes")."""
+    if _WORD_MONEY_AFTER.match(text, end):
         return True
     if not _MONEY_BEFORE.search(text, max(0, start - _MONEY_BEFORE_WINDOW), start):
         return False

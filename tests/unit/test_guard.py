@@ -946,6 +946,10 @@ def test_a_held_item_named_apart_from_the_refund_passes(apart: str) -> None:
         ("We have also added a grand to your wallet.", "grand"),
         ("We will add five to your wallet.", "five"),
         ("You get one more as goodwill.", "one"),
+        ("You will get one more.", "one"),
+        ("We will add five more.", "five"),
+        ("We will give one extra as goodwill.", "one"),
+        ("We will add five bucks.", "five"),
     ],
 )
 def test_a_one_digit_amount_in_words_fails(sneaked: str, word: str) -> None:
@@ -965,3 +969,16 @@ def test_a_one_digit_amount_in_words_fails(sneaked: str, word: str) -> None:
 )
 def test_number_words_as_counts_still_pass(count: str) -> None:
     assert check_reply(count, 68900, "INR", []) == (), count
+
+
+@pytest.mark.parametrize(
+    "count",
+    [
+        "Please give us one more chance.",
+        "If you have one more question, just ask.",
+        "You will get one email once it is done.",
+        "We paid one visit to the restaurant.",
+    ],
+)
+def test_a_number_word_before_a_noun_or_one_more_chance_is_a_count(count: str) -> None:
+    assert check_reply(f"{PAID}. {count}", 68900, "INR", []) == (), count
