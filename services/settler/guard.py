@@ -596,8 +596,10 @@ def check_reply(
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五": :func:`_numerals`);
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
-      the biryanis and the Raita", "We will refund the Raita as well") or says it covers
-      everything ("everything", "all your items", "every item", "in full", "the whole order");
+      the biryanis and the Raita", "We will refund the Raita as well"), other than in a later
+      clause that sends it to review ("... for the biryanis and the Raita is under review"),
+      or says it covers everything ("everything", "all your items", "every item", "in full",
+      "the whole order");
     - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "issued a full refund", "approved your refund request", "return the money", "a
@@ -855,25 +857,44 @@ def _covers_held(text: str, held_names: Sequence[str]) -> list[str]:
     """Failures for a sentence, anywhere in ``text``, that claims a held item, or everything,
     as refunded or covered ("INR 689 for everything, including the raita", "This covers the
     biryanis and the Raita", "We will refund the Raita as well"): one holding refund, credit or
-    covers wording (:data:`_COVERS_TALK`) that :func:`_claim` does not excuse (negated, or in a
-    clause about a review) and a held name or :data:`_COVERS_ALL`."""
+    covers wording (:data:`_COVERS_TALK`) that :func:`_claim` does not excuse (negated, in a
+    clause about a review, or left to a review earlier in the sentence) and a held name or
+    :data:`_COVERS_ALL`. A held name only in clauses that send it to review, after every
+    claim, is not claimed ("We have refunded INR 689 for the biryanis and the Raita is under
+    review"; not "A colleague will review the Raita and we will refund it")."""
     failures = []
     names = [
         (name, re.compile(rf"(?<!{_LETTER}){re.escape(name)}(?!{_LETTER})", re.IGNORECASE))
         for name in held_names
     ]
     for sentence in _SENTENCE_END.split(text):
-        named = [name for name, pattern in names if pattern.search(sentence)]
+        named = [(name, pattern) for name, pattern in names if pattern.search(sentence)]
         covers = _COVERS_ALL.search(sentence)
         if not named and covers is None:
             continue  # the cheaper test first: most sentences name nothing held
-        if not any(_claim(clause, _COVERS_TALK) for clause in _clauses(sentence)):
+        clauses = _reviewed_clauses(sentence)
+        claims = [
+            i
+            for i, (clause, after_review) in enumerate(clauses)
+            if _claim(clause, _COVERS_TALK, after_review=after_review)
+        ]
+        if not claims:
             continue
-        for name in named:
-            failures.append(f"says the refund covers {name!r}, which is held for review")
+        for name, pattern in named:
+            if not _sent_to_review(clauses, pattern, after=claims[-1]):
+                failures.append(f"says the refund covers {name!r}, which is held for review")
         if covers:
             failures.append(f"says the refund covers all although items are held: {covers[0]!r}")
     return failures
+
+
+def _sent_to_review(
+    clauses: Sequence[tuple[str, bool]], name: re.Pattern[str], *, after: int
+) -> bool:
+    """Whether every clause that names ``name`` comes after clause ``after`` and says a review
+    is to come (:func:`_pending_review`), and some clause names it."""
+    naming = [i for i, (clause, _) in enumerate(clauses) if name.search(clause)]
+    return bool(naming) and all(i > after and _pending_review(clauses[i][0]) for i in naming)
 
 
 def _statements(

@@ -982,3 +982,32 @@ def test_number_words_as_counts_still_pass(count: str) -> None:
 )
 def test_a_number_word_before_a_noun_or_one_more_chance_is_a_count(count: str) -> None:
     assert check_reply(f"{PAID}. {count}", 68900, "INR", []) == (), count
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "We have refunded INR 689 for the biryanis. A colleague will review the Raita and decide"
+        " whether a refund is due.",
+        "We have refunded INR 689 for the biryanis. A colleague will review the Raita and decide"
+        " on any refund.",
+        "We have refunded INR 689 for the biryanis and the Raita is under review.",
+        "We have refunded INR 689 for the biryanis, while the Raita is under review.",
+    ],
+)
+def test_a_held_item_sent_to_review_beside_refund_wording_is_not_claimed(reply: str) -> None:
+    assert check_reply(reply, 68900, "INR", ["the Raita"], held_names=["Raita"]) == (), reply
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "We have refunded INR 689. A colleague will review the Raita and we will refund it.",
+        "We have refunded INR 689. A colleague will review the Raita and refund it.",
+        "We have refunded INR 689 for the biryanis and the Raita, which is under review.",
+        "We have refunded INR 689 for the Raita and the Raita is under review.",
+    ],
+)
+def test_a_held_item_refunded_beside_its_review_is_still_claimed(claim: str) -> None:
+    failures = check_reply(claim, 68900, "INR", ["the Raita"], held_names=["Raita"])
+    assert "says the refund covers 'Raita', which is held for review" in failures, failures
