@@ -153,12 +153,8 @@ _REVIEW = re.compile(
     re.IGNORECASE,
 )
 """A review still to come ("will review", "under review", "pending review", "is reviewing"),
-not one done ("we reviewed"). It counts only in a clause with no :data:`_REVIEW_NEGATION`."""
-_REVIEW_NEGATION = re.compile(
-    r"\b(?:not|no|nothing|never|none|without|cannot|unable|closed)\b|n['\u2019]t\b", re.IGNORECASE
-)
-"""A word that cancels a review mention anywhere in its clause: "nothing is left to review", "we
-decided not to review", "no need for a review", "under review earlier is now closed"."""
+not one done ("we reviewed"). It counts only when no negation cancels it
+(:data:`_REVIEW_NEGATED`, :data:`_REVIEW_CLOSED`)."""
 _EARLIER = re.compile(
     r"\b(?:earlier|previous|prior|first)\s+(?:refunds?|repl(?:y|ies)|payments?)\b", re.IGNORECASE
 )
@@ -189,6 +185,18 @@ _NEGATED_BEFORE = re.compile(rf"{_NEGATION}(?:\s+(?:{_LIGHT})\b){{0,6}}\s*$", re
 between ("not able to offer a refund", "nothing is refunded", "no refund", "won't credit", "did
 not find a reason for a refund", "does not qualify for a refund", "not in a position to
 refund")."""
+_REVIEW_NEGATED = re.compile(
+    rf"(?:{_NEGATION}|\bnobody\b)(?:\s+(?:{_LIGHT}|left|need(?:s|ed)?|one|else|required"
+    rf"|necessary)\b){{0,4}}\s*$",
+    re.IGNORECASE,
+)
+"""Before a review mention in its clause: a negation with at most four light words between,
+which cancels it ("nothing is left to review", "we decided not to review", "not sent for
+review", "no need for a review", "no one will review"). A negation elsewhere in the clause does
+not ("will review the Raita in no more than two days", "will be reviewed without delay")."""
+_REVIEW_CLOSED = re.compile(r"\b(?:closed|concluded|finished|ended)\b", re.IGNORECASE)
+"""After a review mention in its clause: the review is over ("under review earlier is now
+closed")."""
 _NOUN_START = re.compile(r"(?:^|\b(?:a|an|any|the|your|our|this|that|such)\s+)$", re.IGNORECASE)
 _NEGATED_AFTER = re.compile(
     r"(?:\s+(?:for|of|on|to|from)(?:\s+[\w'\u2019-]+){1,3}?)?\s+(?:(?:is|are|was|were|will|would"
@@ -618,9 +626,10 @@ def check_reply(
       number ("the same again tomorrow", "that amount once more": :func:`_repeats_money`);
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
-    - with held items, the reply must say they go to review ("will review", "under review"), in
-      a clause no negation cancels ("nothing is left to review", "not sent for review", "now
-      closed": :data:`_REVIEW_NEGATION`);
+    - with held items, the reply must say they go to review ("will review", "under review"),
+      not cancelled by a negation right before it or a close after it ("nothing is left to
+      review", "not sent for review", "now closed": :data:`_REVIEW_NEGATED`; "will review the
+      Raita in no more than two days" is a review to come);
     - after an earlier round paid money (``earlier_refund``), the reply must mention it ("our
       earlier refund", "our previous reply"), so that it reads neither as all there is nor as
       no refund at all;
@@ -752,9 +761,14 @@ def _review_mentioned(text: str) -> bool:
 
 
 def _pending_review(clause: str) -> bool:
-    """Whether ``clause`` says a review is to come (:data:`_REVIEW`) without a negation
-    (:data:`_REVIEW_NEGATION`)."""
-    return bool(_REVIEW.search(clause)) and not _REVIEW_NEGATION.search(clause)
+    """Whether ``clause`` says a review is to come (:data:`_REVIEW`) that no negation right
+    before it cancels (:data:`_REVIEW_NEGATED`) and that is not over (:data:`_REVIEW_CLOSED`)."""
+    for review in _REVIEW.finditer(clause):
+        if _REVIEW_NEGATED.search(clause, 0, review.start()):
+            continue
+        if not _REVIEW_CLOSED.search(clause, review.end()):
+            return True
+    return False
 
 
 def _promise(text: str, stated: str) -> str | None:

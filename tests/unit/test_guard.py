@@ -783,9 +783,46 @@ def test_a_review_with_a_negation_in_another_clause_still_counts(pending: str) -
     assert check_reply(pending, 68900, "INR", ["the Raita"]) == (), pending
 
 
-def test_a_held_item_whose_name_negates_gets_the_templates_generic_review_sentence() -> None:
+@pytest.mark.parametrize(
+    "pending",
+    [
+        f"{PAID}. A colleague will review the Raita in no more than two days.",
+        f"{PAID}. The Raita will be reviewed without delay.",
+        f"{PAID}. The Raita has not been refunded pending review.",
+    ],
+)
+def test_a_negation_after_the_review_word_does_not_cancel_it(pending: str) -> None:
+    assert check_reply(pending, 68900, "INR", ["the Raita"]) == (), pending
+
+
+@pytest.mark.parametrize(
+    "negated",
+    [
+        f"{PAID}. No one will review the Raita.",
+        f"{PAID}. Nobody will review the Raita.",
+        f"{PAID}. The Raita is no longer under review.",
+        f"{PAID}. We are unable to review the Raita.",
+        f"{PAID}. There is nothing more to review.",
+        f"{PAID}. The Raita will not be reviewed.",
+    ],
+)
+def test_a_negation_right_before_the_review_word_still_cancels_it(negated: str) -> None:
+    assert check_reply(negated, 68900, "INR", ["the Raita"]) == (
+        "does not say that the held items go to review",
+    )
+
+
+def test_a_held_item_whose_name_negates_is_named_after_the_review_word() -> None:
+    """A negation after "will review" (in an item's name) does not cancel the review."""
     reply = template_reply(0, "INR", ["the late delivery"], ["the No Onion Pizza"])
     assert check_reply(reply, 0, "INR", ["the No Onion Pizza"]) == (), reply
+    assert "A colleague will review the No Onion Pizza and get back to you" in reply
+    assert "We have noted the late delivery." in reply
+
+
+def test_a_held_item_whose_name_closes_the_review_gets_the_templates_generic_sentence() -> None:
+    reply = template_reply(0, "INR", ["the late delivery"], ["the Closed Lid Raita"])
+    assert check_reply(reply, 0, "INR", ["the Closed Lid Raita"]) == (), reply
     assert "A colleague will review the rest of your complaint" in reply
     assert "We have noted the late delivery." in reply
 
