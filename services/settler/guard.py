@@ -964,8 +964,10 @@ def template_reply(
     held: Sequence[str],
     *,
     earlier_refund: bool = False,
+    held_names: Sequence[str] = (),
 ) -> str:
-    """A plain, deterministic reply that passes :func:`check_reply`.
+    """A plain, deterministic reply that passes :func:`check_reply`, with the same ``held_names``
+    (the items only held lines name) as the reply's own check.
 
     ``resolved`` and ``held`` are short descriptions ("the late delivery", "the Raita"); they are
     passed through :func:`safe_phrase` and kept away from the amount sentence. A reply that
@@ -974,6 +976,8 @@ def template_reply(
     complaint"); that last wording passes by construction.
     ``earlier_refund``: an earlier round of the dispute paid money (a later round's reply must
     not read as if nothing had been refunded, nor as if this amount covered everything).
+    ``held_names``: a resolved item whose name holds one ("the missing Boondi Raita" with
+    "Raita" held) would read as covering the held item: the resolved items are then not named.
     """
     done = _listing(resolved, currency)
     waiting = _listing(held, currency)
@@ -983,7 +987,12 @@ def template_reply(
         )
         try:
             refused = check_reply(
-                reply, approved_minor, currency, held, earlier_refund=earlier_refund
+                reply,
+                approved_minor,
+                currency,
+                held,
+                earlier_refund=earlier_refund,
+                held_names=held_names,
             )
         except Exception:  # noqa: BLE001 - a guard fault on an item name: use plainer words
             refused = ("unreadable",)

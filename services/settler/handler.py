@@ -267,6 +267,7 @@ class SettlerHandler:
                 request.messages, request.schema_name, request.schema, None, priced.dispute_id
             )
 
+        held_names = _only_held(held_lines, resolved)
         failures: list[str]
         try:
             raw, _ = await cached_call(
@@ -279,7 +280,7 @@ class SettlerHandler:
                 priced.currency,
                 held,
                 earlier_refund=earlier_refund,
-                held_names=_only_held(held_lines, resolved),
+                held_names=held_names,
                 where=f"{priced.dispute_id} round {priced.round}",
             )
         except MalformedAnswer as exc:
@@ -296,7 +297,14 @@ class SettlerHandler:
         if not failures:
             return text, "MODEL", []
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
-        reply = template_reply(approved, priced.currency, done, held, earlier_refund=earlier_refund)
+        reply = template_reply(
+            approved,
+            priced.currency,
+            done,
+            held,
+            earlier_refund=earlier_refund,
+            held_names=held_names,
+        )
         return reply, "TEMPLATE", failures
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:

@@ -536,6 +536,82 @@ def test_template_reply_always_passes_the_guard(
         assert reply == template_reply(approved, currency, resolved, held, earlier_refund=earlier)
 
 
+_ITEM_WORDS = st.sampled_from(
+    [
+        "Boondi",
+        "Raita",
+        "Hyderabadi",
+        "Biryani",
+        "Paneer",
+        "Tikka",
+        "Garlic",
+        "Naan",
+        "Masala",
+        "Dosa",
+        "Pay",
+        "Back",
+        "Paid",
+        "Reimburse",
+        "Roll",
+        "No",
+        "Onion",
+        "Pizza",
+        "Combo",
+        "Whole",
+        "Wheat",
+        "Family",
+        "Meal",
+        "Closed",
+        "Lid",
+        "Extra",
+        "Cheese",
+    ]
+)
+"""Words of item names, tricky ones included ("Pay Back Combo", "No Onion Pizza", "Whole Wheat",
+"Closed Lid Raita")."""
+
+
+@st.composite
+def _resolved_with_held_names(draw: st.DrawFn) -> tuple[list[str], list[str], list[str]]:
+    """Resolved phrases naming items, held phrases, and held names that are runs of words of
+    the resolved items' names ("Raita" held, "the missing Boondi Raita" resolved)."""
+    items = draw(st.lists(st.lists(_ITEM_WORDS, min_size=1, max_size=3), min_size=1, max_size=3))
+    names = []
+    for words in draw(st.lists(st.sampled_from(items), min_size=1, max_size=2)):
+        start = draw(st.integers(min_value=0, max_value=len(words) - 1))
+        end = draw(st.integers(min_value=start + 1, max_value=len(words)))
+        names.append(" ".join(words[start:end]))
+    resolved = [f"the missing {' '.join(words)}" for words in items]
+    return resolved, [f"the {name}" for name in names], names
+
+
+@given(st.integers(min_value=0, max_value=10**9), currencies, _resolved_with_held_names())
+@example(68900, "INR", (["the missing Boondi Raita"], ["the Raita"], ["Raita"]))
+def test_template_reply_passes_the_guard_with_the_handlers_held_names(
+    approved: int, currency: str, drawn: tuple[list[str], list[str], list[str]]
+) -> None:
+    """The handler checks the model's reply with the names only held lines name; the template
+    passes the same check, also when a resolved item's name holds a held one."""
+    resolved, held, names = drawn
+    for earlier in (False, True):
+        reply = template_reply(
+            approved, currency, resolved, held, earlier_refund=earlier, held_names=names
+        )
+        failures = check_reply(
+            reply, approved, currency, held, earlier_refund=earlier, held_names=names
+        )
+        assert failures == (), (reply, failures)
+
+
+def test_a_resolved_item_holding_a_held_items_name_is_not_said_to_be_covered() -> None:
+    reply = template_reply(
+        68900, "INR", ["the missing Boondi Raita"], ["the Raita"], held_names=["Raita"]
+    )
+    assert check_reply(reply, 68900, "INR", ["the Raita"], held_names=["Raita"]) == (), reply
+    assert "This covers the missing Boondi Raita" not in reply
+    assert "A colleague will review the Raita and get back to you" in reply
+
+
 def test_a_later_rounds_template_keeps_the_earlier_refund_in_view() -> None:
     """Round 2 of a dispute round 1 paid: with nothing more to pay it does not say that no
     refund is offered; with more it does not say that this amount covers everything."""
