@@ -552,23 +552,24 @@ class StageRunner:
                     if self._stopping:
                         return
                     continue
-                if drain_until is not None and time.monotonic() >= drain_until:
+                now = time.monotonic()
+                # After a stop, or a fatal error in a later batch, the batches in flight had
+                # the drain timeout to finish.
+                after = (
+                    "the stop"
+                    if drain_until is not None and now >= drain_until
+                    else "a fatal error"
+                    if self._failing_until is not None and now >= self._failing_until
+                    else None
+                )
+                if after is not None:
                     log.warning(
-                        "%s: %d records still in flight %g s after the stop: left uncommitted"
-                        " for the partitions' next owner",
+                        "%s: %d records still in flight %g s after %s: left uncommitted for the"
+                        " partitions' next owner",
                         self.spec.name,
                         sum(b.size for b in pending),
                         self.config.drain_timeout_s,
-                    )
-                    self.records_abandoned += sum(b.size for b in pending)
-                    break
-                if self._failing_until is not None and time.monotonic() >= self._failing_until:
-                    # A fatal error in a later batch: the head's calls had the drain timeout.
-                    log.warning(
-                        "%s: %d records still in flight %g s after a fatal error: left uncommitted",
-                        self.spec.name,
-                        sum(b.size for b in pending),
-                        self.config.drain_timeout_s,
+                        after,
                     )
                     self.records_abandoned += sum(b.size for b in pending)
                     break

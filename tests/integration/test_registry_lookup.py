@@ -9,9 +9,6 @@ import json
 import socket
 import struct
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +20,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.retry import RetryPolicy
+from tests.fakes.registry_proxy import Answer, RegistryProxy, schema_id_of
 
 pytestmark = pytest.mark.stack
 
@@ -68,56 +66,30 @@ def failing_registry() -> Iterator[str]:
     server.server_close()
 
 
-class _LaggingReplica:
+class _LaggingReplica(RegistryProxy):
     """The stack's registry behind a proxy that, like a replica a moment behind the one a
     schema was registered on, answers 404 to the first ``misses`` lookups of each schema id;
     it counts every lookup of an id."""
 
     def __init__(self, origin: str, misses: int) -> None:
-        parts = urllib.parse.urlsplit(origin)
-        base = f"{parts.scheme}://{parts.netloc}"
         self.lookups: dict[int, int] = {}
-        replica = self
 
-        class Forward(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if "/schemas/ids/" in self.path:
-                    schema_id = int(self.path.rsplit("/schemas/ids/", 1)[1].split("?")[0])
-                    seen = replica.lookups[schema_id] = replica.lookups.get(schema_id, 0) + 1
-                    if seen <= misses:
-                        self._answer(404, b'{"error_code": 40403, "message": "Schema not found"}')
-                        return
-                try:
-                    with urllib.request.urlopen(base + self.path, timeout=30) as answer:
-                        status, body = answer.status, answer.read()
-                except urllib.error.HTTPError as exc:
-                    status, body = exc.code, exc.read()
-                self._answer(status, body)
+        def before(path: str) -> Answer | None:
+            schema_id = schema_id_of(path)
+            if schema_id is None:
+                return None
+            seen = self.lookups[schema_id] = self.lookups.get(schema_id, 0) + 1
+            if seen <= misses:
+                return 404, b'{"error_code": 40403, "message": "Schema not found"}'
+            return None
 
-            def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{parts.path}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(origin, before)
 
 
 @pytest.fixture
 def lagging(registry_url: str) -> Iterator[_LaggingReplica]:
-    replica = _LaggingReplica(registry_url, misses=QUICK.attempts - 1)
-    yield replica
-    replica.close()
+    with _LaggingReplica(registry_url, misses=QUICK.attempts - 1) as replica:
+        yield replica
 
 
 def test_an_unknown_schema_id_is_invalid_input(registry_url: str) -> None:

@@ -8,15 +8,11 @@ import signal
 import struct
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +28,7 @@ from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 from refund_bench.runtime.selftest import counter_spec, passthrough_spec
 from refund_bench.topics import Topic
 from tests.conftest import Stack, TopicFactory
+from tests.fakes.registry_proxy import RegistryProxy, schema_id_of
 from tests.kafka_helpers import (
     Read,
     StageThread,
@@ -1019,54 +1016,24 @@ def test_an_async_stage_dead_letters_a_poll_that_holds_only_undecodable_records(
     assert [r.value["id"] for r in outputs] == ["good"]
 
 
-class _SlowLookupRegistry:
+class _SlowLookupRegistry(RegistryProxy):
     """A loopback registry that passes every request on to the stack's, and answers a lookup
     of a schema by id only after ``delay_s``, recording when it began and when it answered."""
 
     def __init__(self, upstream: str, delay_s: float) -> None:
-        parts = urllib.parse.urlsplit(upstream)
-        origin = f"{parts.scheme}://{parts.netloc}"
         self.lookup_began = threading.Event()
         self.answered_at: float | None = None
-        registry = self
 
-        class Forward(BaseHTTPRequestHandler):
-            def _forward(self) -> None:
-                if self.command == "GET" and "/schemas/ids/" in self.path:
-                    registry.lookup_began.set()
-                    time.sleep(delay_s)  # the slow registry itself
-                length = int(self.headers.get("Content-Length") or 0)
-                request = urllib.request.Request(
-                    origin + self.path,
-                    data=self.rfile.read(length) if length else None,
-                    headers={"Content-Type": self.headers.get("Content-Type", "application/json")},
-                    method=self.command,
-                )
-                try:
-                    with urllib.request.urlopen(request, timeout=30) as answer:
-                        status, body = answer.status, answer.read()
-                except urllib.error.HTTPError as exc:
-                    status, body = exc.code, exc.read()
-                if "/schemas/ids/" in self.path:
-                    registry.answered_at = time.monotonic()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def before(path: str) -> None:
+            if schema_id_of(path) is not None:
+                self.lookup_began.set()
+                time.sleep(delay_s)  # the slow registry itself
 
-            do_GET = do_POST = _forward  # noqa: N815 - the http.server names
+        def after(path: str) -> None:
+            if schema_id_of(path) is not None:
+                self.answered_at = time.monotonic()
 
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{parts.path}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(upstream, before, after)
 
 
 def test_an_async_stage_goes_on_while_a_writer_schema_is_looked_up(
@@ -1082,34 +1049,37 @@ def test_an_async_stage_goes_on_while_a_writer_schema_is_looked_up(
     from refund_bench.topics import TopicSpec, ensure_topics
 
     delay_s = 4.0
-    registry = _SlowLookupRegistry(registry_url, delay_s)
-    framing = RegistryFraming(SchemaRegistryClient({"url": registry.url, "max.retries": 0}))
-    source, sink = new_topic("lookup-in", 1), new_topic("lookup-out", 1)
-    dlq = f"{source}.dlq"
-    ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
-    codec = bench_codec(framing, source, sink)
-    out = Topic(sink, "bench.record")
-    first_started = threading.Event()
-    first_done_at: list[float] = []
+    with _SlowLookupRegistry(registry_url, delay_s) as registry:
+        framing = RegistryFraming(SchemaRegistryClient({"url": registry.url, "max.retries": 0}))
+        source, sink = new_topic("lookup-in", 1), new_topic("lookup-out", 1)
+        dlq = f"{source}.dlq"
+        ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
+        codec = bench_codec(framing, source, sink)
+        out = Topic(sink, "bench.record")
+        first_started = threading.Event()
+        first_done_at: list[float] = []
 
-    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
-        first_started.set()
-        await asyncio.to_thread(registry.lookup_began.wait, 60)  # a call still in flight
-        first_done_at.append(time.monotonic())
-        return [Emit(out.name, message.key or "", message.value)]
+        async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+            first_started.set()
+            await asyncio.to_thread(registry.lookup_began.wait, 60)  # a call still in flight
+            first_done_at.append(time.monotonic())
+            return [Emit(out.name, message.key or "", message.value)]
 
-    group = f"lookup-{uuid.uuid4().hex[:8]}"
-    spec = StageSpec("lookup", (Topic(source, "bench.record"),), (out,), handler)
-    stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
-    try:
-        produce_values(stack.kafka, source, [("k", {"id": "r0", "seq": 0, "payload": ""})], codec)
-        assert first_started.wait(60), "the first record's handler did not start"
-        produce_raw(stack.kafka, source, [(b"k", b"\x00" + struct.pack(">I", 987654321) + b"\x02")])
-        outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60, settle_s=0.0)
-        (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
-    finally:
-        assert stage.stop() is None
-        registry.close()
+        group = f"lookup-{uuid.uuid4().hex[:8]}"
+        spec = StageSpec("lookup", (Topic(source, "bench.record"),), (out,), handler)
+        stage = StageThread(StageRunner(spec, _config(stack.kafka, group), framing)).start()
+        try:
+            produce_values(
+                stack.kafka, source, [("k", {"id": "r0", "seq": 0, "payload": ""})], codec
+            )
+            assert first_started.wait(60), "the first record's handler did not start"
+            produce_raw(
+                stack.kafka, source, [(b"k", b"\x00" + struct.pack(">I", 987654321) + b"\x02")]
+            )
+            outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60, settle_s=0.0)
+            (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
+        finally:
+            assert stage.stop() is None
     assert registry.answered_at is not None
     (first_done,) = first_done_at
     assert first_done < registry.answered_at - delay_s / 2, "the call in flight waited"
