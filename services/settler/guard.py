@@ -707,9 +707,10 @@ def check_reply(
     return tuple(dict.fromkeys(failures))
 
 
-def _clauses(text: str) -> list[str]:
+@functools.lru_cache(maxsize=64)  # one reply's text and sentences are split by several checks
+def _clauses(text: str) -> tuple[str, ...]:
     """``text`` split at every :data:`_CLAUSE_BREAK`, empty pieces left out."""
-    return [clause for clause in _CLAUSE_BREAK.split(text) if clause.strip()]
+    return tuple(clause for clause in _CLAUSE_BREAK.split(text) if clause.strip())
 
 
 _SAME_AGAIN = re.compile(
