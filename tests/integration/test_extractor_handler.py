@@ -316,15 +316,12 @@ def test_a_complaint_held_for_review_stays_held_when_redelivered_after_a_prompt_
     assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
 
 
-def test_a_redelivery_after_a_model_and_prompt_change_names_those_that_wrote_the_grievances(
-    database: str, redis_url: str, standin: Standin
-) -> None:
-    """A complaint extracted under extractor/v1 by one model, delivered again once another
-    model and prompt are configured, reuses the cached answer: its events name the model and
-    prompt that wrote the grievances, not the ones configured now."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    cache = f"test-extractor-{uuid.uuid4().hex}:"
-    (first,) = _handle(
+def _extract_with_an_earlier_maker(
+    database: str, redis_url: str, standin: Standin, dispute: str, cache: str
+) -> list[Sequence[Emit]]:
+    """The article's complaint extracted under extractor/v1 by the model ``extractor-before``,
+    its answer cached under ``cache``."""
+    return _handle(
         database,
         redis_url,
         standin,
@@ -333,6 +330,17 @@ def test_a_redelivery_after_a_model_and_prompt_change_names_those_that_wrote_the
         prompt_version="extractor/v1",
         model="extractor-before",
     )
+
+
+def test_a_redelivery_after_a_model_and_prompt_change_names_those_that_wrote_the_grievances(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A complaint extracted under extractor/v1 by one model, delivered again once another
+    model and prompt are configured, reuses the cached answer: its events name the model and
+    prompt that wrote the grievances, not the ones configured now."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    (first,) = _extract_with_an_earlier_maker(database, redis_url, standin, dispute, cache)
     (again,) = _handle(
         database, redis_url, standin, dispute, cache_prefix=cache, model="extractor-after"
     )
@@ -383,15 +391,7 @@ def test_an_answer_drawn_again_after_its_predecessor_left_the_cache_names_its_ow
     ``any-model``): its events name that model, not the one the surviving record names."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     cache = f"test-extractor-{uuid.uuid4().hex}:"
-    _handle(
-        database,
-        redis_url,
-        standin,
-        dispute,
-        cache_prefix=cache,
-        prompt_version="extractor/v1",
-        model="extractor-before",
-    )
+    _extract_with_an_earlier_maker(database, redis_url, standin, dispute, cache)
 
     async def evict_the_answer() -> str:
         redis = Redis.from_url(redis_url, decode_responses=True)
