@@ -25,7 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from services.llm_standin.rules import ROLE_BY_SCHEMA, RuleError, answer, schema_errors
+from services.llm_standin.answers import ROLE_BY_SCHEMA, answer
+from services.llm_standin.errors import RuleError
+from services.llm_standin.schema_check import schema_errors
 
 FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", "401"]
 """The random faults are the first four; the 400s and ``401`` only come scripted."""

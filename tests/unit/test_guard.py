@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from services.llm_standin.rules import write_reply
+from services.llm_standin.reply import write_reply
 from services.settler.guard import (
     MoneyMention,
     check_reply,

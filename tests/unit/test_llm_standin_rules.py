@@ -15,15 +15,13 @@ import pytest
 from refund_bench.domain import LineItem, OrderRecord
 from refund_bench.llm import roles
 from services.extractor.evidence import freeze
-from services.llm_standin.rules import (
-    RuleError,
-    answer,
-    extract_grievances,
-    judge_grievance,
-    schema_errors,
-    sentences,
-    write_reply,
-)
+from services.llm_standin.answers import answer
+from services.llm_standin.errors import RuleError
+from services.llm_standin.extraction import extract_grievances
+from services.llm_standin.judging import judge_grievance
+from services.llm_standin.reply import write_reply
+from services.llm_standin.schema_check import schema_errors
+from services.llm_standin.segmentation import sentences
 
 ARTICLE_COMPLAINT = (
     "Ordered at 8:15pm and the food showed up at 9:40pm. We had guests over, it was "
