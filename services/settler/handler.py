@@ -51,8 +51,10 @@ from refund_bench.llm.roles import (
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import SETTLER
-from services.settler.guard import check_reply, format_amount, template_reply
+from services.settler.amounts import format_amount
+from services.settler.guard import check_reply
 from services.settler.phrases import describe
+from services.settler.template import template_reply
 
 log = logging.getLogger(__name__)
 

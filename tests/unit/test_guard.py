@@ -7,14 +7,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.llm_standin.reply import write_reply
-from services.settler.guard import (
-    MoneyMention,
-    check_reply,
-    find_amounts,
-    format_amount,
-    safe_phrase,
-    template_reply,
-)
+from services.settler.amounts import MoneyMention, find_amounts, format_amount
+from services.settler.guard import check_reply
+from services.settler.template import safe_phrase, template_reply
 
 GOOD = (
     "We have refunded INR 689 to your original payment method for the missing biryanis and the "
