@@ -11,8 +11,9 @@ import socket
 from collections.abc import Iterable
 from typing import Any, Literal, Self
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from refund_bench.gc_tuning import DEFAULT_YOUNG_THRESHOLD
@@ -62,6 +63,26 @@ class StackSettings(BaseSettings):
                 yield name, printable_urls(value)
             else:
                 yield name, value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_readable(cls, value: SecretStr) -> SecretStr:
+        """``DATABASE_URL`` must read as a PostgreSQL URL (or conninfo string). The parser's own
+        message quotes the part it could not read, often the password, and a connection pool
+        would log it on every retry: the error here says only what to fix."""
+        try:
+            parts = conninfo_to_dict(value.get_secret_value())
+        except psycopg.Error:
+            raise ValueError(
+                "DATABASE_URL cannot be read as a PostgreSQL URL: percent-encode '%', '@', ':',"
+                " '/' and spaces in its user name and password"
+            ) from None
+        if "@" in str(parts.get("host", "")):
+            raise ValueError(
+                "DATABASE_URL names a host with '@' in it: percent-encode '@' in the password"
+                " as %40"
+            )
+        return value
 
     def database_conninfo(self) -> str:
         """``DATABASE_URL`` with ``PG_STATEMENT_TIMEOUT_MS`` added to its ``options`` (first,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
@@ -57,3 +58,25 @@ def test_a_prompt_of_another_role_or_not_shipped_is_refused_at_start(
         with pytest.raises(ValidationError, match=why):
             settings(**given)
     assert getattr(settings(), field).startswith(f"{role}/")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("postgresql://rb:s3cr%et-PW@db:5432/rb", "cannot be read"),
+        ("postgresql://rb:s3cret PW@db/rb", "cannot be read"),
+        ("postgresql://rb:p@ss-word@db/rb", "percent-encode '@'"),
+    ],
+)
+def test_a_database_url_that_cannot_be_read_is_refused_without_quoting_it(
+    url: str, why: str
+) -> None:
+    """The URL parser's own message quotes the part it could not read, here the password; a
+    connection pool would log it on every retry. Refused at start, naming only the fix."""
+    with pytest.raises(ValidationError, match=why) as refused:
+        StageSettings(database_url=url)
+    for secret in ("s3cr", "ss-word"):
+        assert secret not in str(refused.value)
+    readable = "postgresql://rb:p%40ss%20w%25rd@db:5432/rb"
+    conninfo = StageSettings(database_url=readable).database_conninfo()
+    assert conninfo_to_dict(conninfo)["password"] == "p@ss w%rd"
