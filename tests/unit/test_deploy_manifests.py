@@ -55,6 +55,11 @@ SETTINGS_OF: dict[str, type[BaseSettings]] = {
 
 # A stand-in for every Secret key: long enough for SESSION_SECRET's minimum.
 SECRET_PLACEHOLDER = "x" * 48
+SECRET_URL_PLACEHOLDERS = {
+    "DATABASE_URL": "postgresql://refund_bench:" + "x" * 48 + "@postgres:5432/refund_bench",
+    "REDIS_URL": "redis://:" + "x" * 48 + "@redis:6379/0",
+}
+"""Secrets the settings read as URLs: a placeholder of the shape an operator stores."""
 
 
 @functools.cache
@@ -136,7 +141,7 @@ def _environment(container: dict[str, Any]) -> dict[str, str]:
                 "key": "password",
             }
             assert ref["name"] == SECRET or own_kafka_user, f"{entry['name']}: secret {ref}"
-            env[entry["name"]] = SECRET_PLACEHOLDER
+            env[entry["name"]] = SECRET_URL_PLACEHOLDERS.get(entry["name"], SECRET_PLACEHOLDER)
     return env
 
 
