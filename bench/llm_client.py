@@ -36,7 +36,7 @@ from refund_bench.llm import roles
 from refund_bench.llm.client import _OMIT, DISPUTE_HEADER, LlmClient, LlmEndpoint, _answer
 from refund_bench.llm.roles import LlmRequest
 from refund_bench.samples import ARTICLE_ORDER
-from services.extractor.evidence import freeze
+from services.extractor.evidence import freeze, judges_view
 
 CONNECTIONS = 128
 
@@ -51,7 +51,8 @@ def _judge_request() -> LlmRequest:
         item_quantity=1,
     )
     prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
-    return roles.build_judge_request(grievance, freeze(ARTICLE_ORDER).data, prompt=prompt)
+    evidence = judges_view(freeze(ARTICLE_ORDER).data)
+    return roles.build_judge_request(grievance, evidence, prompt=prompt)
 
 
 async def _measure(call: Callable[[int], Awaitable[str]], calls: int) -> float:

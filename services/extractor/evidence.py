@@ -210,15 +210,23 @@ def load_snapshot(snapshot_json: str, expected_sha256: str) -> dict[str, Any]:
 
 
 _SECTIONS = ("order", "derived")
+ORDER_IDENTIFIERS = ("order_id", "customer_id", "payment_reference")
+"""The order record's identifiers: they decide no claim, and a judge is not shown them."""
 NOT_CITABLE = frozenset(
-    {
-        "order.order_id",
-        "order.customer_id",
-        "order.payment_reference",
-        "derived.missing_units_estimate_basis",
-    }
+    {f"order.{name}" for name in ORDER_IDENTIFIERS} | {"derived.missing_units_estimate_basis"}
 )
 """Identifiers and explanations: in the snapshot, but citing them grounds no ruling."""
+
+
+def judges_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """The evidence a judge is shown: ``snapshot`` without :data:`ORDER_IDENTIFIERS`, which
+    would otherwise go to every seat's model provider on every call and ground nothing. Every
+    seat reads the same view of the same snapshot; the snapshot hash still names the whole."""
+    order = snapshot.get("order")
+    if not isinstance(order, Mapping):
+        return dict(snapshot)
+    shown = {key: value for key, value in order.items() if key not in ORDER_IDENTIFIERS}
+    return {**snapshot, "order": shown}
 
 
 def _walk(value: object, path: str) -> Iterator[tuple[str, object]]:

@@ -1,7 +1,8 @@
 """The judge stage: grievance.extracted -> K x ruling.cast.
 
 Each of the K seats is an independent call: fresh context (no history, no other seat's
-answer), its own seed, temperature above zero, optionally its own model. All K calls of all
+answer), its own seed, temperature above zero, optionally its own model. Every seat reads the
+same evidence: the frozen snapshot without the order's identifiers. All K calls of all
 grievances in a batch are in flight together. Each seat's answer is cached under (dispute,
 grievance, seat, model, snapshot hash, prompt version, and the hash of what the seat reads): a
 redelivered grievance reuses the rulings it already paid for, and a seat given another model,
@@ -49,6 +50,7 @@ from refund_bench.storable import storable
 from services.extractor.evidence import (
     claim_unrecorded,
     evidence_fields,
+    judges_view,
     load_snapshot,
     silent_fields,
 )
@@ -234,12 +236,14 @@ class _Citable:
 
 @lru_cache(maxsize=1024)
 def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any], _Citable]:
-    """The verified snapshot and its citable fields; the N grievances of a dispute share one.
+    """What judges are shown of the verified snapshot (:func:`judges_view`: no identifiers), and
+    its citable fields; the N grievances of a dispute share one.
 
     Read-only: the dict is shared by every caller with the same snapshot.
     """
     snapshot = load_snapshot(snapshot_json, snapshot_sha256)
-    return snapshot, _Citable(evidence_fields(snapshot), silent_fields(snapshot))
+    citable = _Citable(evidence_fields(snapshot), silent_fields(snapshot))
+    return judges_view(snapshot), citable
 
 
 def _refused_fields(reason: str) -> dict[str, Any]:

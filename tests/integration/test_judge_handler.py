@@ -518,3 +518,30 @@ def test_a_ruling_is_judged_on_exactly_the_citations_it_keeps(
     for cast in rulings:
         assert cast["evidence_cited"] == kept
         assert _replayed(cast, category) == (cast["ruling"], cast["cites_missing_evidence"])
+
+
+def test_no_seat_is_sent_the_orders_identifiers(redis_url: str) -> None:
+    """The order, customer and payment ids decide no claim; a judge is shown the rest of the
+    frozen snapshot, the same for every seat, and they never leave for a model provider."""
+    dispute = _dispute()
+    answer = {
+        "ruling": "UPHELD",
+        "evidence_cited": ["derived.delay_minutes"],
+        "confidence": 0.9,
+        "reasoning": "late",
+    }
+    with FixedAnswerServer(completion(json.dumps(answer))) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(dispute))
+
+    assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
+    bodies = [body.decode() for _, _, body in server.requests]
+    documents = [json.loads(json.loads(b)["messages"][-1]["content"]) for b in bodies]
+    assert len(documents) == 3
+    assert all(d == documents[0] for d in documents), "every seat reads the same evidence"
+    order = documents[0]["evidence"]["order"]
+    assert order["line_items"]
+    assert "delivered_at" in order
+    for identifier in (ARTICLE_ORDER.order_id, ARTICLE_ORDER.customer_id):
+        assert all(identifier not in body for body in bodies)
+    assert ARTICLE_ORDER.payment_reference
+    assert all(ARTICLE_ORDER.payment_reference not in body for body in bodies)
