@@ -8,6 +8,9 @@ from pydantic_settings import SettingsConfigDict
 from refund_bench.config import StackSettings
 
 MIN_SESSION_SECRET_CHARS = 32
+MIN_API_TOKEN_CHARS = 32
+"""A bearer token shorter than this is refused at start: a token is a password that no
+sign-in limit protects (``secrets.token_urlsafe(32)`` gives 43 characters)."""
 
 
 SESSION_MAX_AGE_LIMIT_S = 7 * 24 * 3600
@@ -96,6 +99,16 @@ class ApiSettings(StackSettings):
             raise ValueError(
                 f"SESSION_SECRET must be set to at least {MIN_SESSION_SECRET_CHARS} characters"
                 " (e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _api_tokens_strong(self) -> ApiSettings:
+        short = [t for t in self.bearer_tokens() if len(t) < MIN_API_TOKEN_CHARS]
+        if short:
+            raise ValueError(
+                f"API_TOKENS: {len(short)} of the tokens are shorter than {MIN_API_TOKEN_CHARS}"
+                " characters (e.g. `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
             )
         return self
 
