@@ -471,3 +471,44 @@ def test_the_api_leaves_the_load_balancer_before_it_stops_and_has_time_to_finish
     assert sleep >= 5
     needed = sleep + GRACEFUL_SHUTDOWN_S + settings.publish_timeout_s
     assert template["spec"]["terminationGracePeriodSeconds"] >= needed
+
+
+def test_network_policies_let_in_only_prometheus_and_the_ingress() -> None:
+    """Every pod is under a default deny of ingress; what is let in goes to a port the
+    selected pods name (a name no pod has would let nothing in, silently): the metrics port of
+    every pod (where the stages' scrapes and probes are), and the API's own port. No other
+    port of any pod is reachable."""
+    policies = [doc for doc in _all_documents() if doc["kind"] == "NetworkPolicy"]
+    assert policies
+    allowed: dict[str, set[str]] = {}
+    named_somewhere: set[str] = set()
+    for name, template, container in _workloads():
+        labels = template["metadata"]["labels"]
+        ports = {port["name"] for port in container.get("ports", [])}
+        selecting = [
+            p for p in policies if _selects(p["spec"]["podSelector"]["matchLabels"], labels)
+        ]
+        assert any("ingress" not in p["spec"] for p in selecting), f"{name}: no default deny"
+        opened = {
+            str(port["port"])
+            for policy in selecting
+            for rule in policy["spec"].get("ingress", [])
+            for port in rule["ports"]
+        }
+        named_somewhere |= opened & ports
+        allowed[name] = opened & ports
+    every_opened = {
+        str(port["port"])
+        for policy in policies
+        for rule in policy["spec"].get("ingress", [])
+        for port in rule["ports"]
+    }
+    assert every_opened <= named_somewhere, "a policy opens a port no pod it selects names"
+    for name, template, _ in _workloads():
+        scraped = template["metadata"].get("annotations", {}).get("prometheus.io/port")
+        if scraped:
+            assert "metrics" in allowed[name], f"{name}: Prometheus cannot scrape it"
+    assert allowed.pop("api") == {"http", "metrics"}
+    assert {name: opened - {"metrics"} for name, opened in allowed.items()} == {
+        name: set() for name in allowed
+    }
