@@ -178,11 +178,26 @@ class _Outgoing:
     """``None``: the producer's partitioner picks it from the key."""
 
 
+HeaderList = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A polled record, its decoded message or why it cannot be decoded, and its headers in
+    order (repeated names and all), read from the record once: a header name that is not
+    UTF-8 makes confluent-kafka fail, and a second read of that record's headers crashes the
+    process."""
+
+    msg: Any
+    item: Message | InvalidInput
+    headers: HeaderList
+
+
 @dataclass
 class _InFlight:
     """A polled batch of an async stage whose handlers run (or ran) as ``task``."""
 
-    records: list[tuple[Any, Message | InvalidInput]]
+    records: list[_Decoded]
     epoch: int
     """The revocation count when it was polled (see ``StageRunner._on_revoke``)."""
     started: float
@@ -445,9 +460,9 @@ class StageRunner:
             raise
         self.metrics.incr("transactions", kind="committed")
 
-    def _decode_all(self, msgs: Sequence[Any]) -> list[tuple[Any, Message | InvalidInput]]:
+    def _decode_all(self, msgs: Sequence[Any]) -> list[_Decoded]:
         """Each polled record with its decoded message, or the reason it cannot be decoded."""
-        records: list[tuple[Any, Message | InvalidInput]] = []
+        records: list[_Decoded] = []
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -455,26 +470,24 @@ class StageRunner:
                     continue
                 raise KafkaException(err)
             self.metrics.incr("records_in", topic=msg.topic())
+            headers: HeaderList = []
             try:
+                headers = _header_list(msg)
                 key = _text_key(msg.key())
                 value = self.codec.decode(msg.topic(), msg.value())
             except InvalidInput as exc:
-                records.append((msg, exc))
+                records.append(_Decoded(msg, exc, headers))
                 continue
-            records.append(
-                (
-                    msg,
-                    Message(
-                        topic=msg.topic(),
-                        partition=msg.partition(),
-                        offset=msg.offset(),
-                        key=key,
-                        value=value,
-                        headers=_headers(msg),
-                        timestamp_ms=msg.timestamp()[1],
-                    ),
-                )
+            message = Message(
+                topic=msg.topic(),
+                partition=msg.partition(),
+                offset=msg.offset(),
+                key=key,
+                value=value,
+                headers={name: value or b"" for name, value in headers},
+                timestamp_ms=msg.timestamp()[1],
             )
+            records.append(_Decoded(msg, message, headers))
         return records
 
     def _process_batch(self, msgs: Sequence[Any]) -> None:
@@ -485,13 +498,14 @@ class StageRunner:
         offsets: dict[tuple[str, int], int] = {}
         outgoing: list[_Outgoing] = []
         with self._transaction():
-            for msg, item in records:
+            for record in records:
+                msg, item = record.msg, record.item
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
                 ctx = Context(
                     RecordState(batch_state, msg.partition()) if batch_state is not None else None
                 )
                 self._finish(
-                    msg,
+                    record,
                     ctx,
                     item if isinstance(item, InvalidInput) else self._handle_sync(item, ctx),
                     outgoing,
@@ -641,7 +655,7 @@ class StageRunner:
         else:
             loop = asyncio.get_running_loop()
             records = await loop.run_in_executor(None, self._decode_all, msgs)
-        messages = [item for _, item in records if isinstance(item, Message)]
+        messages = [r.item for r in records if isinstance(r.item, Message)]
         task = asyncio.ensure_future(self._handle_all_async(messages))
         return _InFlight(records, epoch, time.perf_counter(), len(msgs), task)
 
@@ -657,14 +671,15 @@ class StageRunner:
         with self._transaction():
             for batch in ready:
                 results = iter(batch.task.result())
-                for msg, item in batch.records:
+                for record in batch.records:
+                    msg, item = record.msg, record.item
                     result = item if isinstance(item, InvalidInput) else next(results)
                     key = (msg.topic(), msg.partition())
                     if self._revoked_at.get(key, 0) > batch.epoch:
                         released += 1  # revoked since it was polled: its new owner redoes it
                         continue
                     offsets[key] = msg.offset() + 1
-                    self._finish(msg, Context(None), result, outgoing)
+                    self._finish(record, Context(None), result, outgoing)
             if released:
                 self.records_released += released
                 log.info(
@@ -700,7 +715,7 @@ class StageRunner:
 
     def _finish(
         self,
-        msg: Any,
+        record: _Decoded,
         ctx: Context,
         result: Sequence[Emit] | InvalidInput,
         outgoing: list[_Outgoing],
@@ -716,14 +731,14 @@ class StageRunner:
         and stops it.
         """
         if isinstance(result, InvalidInput):
-            outgoing.append(self._dead_letter(msg, result))
+            outgoing.append(self._dead_letter(record, result))
             return
         try:
             encoded = [(emit, emit.key.encode(), self._encode(emit)) for emit in result]
         except UnicodeEncodeError as exc:
             why = error_summary(exc)
             reason = f"an output of this record holds text that cannot be encoded: {why}"
-            outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
+            outgoing.append(self._dead_letter(record, InvalidInput(reason)))
             return
         for emit, key, value in encoded:
             size = len(key) + len(value) + sum(len(k) + len(v) for k, v in emit.headers.items())
@@ -732,7 +747,7 @@ class StageRunner:
                     f"an output of this record to {emit.topic} is {size} bytes, more than the"
                     f" {self._max_output_bytes} one record may hold"
                 )
-                outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
+                outgoing.append(self._dead_letter(record, InvalidInput(reason)))
                 return
         largest = ctx.state.largest_write() if ctx.state is not None else None
         if largest is not None and largest[1] > self._max_output_bytes:
@@ -740,7 +755,7 @@ class StageRunner:
                 f"the state this record would keep for {largest[0]!r} is {largest[1]} bytes,"
                 f" more than the {self._max_output_bytes} one changelog record may hold"
             )
-            outgoing.append(self._dead_letter(msg, InvalidInput(reason)))
+            outgoing.append(self._dead_letter(record, InvalidInput(reason)))
             return
         self.config.dlq_budget.record(False)
         for emit, key, value in encoded:
@@ -832,8 +847,9 @@ class StageRunner:
                 except BufferError:
                     producer.poll(0.05)
 
-    def _dead_letter(self, msg: Any, exc: InvalidInput) -> _Outgoing:
-        """The dead letter for ``msg`` (to be produced in its batch's transaction)."""
+    def _dead_letter(self, record: _Decoded, exc: InvalidInput) -> _Outgoing:
+        """The dead letter for ``record`` (to be produced in its batch's transaction)."""
+        msg = record.msg
         dlq = f"{msg.topic()}.dlq"
         letter = dead_letter(
             stage=self.spec.name,
@@ -845,7 +861,7 @@ class StageRunner:
             reason=exc.reason,
             error_type=type(exc).__name__,
             timestamp_ms=_timestamp_ms(msg),
-            original_headers=_header_list(msg),
+            original_headers=record.headers,
         )
         log.warning(
             "%s: %s[%d]@%d -> %s: %s",
@@ -857,10 +873,9 @@ class StageRunner:
             exc.reason,
         )
         envelope = self.codec.encode(dlq, letter.envelope)
-        record = _Outgoing(dlq, letter.key, envelope, letter.headers, None)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
         self.config.dlq_budget.record(True)
-        return record
+        return _Outgoing(dlq, letter.key, envelope, letter.headers, None)
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         producer = cast(Producer, self._producer)
@@ -955,16 +970,14 @@ def _timestamp_ms(msg: Any) -> int | None:
     return None if kind == TIMESTAMP_NOT_AVAILABLE else int(stamp)
 
 
-def _header_list(msg: Any) -> list[tuple[str, bytes | None]]:
-    """The record's headers, in order, repeated names and all."""
-    return [
-        (name, value.encode() if isinstance(value, str) else value)
-        for name, value in msg.headers() or []
-    ]
-
-
-def _headers(msg: Any) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for name, value in msg.headers() or []:
-        out[name] = value.encode() if isinstance(value, str) else (value or b"")
-    return out
+def _header_list(msg: Any) -> HeaderList:
+    """The record's headers, in order, repeated names and all. Call it once per record (see
+    :class:`_Decoded`). A header name that is not UTF-8 makes the record :class:`InvalidInput`:
+    its dead letter then carries no headers."""
+    try:
+        headers = msg.headers() or []
+    except (SystemError, UnicodeDecodeError) as exc:
+        raise InvalidInput(
+            f"record headers cannot be read (a header name is not UTF-8?): {error_summary(exc)}"
+        ) from exc
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in headers]

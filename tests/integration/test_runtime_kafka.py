@@ -40,6 +40,7 @@ from tests.kafka_helpers import (
     start_selftest,
     wait_for,
 )
+from tests.raw_header_producer import produce_with_header_name
 
 pytestmark = pytest.mark.stack
 
@@ -1148,6 +1149,50 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     assert dead[4].value["reason"].endswith("[original key cut to 1024 of 600000 bytes]")
     assert dead[4].value["original_key"] == huge_key[:1024]
     assert dead[4].value["original_value"] == garbage
+
+
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+def test_a_record_whose_header_name_is_not_utf8_is_dead_lettered_and_the_stage_goes_on(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, handler: str
+) -> None:
+    """Producers in other languages may name a header with any bytes. confluent-kafka cannot
+    read such a record's headers (and crashes the process if asked twice): the stage reads
+    them once, dead-letters the record with the reason and no headers, and goes on, instead of
+    crashing on it after every restart. The stage runs as its own process, as in production:
+    what that library leaves behind after such a read must not reach other tests."""
+    source, sink = new_topic("bad-header-in", 1), new_topic("bad-header-out", 1)
+    dlq = f"{source}.dlq"
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(dlq)], partitions=1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, [("k", {"id": "good-1", "seq": 1, "payload": ""})], codec)
+    fine = codec.encode(source, {"id": "bad-header", "seq": 2, "payload": ""})
+    produce_with_header_name(stack.kafka, source, b"k", fine, b"trace\xff")
+    produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 3, "payload": ""})], codec)
+
+    group = f"bad-header-{uuid.uuid4().hex[:8]}"
+    ARTIFACTS.mkdir(exist_ok=True)
+    proc = start_selftest(
+        "passthrough",
+        *_selftest_args(source, sink, group, batch=10),
+        *HANDLERS[handler],
+        kafka=stack.kafka,
+        registry_url=stack.registry_url,
+        log_path=ARTIFACTS / f"{group}.log",
+    )
+    try:
+        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
+        (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
+        assert proc.poll() is None, "the stage stopped"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert [r.value["id"] for r in outputs] == ["good-1", "good-2"]
+    assert dead.value["source_offset"] == 1
+    assert "header name is not UTF-8" in dead.value["reason"]
+    assert dead.value["original_value"] == fine
+    assert dead.value["original_headers"] == []
 
 
 def test_a_record_whose_output_cannot_be_encoded_or_sent_is_dead_lettered_alone(
