@@ -91,7 +91,7 @@ def _safe_next(target: str) -> str:
 REPRICED = "pricing re-prices the dispute."
 AFTER_DECISION = {
     ReviewDecision.REPAY.value: "pricing re-prices the dispute, and a new round pays the failed"
-    " amount again.",
+    " amount again, whatever was decided on the dispute since.",
     ReviewDecision.PAID_ELSEWHERE.value: "the failed round is closed; nothing more is paid, and"
     " the order's other disputes now go to a payment operator as after a paid round.",
 }

@@ -4,13 +4,14 @@ Per dispute, the ``pricing.disputes`` store keeps the verdicts so far, the revie
 already applied, the last settlement round, each round's total and what earlier rounds approved.
 When the N-th verdict arrives, round 1 is priced; each new review decision re-prices the next
 round, which may pay only what earlier rounds have not approved. A payment operator's REPAY of
-a round whose refund failed takes that round's amount off what was approved, so the next round
-pays it again; PAID_ELSEWHERE closes the failure and prices nothing. A reviewer's APPROVE covers
-the total of the round it was made on: a later round above both that total and the cap is held
-for review again. A grievance's review may arrive before the dispute's verdicts (the two topics
-are read independently); it is kept and applied when round 1 is priced (or set aside then, if it
-names a grievance the dispute does not have). Both inputs are keyed by dispute_id and
-co-partitioned; the range assignor gives one instance the same partition of both.
+a round whose refund failed takes that round's amount off what was approved, and the next round
+pays it again, whatever was decided since (a later decline or a total held by the cap holds back
+only what no round approved before); PAID_ELSEWHERE closes the failure and prices nothing. A
+reviewer's APPROVE covers the total of the round it was made on: a later round above both that
+total and the cap is held for review again. A grievance's review may arrive before the dispute's
+verdicts (the two topics are read independently); it is kept and applied when round 1 is priced
+(or set aside then, if it names a grievance the dispute does not have). Both inputs are keyed by
+dispute_id and co-partitioned; the range assignor gives one instance the same partition of both.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from services.pricing.table import (
     PricedRefund,
     ReviewOverrides,
     line_item_names,
+    pay_again,
     price_refund,
 )
 
@@ -72,8 +74,9 @@ class Taken(NamedTuple):
     state: dict[str, Any]
     reprice: bool
     """Whether the input prices the dispute's next round (once all its verdicts are in)."""
-    note: str | None = None
-    """What the next round's reason adds."""
+    repaid: tuple[int, int] | None = None
+    """A payment operator's REPAY: (the failed round, its amount), which the next round pays
+    again."""
 
 
 _PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
@@ -95,12 +98,11 @@ class PricingHandler:
             taken = _take_review(message, store.get)
         if taken is None:  # a redelivery
             return ()
-        dispute_id, state, reprice, note = taken
+        dispute_id, state, reprice, repaid = taken
         outputs: list[Emit] = []
         complete = len(state["verdicts"]) == state["grievance_total"]
         if complete and (state["round"] == 0 or reprice):
-            priced, state["held"] = self._price(dispute_id, state, note)
-            outputs.append(priced)
+            outputs, state["held"] = self._price(dispute_id, state, repaid)
         store.put(dispute_id, state, retention_s=_retention(state))
         return outputs
 
@@ -136,9 +138,18 @@ class PricingHandler:
         }
         return Taken(verdict.dispute_id, state, reprice=False)
 
-    def _price(self, dispute_id: str, state: dict[str, Any], note: str | None) -> tuple[Emit, bool]:
-        """The next round's ``refund.priced`` (``note`` added to its reason), and whether it
-        left anything for a reviewer (held lines, or the whole dispute); updates ``state``."""
+    def _price(
+        self, dispute_id: str, state: dict[str, Any], repaid: tuple[int, int] | None
+    ) -> tuple[list[Emit], bool]:
+        """The ``refund.priced`` of the dispute's next round, and whether it left anything for a
+        reviewer (held lines, or the whole dispute); updates ``state``.
+
+        ``repaid`` (a REPAY's failed round and amount, already no longer counted as approved):
+        the round pays that amount again (:func:`~services.pricing.table.pay_again`). When the
+        dispute is held for review besides, the repayment is a round of its own, and the round
+        after it prices the dispute as it stands, held again: the recorder closes the dispute
+        items of rounds before a new one, so the held total gets an item of its own again.
+        """
         verdicts = [
             GrievanceVerdict(
                 grievance_id=gid,
@@ -151,20 +162,37 @@ class PricingHandler:
         ]
         stray = _set_aside_stray_reviews(dispute_id, state) if state["round"] == 0 else []
         snapshot = self._snapshots(state["snapshot_sha256"])
-        priced = price_refund(
-            verdicts,
-            snapshot,
-            cap_minor=self._cap_minor,
-            already_approved_minor=state["approved_minor"],
-            overrides=_overrides(state["overrides"]),
-        )
-        notes = [note] if note else []
-        if stray:
-            notes.append(
-                f"review decisions for grievances not in the dispute set aside: {', '.join(stray)}"
+
+        def priced_now() -> PricedRefund:
+            return price_refund(
+                verdicts,
+                snapshot,
+                cap_minor=self._cap_minor,
+                already_approved_minor=state["approved_minor"],
+                overrides=_overrides(state["overrides"]),
             )
-        if notes:
-            priced = priced.model_copy(update={"reason": "; ".join([priced.reason, *notes])})
+
+        priced = priced_now()
+        if stray:
+            aside = ", ".join(stray)
+            note = f"review decisions for grievances not in the dispute set aside: {aside}"
+            priced = priced.model_copy(update={"reason": f"{priced.reason}; {note}"})
+        if repaid is None:
+            return [self._round(dispute_id, state, snapshot, priced)], _holds(priced)
+        rounds = [self._round(dispute_id, state, snapshot, pay_again(priced, *repaid))]
+        if priced.decision is Decision.HELD_FOR_REVIEW:
+            priced = priced_now()
+            rounds.append(self._round(dispute_id, state, snapshot, priced))
+        return rounds, _holds(priced)
+
+    def _round(
+        self,
+        dispute_id: str,
+        state: dict[str, Any],
+        snapshot: Mapping[str, Any],
+        priced: PricedRefund,
+    ) -> Emit:
+        """``priced`` as the dispute's next round: counted in ``state``, and its event."""
         state["round"] += 1
         state.setdefault("totals", {})[str(state["round"])] = priced.total_minor
         if priced.decision in _PAYING and priced.payable_minor > 0:
@@ -178,8 +206,12 @@ class PricingHandler:
             state["snapshot_sha256"],
             payment_reference(snapshot),
         )
-        held = bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
-        return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro()), held
+        return Emit(t.REFUND_PRICED.name, dispute_id, event.to_avro())
+
+
+def _holds(priced: PricedRefund) -> bool:
+    """Whether a round leaves anything for a reviewer: held lines, or the whole dispute."""
+    return bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
 
 
 def _retention(state: Mapping[str, Any]) -> float | None:
@@ -378,12 +410,7 @@ def _take_review(message: Message, stored: StateLookup) -> Taken | None:
     taken = Taken(review.dispute_id, state, reprice=True)
     if review.kind == "PAYOUT":
         repaid = _failed_round(state, review)
-        taken = taken._replace(
-            reprice=repaid is not None,
-            note=None
-            if repaid is None
-            else f"round {repaid[0]}'s refund of {repaid[1]} failed: no longer counted as paid",
-        )
+        taken = taken._replace(reprice=repaid is not None, repaid=repaid)
     else:
         state["overrides"] = _apply(state["overrides"], review, _round_total(state, review))
     state["reviews"].append(review.review_id)

@@ -15,7 +15,10 @@ ever taken from a model's output. Safety bounds, in order:
   beyond that is HELD for a reviewer, whose UPHOLD pays it;
 - the total never exceeds what the order cost (``charged_total_minor``);
 - a total above the cap is never paid automatically: it waits for a reviewer's APPROVE;
-- what is payable this round is the total minus what earlier rounds approved, never below 0.
+- what is payable this round is the total minus what earlier rounds approved, never below 0;
+- a round a payment operator's REPAY prices pays the failed round's amount again
+  (:func:`pay_again`), whatever the dispute's later decisions: a decline or a total held by
+  the cap holds back only what no round approved before.
 """
 
 from __future__ import annotations
@@ -553,4 +556,39 @@ def _decide(
         reason="; ".join([why, *notes]),
         order_total_minor=order.charged_total_minor,
         currency=order.currency,
+    )
+
+
+def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits) -> PricedRefund:
+    """The round a payment operator's REPAY of ``failed_round`` prices: it pays that round's
+    ``failed_minor`` again, whatever the dispute's later decisions.
+
+    ``priced`` is the dispute priced with ``failed_minor`` no longer counted as approved. When it
+    pays at least that much (nothing decided since took the amount back), it is the round,
+    noted. Otherwise (a later round is held by the cap or for a reviewer, or a reviewer declined
+    the dispute; those hold back only what no round approved before) the round is the
+    repayment alone: no lines, ``REVIEW_APPROVED`` (a person decided it), paying
+    ``failed_minor``, never more than the order total less what the other rounds approved, its
+    total what all rounds then approved, and its reason how the dispute is priced besides.
+    """
+    if priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED) and (
+        priced.payable_minor >= failed_minor
+    ):
+        note = f"round {failed_round}'s refund of {failed_minor} failed: no longer counted as paid"
+        return priced.model_copy(update={"reason": f"{priced.reason}; {note}"})
+    already = priced.already_paid_minor
+    payable = max(0, min(failed_minor, priced.order_total_minor - already))
+    return priced.model_copy(
+        update={
+            "lines": (),
+            "total_minor": already + payable,
+            "payable_minor": payable,
+            "decision": Decision.REVIEW_APPROVED,
+            "reason": (
+                f"round {failed_round}'s refund of {failed_minor} failed and is paid again:"
+                f" {already} approved before, {payable} payable; the dispute without it is"
+                f" {priced.decision.value} ({priced.reason}), which holds back only what no"
+                " round approved before"
+            ),
+        }
     )

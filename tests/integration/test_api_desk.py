@@ -480,7 +480,7 @@ def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute
         repaid = client.post(url, data={**form, "decision": "REPAY"})
         assert repaid.status_code == 303
         shown = client.get(repaid.headers["location"]).text
-    assert "a new round pays the failed amount again" in shown
+    assert "a new round pays the failed amount again, whatever was decided" in shown
     assert decisions(api, dispute) == [("payout:round1", "REPAY", "carol")]
 
 

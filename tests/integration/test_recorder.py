@@ -186,6 +186,25 @@ def test_a_new_round_supersedes_the_dispute_items_of_earlier_rounds(
     assert _queue(database, [_priced(dispute, 1)]) == queue
 
 
+def test_a_repayment_while_held_leaves_the_held_total_an_open_item_and_its_grievances_open(
+    database: str,
+) -> None:
+    """A REPAY while round 2 is held by the cap: pricing's round 3 only pays the failed round
+    again (no lines), and its round 4 holds the total again. Round 3 closes round 2's item as
+    any new round does, round 4 opens its own, and the held grievance's item stays open."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    queue = _queue(
+        database,
+        [_escalated(dispute, "g2"), _priced(dispute, 2)],
+        [_priced(dispute, 3, "REVIEW_APPROVED", lines=[]), _priced(dispute, 4)],
+    )
+    assert queue == {
+        "grievance:g2": "OPEN",
+        "dispute:round2": "DECIDED",
+        "dispute:round4": "OPEN",
+    }
+
+
 def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout(
     database: str,
 ) -> None:

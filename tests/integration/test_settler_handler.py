@@ -279,6 +279,27 @@ def test_a_later_round_that_pays_more_says_it_comes_on_top_of_the_earlier_refund
     assert "INR 689" not in reply["text"]
 
 
+def test_a_round_that_only_pays_a_failed_round_again_promises_that_amount_and_requests_it(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A payment operator's REPAY while the dispute is held or declined is a round of the
+    repayment alone (no lines): the reply promises exactly its amount and names nothing as
+    covered or waiting, and the payout is requested."""
+    snapshot = freeze(
+        ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{uuid.uuid4().hex[:12]}"})
+    )
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    priced = _priced(dispute, "REVIEW_APPROVED", 68900, snapshot=snapshot, round_=4)
+    message = with_fields(priced, lines=[], held_grievances=[])
+    emits = _settle(database, redis_url, standin, message, snapshot)
+    reply = _reply_event(emits)
+    assert (reply["amount_minor"], reply["guard_failures"]) == (68900, [])
+    assert "INR 689" in reply["text"]
+    assert "review" not in reply["text"].lower()
+    [request] = [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name]
+    assert (request["round"], request["amount_minor"]) == (4, 68900)
+
+
 def test_a_wrong_api_key_stops_the_settler(database: str, redis_url: str, standin: Standin) -> None:
     standin.faults(next_faults=["401"])
     dispute = f"d-{uuid.uuid4().hex[:12]}"

@@ -484,6 +484,75 @@ def test_repaying_an_approved_round_above_the_cap_stays_within_the_approval() ->
     )
 
 
+def _article_paid_then_held(store: StateStore, handler: PricingHandler) -> None:
+    """Cap 70000: round 1 pays 68900 automatically; upholding the raita raises the total to
+    74900, which round 2 holds for a reviewer (its item ``dispute:round2``)."""
+    _article_paid(store, handler)
+    held = _priced(store, handler, _decided("r-1", "GRIEVANCE", "UPHOLD", "grievance:g3"))
+    assert (held["round"], held["decision"], held["total_minor"]) == (2, "HELD_FOR_REVIEW", 74900)
+    assert (held["already_paid_minor"], held["payable_minor"]) == (68900, 0)
+
+
+def test_a_repay_after_a_reviewer_declined_a_larger_total_still_pays_the_failed_round() -> None:
+    """Round 1's 68900 was approved (automatically) and its refund failed with no money moved;
+    a reviewer then declined round 2's larger total. The decline holds back the 6000 above what
+    was approved, not round 1's amount: the REPAY pays 68900 again."""
+    store, handler = _handler(cap_minor=70_000)
+    _article_paid_then_held(store, handler)
+    declined = _priced(store, handler, _decided("r-2", "DISPUTE", "DECLINE", "dispute:round2"))
+    assert (declined["round"], declined["decision"], declined["payable_minor"]) == (
+        3,
+        "DECLINED",
+        0,
+    )
+    again = _priced(store, handler, _decided("r-3", "PAYOUT", "REPAY", "payout:round1"))
+    assert (again["round"], again["decision"]) == (4, "REVIEW_APPROVED")
+    assert (again["total_minor"], again["already_paid_minor"], again["payable_minor"]) == (
+        68900,
+        0,
+        68900,
+    )
+    assert again["lines"] == [], "the repayment alone: no line is promised beyond it"
+    assert again["reason"].startswith("round 1's refund of 68900 failed and is paid again")
+    assert "the dispute without it is DECLINED (a reviewer declined the dispute)" in again["reason"]
+
+    rejected = _priced(store, handler, _decided("r-4", "GRIEVANCE", "REJECT", "grievance:g3"))
+    assert (rejected["decision"], rejected["already_paid_minor"], rejected["payable_minor"]) == (
+        "DECLINED",
+        68900,
+        0,
+    ), "still declined: nothing above what was approved"
+
+
+@pytest.mark.parametrize(("decision", "more"), [("APPROVE", 6000), ("DECLINE", 0)])
+def test_a_repay_while_a_larger_total_waits_for_a_reviewer_pays_now_and_holds_the_rest(
+    decision: str, more: int
+) -> None:
+    """Round 2 holds the larger total 74900 for a reviewer when round 1's refund of 68900 fails.
+    The REPAY pays 68900 in round 3 at once, not only with an approval of the total; round 4
+    holds the total again (round 3 closed round 2's review item), and its approval pays the
+    6000 left, its decline nothing more."""
+    store, handler = _handler(cap_minor=70_000)
+    _article_paid_then_held(store, handler)
+    again, held = _outputs(store, handler, _decided("r-2", "PAYOUT", "REPAY", "payout:round1"))
+    assert (again["round"], again["decision"], again["payable_minor"]) == (
+        3,
+        "REVIEW_APPROVED",
+        68900,
+    )
+    assert (again["total_minor"], again["already_paid_minor"], again["lines"]) == (68900, 0, [])
+    assert "the dispute without it is HELD_FOR_REVIEW (total 74900 exceeds" in again["reason"]
+    assert (held["round"], held["decision"], held["total_minor"]) == (4, "HELD_FOR_REVIEW", 74900)
+    assert (held["already_paid_minor"], held["payable_minor"]) == (68900, 0)
+
+    decided = _priced(store, handler, _decided("r-3", "DISPUTE", decision, "dispute:round4"))
+    assert (decided["round"], decided["already_paid_minor"], decided["payable_minor"]) == (
+        5,
+        68900,
+        more,
+    )
+
+
 @pytest.mark.parametrize(
     ("decision", "item_key", "reason"),
     [
@@ -531,7 +600,8 @@ def test_rounds_that_count_as_paid_never_exceed_the_total_and_each_failure_is_re
     """Any sequence of reviewers' and payment operators' decisions, any of the paid rounds
     failing: a paying round brings what counts as paid (the rounds not repaid) exactly to its
     total, never past the order or the cap without an approval; a round is repaid only if it
-    paid, and once; a redelivered decision prices nothing."""
+    paid, and once, for its whole amount whatever was decided since; a redelivered decision
+    prices nothing."""
     store, handler = _handler(cap_minor=cap)
     for gid in ("g1", "g2", "g4"):
         _headers(store, handler, _verdict(gid, "UPHELD"))
@@ -564,8 +634,14 @@ def test_rounds_that_count_as_paid_never_exceed_the_total_and_each_failure_is_re
         if repays:
             assert round_ in paid
             assert round_ not in repaid
+            assert priced[0]["payable_minor"] == paid[round_], "whatever was decided since"
             repaid.add(round_)
-        assert len(priced) == (0 if kind == "PAYOUT" and decision == "PAID_ELSEWHERE" else 1)
+        if kind == "PAYOUT" and decision == "PAID_ELSEWHERE":
+            assert priced == []
+        elif repays and len(priced) == 2:  # held for review besides: held again after it
+            assert (priced[1]["decision"], priced[1]["payable_minor"]) == ("HELD_FOR_REVIEW", 0)
+        else:
+            assert len(priced) == 1
         for value in priced:
             assert value["round"] == len(rounds) + 1
             rounds.append(value)
