@@ -22,6 +22,9 @@ Stripe and acts on the status Stripe holds now.
   analysts see it paid again), and the desk lets the operator close its item. That is the only
   way a FAILED round turns back; a round FAILED for any other reason stays FAILED.
 - Succeeded or pending for a round the ledger counts paid: nothing changes.
+- Anything, for a round the payout stage has not settled yet (PENDING): nothing changes, and
+  Stripe is asked to deliver the event again (the payout may yet settle the round FAILED from
+  Stripe's first answer, and a refund that then succeeded sends no further event).
 
 Each change that publishes counts up the round's ``revision`` in the ledger, and the event
 carries the new count, so the recorder keeps the round's latest outcome whichever of the two
@@ -165,7 +168,10 @@ class Outcome(enum.StrEnum):
     refunded; Stripe now reports that refund failed or canceled: no money went back, so the
     ledger says so, and a payment operator may pay the round again."""
     NOT_SETTLED = "not_settled"
-    """The payout stage has not recorded the refund yet: Stripe should deliver again later."""
+    """The payout stage has not recorded the refund yet (the round is PENDING), whatever Stripe
+    holds: Stripe should deliver again later. A refund Stripe holds succeeded may be one the
+    payout then records FAILED from Stripe's first answer (``requires_action``): only the event
+    delivered again turns that round SUCCEEDED."""
     UNKNOWN_ROUND = "unknown_round"
     """No such round in the ledger."""
     OTHER_REFUND = "other_refund"
@@ -175,9 +181,8 @@ class Outcome(enum.StrEnum):
     refund succeeded (or pending): the money went back, so the round is SUCCEEDED, its
     ``payout.completed`` is queued, and a payment operator closes its review item."""
     ALREADY_PAID = "already_paid"
-    """Stripe holds the refund succeeded or pending, and the ledger counts the round paid (or
-    the payout stage is recording it: PENDING), or FAILED for another reason than waiting for
-    the customer: nothing changes."""
+    """Stripe holds the refund succeeded or pending, and the ledger counts the round paid, or
+    FAILED for another reason than waiting for the customer: nothing changes."""
     REFUND_NOT_FOUND = "refund_not_found"
     """Stripe has no refund of that id, and the round is FAILED with none (no refund was made
     for it): nothing changes."""
@@ -352,9 +357,10 @@ class RefundFailures:
         for the customer as failed for good (:attr:`Outcome.NOW_FINAL`, no second
         ``payout.failed``: the desk reads the ledger). A status in :data:`REFUNDED_STATUSES`:
         turn a round FAILED waiting for the customer SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`)
-        and queue its ``payout.completed``. Otherwise change nothing. Each change that queues
-        an event counts up the round's ``revision``, which the event carries. Stripe's errors
-        propagate (the transaction rolls back):
+        and queue its ``payout.completed``. A round the payout has not settled (PENDING),
+        whatever Stripe holds: :attr:`Outcome.NOT_SETTLED`. Otherwise change nothing. Each
+        change that queues an event counts up the round's ``revision``, which the event carries.
+        Stripe's errors propagate (the transaction rolls back):
         ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
         :attr:`Outcome.REFUND_NOT_FOUND`, or :attr:`Outcome.OWN_REFUND_NOT_FOUND` when the
         ledger paid the round with it or is paying it."""
@@ -431,6 +437,10 @@ class RefundFailures:
         conn: Any, ledger: Mapping[str, Any], event: PayoutRefundEvent, at: datetime
     ) -> Outcome:
         where = f"{event.dispute_id} round {event.round}"
+        if ledger["status"] == "PENDING":
+            # The payout may yet settle the round FAILED from Stripe's first answer (waiting
+            # for the customer), and Stripe sends no further event: it must deliver this again.
+            return Outcome.NOT_SETTLED
         if ledger["status"] != "FAILED":
             return Outcome.ALREADY_PAID
         if ledger["error_code"] != _WAITING:

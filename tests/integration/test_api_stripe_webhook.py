@@ -190,16 +190,32 @@ def test_a_refund_that_waited_for_the_customer_and_then_failed_may_be_paid_again
     assert [row[:2] for row in published_rows(api.database_url, dispute)] == queued
 
 
+@pytest.mark.parametrize(
+    ("holds", "settled", "outcome"),
+    [
+        ("failed", ("SUCCEEDED", None), ("recorded", "FAILED", "refund_failed")),
+        ("succeeded", ("FAILED", "refund_requires_action"), ("now_refunded", "SUCCEEDED", None)),
+        ("pending", ("FAILED", "refund_requires_action"), ("now_refunded", "SUCCEEDED", None)),
+    ],
+)
 def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(
-    api: ApiServer, fake: FakeStripeServer
+    api: ApiServer,
+    fake: FakeStripeServer,
+    holds: str,
+    settled: tuple[str, str | None],
+    outcome: tuple[str, str, str | None],
 ) -> None:
-    """Stripe may report the failure before the payout stage has written the refund's id (it
-    called Stripe and has not settled the round yet): 503, so that Stripe delivers again."""
+    """Stripe may report the refund before the payout stage has settled its round (it called
+    Stripe and has not recorded the answer yet): 503 whatever Stripe holds, so that Stripe
+    delivers again, and the event then acts on the round as the payout settled it. A refund
+    Stripe holds succeeded (or pending) may be one whose round the payout then settles FAILED
+    from Stripe's first answer (``requires_action``, replayed after a crash, say), and Stripe
+    sends no further event: delivered again, it turns that round SUCCEEDED."""
     dispute = new_dispute()
     refund_id = f"re_{uuid.uuid4().hex[:16]}"
-    fake.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
+    fake.fake.hold(refund_id, holds, failure_reason=_reason(holds))
     seed_round(api.database_url, dispute, status="PENDING")
-    event = refund_event(refund_id, dispute_id=dispute)
+    event = refund_event(refund_id, dispute_id=dispute, status=holds, event_type="refund.updated")
 
     early = deliver(api, event)
     assert early.status_code == 503, early.text
@@ -208,13 +224,13 @@ def test_a_refund_the_payout_has_not_recorded_yet_is_delivered_again(
 
     with psycopg.connect(api.database_url, autocommit=True) as conn:  # the payout settles it
         conn.execute(
-            "UPDATE payout_ledger SET status = 'SUCCEEDED', stripe_refund_id = %s"
+            "UPDATE payout_ledger SET status = %s, error_code = %s, stripe_refund_id = %s"
             " WHERE dispute_id = %s AND round = 1",
-            (refund_id, dispute),
+            (*settled, refund_id, dispute),
         )
     later = deliver(api, event)
-    assert (later.status_code, later.json()["outcome"]) == (200, "recorded")
-    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+    assert (later.status_code, later.json()["outcome"]) == (200, outcome[0]), later.text
+    assert read_round(api.database_url, dispute) == (outcome[1], 1, outcome[2])
 
 
 @pytest.mark.parametrize(
