@@ -90,7 +90,7 @@ PAYOUT_ITEM = re.compile(r"payout:round([0-9]+)(?::(again|conflict))?")
 failed again after Stripe had refunded it following a wait for the customer
 (``payout:round<n>:again``; the round's own item may have been decided when Stripe refunded
 it, and the desk records one decision per item), or a request for the round that the payout
-refused because the ledger holds the round with another amount or currency
+refused because the ledger holds the round with another amount, currency or payment
 (``payout:round<n>:conflict``, a
 ``LEDGER_CONFLICT``: the round itself may be paid, and has its own item if it failed)."""
 _ITEM_KEY_OF_KIND = {"DISPUTE": DISPUTE_ITEM, "PAYOUT": PAYOUT_ITEM}

@@ -50,8 +50,8 @@ began at Stripe and failed part-way (it may exist), and every retry under the ke
 answer until the key expires, so retrying would only stall the stage."""
 
 LEDGER_CONFLICT = "LEDGER_CONFLICT"
-"""The error code of a payout request for a round the ledger holds with another amount or
-currency: the request was refused, and says nothing of how the round itself ended."""
+"""The error code of a payout request for a round the ledger holds with another amount, currency
+or payment: the request was refused, and says nothing of how the round itself ended."""
 
 STALE_PENDING = "STALE_PENDING"
 """The error code of a round still PENDING after the idempotency window: a call to Stripe may
@@ -85,9 +85,9 @@ succeeded (:mod:`services.api.refund_failures`), and the desk then closes its it
 
 
 CONFLICT_NOT_REPAYABLE = (
-    "it is a request for this round with another amount or currency than the ledger holds,"
-    " which the payout refused: nothing was paid for it, and paying the round again could pay it"
-    " twice"
+    "it is a request for this round with another amount, currency or payment than the ledger"
+    " holds, which the payout refused: nothing was paid for it, and paying the round again could"
+    " pay it twice"
 )
 """Why a conflicting payout request's item (``LEDGER_CONFLICT``) is never paid again."""
 CONFLICT_HOW_TO_CLOSE = (

@@ -268,13 +268,13 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('payout:' || p_payment_reference, 0));
     IF p_provider_call THEN
         -- A round reserved by the settler: its first provider call is this one. A request for
-        -- another amount or currency is not counted: it is answered with the row as recorded,
-        -- and the payout reports the conflict without a call.
+        -- another amount, currency or payment is not counted: it is answered with the row as
+        -- recorded, and the payout reports the conflict without a call.
         RETURN QUERY
             UPDATE payout_ledger AS l SET attempts = 1, first_call_at = now(), updated_at = now()
             WHERE l.dispute_id = p_dispute_id AND l.round = p_round AND l.status = 'PENDING'
               AND l.attempts = 0 AND l.amount_minor = p_amount_minor
-              AND l.currency = p_currency
+              AND l.currency = p_currency AND l.payment_reference = p_payment_reference
             RETURNING l.dispute_id, l.round, l.amount_minor, l.currency, l.idempotency_key,
                       l.status, l.stripe_refund_id, l.error_code, l.error_message, true,
                       0.0::double precision;

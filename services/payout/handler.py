@@ -9,6 +9,10 @@ round still PENDING 23 hours after its first call is not called again but fails 
 round reserved during a long payout outage is still paid; nor from a first call Stripe refused
 for our key (401, 403), which it did not take.
 
+A request for a recorded round with another amount, currency or payment than the row's is
+refused (``LEDGER_CONFLICT``) without a call: Stripe is only ever called with what the row
+records, which is what the round's key stands for.
+
 At most one dispute per order is paid automatically: a round of another dispute of the same
 payment fails to review (``ORDER_ALREADY_REFUNDED``, recorded by the ledger) without a call.
 """
@@ -61,20 +65,9 @@ class PayoutHandler:
             payment_reference=request.payment_reference,
             idempotency_key=key,
         )
-        if row.amount_minor != request.amount_minor or row.currency != request.currency:
-            recorded = (
-                f"{row.status}, refund {row.stripe_refund_id}"
-                if row.stripe_refund_id
-                else row.status
-            )
-            return [
-                _failed(
-                    row,
-                    LEDGER_CONFLICT,
-                    f"round already recorded for {row.amount_minor} {row.currency} ({recorded});"
-                    f" {request.amount_minor} {request.currency} requested, not paid",
-                )
-            ]
+        conflict = _conflict(row, request)
+        if conflict is not None:
+            return [_failed(row, LEDGER_CONFLICT, conflict)]
         if row.status == "PENDING" and not row.opened and row.age_s > IDEMPOTENCY_WINDOW_S:
             row = await self._ledger.settle(
                 request.dispute_id,
@@ -89,9 +82,10 @@ class PayoutHandler:
         return [_failed(row, row.error_code or "FAILED", row.error_message or "")]
 
     async def _pay(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
-        """Call Stripe for the PENDING round ``row`` (retrying with its key) and settle it.
-        Every call is counted in the ledger before it is made; the open that returned ``row``
-        counted the first when it ``opened`` the round."""
+        """Call Stripe for the PENDING round ``row`` (retrying with its key) and settle it: the
+        payment, amount and currency the row records (``request`` agrees with them). Every call
+        is counted in the ledger before it is made; the open that returned ``row`` counted the
+        first when it ``opened`` the round."""
         calls = 0
 
         async def call() -> str:
@@ -100,9 +94,9 @@ class PayoutHandler:
                 await self._ledger.record_attempt(request.dispute_id, request.round)
             calls += 1
             return await self._payments.refund(
-                payment_reference=request.payment_reference,
-                amount_minor=request.amount_minor,
-                currency=request.currency.lower(),
+                payment_reference=row.payment_reference,
+                amount_minor=row.amount_minor,
+                currency=row.currency.lower(),
                 idempotency_key=row.idempotency_key,
                 metadata={"dispute_id": request.dispute_id, "round": str(request.round)},
             )
@@ -121,6 +115,27 @@ class PayoutHandler:
                 await self._ledger.forget_refused_call(request.dispute_id, request.round)
             raise
         return await self._ledger.settle(request.dispute_id, request.round, refund_id=refund_id)
+
+
+def _conflict(row: LedgerRow, request: ev.PayoutRequested) -> str | None:
+    """Why ``request`` is not the round ``row`` records (another amount, currency or payment),
+    as the ``LEDGER_CONFLICT``'s reason; ``None`` when it is. Paid under the round's key, a
+    request naming another payment would refund that payment instead."""
+    if (row.amount_minor, row.currency, row.payment_reference) == (
+        request.amount_minor,
+        request.currency,
+        request.payment_reference,
+    ):
+        return None
+    recorded = (
+        f"{row.status}, refund {row.stripe_refund_id}" if row.stripe_refund_id else row.status
+    )
+    ours = f"{row.amount_minor} {row.currency}"
+    theirs = f"{request.amount_minor} {request.currency}"
+    if row.payment_reference != request.payment_reference:
+        ours += f" of payment {row.payment_reference}"
+        theirs += f" of payment {request.payment_reference}"
+    return f"round already recorded for {ours} ({recorded}); {theirs} requested, not paid"
 
 
 def _completed(row: LedgerRow) -> Emit:

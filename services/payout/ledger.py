@@ -30,6 +30,8 @@ class LedgerRow:
     round: int
     amount_minor: int
     currency: str
+    payment_reference: str
+    """The payment the round was recorded for: the only one its idempotency key refunds."""
     idempotency_key: str
     status: Status
     stripe_refund_id: str | None
@@ -48,17 +50,22 @@ _OPEN_SQL = """
 SELECT * FROM payout_claim_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s,
                                  %(payment_reference)s, %(idempotency_key)s, true)
 """
+_REFERENCE_SQL = """
+SELECT payment_reference FROM payout_ledger WHERE dispute_id = %s AND round = %s
+"""
+"""The payment a round was recorded for, read after ``_OPEN_SQL`` in its transaction (the
+function does not return it: payouts of the earlier release read its rows as they are)."""
 _GET_SQL = """
-SELECT dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
-       error_code, error_message
+SELECT dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
+       stripe_refund_id, error_code, error_message
 FROM payout_ledger WHERE dispute_id = %s AND round = %s
 """
 _SETTLE_SQL = """
 UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,
                          error_message = %s, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'PENDING'
-RETURNING dispute_id, round, amount_minor, currency, idempotency_key, status, stripe_refund_id,
-          error_code, error_message
+RETURNING dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
+          stripe_refund_id, error_code, error_message
 """
 
 
@@ -77,8 +84,9 @@ class PayoutLedger:
         idempotency_key: str,
     ) -> LedgerRow:
         """Insert the round as PENDING, its first provider call counted, unless it exists (a
-        row the settler reserved with no call yet gets its first call counted); return the row
-        as stored (``opened`` tells whether this call is the round's first).
+        row the settler reserved with no call yet, for this amount, currency and payment, gets
+        its first call counted); return the row as stored (``opened`` tells whether this call is
+        the round's first).
 
         A new round of a dispute whose payment (order) already has a round of another dispute
         that is not FAILED is inserted FAILED instead (``ORDER_ALREADY_REFUNDED``, naming that
@@ -97,9 +105,13 @@ class PayoutLedger:
         async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(_OPEN_SQL, params)
             row = await cur.fetchone()
-        if row is None:
-            raise RuntimeError(f"payout_claim_round returned no row for {dispute_id}/{round_}")
-        return LedgerRow(**row)
+            if row is None:
+                raise RuntimeError(f"payout_claim_round returned no row for {dispute_id}/{round_}")
+            await cur.execute(_REFERENCE_SQL, (dispute_id, round_))
+            recorded = await cur.fetchone()
+        if recorded is None:
+            raise RuntimeError(f"ledger row {dispute_id}/{round_} vanished")
+        return LedgerRow(**row, payment_reference=recorded["payment_reference"])
 
     async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:
         async with conn.cursor(row_factory=dict_row) as cur:

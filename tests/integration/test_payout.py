@@ -360,6 +360,39 @@ def test_a_different_amount_for_a_recorded_round_is_a_ledger_conflict(
     assert fake.fake.requests == 1
 
 
+@pytest.mark.parametrize("recorded", ["paid", "left PENDING by a crash", "reserved"])
+def test_a_request_naming_another_payment_for_a_recorded_round_is_a_ledger_conflict(
+    database: str, fake: FakeStripeServer, recorded: str
+) -> None:
+    """Round 1 is recorded against the dispute's payment (paid; left PENDING after its call,
+    by a crash; or reserved by the settler, no call yet). A request for it naming another
+    payment is refused like one for another amount: never sent to Stripe under the round's
+    key (which would refund that other payment), and no call is counted for it."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    if recorded == "paid":
+        [first] = _run(database, fake.url, _request(dispute))
+        assert first[0].topic == "payout.completed"
+        state = f"SUCCEEDED, refund {first[0].value['stripe_refund_id']}"
+    elif recorded == "reserved":
+        _reserve(database, (dispute, f"pi_{dispute}"))
+        state = "PENDING"
+    else:
+        seed_round(database, dispute, status="PENDING")
+        state = "PENDING"
+    attempts, requests = _attempts(database, dispute), fake.fake.requests
+
+    [outputs] = _run(database, fake.url, _request(dispute, reference="pi_someone_else"))
+
+    assert [o.topic for o in outputs] == ["payout.failed"]
+    assert outputs[0].value["error_code"] == "LEDGER_CONFLICT"
+    assert outputs[0].value["reason"] == (
+        f"round already recorded for 68900 INR of payment pi_{dispute} ({state});"
+        " 68900 INR of payment pi_someone_else requested, not paid"
+    )
+    assert (fake.fake.requests, _attempts(database, dispute)) == (requests, attempts)
+    assert read_round(database, dispute) == (state.split(",")[0], attempts, None)
+
+
 def test_a_second_dispute_of_one_order_goes_to_review_not_to_stripe(
     database: str, fake: FakeStripeServer
 ) -> None:
