@@ -15,9 +15,11 @@ Error policy (by type, see :mod:`refund_bench.errors`):
 - :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
   for a judge, auth). Not retried.
 - :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty,
-  truncated, or holds a lone surrogate (no text at all). A 200 that is no chat completion at
-  all (a gateway's page, a cut-off body) is :class:`LlmUnavailable` instead: it says nothing
-  about the model's answer, so it is retried, and never cached as one.
+  cut short or withheld (finish reason ``length`` or ``content_filter``; no other finish
+  reason, nor none, makes an answer malformed), or holds a lone surrogate (no text at all). A
+  200 that is no chat completion at all (a gateway's page, a cut-off body) is
+  :class:`LlmUnavailable` instead: it says nothing about the model's answer, so it is retried,
+  and never cached as one.
 
 Each attempt has a deadline (``attempt_deadline_seconds``) besides the per-phase timeout, so an
 answer that trickles in cannot hold a call past it.
@@ -210,6 +212,14 @@ class _Completion(BaseModel):
     choices: list[_Choice]
 
 
+UNFINISHED_REASONS: Mapping[str, str] = {"length": "cut short", "content_filter": "withheld"}
+"""The finish reasons that say the answer's text is not the whole answer: cut short at the
+token limit, or withheld (in whole or part) by a content filter; each with what became of it.
+Any other reason, or none, says nothing against the text: endpoints name a normal end in
+their own words (``stop``, TGI's ``eos_token``, ``stop_sequence``, or no reason at all), and
+the answer is read like any other (an incomplete one does not parse)."""
+
+
 def _answer(raw: bytes) -> str:
     """The first choice's text from a 200 response body. :class:`LlmUnavailable` when the body
     is not a chat completion (it came from something other than the model: retry it);
@@ -235,8 +245,11 @@ def _answer(raw: bytes) -> str:
         raise MalformedAnswer("the completion has no choices", "")
     choice = completion.choices[0]
     content = choice.message.content or ""
-    if choice.finish_reason != "stop":
-        raise MalformedAnswer(f"finish_reason is {choice.finish_reason!r}", content)
+    unfinished = UNFINISHED_REASONS.get(choice.finish_reason or "")
+    if unfinished is not None:
+        raise MalformedAnswer(
+            f"the answer was {unfinished} (finish_reason is {choice.finish_reason!r})", content
+        )
     if not content:
         raise MalformedAnswer("the answer is empty", content)
     return content

@@ -10,17 +10,20 @@ or a grievance id that comes back with another claim, draws anew. Rulings are no
 in code, on exactly the citations a ruling keeps (:func:`kept_citations`): an unreadable
 answer, or an UPHELD/REJECTED that cites no field of the evidence, or more than a ruling keeps,
 counts as ESCALATE; so does a seat whose request the endpoint refuses for its content (HTTP
-400, 413, 422), uncached. A grievance of a category this
-code does not know goes to the dead-letter topic.
+400, 413, 422), uncached. An unreadable answer (or one cut short or withheld, however its text
+reads) is drawn again, up to :data:`DRAWS_PER_SEAT` draws; a seat none of whose draws could be
+read is cached marked so (:func:`seal`), and is UNREADABLE, ESCALATE, on every delivery. A
+grievance of a category this code does not know goes to the dead-letter topic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -82,24 +85,51 @@ verdict of the largest bench (``MAX_JUDGES`` seats), fit one Kafka record whatev
 writes: one that did not would be dead-lettered, and its grievance would never be decided."""
 
 _SEALED_PREFIX = "seed="
+_UNREADABLE_MARK = " unreadable="
+MAX_UNREADABLE_REASON_CHARS = 1_000
+"""A seat's cache value keeps this much of why its last draw could not be read."""
 
 
-def seal(raw: str, seed: int) -> str:
+class Sealed(NamedTuple):
+    """A seat's cache value read back (:func:`unseal`)."""
+
+    raw: str
+    """The answer of the seat's last draw."""
+    seed: int | None
+    """The seed it was drawn with; ``None`` in a value cached before values carried it."""
+    unreadable: str | None
+    """Why no draw of the seat could be read (the last one's fault), or ``None`` when the
+    last draw was read; always ``None`` in a value cached before values recorded it."""
+
+
+def seal(raw: str, seed: int, unreadable: str | None = None) -> str:
     """The cache value of a seat's answer: ``raw`` with the seed it was drawn with, so that a
-    redelivery served from the cache names the same seed."""
-    return f"{_SEALED_PREFIX}{seed}\n{raw}"
+    redelivery served from the cache names the same seed, and, when every draw of the seat was
+    malformed, why the last one was (``unreadable``), so that a redelivery counts it ESCALATE
+    too instead of reading the text of an answer cut short."""
+    head = f"{_SEALED_PREFIX}{seed}"
+    if unreadable is not None:
+        reason = storable(unreadable, MAX_UNREADABLE_REASON_CHARS)
+        head += _UNREADABLE_MARK + json.dumps(reason, ensure_ascii=True)
+    return f"{head}\n{raw}"
 
 
-def unseal(value: str) -> tuple[str, int | None]:
-    """``(raw answer, seed)`` of a cache value; seed ``None`` for a value cached before values
-    carried it (the bare answer, a JSON object)."""
+def unseal(value: str) -> Sealed:
+    """A cache value read back (:func:`seal`). A value cached before values carried the seed
+    (the bare answer, a JSON object) is that answer, with no seed; one cached before values
+    recorded an unreadable draw is read as readable (its text is parsed as it comes)."""
     if not value.startswith(_SEALED_PREFIX):
-        return value, None
+        return Sealed(value, None, None)
     head, _, raw = value.partition("\n")
+    seed_text, marked, reason_json = head.removeprefix(_SEALED_PREFIX).partition(_UNREADABLE_MARK)
     try:
-        return raw, int(head.removeprefix(_SEALED_PREFIX))
+        seed = int(seed_text)
+        reason = json.loads(reason_json) if marked else None
     except ValueError:
-        return value, None
+        return Sealed(value, None, None)
+    if marked and not isinstance(reason, str):
+        return Sealed(value, None, None)
+    return Sealed(raw, seed, reason)
 
 
 @dataclass(frozen=True)
@@ -158,7 +188,7 @@ class JudgeHandler:
 
         async def draw() -> str:
             nonlocal drawn
-            raw, seed = "", seat.seed
+            raw, seed, unreadable = "", seat.seed, ""
             for attempt in range(DRAWS_PER_SEAT):
                 seed = redraw_seed(seat.seed, attempt)
                 try:
@@ -169,15 +199,15 @@ class JudgeHandler:
                         seed,
                         grievance.dispute_id,
                     )
-                except MalformedAnswer as exc:  # cut short or empty: draw again
-                    raw = exc.raw
-                    continue
-                try:
                     drawn = parse_judge_ruling(raw)
-                    break
-                except MalformedAnswer:
+                except MalformedAnswer as exc:  # cut short, withheld, empty or unreadable
+                    raw, unreadable = exc.raw, exc.reason
                     continue
-            return seal(raw, seed)
+                return seal(raw, seed)
+            # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
+            # one served from the cache, even when the last text would parse (cut short at a
+            # closing brace).
+            return seal(raw, seed, unreadable)
 
         key = judge_cache_key(
             grievance.dispute_id,
@@ -197,8 +227,11 @@ class JudgeHandler:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.
             raw, fields = "", _refused_fields(str(exc))
         else:
-            raw, seed = unseal(sealed)
-            fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
+            raw, seed, unreadable = unseal(sealed)
+            if unreadable is not None:
+                fields = _unreadable_fields(unreadable)
+            else:
+                fields = _ruling_fields(raw, allowed, None if from_cache else drawn)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
             order_id=grievance.order_id,
@@ -261,6 +294,20 @@ def _refused_fields(reason: str) -> dict[str, Any]:
     }
 
 
+def _unreadable_fields(reason: str) -> dict[str, Any]:
+    """The ruling of a seat whose answer could not be read (``reason``: why): ESCALATE."""
+    return {
+        "ruling": Ruling.ESCALATE.value,
+        "model_ruling": "UNREADABLE",
+        "confidence": 0.0,
+        "evidence_cited": [],
+        "reasoning": storable(
+            f"The model's answer could not be read ({reason}); counted as ESCALATE.",
+            MAX_REASONING_CHARS,
+        ),
+    }
+
+
 def kept_citations(cited: Sequence[str]) -> tuple[list[str], int, bool]:
     """What a ruling keeps of the entries a model cited, which is all it is judged on: each
     distinct entry once, in the model's order, cut to ``MAX_CITATION_CHARS`` and made storable,
@@ -281,16 +328,7 @@ def _ruling_fields(
     try:
         answer = parsed if parsed is not None else parse_judge_ruling(raw)
     except MalformedAnswer as exc:
-        return {
-            "ruling": Ruling.ESCALATE.value,
-            "model_ruling": "UNREADABLE",
-            "confidence": 0.0,
-            "evidence_cited": [],
-            "reasoning": storable(
-                f"The model's answer could not be read ({exc.reason}); counted as ESCALATE.",
-                MAX_REASONING_CHARS,
-            ),
-        }
+        return _unreadable_fields(exc.reason)
     # Judged on exactly what is stored: an auditor replaying the ruling from the record
     # (its citations, the snapshot by hash, and the note of what was not kept) gets it again.
     cited, left_out, cut = kept_citations(answer.evidence_cited)

@@ -257,21 +257,84 @@ def _rulings_for_answer(
 ) -> list[Mapping[str, Any]]:
     """The rulings a three-seat bench casts for ``message`` when ``endpoint`` gives every seat
     the same answer."""
+    (rulings,) = _deliveries_answered(redis_url, endpoint, message, 1)
+    return rulings
 
-    async def go() -> list[Mapping[str, Any]]:
+
+def _deliveries_answered(
+    redis_url: str, endpoint: FixedAnswerServer, message: Message, deliveries: int
+) -> list[list[Mapping[str, Any]]]:
+    """The rulings a three-seat bench casts for each delivery of ``message`` (one cache for
+    all) when ``endpoint`` gives every seat the same answer."""
+
+    async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
         cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
         llm = endpoint.client(temperature=0.7)
         seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
         handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
         try:
-            emits = await handler.handle(message, Context(None))
+            runs = []
+            for _ in range(deliveries):
+                emits = await handler.handle(message, Context(None))
+                runs.append([e.value for e in emits])
+            return runs
         finally:
             await llm.aclose()
             await redis.aclose()
-        return [e.value for e in emits]
 
     return asyncio.run(go())
+
+
+READABLE_UPHELD = json.dumps(
+    {
+        "ruling": "UPHELD",
+        "evidence_cited": ["derived.sla_exceeded"],
+        "confidence": 0.9,
+        "reasoning": "Delivered after the promised time.",
+    }
+)
+"""A whole, grounded answer: what a model cut short at its closing brace would have written."""
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
+def test_a_seat_whose_every_draw_is_cut_short_is_unreadable_on_every_delivery(
+    redis_url: str, finish_reason: str
+) -> None:
+    """Every draw of every seat ends ``length`` (or ``content_filter``): each seat draws three
+    times and casts UNREADABLE, counted as ESCALATE, even though the text of its last draw
+    would parse. A redelivery served from the cache casts the same rulings, without a call.
+    The judge used to take the parse of the last draw, the answer it had just called
+    malformed."""
+    with FixedAnswerServer(completion(READABLE_UPHELD, finish_reason)) as server:
+        first, again = _deliveries_answered(redis_url, server, grievance_message(_dispute()), 2)
+
+    assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain, once"
+    for rulings in (first, again):
+        assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
+        assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
+        assert all(f"finish_reason is {finish_reason!r}" in r["reasoning"] for r in rulings)
+        assert [r["raw_response"] for r in rulings] == [READABLE_UPHELD] * 3
+    assert [_ruled(r) for r in again] == [_ruled(r) for r in first]
+    assert [r["seed"] for r in again] == [r["seed"] for r in first]
+    assert {r["seed"] - (1000 + r["judge_seat"]) for r in first} == {
+        (DRAWS_PER_SEAT - 1) * REDRAW_SEED_STRIDE
+    }
+
+
+@pytest.mark.parametrize("finish_reason", ["eos_token", None])
+def test_an_answer_ended_in_the_endpoints_own_words_is_one_call_per_seat(
+    redis_url: str, finish_reason: str | None
+) -> None:
+    """An endpoint that ends whole answers with ``eos_token`` (TGI) or no finish reason (some
+    gateways): every seat rules on its first draw. Each used to draw three times, on every
+    grievance, and then cast the answer it had called malformed."""
+    with FixedAnswerServer(completion(READABLE_UPHELD, finish_reason)) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    assert len(server.requests) == 3
+    assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
+    assert [r["seed"] for r in rulings] == [1000, 1001, 1002]
 
 
 @pytest.mark.parametrize(

@@ -497,8 +497,10 @@ def test_a_malformed_answer_raises_on_parse(standin: Standin) -> None:
     ("body", "reason"),
     [
         (b'{"choices": []}', "no choices"),
-        (completion('{"ruling": "UP', "length"), "finish_reason is 'length'"),
+        (completion('{"ruling": "UP', "length"), "cut short (finish_reason is 'length')"),
+        (completion('{"ruling": "UPHELD"}', "content_filter"), "withheld"),
         (completion(None, "stop"), "empty"),
+        (completion(None, "eos_token"), "empty"),
     ],
 )
 def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
@@ -521,6 +523,25 @@ def test_a_200_that_is_no_usable_completion_is_malformed_and_not_retried(
     request = json.loads(sent)
     assert request["seed"] == 1000
     assert request["response_format"]["json_schema"]["strict"] is True
+
+
+@pytest.mark.parametrize("finish_reason", ["stop", "eos_token", "stop_sequence", "end_turn", None])
+def test_a_whole_answer_is_read_whatever_else_ends_it(finish_reason: str | None) -> None:
+    """Endpoints name a normal end in their own words (TGI's ``eos_token``, a gateway's
+    ``null``): only ``length`` and ``content_filter`` say the text is not the whole answer, so
+    any other answer is read at its one call, by every role alike."""
+    content = '{"ruling": "UPHELD", "confidence": 0.9}'
+    sleep = RecordedSleep()
+
+    async def scenario(target: LlmEndpoint) -> str:
+        async with LlmClient(target, sleep=sleep) as client:
+            return await ask(client, judge_request(), 1000, "d-200-ended")
+
+    with FixedAnswerServer(completion(content, finish_reason)) as server:
+        answer = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
+    assert answer == content
+    assert len(server.requests) == 1
+    assert sleep.delays == []
 
 
 @pytest.mark.parametrize("body", [b"<html>gateway</html>", b'{"object": "chat.completion"}'])

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from refund_bench import events as ev
 from refund_bench.domain import Category
 from refund_bench.llm.roles import (
@@ -107,7 +109,25 @@ def test_a_cached_answer_keeps_the_seed_it_was_drawn_with() -> None:
     from services.judge.handler import seal, unseal
 
     raw = '{"ruling": "UPHELD",\n "confidence": 0.9, "evidence_cited": [], "reasoning": "x"}'
-    assert unseal(seal(raw, 1_001_003)) == (raw, 1_001_003)
-    assert unseal(seal("", 1000)) == ("", 1000)
-    assert unseal(raw) == (raw, None), "an answer cached before answers carried their seed"
-    assert unseal("seed=x\n{}") == ("seed=x\n{}", None)
+    assert unseal(seal(raw, 1_001_003)) == (raw, 1_001_003, None)
+    assert unseal(seal("", 1000)) == ("", 1000, None)
+    assert unseal(raw) == (raw, None, None), "an answer cached before answers carried their seed"
+    assert unseal("seed=x\n{}") == ("seed=x\n{}", None, None)
+    assert unseal(f"seed=1000\n{raw}") == (raw, 1000, None), "cached before draws were marked"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["the answer was cut short (finish_reason is 'length')", "line 1\nline 2 \u00e9", ""],
+)
+def test_a_cached_answer_keeps_why_no_draw_could_be_read(reason: str) -> None:
+    """A seat whose every draw was malformed is cached with why: the text of its last draw,
+    which may parse (cut short at its closing brace), is never read as a ruling."""
+    from services.judge.handler import MAX_UNREADABLE_REASON_CHARS, seal, unseal
+
+    raw = '{"ruling": "UPHELD", "confidence": 0.9, "evidence_cited": [], "reasoning": "x"}'
+    assert unseal(seal(raw, 2_001_006, reason)) == (raw, 2_001_006, reason)
+    long = unseal(seal(raw, 1000, "x" * 50_000)).unreadable
+    assert long is not None
+    assert long.startswith("x" * MAX_UNREADABLE_REASON_CHARS)
+    assert len(long) < MAX_UNREADABLE_REASON_CHARS + 100
