@@ -6,24 +6,35 @@ from datetime import UTC, datetime
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.domain import OrderRecord
 from refund_bench.runtime.messages import Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
 
 
-def grievance_message(dispute_id: str, category: str = "LATE_DELIVERY") -> Message:
-    """One grievance ``g1`` of ``category`` about the article's order (the only one of its
-    dispute), with the order's frozen snapshot, as ``grievance.extracted`` delivers it."""
-    snapshot = freeze(ARTICLE_ORDER)
+def grievance_message(
+    dispute_id: str,
+    category: str = "LATE_DELIVERY",
+    *,
+    order: OrderRecord = ARTICLE_ORDER,
+    item_name: str | None = None,
+    item_quantity: int | None = None,
+) -> Message:
+    """One grievance ``g1`` of ``category`` (about ``item_name``, if given) about ``order``, by
+    default the article's (the only grievance of its dispute), with the order's frozen
+    snapshot, as ``grievance.extracted`` delivers it."""
+    snapshot = freeze(order)
     value = ev.GrievanceExtracted(
         dispute_id=dispute_id,
-        order_id=ARTICLE_ORDER.order_id,
+        order_id=order.order_id,
         grievance_id="g1",
         grievance_total=1,
         category=category,
         text="The order arrived well after the promised time.",
         span_start=0,
         span_end=10,
+        item_name=item_name,
+        item_quantity=item_quantity,
         snapshot_sha256=snapshot.sha256,
         snapshot_json=snapshot.json,
         extractor_model="standin-extractor",

@@ -3,7 +3,9 @@
 The model's word is taken only when it is one of the three rulings and, for UPHELD or REJECTED,
 when it cites at least one field that exists in the frozen snapshot. A decisive ruling grounded
 in nothing the judge was shown is treated as the evidence being silent: ESCALATE. A REJECTED
-that cites any field holding no record (a null delivery time, no packaging record) rests, at
+that cites any field holding no record (a null delivery time, no packaging record), or an
+object or list with such a field in it (the missing-unit estimates when one item's is null, the
+line items when one has no unit weight: which part it rests on is not on record), rests, at
 least in part, on missing evidence, which is never a rejection: ESCALATE too, whatever else it
 cites. An UPHELD that does so stands as the seat's ruling, marked
 (:attr:`NormalisedRuling.cites_missing_evidence`): the tally lets it count in the split, never
@@ -38,8 +40,8 @@ class NormalisedRuling:
     reason: str
     cites_missing_evidence: bool = False
     """The answer cites a field of the snapshot that holds no record (one of ``silent_fields``,
-    :func:`services.extractor.evidence.silent_fields`), or rules on a claim whose records are
-    absent: it rests, at least in part, on silence."""
+    :func:`services.extractor.evidence.silent_fields`) or an object or list with one in it, or
+    rules on a claim whose records are absent: it rests, at least in part, on silence."""
 
     @property
     def changed(self) -> bool:
@@ -78,6 +80,25 @@ def _keys(allowed_fields: frozenset[str]) -> frozenset[str]:
     return frozenset(_key(field) for field in allowed_fields)
 
 
+_STEP = re.compile(r"[.\[]")
+"""Where a path steps into a child: ``a.b``, ``a.0`` and ``a[0]`` (the forms of
+:func:`services.extractor.evidence.evidence_fields`)."""
+
+
+@lru_cache(maxsize=256)
+def _holding_silence(silent_fields: frozenset[str]) -> frozenset[str]:
+    """The comparison keys of the silent fields and of every path above one: an object or list
+    with a field in it that holds no record (``derived.missing_units_estimate`` when one item's
+    estimate is null, ``order.line_items`` when one item has no unit weight). An item name
+    holding a ``.`` or ``[`` adds a path above that names no field, or another item's: the
+    latter is then taken to hold silence too, which only ever escalates."""
+    keys: set[str] = set()
+    for key in _keys(silent_fields):
+        keys.add(key)
+        keys.update(key[: step.start()] for step in _STEP.finditer(key) if step.start())
+    return frozenset(keys)
+
+
 def normalise(
     model_ruling: str,
     evidence_cited: Sequence[str],
@@ -114,13 +135,14 @@ def normalise(
             else f"{ruling} cites only fields not in the snapshot: {', '.join(unknown)}"
         )
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
-    silent = _keys(silent_fields)
+    silent = _holding_silence(silent_fields)
     resting_on_nothing = [c for c in known if _key(c) in silent]
     # An ESCALATE needs no record: it is marked only for what it cites.
     on_silence = bool(resting_on_nothing) or (claim_unrecorded and ruling is not Ruling.ESCALATE)
     if ruling is Ruling.REJECTED and on_silence:
         what = (
-            f"cites evidence the order store has no record of: {', '.join(resting_on_nothing)}"
+            "cites evidence the order store has no record of, in whole or in part:"
+            f" {', '.join(resting_on_nothing)}"
             if resting_on_nothing
             else "rules on a claim whose records the order store does not have"
         )
@@ -148,12 +170,14 @@ def normalise_ruling(
     """The ruling the tally counts.
 
     Unknown ruling -> ESCALATE; UPHELD or REJECTED citing no field in ``allowed_fields`` ->
-    ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record), or on
-    a claim whose records are absent (``claim_unrecorded``) -> ESCALATE; UPHELD or REJECTED
-    whose citations were cut to what a ruling keeps (``citations_cut``) -> ESCALATE; otherwise
-    the model's ruling. An UPHELD citing silent evidence, or on a claim whose records are
-    absent, stands as the seat's ruling, marked ``cites_missing_evidence``: it counts in the
-    split, and never towards an UPHELD majority (:func:`services.tally.votes.count_votes`).
+    ESCALATE; REJECTED citing any field in ``silent_fields`` (evidence with no record) or any
+    field above one (``a.b`` above ``a.b.c``, ``a.b.0.c`` or ``a.b[0].c``), or on a claim
+    whose records are absent (``claim_unrecorded``) -> ESCALATE; UPHELD or REJECTED whose
+    citations were cut to what a ruling keeps (``citations_cut``) -> ESCALATE; otherwise the
+    model's ruling. An UPHELD citing silent evidence (or a field above it), or on a claim whose
+    records are absent, stands as the seat's ruling, marked ``cites_missing_evidence``: it
+    counts in the split, and never towards an UPHELD majority
+    (:func:`services.tally.votes.count_votes`).
     """
     return normalise(
         model_ruling,

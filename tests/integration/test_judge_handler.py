@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
-from refund_bench.domain import MAX_JUDGES, Category
+from refund_bench.domain import MAX_JUDGES, Category, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import CallOutcome, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
@@ -286,6 +286,16 @@ def _deliveries_answered(
     return asyncio.run(go())
 
 
+def _rulings_on(
+    redis_url: str, message: Message, ruling: str, cited: list[str], reasoning: str
+) -> tuple[list[Mapping[str, Any]], int]:
+    """The rulings a three-seat bench casts for ``message`` when every seat's model answers
+    ``ruling`` citing ``cited``, and the number of calls made."""
+    answer = {"ruling": ruling, "evidence_cited": cited, "confidence": 0.8, "reasoning": reasoning}
+    with FixedAnswerServer(completion(json.dumps(answer))) as server:
+        return _rulings_for_answer(redis_url, server, message), len(server.requests)
+
+
 READABLE_UPHELD = json.dumps(
     {
         "ruling": "UPHELD",
@@ -387,17 +397,46 @@ def test_every_seat_upholding_a_claim_without_its_record_is_cast_marked(
     towards a majority. The article's order has no packaging record, so the raita claim rests
     on nothing whether the rulings cite that record or only the line items, which are
     recorded."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    answer = {
-        "ruling": "UPHELD",
-        "evidence_cited": cited,
-        "confidence": 0.6,
-        "reasoning": "Nothing contradicts the customer's account.",
-    }
-    with FixedAnswerServer(completion(json.dumps(answer))) as server:
-        rulings = _rulings_for_answer(redis_url, server, grievance_message(dispute, "PACKAGING"))
+    rulings, _ = _rulings_on(
+        redis_url,
+        grievance_message(_dispute(), "PACKAGING"),
+        "UPHELD",
+        cited,
+        "Nothing contradicts the customer's account.",
+    )
     assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
     assert [r["cites_missing_evidence"] for r in rulings] == [True] * 3
+
+
+@pytest.mark.parametrize(
+    "cited",
+    [
+        pytest.param(["derived.missing_units_estimate"], id="the estimates"),
+        pytest.param(["order.line_items", "derived.pickup_weight_shortfall_g"], id="the items"),
+    ],
+)
+def test_a_rejection_citing_an_object_that_holds_a_null_is_cast_as_escalate(
+    redis_url: str, cited: list[str]
+) -> None:
+    """The raita has no unit weight on record, so its missing-unit estimate is null. A
+    rejection of the missing raita that cites the estimates, or the line items, as a whole
+    rests on that null as much as one citing it by name: ESCALATE on every seat, marked. It
+    used to stand as REJECTED, since neither object is null as a whole."""
+    no_weight = ARTICLE_ORDER.model_dump()
+    no_weight["line_items"][1]["unit_weight_g"] = None
+    order = OrderRecord.model_validate(no_weight)
+    message = grievance_message(
+        _dispute(), "MISSING_ITEM", order=order, item_name="Raita", item_quantity=1
+    )
+    rulings, calls = _rulings_on(
+        redis_url, message, "REJECTED", cited, "The estimates show no missing raita."
+    )
+
+    assert calls == 3
+    assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3
+    assert [r["model_ruling"] for r in rulings] == ["REJECTED"] * 3
+    assert [r["cites_missing_evidence"] for r in rulings] == [True] * 3
+    assert all("missing evidence is never a rejection" in r["reasoning"] for r in rulings)
 
 
 def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> None:

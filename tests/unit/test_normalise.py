@@ -216,6 +216,90 @@ def test_silent_fields_are_exactly_the_empty_records() -> None:
     )
 
 
+NO_RAITA_WEIGHT = build_snapshot(
+    article_order(
+        line_items=[
+            {
+                "name": "Hyderabadi Biryani",
+                "quantity": 4,
+                "unit_price_minor": 32000,
+                "unit_weight_g": 550,
+            },
+            {"name": "Raita", "quantity": 1, "unit_price_minor": 6000, "unit_weight_g": None},
+        ]
+    )
+)
+"""The article's order without the raita's unit weight: its missing-unit estimate is null."""
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        "derived.missing_units_estimate",
+        "missing_units_estimate",
+        "Evidence.Derived.Missing_Units_Estimate",
+        "order.line_items",
+        "line_items",
+        "order.line_items.1",
+        "order.line_items[1]",
+        "line_items[1]",
+    ],
+)
+def test_a_ruling_citing_an_object_that_holds_a_silent_field_rests_on_silence(
+    parent: str,
+) -> None:
+    """The estimates and the line items are recorded, but one of the values in them is not:
+    which part a ruling citing the whole rests on is not on record, so a REJECTED on it is
+    ESCALATE and an UPHELD on it is marked, as if it cited the null itself."""
+    fields, silent = evidence_fields(NO_RAITA_WEIGHT), silent_fields(NO_RAITA_WEIGHT)
+    assert NO_RAITA_WEIGHT["derived"]["missing_units_estimate"] == {
+        "Hyderabadi Biryani": 2,
+        "Raita": None,
+    }
+    assert parent not in silent
+
+    rejected = normalise("REJECTED", [parent, "order.placed_at"], fields, silent)
+    assert rejected.ruling is Ruling.ESCALATE
+    assert rejected.cites_missing_evidence
+    assert "missing evidence is never a rejection" in rejected.reason
+    assert parent in rejected.reason
+    upheld = normalise("UPHELD", [parent], fields, silent)
+    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        "derived.missing_units_estimate.Hyderabadi Biryani",
+        "order.line_items.0",
+        "line_items[0]",
+        "order.line_items[1].unit_price_minor",
+        "derived.line_totals_minor",
+    ],
+)
+def test_a_ruling_citing_only_recorded_values_beside_a_silent_one_stands(recorded: str) -> None:
+    fields, silent = evidence_fields(NO_RAITA_WEIGHT), silent_fields(NO_RAITA_WEIGHT)
+    result = normalise("REJECTED", [recorded], fields, silent)
+    assert (result.ruling, result.cites_missing_evidence) == (Ruling.REJECTED, False)
+
+
+def test_only_a_path_a_silent_field_lies_under_holds_it() -> None:
+    """``a.b`` holds ``a.b.c``, ``a.b.0.c`` and ``a.b[0].c``, not ``a.bc``: a field whose name
+    merely begins like a silent one's is not above it."""
+    allowed = frozenset({"a.b", "a.bc", "x.y", "x.y.0", "x.y[0]", "x.y.0.z", "x.y[0].z"})
+    assert normalise_ruling("REJECTED", ["a.b"], allowed, frozenset({"a.bc"})) is Ruling.REJECTED
+    for silent in ({"x.y.0.z"}, {"x.y[0].z"}):
+        assert normalise_ruling("REJECTED", ["x.y"], allowed, frozenset(silent)) is (
+            Ruling.ESCALATE
+        )
+    assert normalise_ruling("REJECTED", ["x.y[0]"], allowed, frozenset({"x.y[0].z"})) is (
+        Ruling.ESCALATE
+    )
+    assert normalise_ruling("REJECTED", ["x.y.0.z"], allowed, frozenset({"x.y"})) is (
+        Ruling.REJECTED
+    ), "a field below a silent one is not silent for that"
+
+
 COMMA_ITEM = "Biryani, large"
 COMMA_ORDER = article_order(
     line_items=[
