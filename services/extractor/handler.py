@@ -2,8 +2,10 @@
 
 For each complaint: load the order's evidence, freeze it (content hash, stored once per
 dispute), make ONE structured-output LLM call, and validate the answer in code. An invalid
-answer gets one repair call; if that fails too, or the endpoint refuses the complaint itself
-(HTTP 400, 413, 422: too long, against a content policy), the complaint goes to human review. A
+answer gets one repair call; if that fails too, or leaves out a grievance the first answer had
+without fault (same category and item: a repair mends, it does not read the complaint anew), or
+the endpoint refuses the complaint itself (HTTP 400, 413, 422: too long, against a content
+policy), the complaint goes to human review. A
 complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
 pay). Answers are cached per (dispute, complaint, snapshot), with no model or prompt version, so
 a redelivered complaint costs no new call and gets the outcome already published; a refusal is
@@ -52,10 +54,18 @@ from refund_bench.llm.roles import (
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import EXTRACTOR
 from services.extractor.evidence import freeze, load_snapshot
-from services.extractor.validation import ExtractedGrievance, ExtractionInvalid, validate_extraction
+from services.extractor.validation import (
+    ExtractedGrievance,
+    ExtractionInvalid,
+    claims_left_out,
+    validate_extraction,
+)
 from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
 
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
+LEFT_OUT_REASON = (
+    "EXTRACTION: the repaired answer leaves out grievances the first answer had without fault"
+)
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
 DEFAULT_MAX_COMPLAINT_CHARS = 5000
@@ -160,9 +170,8 @@ class ExtractorHandler:
         except RefusedBefore as exc:
             reason = f"{REFUSED_REASON} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
-        if isinstance(grievances, ExtractionInvalid):
-            reason = f"{REVIEW_REASON}: {_problems_in_short(grievances.problems)}"
-            return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
+        if isinstance(grievances, str):
+            return [self._unpriced(complaint, snapshot, snapshot_sha, grievances)]
         if not grievances:
             return [self._unpriced(complaint, snapshot, snapshot_sha, None)]
         extracted_at = ev.now()
@@ -194,9 +203,10 @@ class ExtractorHandler:
 
     async def _extract(
         self, complaint: ev.ComplaintReceived, snapshot_sha: str, items: list[LineItem]
-    ) -> tuple[tuple[ExtractedGrievance, ...] | ExtractionInvalid, MadeAnswer]:
-        """The validated grievances, or what is wrong with the repaired answer when even that
-        is invalid; with the answer they were read from."""
+    ) -> tuple[tuple[ExtractedGrievance, ...] | str, MadeAnswer]:
+        """The validated grievances, or why a person must read the complaint instead (the
+        repaired answer is invalid too, or leaves out a grievance the first answer had without
+        fault); with the answer they were read from."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
         made = await self._call(key, request, complaint.dispute_id)
@@ -206,9 +216,13 @@ class ExtractorHandler:
             repair = _repair_request(request, made.answer, first.problems)
             made = await self._call(f"{key}:repair", repair, complaint.dispute_id)
             try:
-                return validate_extraction(_json(made.answer), complaint.text, items), made
+                repaired = validate_extraction(_json(made.answer), complaint.text, items)
             except ExtractionInvalid as second:
-                return second, made
+                return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
+            left_out = claims_left_out(first.passed, repaired)
+            if left_out:
+                return f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}", made
+            return repaired, made
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> MadeAnswer:
         """The answer cached under ``key``, or the endpoint's (then cached, and the model and

@@ -40,15 +40,38 @@ class ExtractedGrievance(BaseModel):
     item_quantity: int | None = Field(default=None, ge=1)
 
 
+Claim = tuple[Category, str | None]
+"""What one grievance claims: its category and the line item it names (the order's spelling)."""
+
+
 class ExtractionInvalid(InvalidInput):
-    """The model's answer is unusable; ``problems`` lists every reason, in readable words.
+    """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
+    ``passed`` the claims of the grievances in it that passed their own checks (the answer
+    failed for the others, or for the whole).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
 
-    def __init__(self, problems: Sequence[str]) -> None:
+    def __init__(self, problems: Sequence[str], passed: Sequence[Claim] = ()) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
+        self.passed: tuple[Claim, ...] = tuple(dict.fromkeys(passed))
         super().__init__("; ".join(self.problems))
+
+
+def claims_left_out(
+    passed: Sequence[Claim], grievances: Sequence[ExtractedGrievance]
+) -> tuple[str, ...]:
+    """The claims of ``passed`` (an invalid answer's valid grievances) that ``grievances`` (the
+    answer repairing it) does not make, in readable words. A repair fixes what was wrong; a
+    claim it drops that had nothing wrong with it is the complaint read differently, and
+    which reading is right is for a person. No grievance is judged here: only the two answers
+    are compared, by category and item."""
+    made = {(g.category, g.item_name) for g in grievances}
+    return tuple(
+        f"{category}" + (f" for {item!r}" if item is not None else "")
+        for category, item in passed
+        if (category, item) not in made
+    )
 
 
 def _norm_statement(text: str) -> str:
@@ -270,7 +293,9 @@ def validate_extraction(
             by_text[statement] = index
 
     if problems:
-        raise ExtractionInvalid(problems)
+        raise ExtractionInvalid(
+            problems, [(fields["category"], fields["item_name"]) for _, fields in cleaned]
+        )
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])

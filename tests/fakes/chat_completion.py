@@ -19,8 +19,8 @@ def completion(content: str | None, finish_reason: str | None = "stop") -> bytes
 
 
 class _FixedAnswer(JsonAnswerHandler):
-    """Answers a POST with the server's next status (200 once they are used up) and its
-    ``body``; records what it was sent."""
+    """Answers a POST with the server's next status (200 once they are used up) and its next
+    body (``body`` once they are used up); records what it was sent."""
 
     server: FixedAnswerServer
 
@@ -32,17 +32,22 @@ class _FixedAnswer(JsonAnswerHandler):
         self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
         self.server.credentials.append(self.headers.get("Authorization", ""))
         self.answer_json(
-            self.server.statuses.pop(0) if self.server.statuses else 200, self.server.body
+            self.server.statuses.pop(0) if self.server.statuses else 200,
+            self.server.bodies.pop(0) if self.server.bodies else self.server.body,
         )
 
 
 class FixedAnswerServer(LoopbackServer):
-    """Answers every POST with ``body``, after the given ``statuses`` (with the same body)."""
+    """Answers every POST with ``body``, after the given ``statuses`` (with the same body), and
+    after the bodies ``before`` (one each, in order)."""
 
-    def __init__(self, body: bytes, statuses: list[int] | None = None) -> None:
+    def __init__(
+        self, body: bytes, statuses: list[int] | None = None, before: list[bytes] | None = None
+    ) -> None:
         super().__init__(_FixedAnswer)
         self.body = body
         self.statuses = list(statuses or [])
+        self.bodies = list(before or [])
         self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
         self.disputes: list[str] = []  # the dispute header of each request
         self.credentials: list[str] = []  # the Authorization header of each request

@@ -32,7 +32,12 @@ from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, snapshot_sha256
-from services.extractor.handler import REFUSED_REASON, REVIEW_REASON, ExtractorHandler
+from services.extractor.handler import (
+    LEFT_OUT_REASON,
+    REFUSED_REASON,
+    REVIEW_REASON,
+    ExtractorHandler,
+)
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.standin import Standin
 
@@ -533,6 +538,87 @@ def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
         )
         assert priced["reason"].startswith(f"{REVIEW_REASON}: the answer is not JSON: ")
     assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
+
+
+def _article_grievance(
+    phrase: str, category: str, item: str | None = None, span_end: int | None = None
+) -> dict[str, Any]:
+    """One grievance of an extraction of the article's complaint, at ``phrase``."""
+    start = ARTICLE_COMPLAINT.index(phrase)
+    return {
+        "text": phrase,
+        "category": category,
+        "span_start": start,
+        "span_end": span_end or start + len(phrase),
+        "item_name": item,
+        "item_quantity": None,
+    }
+
+
+LATE = _article_grievance("the food showed up at 9:40pm", "LATE_DELIVERY")
+MISSING = _article_grievance("Two of the four were missing completely", "MISSING_ITEM", "biryani")
+RUDE_PAST_THE_END = _article_grievance(
+    "the delivery guy was rude", "PARTNER_CONDUCT", span_end=10_000
+)
+"""Two grievances without fault, and one whose span runs past the complaint."""
+
+
+@pytest.mark.parametrize(
+    "repaired",
+    [
+        pytest.param([], id="no grievance at all"),
+        pytest.param([LATE], id="the missing biryanis left out"),
+        pytest.param(
+            [LATE, {**MISSING, "item_name": "Raita"}, {**RUDE_PAST_THE_END, "span_end": 200}],
+            id="the missing item changed",
+        ),
+    ],
+)
+def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_to_review(
+    database: str, redis_url: str, standin: Standin, repaired: list[dict[str, Any]]
+) -> None:
+    """The first answer has two grievances without fault and one with a span past the
+    complaint. A repair that drops one of the two, or all, is valid on its own, and used to
+    close the complaint with what it kept (with none: nothing to pay, no review). It now holds
+    the complaint for review, saying what was left out, on this delivery and the next."""
+    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
+    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_PAST_THE_END]}))
+    with FixedAnswerServer(
+        completion(json.dumps({"grievances": repaired})), before=[first]
+    ) as server:
+        deliveries = [
+            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)
+            for _ in range(2)
+        ]
+    assert len(server.requests) == 2, "the answer and its repair, once"
+    for (emits,) in deliveries:
+        assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+        priced = emits[0].value
+        assert (priced["decision"], priced["payable_minor"], priced["lines"]) == (
+            "HELD_FOR_REVIEW",
+            0,
+            [],
+        )
+        assert priced["reason"].startswith(f"{LEFT_OUT_REASON}: "), priced["reason"]
+        assert "MISSING_ITEM for 'Hyderabadi Biryani'" in priced["reason"]
+
+
+def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A repair may leave out the grievance that was wrong, and word or name the others its
+    own way: the claims without fault are all there, so its grievances go to the judges."""
+    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_PAST_THE_END]}))
+    kept = [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}]
+    with FixedAnswerServer(completion(json.dumps({"grievances": kept})), before=[first]) as server:
+        (emits,) = _handle(
+            database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}", endpoint=server
+        )
+    assert len(server.requests) == 2
+    assert [(e.value["category"], e.value["item_name"]) for e in emits] == [
+        ("LATE_DELIVERY", None),
+        ("MISSING_ITEM", "Hyderabadi Biryani"),
+    ]
 
 
 def test_a_complaint_longer_than_the_limit_is_invalid_input_before_any_model_call(

@@ -13,6 +13,7 @@ from refund_bench.errors import InvalidInput
 from services.extractor.validation import (
     ExtractedGrievance,
     ExtractionInvalid,
+    claims_left_out,
     resolve_item,
     validate_extraction,
 )
@@ -433,3 +434,33 @@ def test_a_reviewer_sees_the_first_problems_of_an_answer_still_invalid_cut_short
     assert second == "grievance 2: span 4..4 is empty"
     assert third == "grievance 3: text is empty (and 2 more)"
     assert _problems_in_short(["the answer is not JSON: x"]) == "the answer is not JSON: x"
+
+
+def test_an_invalid_answer_names_the_claims_of_its_grievances_without_fault() -> None:
+    """What a repair must keep: the claims (category, item in the order's spelling) that passed
+    their own checks, once each, though the answer failed for another grievance or for a
+    duplicate."""
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    answer = {"grievances": [missing, late, {**late, "span_end": 10_000}, {**missing}]}
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)
+    assert caught.value.passed == (
+        (Category.MISSING_ITEM, BIRYANI),
+        (Category.LATE_DELIVERY, None),
+    )
+    with pytest.raises(ExtractionInvalid) as shapeless:
+        validate_extraction({"grievances": "none"}, ARTICLE_COMPLAINT, ITEMS)
+    assert shapeless.value.passed == ()
+
+
+def test_a_repair_that_leaves_out_a_claim_without_fault_is_told_apart() -> None:
+    """Only the two answers are compared, by category and item: a repair may word a claim
+    otherwise, name its item otherwise, or add one, but not drop one that was valid."""
+    passed = [(Category.LATE_DELIVERY, None), (Category.MISSING_ITEM, BIRYANI)]
+    full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    assert claims_left_out(passed, full) == ()
+    assert claims_left_out(passed, ()) == ("LATE_DELIVERY", f"MISSING_ITEM for {BIRYANI!r}")
+    raita = [g for g in full if g.item_name == RAITA or g.category is Category.LATE_DELIVERY]
+    assert claims_left_out(passed, raita) == (f"MISSING_ITEM for {BIRYANI!r}",)
+    wrong_item = [g.model_copy(update={"item_name": RAITA}) for g in full]
+    assert f"MISSING_ITEM for {BIRYANI!r}" in claims_left_out(passed, wrong_item)
