@@ -28,11 +28,20 @@ class TransientError(RefundBenchError):
 
     ``dependency`` names what failed (``stripe``, ``schema_registry``, ``llm_rate_limited``,
     ...): the retries are counted by it (``refund_bench_retries_total{kind}``), never by
-    anything in the message."""
+    anything in the message. ``retry_after_seconds`` is how long the dependency asked to be
+    left alone (its ``Retry-After``), if it said: :class:`refund_bench.retry.RetryPolicy`
+    waits at least that long, up to its cap, before the next try."""
 
-    def __init__(self, message: str = "", *, dependency: str = "other") -> None:
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        dependency: str = "other",
+        retry_after_seconds: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.dependency = dependency
+        self.retry_after_seconds = retry_after_seconds
 
 
 class DlqLimitExceeded(RefundBenchError):  # noqa: N818

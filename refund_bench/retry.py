@@ -1,6 +1,8 @@
 """Retry policy shared by every stage: exponential backoff (1, 2, 4, 8 s) plus jitter.
 
-Only :class:`TransientError` (and what a caller maps onto it) is retried. The sleep function is
+Only :class:`TransientError` (and what a caller maps onto it) is retried. A failure that says
+how long to wait (:attr:`TransientError.retry_after_seconds`, an HTTP ``Retry-After``) is
+waited for at least that long, up to a cap, and the jitter still comes on top. The sleep function is
 injectable so tests never wait on a real clock. The first try is a plain call: tenacity's retry
 state is built only once it has failed, since nearly every call succeeds at once and the judge
 makes hundreds per second.
@@ -9,10 +11,14 @@ makes hundreds per second.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import tenacity
@@ -31,18 +37,25 @@ OnRetry = Callable[[BaseException], None]
 class RetryPolicy:
     """Backoff schedule: ``base * 2**n`` seconds for attempt n (capped), plus up to ``jitter`` s.
 
-    ``attempts`` counts the first try: 5 attempts wait 1, 2, 4 and 8 seconds between them.
+    ``attempts`` counts the first try: 5 attempts wait 1, 2, 4 and 8 seconds between them. A
+    failure that asks for a longer wait (``retry_after_seconds``) gets it instead, up to
+    ``max_retry_after_seconds``, plus the jitter: replicas told the same wait do not all come
+    back at once.
     """
 
     attempts: int = 5
     base_seconds: float = 1.0
     max_seconds: float = 8.0
     jitter_seconds: float = 0.5
+    max_retry_after_seconds: float = 60.0
     rng: random.Random = field(default_factory=random.Random, compare=False)
 
-    def delay(self, retry_number: int) -> float:
-        """Seconds to wait before retry ``retry_number`` (1-based)."""
+    def delay(self, retry_number: int, failed: BaseException | None = None) -> float:
+        """Seconds to wait before retry ``retry_number`` (1-based), after ``failed``."""
         backoff = min(self.max_seconds, self.base_seconds * 2.0 ** (retry_number - 1))
+        asked = failed.retry_after_seconds if isinstance(failed, TransientError) else None
+        if asked is not None:
+            backoff = max(backoff, min(asked, self.max_retry_after_seconds))
         return float(backoff + self.rng.uniform(0, self.jitter_seconds))
 
     def _after_first_try(
@@ -51,7 +64,7 @@ class RetryPolicy:
         """tenacity's arguments once the first try has failed: its attempt n is our n + 1."""
         options: dict[str, Any] = {
             "stop": tenacity.stop_after_attempt(self.attempts - 1),
-            "wait": lambda state: self.delay(state.attempt_number + 1),
+            "wait": lambda state: self.delay(state.attempt_number + 1, _failure(state)),
             "retry": tenacity.retry_if_exception_type(retry_on),
             "reraise": True,
         }
@@ -76,7 +89,8 @@ class RetryPolicy:
                 raise
             if on_retry is not None:
                 on_retry(exc)
-        sleep(self.delay(1))
+            failed = exc
+        sleep(self.delay(1, failed))
         return tenacity.Retrying(sleep=sleep, **self._after_first_try(retry_on, on_retry))(fn)
 
     async def run_async(
@@ -95,7 +109,8 @@ class RetryPolicy:
                 raise
             if on_retry is not None:
                 on_retry(exc)
-        await sleep(self.delay(1))
+            failed = exc
+        await sleep(self.delay(1, failed))
         retrying = tenacity.AsyncRetrying(sleep=sleep, **self._after_first_try(retry_on, on_retry))
 
         async def attempt() -> T:
@@ -106,10 +121,36 @@ class RetryPolicy:
         return await retrying(attempt)
 
 
+def _failure(state: tenacity.RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome is not None else None
+
+
 def _tell(on_retry: OnRetry, state: tenacity.RetryCallState) -> None:
-    failed = state.outcome.exception() if state.outcome is not None else None
+    failed = _failure(state)
     if failed is not None:
         on_retry(failed)
+
+
+_DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """The wait an HTTP ``Retry-After`` header's ``value`` asks for, in seconds from ``now``
+    (a Unix time): a number of seconds, or an HTTP-date (0 when it has passed). ``None`` when
+    there is no header or it reads as neither."""
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELAY_SECONDS.fullmatch(text):
+        seconds = float(text)
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, with no claim about the sender's zone
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 def retry_kind(exc: BaseException) -> str:

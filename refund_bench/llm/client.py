@@ -2,7 +2,10 @@
 
 :class:`LlmClient` sends one structured-output request and returns the raw answer text. It owns
 the retry policy for the endpoint's transient failures (429, 5xx, timeouts, connection errors)
-and takes a rate-limiter token before every attempt, so retries are paced like first tries.
+and takes a rate-limiter token before every attempt, so retries are paced like first tries. A
+429 or 503 that says how long to wait (``Retry-After``: seconds or an HTTP-date) is waited for
+at least that long before the next attempt, but no longer than the policy's cap (60 s) or the
+endpoint's ``attempt_deadline_seconds``, whichever is less.
 The openai client's own retries are switched off (``max_retries=0``): there is one retry loop,
 :class:`refund_bench.retry.RetryPolicy`.
 
@@ -31,6 +34,7 @@ import asyncio
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -53,7 +57,7 @@ from refund_bench.errors import RefundBenchError, TransientError
 from refund_bench.llm.http import AioHttpClient
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
-from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy
+from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy, retry_after_seconds
 from refund_bench.urls import printable_url, without_credentials
 
 log = logging.getLogger(__name__)
@@ -108,13 +112,35 @@ class LlmEndpoint(BaseModel):
 
 
 class LlmUnavailable(TransientError):  # noqa: N818 - named for the policy
-    """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any. The
-    message, which is logged, shows every URL it quotes without credentials."""
+    """The endpoint failed transiently (``kind``); ``status`` is the HTTP status, if any, and
+    ``retry_after_seconds`` the wait its ``Retry-After`` asked for, if it did. The message,
+    which is logged, shows every URL it quotes without credentials."""
 
-    def __init__(self, kind: UnavailableKind, message: str, status: int | None = None) -> None:
-        super().__init__(f"{kind}: {without_credentials(message)}", dependency=f"llm_{kind}")
+    def __init__(
+        self,
+        kind: UnavailableKind,
+        message: str,
+        status: int | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(
+            f"{kind}: {without_credentials(message)}",
+            dependency=f"llm_{kind}",
+            retry_after_seconds=retry_after_seconds,
+        )
         self.kind: UnavailableKind = kind
         self.status = status
+
+
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+"""The statuses whose ``Retry-After`` the retry honours: too many requests, unavailable."""
+
+
+def _retry_after(response: httpx2.Response, longest: float | None) -> float | None:
+    """The wait ``response``'s ``Retry-After`` asks for (seconds or an HTTP-date), at most
+    ``longest``; ``None`` when it asks for none that reads."""
+    asked = retry_after_seconds(response.headers.get("retry-after"), time.time())
+    return asked if asked is None or longest is None else min(asked, longest)
 
 
 REFUSED_INPUT_STATUSES = frozenset({400, 413, 422})
@@ -277,20 +303,22 @@ def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:
     return user
 
 
-def _classify(exc: openai.APIError) -> RefundBenchError:
-    """Map an openai error onto the project's policy types."""
+def _classify(exc: openai.APIError, longest_wait: float | None) -> RefundBenchError:
+    """Map an openai error onto the project's policy types; a wait a 429 or 503 asks for is
+    kept, at most ``longest_wait``."""
     if isinstance(exc, openai.APITimeoutError):
         return LlmUnavailable("timeout", "request timed out")
     if isinstance(exc, openai.APIConnectionError):
         return LlmUnavailable("connection", type(exc.__cause__ or exc).__name__)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
+        wait = _retry_after(exc.response, longest_wait) if status in RETRY_AFTER_STATUSES else None
         if status == 429:
-            return LlmUnavailable("rate_limited", exc.message, status)
+            return LlmUnavailable("rate_limited", exc.message, status, wait)
         if status == 408:
             return LlmUnavailable("timeout", exc.message, status)
         if status >= 500:
-            return LlmUnavailable("server_error", exc.message, status)
+            return LlmUnavailable("server_error", exc.message, status, wait)
         return LlmRejected(status, exc.message, _text(exc.code), _text(exc.param))
     return LlmRejected(0, f"{type(exc).__name__}: {exc.message}")
 
@@ -477,7 +505,7 @@ class LlmClient:
                 # sends the same request.
                 response = await self._openai.request(httpx2.Response, options)
             except openai.APIError as exc:
-                mapped = _classify(exc)
+                mapped = _classify(exc, self._endpoint.attempt_deadline_seconds)
                 if isinstance(mapped, TransientError):
                     log.info(
                         "llm %s for dispute %s (%s): %s",

@@ -31,23 +31,30 @@ class _FixedAnswer(JsonAnswerHandler):
         )
         self.server.disputes.append(self.headers.get(DISPUTE_HEADER, ""))
         self.server.credentials.append(self.headers.get("Authorization", ""))
+        status = self.server.statuses.pop(0) if self.server.statuses else 200
         self.answer_json(
-            self.server.statuses.pop(0) if self.server.statuses else 200,
+            status,
             self.server.bodies.pop(0) if self.server.bodies else self.server.body,
+            self.server.status_headers if status != 200 else None,
         )
 
 
 class FixedAnswerServer(LoopbackServer):
-    """Answers every POST with ``body``, after the given ``statuses`` (with the same body), and
-    after the bodies ``before`` (one each, in order)."""
+    """Answers every POST with ``body``, after the given ``statuses`` (with the same body and
+    ``status_headers``), and after the bodies ``before`` (one each, in order)."""
 
     def __init__(
-        self, body: bytes, statuses: list[int] | None = None, before: list[bytes] | None = None
+        self,
+        body: bytes,
+        statuses: list[int] | None = None,
+        before: list[bytes] | None = None,
+        status_headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(_FixedAnswer)
         self.body = body
         self.statuses = list(statuses or [])
         self.bodies = list(before or [])
+        self.status_headers = dict(status_headers or {})
         self.requests: list[tuple[str, str, bytes]] = []  # (path, content type, body)
         self.disputes: list[str] = []  # the dispute header of each request
         self.credentials: list[str] = []  # the Authorization header of each request

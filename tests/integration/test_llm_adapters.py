@@ -11,6 +11,8 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from email.utils import formatdate
 from typing import Any, TypeVar
 
 import pytest
@@ -392,6 +394,73 @@ def test_client_gives_up_on_persistent_429_with_a_transient_error(standin: Stand
     assert isinstance(caught.value, TransientError)
     assert (caught.value.kind, caught.value.status) == ("rate_limited", 429)
     assert standin.stats()["by_dispute"]["d-429"] == 3
+
+
+def _retried_after(
+    status: int, retry_after: str, policy: RetryPolicy, attempt_deadline: float | None = None
+) -> float:
+    """Seconds (on a real clock) a call takes whose first attempt gets ``status`` with
+    ``Retry-After: retry_after`` and whose second gets an answer; with ``policy``'s backoff."""
+    target = endpoint_at(0, timeout=5)
+
+    async def scenario(port: int) -> str:
+        at = target.model_copy(
+            update={
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "attempt_deadline_seconds": attempt_deadline,
+            }
+        )
+        async with LlmClient(at, retry=policy) as client:
+            return await ask(client, judge_request(), 1000, "d-retry-after")
+
+    body = completion('{"ruling": "ESCALATE"}')
+    headers = {"Retry-After": retry_after}
+    with FixedAnswerServer(body, statuses=[status], status_headers=headers) as server:
+        started = time.monotonic()
+        run(lambda: scenario(server.port))
+        elapsed = time.monotonic() - started
+    assert len(server.requests) == 2
+    return elapsed
+
+
+QUICK = RetryPolicy(attempts=2, base_seconds=0.01, max_seconds=0.01, jitter_seconds=0.01)
+"""Backoff of a hundredth of a second: a longer wait is the Retry-After's."""
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_waits_as_long_as_the_endpoint_asks(status: int) -> None:
+    """``Retry-After: 1`` on a 429 or 503: the next attempt comes a second later, not after
+    the backoff's hundredth of one. The wait was ignored, so a rate-limited endpoint was asked
+    again at once, and a call used up its attempts while the limit still held."""
+    elapsed = _retried_after(status, "1", QUICK)
+    assert 1.0 <= elapsed < 3.0
+
+
+def test_a_retry_after_given_as_a_date_is_waited_for() -> None:
+    """An HTTP-date two seconds ahead (dates have whole seconds): more than a second."""
+    elapsed = _retried_after(429, formatdate(time.time() + 2, usegmt=True), QUICK)
+    assert 1.0 <= elapsed < 4.0
+
+
+@pytest.mark.parametrize(
+    ("policy", "deadline", "least"),
+    [
+        pytest.param(replace(QUICK, max_retry_after_seconds=0.6), None, 0.6, id="policy cap"),
+        pytest.param(QUICK, 0.6, 0.6, id="attempt deadline"),
+    ],
+)
+def test_a_retry_after_beyond_the_cap_waits_the_cap(
+    policy: RetryPolicy, deadline: float | None, least: float
+) -> None:
+    """An hour asked for is waited no longer than the policy's cap, nor than an attempt may
+    take: a stage never sits on a call for the endpoint's whole hour."""
+    elapsed = _retried_after(429, "3600", policy, deadline)
+    assert least <= elapsed < least + 2.0
+
+
+def test_a_retry_after_on_another_status_or_unreadable_is_backoff_only() -> None:
+    assert _retried_after(500, "5", QUICK) < 1.0
+    assert _retried_after(429, "soon", QUICK) < 1.0
 
 
 def test_server_errors_are_transient_and_retried(standin: Standin) -> None:

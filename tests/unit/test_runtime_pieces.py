@@ -7,6 +7,7 @@ import gc
 import io
 import random
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import fastavro
 import pytest
@@ -24,7 +25,7 @@ from refund_bench.errors import (
 )
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.llm.client import LlmUnavailable
-from refund_bench.retry import RetryPolicy, retry_kind
+from refund_bench.retry import RetryPolicy, retry_after_seconds, retry_kind
 from refund_bench.runtime.dlq import (
     HEADER_FRAMING_BYTES,
     MAX_KEY_BYTES,
@@ -180,6 +181,54 @@ def test_async_retry_succeeds_on_the_third_attempt_after_the_first_two_delays() 
     policy = RetryPolicy(jitter_seconds=0)
     assert asyncio.run(policy.run_async(flaky, sleep=fake_sleep)) == "ok"
     assert slept == [1.0, 2.0]
+
+
+def test_a_retry_waits_at_least_what_the_failure_asks_up_to_the_cap_with_jitter_on_top() -> None:
+    """A failure's ``retry_after_seconds`` is a least wait: the backoff stands where it is
+    longer, the cap bounds it, and the jitter comes on top, in the first retry (a plain call)
+    and in tenacity's later ones alike."""
+    slept: list[float] = []
+    outcomes: list[Exception | str] = [
+        TransientError("429", retry_after_seconds=5),
+        TransientError("429", retry_after_seconds=0.5),
+        TransientError("503", retry_after_seconds=3600),
+        TransientError("timeout"),
+        "ok",
+    ]
+
+    def flaky() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    policy = RetryPolicy(jitter_seconds=0.5, max_retry_after_seconds=60, rng=random.Random(3))
+    assert policy.run(flaky, sleep=slept.append) == "ok"
+    assert [int(s) for s in slept] == [5, 2, 60, 8]
+    assert all(0 <= s - b <= 0.5 for s, b in zip(slept, [5, 2, 60, 8], strict=True))
+    assert slept[2] > 60, "jitter on top of the cap: replicas told the same wait spread out"
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("120", 120.0),
+        (" 1.5 ", 1.5),
+        ("0", 0.0),
+        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # passed: no wait
+        ("Wednesday, 21-Oct-15 07:28:10 GMT", 10.0),  # the obsolete RFC 850 form
+        ("-5", None),
+        ("soon", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date(
+    value: str | None, seconds: float | None
+) -> None:
+    now = datetime(2015, 10, 21, 7, 28, tzinfo=UTC).timestamp()
+    assert retry_after_seconds(value, now) == seconds
 
 
 def test_dlq_budget_trips_only_when_most_recent_input_fails() -> None:
