@@ -31,7 +31,7 @@ import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from refund_bench.errors import InvalidInput, TransientError, error_summary
-from refund_bench.retry import RetryPolicy, SyncSleep
+from refund_bench.retry import OnRetry, RetryPolicy, SyncSleep
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "avro"
 
@@ -155,6 +155,10 @@ class RegistryFraming:
     another registry's ids, say) costs the wait once, not once per record."""
     sleep: SyncSleep = time.sleep
     """Between the lookups of an id not found (and of an outage's retries)."""
+    on_retry: OnRetry | None = None
+    """Told of each registry request that failed and is retried (``retry``), to count it
+    (``refund_bench_retries_total{kind="schema_registry"}``). The lookups again of an id the
+    registry answered 404 for are no failure of the registry and are not told."""
     clock: Callable[[], float] = time.monotonic
     _ids: dict[tuple[str, str], int] = field(default_factory=dict)
     _schemas: dict[int, Schema] = field(default_factory=dict)
@@ -172,7 +176,9 @@ class RegistryFraming:
         if schema_id is None:
             registered = RegistrySchema(schema_str=text, schema_type="AVRO")
             schema_id = self.retry.run(
-                lambda: _asked(lambda: self.client.register_schema(f"{topic}-value", registered))
+                lambda: _asked(lambda: self.client.register_schema(f"{topic}-value", registered)),
+                sleep=self.sleep,
+                on_retry=self.on_retry,
             )
             self._ids[key] = schema_id
             self._schemas[schema_id] = schema
@@ -211,7 +217,9 @@ class RegistryFraming:
         try:
             registered = self.not_found_retry.run(
                 lambda: self.retry.run(
-                    lambda: _asked(lambda: self._fetch(schema_id)), sleep=self.sleep
+                    lambda: _asked(lambda: self._fetch(schema_id)),
+                    sleep=self.sleep,
+                    on_retry=self.on_retry,
                 ),
                 sleep=self.sleep,
                 retry_on=(_SchemaNotFound,),
@@ -360,11 +368,12 @@ class Codec:
         return value
 
 
-def framing_from_registry_url(url: str) -> Framing:
-    """Registry framing when ``url`` is set, fingerprint framing otherwise."""
+def framing_from_registry_url(url: str, *, on_retry: OnRetry | None = None) -> Framing:
+    """Registry framing when ``url`` is set, fingerprint framing otherwise. ``on_retry`` is told
+    of each registry request retried (see :attr:`RegistryFraming.on_retry`)."""
     if not url:
         return FingerprintFraming()
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    # One retry loop, RegistryFraming's: the client's own retries are switched off.
-    return RegistryFraming(SchemaRegistryClient({"url": url, "max.retries": 0}))
+    # One retry loop, RegistryFraming's (counted there): the client's own retries are off.
+    return RegistryFraming(SchemaRegistryClient({"url": url, "max.retries": 0}), on_retry=on_retry)

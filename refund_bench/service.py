@@ -14,7 +14,7 @@ from refund_bench.config import StageSettings
 from refund_bench.gc_tuning import tune_gc
 from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.health import HealthServer, Heartbeat
-from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
 from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def run_stage(
     runner = StageRunner(
         spec,
         runtime_config(settings, spec.name),
-        framing_from_registry_url(settings.schema_registry_url),
+        framing_from_registry_url(settings.schema_registry_url, on_retry=retry_counter(metrics)),
         metrics=metrics,
         heartbeat=heartbeat,
     )

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr
 from refund_bench.config import StageSettings
 from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.retry import RetryPolicy
+from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
 from refund_bench.service import configure_logging, run_stage
 from services.payout.handler import PayoutHandler
 from services.payout.ledger import PayoutLedger
@@ -33,13 +34,17 @@ def main() -> None:
         settings.stripe_api_base,
         timeout_s=settings.stripe_timeout_s,
     )
-    handler = PayoutHandler(PayoutLedger(pool), payments, RetryPolicy())
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics("payout", registry)
+    handler = PayoutHandler(
+        PayoutLedger(pool), payments, RetryPolicy(), on_retry=retry_counter(metrics)
+    )
     spec = dataclasses.replace(
         handler.spec(),
         startup=lifecycle(opened(pool)),
         shutdown=lifecycle(pool.close, payments.aclose),
     )
-    run_stage(spec, settings, CollectorRegistry())
+    run_stage(spec, settings, registry, metrics)
 
 
 if __name__ == "__main__":

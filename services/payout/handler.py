@@ -25,7 +25,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.payout_rounds import LEDGER_CONFLICT, STALE_PENDING, idempotency_key
 from refund_bench.errors import InvalidInput
-from refund_bench.retry import RetryPolicy
+from refund_bench.retry import OnRetry, RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PAYOUT
 from services.payout.ledger import LedgerRow, PayoutLedger
@@ -42,10 +42,21 @@ STALE_PENDING_MESSAGE = (
 
 
 class PayoutHandler:
-    def __init__(self, ledger: PayoutLedger, payments: Payments, retry: RetryPolicy) -> None:
+    def __init__(
+        self,
+        ledger: PayoutLedger,
+        payments: Payments,
+        retry: RetryPolicy,
+        *,
+        on_retry: OnRetry | None = None,
+    ) -> None:
+        """``retry``: how a refund call Stripe could not answer is made again (same key);
+        ``on_retry`` is told of each such failure retried, to count it
+        (``refund_bench_retries_total{kind="stripe"}``)."""
         self._ledger = ledger
         self._payments = payments
         self._retry = retry
+        self._on_retry = on_retry
 
     def spec(self) -> StageSpec:
         return StageSpec.of(PAYOUT, self.handle)
@@ -102,7 +113,7 @@ class PayoutHandler:
             )
 
         try:
-            refund_id = await self._retry.run_async(call)
+            refund_id = await self._retry.run_async(call, on_retry=self._on_retry)
         except PaymentRejected as exc:
             return await self._ledger.settle(
                 request.dispute_id, request.round, error_code=exc.code, error_message=exc.message

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
@@ -24,8 +25,9 @@ from refund_bench.db.payout_rounds import (
     reserve_rounds,
 )
 from refund_bench.resources import pg_pool
-from refund_bench.retry import RetryPolicy
+from refund_bench.retry import OnRetry, RetryPolicy
 from refund_bench.runtime import Context, Emit, Message
+from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
 from services.payout.handler import PayoutHandler
 from services.payout.ledger import PayoutLedger
 from services.payout.payments import PaymentRejected, PaymentsRefusedUs, StripePayments
@@ -53,7 +55,9 @@ def _request(
     return Message("payout.requested", 0, 0, dispute_id, event.to_avro(), {}, 0)
 
 
-def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
+def _run(
+    database: str, api_base: str, *messages: Message, on_retry: OnRetry | None = None
+) -> list[list[Emit]]:
     async def go() -> list[list[Emit]]:
         pool = pg_pool(database)
         await pool.open()
@@ -63,6 +67,7 @@ def _run(database: str, api_base: str, *messages: Message) -> list[list[Emit]]:
                 PayoutLedger(pool),
                 payments,
                 RetryPolicy(base_seconds=0.01, max_seconds=0.02, jitter_seconds=0.0),
+                on_retry=on_retry,
             )
             return [list(await handler.handle(m, Context(None))) for m in messages]
         finally:
@@ -141,6 +146,23 @@ def test_lost_responses_are_retried_with_the_same_key_and_pay_once(
     refund_id = next(iter(fake.fake.refunds))
     assert outputs[0].value["stripe_refund_id"] == refund_id
     assert outputs[0].value["idempotency_key"] == idempotency_key(dispute, 1)
+
+
+def test_each_call_to_stripe_retried_is_counted_once_as_a_stripe_retry(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Stripe throttles the first call: the handler's own retry is counted where it happens
+    (``refund_bench_retries_total{kind="stripe"}``), not left to the runtime's retry of the
+    whole handler, which sees a success and counts nothing."""
+    fake.fake.throttle = 1
+    registry = CollectorRegistry()
+    on_retry = retry_counter(PrometheusMetrics("payout", registry))
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    [outputs] = _run(database, fake.url, _request(dispute), on_retry=on_retry)
+    assert [o.topic for o in outputs] == ["payout.completed"]
+    assert fake.fake.requests == 2
+    retries = {"stage": "payout", "topic": "", "kind": "stripe"}
+    assert registry.get_sample_value("refund_bench_retries_total", retries) == 1
 
 
 def test_an_answer_broken_off_mid_body_is_retried_with_the_same_key_and_pays_once(

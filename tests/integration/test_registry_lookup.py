@@ -16,10 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from prometheus_client import CollectorRegistry
 
 from refund_bench.codec import RegistryFraming, load_schema
 from refund_bench.errors import InvalidInput, TransientError
-from refund_bench.retry import RetryPolicy
+from refund_bench.retry import OnRetry, RetryPolicy
+from refund_bench.runtime.metrics import PrometheusMetrics, retry_counter
 from tests.fakes.registry_proxy import Answer, RegistryProxy, schema_id_of
 
 pytestmark = pytest.mark.stack
@@ -27,9 +29,12 @@ pytestmark = pytest.mark.stack
 QUICK = RetryPolicy(attempts=3, base_seconds=0.01, max_seconds=0.01, jitter_seconds=0.0)
 
 
-def _framing(url: str) -> RegistryFraming:
+def _framing(url: str, on_retry: OnRetry | None = None) -> RegistryFraming:
     return RegistryFraming(
-        SchemaRegistryClient({"url": url, "max.retries": 0}), retry=QUICK, not_found_retry=QUICK
+        SchemaRegistryClient({"url": url, "max.retries": 0}),
+        retry=QUICK,
+        not_found_retry=QUICK,
+        on_retry=on_retry,
     )
 
 
@@ -90,6 +95,43 @@ class _LaggingReplica(RegistryProxy):
 def lagging(registry_url: str) -> Iterator[_LaggingReplica]:
     with _LaggingReplica(registry_url, misses=QUICK.attempts - 1) as replica:
         yield replica
+
+
+class _FailingOnce(RegistryProxy):
+    """The stack's registry behind a proxy that answers 503 to the first request of each path
+    (a registration, a lookup by id), as a registry in a brief outage."""
+
+    def __init__(self, origin: str) -> None:
+        self.failed: set[str] = set()
+
+        def before(path: str) -> Answer | None:
+            if path in self.failed:
+                return None
+            self.failed.add(path)
+            return 503, b'{"error_code": 50001, "message": "registry backend unavailable"}'
+
+        super().__init__(origin, before)
+
+
+def test_each_registry_request_retried_is_counted_once_as_a_schema_registry_retry(
+    registry_url: str,
+) -> None:
+    """A registration and a lookup, each failing once: each retry is counted where it happens,
+    in ``refund_bench_retries_total{kind="schema_registry"}``, since neither runs inside the
+    runtime's counted retry of a handler."""
+    registry = CollectorRegistry()
+    on_retry = retry_counter(PrometheusMetrics("extractor", registry))
+    retries = {"stage": "extractor", "topic": "", "kind": "schema_registry"}
+    contract = load_schema("bench.record")
+    with _FailingOnce(registry_url) as proxy:
+        header = _framing(proxy.url, on_retry).header_for(
+            f"counted-{uuid.uuid4().hex[:8]}", contract
+        )
+        assert registry.get_sample_value("refund_bench_retries_total", retries) == 1
+        reader = _framing(proxy.url, on_retry)  # knows no schema yet: looks the id up
+        assert reader.writer_schema(header + b"\x02") == (contract, 5)
+        assert len(proxy.failed) == 2, "one registration and one lookup failed"
+    assert registry.get_sample_value("refund_bench_retries_total", retries) == 2
 
 
 def test_an_unknown_schema_id_is_invalid_input(registry_url: str) -> None:

@@ -15,10 +15,12 @@ import httpx
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from refund_bench.launcher import start_at_the_end
 from refund_bench.stages import TALLY, StageTopics
 from tests.conftest import Stack
+from tests.fakes.registry_proxy import Answer, RegistryProxy
 from tests.kafka_helpers import REPO, wait_for
 
 pytestmark = pytest.mark.stack
@@ -48,17 +50,35 @@ def _get(port: int, path: str) -> httpx.Response | None:
         return None
 
 
-def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: Stack) -> None:
+def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(
+    stack: Stack, registry_url: str
+) -> None:
     """The real ``python -m services.tally``, in a consumer group of its own (set at the end of
     its input, so it takes no records of the pipeline's group or of earlier runs) and on a free
-    port, so that it disturbs nothing else on the shared stack."""
+    port, so that it disturbs nothing else on the shared stack. Its registry answers the first
+    request 503: the retry is counted on ``/metrics``."""
     instance = f"tally-probe-{uuid.uuid4().hex[:6]}"  # its group and its transactional id
     port = _free_port()
     start_at_the_end(stack.kafka, [StageTopics(instance, TALLY.inputs, ())])
+    failed: list[str] = []
+
+    def fail_the_first(path: str) -> Answer | None:
+        if failed:
+            return None
+        failed.append(path)
+        return 503, b'{"error_code": 50001, "message": "registry backend unavailable"}'
+
+    with RegistryProxy(registry_url, fail_the_first) as registry:
+        _probe(stack, instance, port, registry.url)
+    assert len(failed) == 1
+
+
+def _probe(stack: Stack, instance: str, port: int, registry_url: str) -> None:
+    """Run tally, check its probes and metrics, stop it with SIGTERM and see it exit 0."""
     env = {
         **os.environ,
         "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
-        "SCHEMA_REGISTRY_URL": stack.registry_url,
+        "SCHEMA_REGISTRY_URL": registry_url,
         "METRICS_HOST": "127.0.0.1",
         "METRICS_PORT": str(port),
         "TRANSACTIONAL_ID": instance,
@@ -93,6 +113,10 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
         assert "refund_bench_transactions_total" in metrics.text
         assert "# TYPE refund_bench_batch_seconds histogram" in metrics.text
         assert "dispute" not in metrics.text.lower(), "no per-dispute labels"
+        retried = {"stage": "tally", "topic": "", "kind": "schema_registry"}
+        assert _sample(metrics.text, "refund_bench_retries_total", retried) == 1, (
+            "the registry's 503 at start, retried once, is counted"
+        )
 
         process.send_signal(signal.SIGTERM)
         try:
@@ -105,6 +129,15 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(stack: S
             process.wait(5)
         _delete_group(stack.kafka, instance)
     assert code == 0, _tail(log_path)
+
+
+def _sample(text: str, name: str, labels: dict[str, str]) -> float | None:
+    """The value of sample ``name`` with exactly ``labels`` in Prometheus text ``text``."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
 
 
 def _delete_group(kafka: str, group: str) -> None:
