@@ -31,6 +31,10 @@ from services.api.store import INTAKE, DatabaseBusy, IntakeRecord, PublishersBus
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+READINESS_WAIT_S = 2.5
+"""How long ``/readyz`` waits for PostgreSQL's ``SELECT 1`` (and for Kafka's metadata, itself
+asked for 2 s): inside the readiness probe's 3 s timeout in deploy/k8s/api.yaml."""
+
 bearer_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="bearer",
@@ -305,7 +309,7 @@ def ops_router(ctx: AppContext) -> APIRouter:
         summary="Readiness: PostgreSQL reachable (Kafka reported)",
     )
     async def readyz(response: Response) -> m.Readiness:
-        """200 when PostgreSQL answers ``SELECT 1`` (2 s); Kafka's metadata is checked and
+        """200 when PostgreSQL answers ``SELECT 1`` (within 2.5 s); Kafka's metadata is checked and
         reported, but does not make the replica unready: without Kafka the desk, the status
         API and Stripe's webhook still work (their events wait in the outboxes) and intake
         answers 503 with ``Retry-After`` itself. Were Kafka required, an outage would take every
@@ -314,7 +318,7 @@ def ops_router(ctx: AppContext) -> APIRouter:
 
         async def probe(name: str, check: Awaitable[None]) -> None:
             try:
-                await asyncio.wait_for(check, 2.5)
+                await asyncio.wait_for(check, READINESS_WAIT_S)
                 checks[name] = "ok"
             except Exception as exc:  # noqa: BLE001 - any failure means not ready
                 checks[name] = f"unavailable: {type(exc).__name__}"

@@ -27,6 +27,7 @@ from refund_bench.kafka_acls import client_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 from refund_bench.runtime.runner import TXN_CALL_MIN_S, RuntimeConfig
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
+from services.api.intake import READINESS_WAIT_S
 from services.api.server import GRACEFUL_SHUTDOWN_S
 from services.api.settings import ApiSettings
 from services.extractor.__main__ import Settings as ExtractorSettings
@@ -512,3 +513,10 @@ def test_network_policies_let_in_only_prometheus_and_the_ingress() -> None:
     assert {name: opened - {"metrics"} for name, opened in allowed.items()} == {
         name: set() for name in allowed
     }
+
+
+def test_the_apis_readiness_answers_within_its_probes_timeout() -> None:
+    """``/readyz`` waits for PostgreSQL at most ``READINESS_WAIT_S``: a probe that timed out
+    first would count a slow answer as a failure, not the 503 or 200 it was about to get."""
+    [(_template, container)] = [(t, c) for n, t, c in _workloads() if n == "api"]
+    assert container["readinessProbe"]["timeoutSeconds"] > READINESS_WAIT_S
