@@ -7,7 +7,7 @@ that cites any field holding no record (a null delivery time, no packaging recor
 object or list with such a field in it (the missing-unit estimates when one item's is null, the
 line items when one has no unit weight: which part it rests on is not on record), rests, at
 least in part, on missing evidence, which is never a rejection: ESCALATE too, whatever else it
-cites. An UPHELD that does so stands as the seat's ruling, marked
+cites. An UPHELD that cites a field holding no record stands as the seat's ruling, marked
 (:attr:`NormalisedRuling.cites_missing_evidence`): the tally lets it count in the split, never
 towards an UPHELD majority, so missing evidence comes out ESCALATE however many seats take the
 customer at their word. A decisive ruling whose citations could not all be kept for the record
@@ -40,8 +40,11 @@ class NormalisedRuling:
     reason: str
     cites_missing_evidence: bool = False
     """The answer cites a field of the snapshot that holds no record (one of ``silent_fields``,
-    :func:`services.extractor.evidence.silent_fields`) or an object or list with one in it, or
-    rules on a claim whose records are absent: it rests, at least in part, on silence."""
+    :func:`services.extractor.evidence.silent_fields`; for a REJECTED, also an object or list
+    with one in it), or rules on a claim whose records are absent: it rests, at least in part,
+    on silence. An UPHELD citing a whole object is not marked for a null elsewhere in it: a
+    missing-item claim citing every item's estimate rests on its own item's, which may be on
+    record."""
 
     @property
     def changed(self) -> bool:
@@ -135,7 +138,11 @@ def normalise(
             else f"{ruling} cites only fields not in the snapshot: {', '.join(unknown)}"
         )
         return NormalisedRuling(Ruling.ESCALATE, model_ruling, known, unknown, reason)
-    silent = _holding_silence(silent_fields)
+    # A REJECTED citing an object with a null in it may rest on the null: never a rejection.
+    # An UPHELD citing it (every item's estimate, for one item's claim) is marked only for a
+    # null it cites itself, or a missing-item claim on an order with one unweighed item would
+    # never be upheld.
+    silent = _holding_silence(silent_fields) if ruling is Ruling.REJECTED else _keys(silent_fields)
     resting_on_nothing = [c for c in known if _key(c) in silent]
     # An ESCALATE needs no record: it is marked only for what it cites.
     on_silence = bool(resting_on_nothing) or (claim_unrecorded and ruling is not Ruling.ESCALATE)
@@ -174,7 +181,7 @@ def normalise_ruling(
     field above one (``a.b`` above ``a.b.c``, ``a.b.0.c`` or ``a.b[0].c``), or on a claim
     whose records are absent (``claim_unrecorded``) -> ESCALATE; UPHELD or REJECTED whose
     citations were cut to what a ruling keeps (``citations_cut``) -> ESCALATE; otherwise the
-    model's ruling. An UPHELD citing silent evidence (or a field above it), or on a claim whose
+    model's ruling. An UPHELD citing silent evidence (the null field itself), or on a claim whose
     records are absent, stands as the seat's ruling, marked ``cites_missing_evidence``: it
     counts in the split, and never towards an UPHELD majority
     (:func:`services.tally.votes.count_votes`).

@@ -249,8 +249,10 @@ def test_a_ruling_citing_an_object_that_holds_a_silent_field_rests_on_silence(
     parent: str,
 ) -> None:
     """The estimates and the line items are recorded, but one of the values in them is not:
-    which part a ruling citing the whole rests on is not on record, so a REJECTED on it is
-    ESCALATE and an UPHELD on it is marked, as if it cited the null itself."""
+    which part a rejection citing the whole rests on is not on record, so it is ESCALATE. An
+    UPHELD citing the whole is not marked: a missing-item claim citing every item's estimate
+    rests on its own item's (the Biryani's 2 here), and marking it would send every such claim
+    on an order with one unweighed item to review."""
     fields, silent = evidence_fields(NO_RAITA_WEIGHT), silent_fields(NO_RAITA_WEIGHT)
     assert NO_RAITA_WEIGHT["derived"]["missing_units_estimate"] == {
         "Hyderabadi Biryani": 2,
@@ -264,7 +266,9 @@ def test_a_ruling_citing_an_object_that_holds_a_silent_field_rests_on_silence(
     assert "missing evidence is never a rejection" in rejected.reason
     assert parent in rejected.reason
     upheld = normalise("UPHELD", [parent], fields, silent)
-    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, False)
+    null_itself = normalise("UPHELD", ["derived.missing_units_estimate.Raita"], fields, silent)
+    assert (null_itself.ruling, null_itself.cites_missing_evidence) == (Ruling.UPHELD, True)
 
 
 @pytest.mark.parametrize(
