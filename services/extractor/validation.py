@@ -46,8 +46,9 @@ Claim = tuple[Category, str | None]
 
 class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
-    ``passed`` the claims of the grievances in it that passed their own checks (the answer
-    failed for the others, or for the whole).
+    ``passed`` the claims of the grievances in it that nothing was found wrong with: each
+    passed its own checks, and none is one of two that say the same text, nor in an answer
+    with more grievances than the limit (a repair may drop either of two, or any of too many).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
@@ -274,8 +275,12 @@ def validate_extraction(
 
     by_claim: dict[tuple[Category, str | None], int] = {}
     by_text: dict[str, int] = {}
+    # Grievances at fault with another: the same text said as two claims (a repair keeps
+    # either), or one too many (a repair drops some). Same claim twice is one claim, kept.
+    at_fault: set[int] = {index for index, _ in cleaned} if len(items) > max_grievances else set()
+    claims = {index: (fields["category"], fields["item_name"]) for index, fields in cleaned}
     for index, fields in cleaned:
-        claim = (fields["category"], fields["item_name"])
+        claim = claims[index]
         if claim in by_claim:
             item = f" for {fields['item_name']!r}" if fields["item_name"] else " without an item"
             problems.append(
@@ -289,13 +294,19 @@ def validate_extraction(
             problems.append(
                 f"grievance {index} duplicates grievance {by_text[statement]}: same text"
             )
+            other = by_text[statement]
+            if claims[other] != claim:  # one text, two claims: a repair keeps either
+                at_fault.update((index, other))
         else:
             by_text[statement] = index
 
     if problems:
-        raise ExtractionInvalid(
-            problems, [(fields["category"], fields["item_name"]) for _, fields in cleaned]
-        )
+        passed = [
+            (fields["category"], fields["item_name"])
+            for index, fields in cleaned
+            if index not in at_fault
+        ]
+        raise ExtractionInvalid(problems, passed)
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])

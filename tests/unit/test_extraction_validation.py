@@ -464,3 +464,18 @@ def test_a_repair_that_leaves_out_a_claim_without_fault_is_told_apart() -> None:
     assert claims_left_out(passed, raita) == (f"MISSING_ITEM for {BIRYANI!r}",)
     wrong_item = [g.model_copy(update={"item_name": RAITA}) for g in full]
     assert f"MISSING_ITEM for {BIRYANI!r}" in claims_left_out(passed, wrong_item)
+
+
+def test_grievances_at_fault_with_each_other_are_not_claims_a_repair_must_keep() -> None:
+    """One text said as two claims: the repair asked for keeps either, so neither is required
+    of it. An answer over the limit: the repair must drop some, so none is required."""
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    as_quality = {**missing, "category": "QUALITY"}
+    with pytest.raises(ExtractionInvalid) as same_text:
+        validate_extraction({"grievances": [missing, as_quality, late]}, ARTICLE_COMPLAINT, ITEMS)
+    assert same_text.value.passed == ((Category.LATE_DELIVERY, None),)
+    with pytest.raises(ExtractionInvalid) as too_many:
+        validate_extraction(
+            {"grievances": [missing, late]}, ARTICLE_COMPLAINT, ITEMS, max_grievances=1
+        )
+    assert too_many.value.passed == ()
