@@ -145,10 +145,11 @@ class PricingHandler:
         reviewer (held lines, or the whole dispute); updates ``state``.
 
         ``repaid`` (a REPAY's failed round and amount, already no longer counted as approved):
-        the round pays that amount again (:func:`~services.pricing.table.pay_again`). When the
-        dispute is held for review besides, the repayment is a round of its own, and the round
-        after it prices the dispute as it stands, held again: the recorder closes the dispute
-        items of rounds before a new one, so the held total gets an item of its own again.
+        the round pays that amount again (:func:`~services.pricing.table.pay_again`). When that
+        is a round of its own (no lines) and the dispute holds anything for a reviewer besides
+        (held lines, or the whole dispute), the round after it prices the dispute as it stands,
+        held again: the recorder closes the dispute items of rounds before a new one, and the
+        desk shows a held line from the last round that has it.
         """
         verdicts = [
             GrievanceVerdict(
@@ -179,8 +180,9 @@ class PricingHandler:
             priced = priced.model_copy(update={"reason": f"{priced.reason}; {note}"})
         if repaid is None:
             return [self._round(dispute_id, state, snapshot, priced)], _holds(priced)
-        rounds = [self._round(dispute_id, state, snapshot, pay_again(priced, *repaid))]
-        if priced.decision is Decision.HELD_FOR_REVIEW:
+        again = pay_again(priced, *repaid)
+        rounds = [self._round(dispute_id, state, snapshot, again)]
+        if not again.lines and _holds(priced):
             priced = priced_now()
             rounds.append(self._round(dispute_id, state, snapshot, priced))
         return rounds, _holds(priced)

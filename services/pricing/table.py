@@ -567,7 +567,7 @@ def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits)
     pays at least that much (nothing decided since took the amount back), it is the round,
     noted. Otherwise (a later round is held by the cap or for a reviewer, or a reviewer declined
     the dispute; those hold back only what no round approved before) the round is the
-    repayment alone: no lines, ``REVIEW_APPROVED`` (a person decided it), paying
+    repayment alone: no lines and nothing held, ``REVIEW_APPROVED`` (a person decided it), paying
     ``failed_minor``, never more than the order total less what the other rounds approved, its
     total what all rounds then approved, and its reason how the dispute is priced besides.
     """
@@ -581,6 +581,7 @@ def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits)
     return priced.model_copy(
         update={
             "lines": (),
+            "held_grievances": (),
             "total_minor": already + payable,
             "payable_minor": payable,
             "decision": Decision.REVIEW_APPROVED,

@@ -553,6 +553,27 @@ def test_a_repay_while_a_larger_total_waits_for_a_reviewer_pays_now_and_holds_th
     )
 
 
+def test_a_repayment_round_holds_nothing_and_the_held_line_is_priced_again_after_it() -> None:
+    """Round 1 paid 68900 and holds the raita; a reviewer then rejected the biryanis, so the
+    dispute as it stands pays less than round 1 did. The REPAY still pays 68900, in a round of
+    its own that holds nothing; the round after it holds the raita line again, so that the desk
+    shows what upholding it pays."""
+    store, handler = _handler()
+    _article_paid(store, handler)
+    rejected = _priced(store, handler, _decided("r-1", "GRIEVANCE", "REJECT", "grievance:g2", "g2"))
+    assert (rejected["round"], rejected["payable_minor"]) == (2, 0)
+    again, held = _outputs(store, handler, _decided("r-2", "PAYOUT", "REPAY", "payout:round1"))
+    assert (again["round"], again["decision"], again["payable_minor"]) == (
+        3,
+        "REVIEW_APPROVED",
+        68900,
+    )
+    assert (again["lines"], again["held_grievances"]) == ([], [])
+    assert (held["round"], held["held_grievances"], held["payable_minor"]) == (4, ["g3"], 0)
+    (raita,) = [line for line in held["lines"] if line["grievance_id"] == "g3"]
+    assert raita["status"] == "HELD"
+
+
 @pytest.mark.parametrize(
     ("decision", "item_key", "reason"),
     [
