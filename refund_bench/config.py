@@ -82,6 +82,12 @@ class StackSettings(BaseSettings):
                 "DATABASE_URL names a host with '@' in it: percent-encode '@' in the password"
                 " as %40"
             )
+        port, dbname = str(parts.get("port", "")), str(parts.get("dbname", ""))
+        if any(not p.isdigit() for p in port.split(",") if port) or "@" in dbname:
+            raise ValueError(
+                "DATABASE_URL reads as a port or database name that cannot be one (a '/' in the"
+                " password?): percent-encode '/' in its user name and password as %2F"
+            )
         return value
 
     def database_conninfo(self) -> str:

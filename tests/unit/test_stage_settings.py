@@ -66,6 +66,8 @@ def test_a_prompt_of_another_role_or_not_shipped_is_refused_at_start(
         ("postgresql://rb:s3cr%et-PW@db:5432/rb", "cannot be read"),
         ("postgresql://rb:s3cret PW@db/rb", "cannot be read"),
         ("postgresql://rb:p@ss-word@db/rb", "percent-encode '@'"),
+        ("postgresql://rb:Xq7/Zk9pW2@db:5432/rb", "percent-encode '/'"),
+        ("postgresql://rb:12345/ss-word@db:5432/rb", "percent-encode '/'"),
     ],
 )
 def test_a_database_url_that_cannot_be_read_is_refused_without_quoting_it(
@@ -75,8 +77,10 @@ def test_a_database_url_that_cannot_be_read_is_refused_without_quoting_it(
     connection pool would log it on every retry. Refused at start, naming only the fix."""
     with pytest.raises(ValidationError, match=why) as refused:
         StageSettings(database_url=url)
-    for secret in ("s3cr", "ss-word"):
+    for secret in ("s3cr", "ss-word", "Zk9pW2", "Xq7"):
         assert secret not in str(refused.value)
+    for fine in ("postgresql://rb:pw@h1:5432,h2:5433/rb", "host=/var/run/postgresql dbname=rb"):
+        assert StageSettings(database_url=fine).database_url.get_secret_value() == fine
     readable = "postgresql://rb:p%40ss%20w%25rd@db:5432/rb"
     conninfo = StageSettings(database_url=readable).database_conninfo()
     assert conninfo_to_dict(conninfo)["password"] == "p@ss w%rd"
