@@ -212,7 +212,11 @@ class PricingHandler:
 
 
 def _holds(priced: PricedRefund) -> bool:
-    """Whether a round leaves anything for a reviewer: held lines, or the whole dispute."""
+    """Whether a round leaves anything for a reviewer: held lines, or the whole dispute. A
+    declined dispute leaves nothing (the recorder closes its grievance items), whatever lines
+    it still shows held."""
+    if priced.decision is Decision.DECLINED:
+        return False
     return bool(priced.held_grievances) or priced.decision is Decision.HELD_FOR_REVIEW
 
 

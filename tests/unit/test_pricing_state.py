@@ -553,6 +553,30 @@ def test_a_repay_while_a_larger_total_waits_for_a_reviewer_pays_now_and_holds_th
     )
 
 
+def test_a_repay_on_a_declined_dispute_with_a_line_still_held_is_the_repayment_alone() -> None:
+    """A declined dispute leaves nothing for a reviewer, whatever lines it shows held: the
+    REPAY prices the repayment and no further declined round (the customer would be sent a
+    refusal right after the repayment), and the dispute is not kept as waiting for review."""
+    store, handler = _handler()
+    _article_paid(store, handler)
+    declined = _priced(store, handler, _decided("r-1", "DISPUTE", "DECLINE", "dispute:round1"))
+    assert (declined["decision"], declined["held_grievances"]) == ("DECLINED", ["g3"])
+    batch = BatchState(store)
+    record = RecordState(batch, 0)
+    repay = _decided("r-2", "PAYOUT", "REPAY", "payout:round1")
+    emits = list(handler.handle(repay, Context(record)))
+    record.merge_into_batch()
+    ((_partition, _key, _value, headers),) = list(batch.changelog_records())
+    batch.apply()
+    (again,) = [dict(emit.value) for emit in emits]
+    assert (again["round"], again["decision"], again["payable_minor"]) == (
+        3,
+        "REVIEW_APPROVED",
+        68900,
+    )
+    assert headers != {RETENTION_HEADER: repr(HELD_RETENTION_S).encode()}
+
+
 def test_a_repayment_round_holds_nothing_and_the_held_line_is_priced_again_after_it() -> None:
     """Round 1 paid 68900 and holds the raita; a reviewer then rejected the biryanis, so the
     dispute as it stands pays less than round 1 did. The REPAY still pays 68900, in a round of
