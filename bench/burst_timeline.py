@@ -83,7 +83,7 @@ def timestamps(kafka: str, start: Offsets, stop: Offsets) -> dict[str, list[floa
 def quantiles(values: Sequence[float], origin: float) -> list[float]:
     """:data:`QUANTILES` of ``values`` (nearest rank), less ``origin``."""
     ranked = sorted(values)
-    return [ranked[min(len(ranked) - 1, int(len(ranked) * q))] - origin for q in QUANTILES]
+    return [pt.nearest_rank(ranked, q) - origin for q in QUANTILES]
 
 
 def main(bursts: int = 3, complaints: int = 1200) -> None:
