@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -141,24 +142,56 @@ class Endpoints:
         )
 
 
+NO_FAULTS: dict[str, Any] = {
+    "rate_429": 0.0,
+    "rate_5xx": 0.0,
+    "rate_timeout": 0.0,
+    "rate_malformed": 0.0,
+    "next_faults": [],
+}
+"""The stand-in's ``/admin/faults`` body that turns off every fault, scripted ones included."""
+
+
+def set_standin_faults(standin: str, settings: dict[str, Any]) -> None:
+    """Post ``settings`` to the stand-in's ``/admin/faults``; raises
+    :class:`httpx.HTTPStatusError` if the stand-in refuses them."""
+    httpx.post(f"{standin}/admin/faults", json=settings, timeout=5).raise_for_status()
+
+
+@contextlib.contextmanager
+def standin_faults_kept(standin: str) -> Iterator[None]:
+    """Within the block, change the stand-in's faults freely: on exit they are what they were
+    before (its settings and scripted faults, read from ``/stats``)."""
+    stats = httpx.get(f"{standin}/stats", timeout=5).raise_for_status().json()
+    before = {**stats["faults"], "next_faults": stats["next_faults"]}
+    try:
+        yield
+    finally:
+        set_standin_faults(standin, before)
+
+
 @contextlib.contextmanager
 def running_pipeline() -> Iterator[Endpoints]:
     """The six stages and the recorder, one replica each, with :data:`SERVICE_ENV`, ready;
-    stopped on exit. The stack's addresses come from the environment (``. .stack/env.sh``)."""
+    stopped on exit, and the stand-in's faults as they were. The stack's addresses come from
+    the environment (``. .stack/env.sh``)."""
     kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    standin = os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1")
     start_at_the_end(kafka)  # what test runs left in the topics is not this run's work
+    judge_metrics = f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics"
     launcher = Launcher(log_dir=Path(REPO / ".stack" / "logs" / "bench"), env=SERVICE_ENV)
-    launcher.start()
-    try:
-        launcher.wait_ready()
-        yield Endpoints(
-            kafka=kafka,
-            registry=os.environ.get("SCHEMA_REGISTRY_URL", ""),
-            standin=os.environ.get("LLM_BASE_URL", "http://127.0.0.1:18090/v1").removesuffix("/v1"),
-            judge_metrics=f"http://127.0.0.1:{BASE_METRICS_PORT + SERVICES.index('judge')}/metrics",
-        )
-    finally:
-        launcher.stop()
+    with standin_faults_kept(standin):
+        launcher.start()
+        try:
+            launcher.wait_ready()
+            yield Endpoints(
+                kafka=kafka,
+                registry=os.environ.get("SCHEMA_REGISTRY_URL", ""),
+                standin=standin,
+                judge_metrics=judge_metrics,
+            )
+        finally:
+            launcher.stop()
 
 
 def gauge(metrics_url: str, name: str) -> int:
@@ -225,8 +258,9 @@ def one_run(
     judge_metrics: str,
     rate_per_s: float | None = None,
 ) -> Result:
-    """One measurement: a burst of ``n`` complaints, or ``n`` paced at ``rate_per_s``."""
-    httpx.post(f"{standin}/admin/faults", json={"latency_ms": latency_ms}, timeout=5)
+    """One measurement: a burst of ``n`` complaints, or ``n`` paced at ``rate_per_s``, with the
+    stand-in at ``latency_ms`` and no faults."""
+    set_standin_faults(standin, {**NO_FAULTS, "latency_ms": latency_ms})
     calls_before = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"]
     start_at = end_offsets(kafka, t.PAYOUT_COMPLETED.name)
     codec = Codec(
@@ -404,78 +438,75 @@ def main(
     latencies = [0, 300] if latencies is None else latencies
     rows: list[tuple[str, str]] = []
     with running_pipeline() as stack:
-        try:
-            warm_up(stack, complaints, warm_up_bursts)
-            for latency in latencies:
-                runs = [stack.burst(latency, complaints) for _ in range(bursts)]
-                burst = median_run(runs)
-                paced = stack.paced(latency, paced_rate, paced_seconds)
-                print(
-                    f"  LLM at {latency:3d} ms: bursts of {complaints}:"
-                    f" {', '.join(f'{run.rate:.1f}' for run in runs)}/s,"
-                    f" middle 80% {', '.join(f'{run.steady_rate:.1f}' for run in runs)}/s;"
-                    f" the median burst: {burst.rate:.1f}/s in {burst.seconds:.1f}s"
-                    f" (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
-                    f" paced at {paced_rate:g}/s:"
-                    f" p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
-                    f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
-                    f" up to {burst.max_judge_inflight} judge calls in flight",
-                    flush=True,
-                )
-                print(f"    median burst {burst.cpu_line()}", flush=True)
-                steady = statistics.median(run.steady_rate for run in runs)
-                rows += [
-                    (
-                        f"pipeline complaints/s, median of {bursts} bursts (LLM {latency} ms)",
-                        f"{burst.rate:.1f}",
-                    ),
-                    (
-                        f"pipeline complaints/s, burst, middle 80% (LLM {latency} ms)",
-                        f"{steady:.1f}",
-                    ),
-                    (
-                        f"pipeline p50 / p99 latency at {paced_rate:g}/s (LLM {latency} ms)",
-                        f"{paced.p50_ms:.0f} / {paced.p99_ms:.0f} ms",
-                    ),
-                    (
-                        f"LLM calls per complaint (LLM {latency} ms)",
-                        f"{burst.llm_calls_per_complaint:.1f}",
-                    ),
-                    (
-                        f"judge LLM calls in flight, max (LLM {latency} ms)",
-                        f"{burst.max_judge_inflight}",
-                    ),
-                ]
-            sustained = stack.paced(0, sustained_rate, sustained_seconds)
+        warm_up(stack, complaints, warm_up_bursts)
+        for latency in latencies:
+            runs = [stack.burst(latency, complaints) for _ in range(bursts)]
+            burst = median_run(runs)
+            paced = stack.paced(latency, paced_rate, paced_seconds)
             print(
-                f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
-                f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
-                f" p50 {sustained.p50_ms:.0f} ms, p99 {sustained.p99_ms:.0f} ms",
+                f"  LLM at {latency:3d} ms: bursts of {complaints}:"
+                f" {', '.join(f'{run.rate:.1f}' for run in runs)}/s,"
+                f" middle 80% {', '.join(f'{run.steady_rate:.1f}' for run in runs)}/s;"
+                f" the median burst: {burst.rate:.1f}/s in {burst.seconds:.1f}s"
+                f" (p50 {burst.p50_ms:.0f} ms, p99 {burst.p99_ms:.0f} ms);"
+                f" paced at {paced_rate:g}/s:"
+                f" p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
+                f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
+                f" up to {burst.max_judge_inflight} judge calls in flight",
                 flush=True,
             )
-            print(f"    {sustained.cpu_line()}", flush=True)
+            print(f"    median burst {burst.cpu_line()}", flush=True)
+            steady = statistics.median(run.steady_rate for run in runs)
             rows += [
                 (
-                    f"pipeline complaints/s completed, offered {sustained_rate:g}/s (LLM 0 ms)",
-                    f"{sustained.steady_rate:.1f}",
+                    f"pipeline complaints/s, median of {bursts} bursts (LLM {latency} ms)",
+                    f"{burst.rate:.1f}",
                 ),
                 (
-                    f"pipeline p50 / p99 latency, offered {sustained_rate:g}/s (LLM 0 ms)",
-                    f"{sustained.p50_ms:.0f} / {sustained.p99_ms:.0f} ms",
+                    f"pipeline complaints/s, burst, middle 80% (LLM {latency} ms)",
+                    f"{steady:.1f}",
+                ),
+                (
+                    f"pipeline p50 / p99 latency at {paced_rate:g}/s (LLM {latency} ms)",
+                    f"{paced.p50_ms:.0f} / {paced.p99_ms:.0f} ms",
+                ),
+                (
+                    f"LLM calls per complaint (LLM {latency} ms)",
+                    f"{burst.llm_calls_per_complaint:.1f}",
+                ),
+                (
+                    f"judge LLM calls in flight, max (LLM {latency} ms)",
+                    f"{burst.max_judge_inflight}",
                 ),
             ]
-            print("  judge replicas side by side (bursts of half the size):", flush=True)
-            for latency in latencies:
-                scaling = judge_scaling(stack, latency, complaints // 2)
-                one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
-                two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
-                rows += [
-                    (f"complaints/s with 1 judge replica (LLM {latency} ms)", f"{one:.1f}"),
-                    (f"complaints/s with 2 judge replicas (LLM {latency} ms)", f"{two:.1f}"),
-                    (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
-                ]
-        finally:
-            httpx.post(f"{stack.standin}/admin/faults", json={"latency_ms": 0}, timeout=5)
+        sustained = stack.paced(0, sustained_rate, sustained_seconds)
+        print(
+            f"  LLM at   0 ms, offered {sustained_rate:g}/s for {sustained_seconds:g}s:"
+            f" {sustained.steady_rate:.1f}/s completed (middle 80%),"
+            f" p50 {sustained.p50_ms:.0f} ms, p99 {sustained.p99_ms:.0f} ms",
+            flush=True,
+        )
+        print(f"    {sustained.cpu_line()}", flush=True)
+        rows += [
+            (
+                f"pipeline complaints/s completed, offered {sustained_rate:g}/s (LLM 0 ms)",
+                f"{sustained.steady_rate:.1f}",
+            ),
+            (
+                f"pipeline p50 / p99 latency, offered {sustained_rate:g}/s (LLM 0 ms)",
+                f"{sustained.p50_ms:.0f} / {sustained.p99_ms:.0f} ms",
+            ),
+        ]
+        print("  judge replicas side by side (bursts of half the size):", flush=True)
+        for latency in latencies:
+            scaling = judge_scaling(stack, latency, complaints // 2)
+            one = statistics.median(rate for replicas, rate in scaling if replicas == 1)
+            two = statistics.median(rate for replicas, rate in scaling if replicas == 2)
+            rows += [
+                (f"complaints/s with 1 judge replica (LLM {latency} ms)", f"{one:.1f}"),
+                (f"complaints/s with 2 judge replicas (LLM {latency} ms)", f"{two:.1f}"),
+                (f"2 judge replicas / 1 (LLM {latency} ms)", f"{two / one:.2f}x"),
+            ]
     return rows
 
 
