@@ -11,7 +11,7 @@ dispute's payout has completed:
   them, which leaves out the burst's fill (the first batches travelling through six stages)
   and its drain
 - latency per dispute = its payout.completed timestamp - its complaint's timestamp (p50, p99)
-- LLM calls per complaint, from the stand-in's counters.
+- LLM calls per complaint, from the stand-in's counts for the run's disputes.
 - CPU milliseconds per complaint for each stage and each part of the stack (from /proc), which
   says where the machine's two cores went; and besides, the load generator's and what other
   work on the machine took (a slow burst with much of the latter met a busy machine).
@@ -40,7 +40,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,6 +238,12 @@ def nearest_rank(ranked: Sequence[float], q: float) -> float:
     return ranked[min(len(ranked), max(1, rank)) - 1]
 
 
+def llm_calls(by_dispute: Mapping[str, int], disputes: Iterable[str]) -> int:
+    """The stand-in's calls for ``disputes``, from its per-dispute counts (``by_dispute`` of its
+    ``/stats``), so that calls of its other clients are not counted."""
+    return sum(by_dispute.get(dispute, 0) for dispute in disputes)
+
+
 def seed_orders(tag: str, n: int) -> list[str]:
     """``n`` copies of the article's order, each with its own payment (an order's payment is
     refunded for one dispute only), in the order store; their ids. Seeded before a run's clock
@@ -261,7 +267,6 @@ def one_run(
     """One measurement: a burst of ``n`` complaints, or ``n`` paced at ``rate_per_s``, with the
     stand-in at ``latency_ms`` and no faults."""
     set_standin_faults(standin, {**NO_FAULTS, "latency_ms": latency_ms})
-    calls_before = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"]
     start_at = end_offsets(kafka, t.PAYOUT_COMPLETED.name)
     codec = Codec(
         framing_from_registry_url(registry),
@@ -321,7 +326,8 @@ def one_run(
     low, high = len(finished) // 10, len(finished) * 9 // 10
     span = finished[high - 1] - finished[low] if high > low + 1 else 0.0
     steady = (high - 1 - low) / span if span > 0 else 0.0
-    calls = httpx.get(f"{standin}/stats", timeout=5).json()["total_calls"] - calls_before
+    by_dispute = httpx.get(f"{standin}/stats", timeout=5).raise_for_status().json()["by_dispute"]
+    calls = llm_calls(by_dispute, sent)
     return Result(
         latency_ms=latency_ms,
         complaints=n,

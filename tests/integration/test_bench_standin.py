@@ -1,13 +1,14 @@
-"""The pipeline benchmark and the LLM stand-in's faults: a run turns every fault off, a refused
-setting stops it, and the faults are as they were once the benchmark is done (the stand-in runs
-in the test process, see conftest)."""
+"""The pipeline benchmark and the LLM stand-in: a run turns every fault off, a refused setting
+stops it, and the faults are as they were once the benchmark is done; a run counts the calls
+for its own disputes only (the stand-in runs in the test process, see conftest)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from bench.pipeline_throughput import NO_FAULTS, set_standin_faults, standin_faults_kept
+from bench.pipeline_throughput import NO_FAULTS, llm_calls, set_standin_faults, standin_faults_kept
+from refund_bench.llm.client import DISPUTE_HEADER
 from tests.standin import Standin
 
 
@@ -32,3 +33,13 @@ def test_a_refused_setting_raises(standin: Standin) -> None:
         set_standin_faults(root, {**NO_FAULTS, "rate_429": 0.75, "rate_5xx": 0.75})
     with pytest.raises(httpx.HTTPStatusError):
         set_standin_faults(root, {"latency_ms": -1})
+
+
+def test_calls_are_counted_for_the_runs_disputes_only(standin: Standin) -> None:
+    """Calls for other disputes, or for none, are other clients' (tests, a second benchmark)."""
+    for dispute in ("run-a", "run-a", "run-b", "another-client", None):
+        headers = {} if dispute is None else {DISPUTE_HEADER: dispute}
+        httpx.post(f"{standin.base_url}/chat/completions", content=b"{}", headers=headers)
+    stats = standin.stats()
+    assert stats["total_calls"] == 5
+    assert llm_calls(stats["by_dispute"], ["run-a", "run-b", "run-without-calls"]) == 3
