@@ -62,6 +62,7 @@ from refund_bench.launcher import (
     end_offsets,
     start_at_the_end,
 )
+from refund_bench.llm_setup import JudgePanelSettings
 from refund_bench.publish import ComplaintPublisher
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 
@@ -84,6 +85,7 @@ class Result:
     p99_ms: float
     llm_calls_per_complaint: float
     max_judge_inflight: int
+    """The most judge LLM calls in progress at once (see :class:`InflightSampler`)."""
     steady_rate: float
     """Payouts per second between the 10th and the 90th percentile payout."""
     cpu_seconds: dict[str, float]
@@ -211,7 +213,11 @@ def gauge(metrics_url: str, name: str) -> int:
 
 class InflightSampler:
     """Samples the judge's ``refund_bench_inflight_llm_calls`` gauge once a second; keeps the
-    maximum. (Every 250 ms, the judge spent about 2% of its CPU serving the scrapes.)"""
+    maximum. (Every 250 ms, the judge spent about 2% of its CPU serving the scrapes.)
+
+    The gauge counts calls in progress: from before the first attempt to the end of the last,
+    so a call waiting for its rate limiter, for a pooled connection or for a retry counts too.
+    Of those, at most :func:`judge_open_requests` are requests open on the wire."""
 
     def __init__(self, metrics_url: str) -> None:
         self.maximum = 0
@@ -236,6 +242,12 @@ def nearest_rank(ranked: Sequence[float], q: float) -> float:
     # Less a hair: 0.07 * 100 is 7.000000000000001 in floating point, and rank 7 is meant.
     rank = math.ceil(q * len(ranked) - 1e-9)
     return ranked[min(len(ranked), max(1, rank)) - 1]
+
+
+def judge_open_requests(settings: JudgePanelSettings) -> int:
+    """The most LLM requests the judge has open at once: each seat's client opens at most
+    ``LLM_MAX_CONNECTIONS``, and its further calls wait for one of them."""
+    return settings.judge_count * settings.llm_max_connections
 
 
 def llm_calls(by_dispute: Mapping[str, int], disputes: Iterable[str]) -> int:
@@ -442,7 +454,14 @@ def main(
     (latency below saturation). Then, with the LLM at 0 ms, ``sustained_rate``/s for
     ``sustained_seconds`` (can the pipeline keep up?)."""
     latencies = [0, 300] if latencies is None else latencies
-    rows: list[tuple[str, str]] = []
+    judge = JudgePanelSettings()  # the environment the launcher hands the judge
+    open_requests = judge_open_requests(judge)
+    rows: list[tuple[str, str]] = [
+        (
+            "judge LLM requests open at once, at most",
+            f"{open_requests} ({judge.judge_count} seats x {judge.llm_max_connections})",
+        )
+    ]
     with running_pipeline() as stack:
         warm_up(stack, complaints, warm_up_bursts)
         for latency in latencies:
@@ -458,7 +477,8 @@ def main(
                 f" paced at {paced_rate:g}/s:"
                 f" p50 {paced.p50_ms:.0f} ms, p99 {paced.p99_ms:.0f} ms;"
                 f" {burst.llm_calls_per_complaint:.1f} LLM calls per complaint;"
-                f" up to {burst.max_judge_inflight} judge calls in flight",
+                f" up to {burst.max_judge_inflight} judge calls in progress"
+                f" (of which at most {open_requests} open requests)",
                 flush=True,
             )
             print(f"    median burst {burst.cpu_line()}", flush=True)
@@ -481,7 +501,7 @@ def main(
                     f"{burst.llm_calls_per_complaint:.1f}",
                 ),
                 (
-                    f"judge LLM calls in flight, max (LLM {latency} ms)",
+                    f"judge LLM calls in progress, max (LLM {latency} ms)",
                     f"{burst.max_judge_inflight}",
                 ),
             ]

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from bench.pipeline_throughput import SERVICE_ENV
+from bench.pipeline_throughput import SERVICE_ENV, judge_open_requests
 from refund_bench.launcher import REPO
-from refund_bench.llm_setup import LlmStageSettings
+from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 
 
 def test_the_benchmarks_services_keep_their_answers_an_hour(
@@ -25,6 +25,12 @@ def test_the_benchmarks_services_keep_their_answers_an_hour(
     assert settings.llm_cache_ttl_seconds == 3600
     default = LlmStageSettings.model_fields["llm_cache_ttl_seconds"].default
     assert settings.llm_cache_ttl_seconds < default
+
+
+def test_the_judges_open_requests_are_its_seats_pools() -> None:
+    """Its grievances hold up to 3 x 256 = 768 calls in progress; each seat's pool opens 128."""
+    settings = JudgePanelSettings(judge_count=3, llm_max_connections=128, max_inflight=256)
+    assert judge_open_requests(settings) == 384
 
 
 @pytest.mark.parametrize(
