@@ -6,7 +6,7 @@ from bench import cli, llm_client, pipeline_throughput, runtime_passthrough, str
 
 
 def main() -> None:
-    """Every benchmark on the running stack, then one table of the figures (about 9 min)."""
+    """Every benchmark on the running stack, then one table of the figures (about 13 min)."""
     print("LLM client: CPU per call, openai create vs the project's adapter (alternating runs)")
     rows = llm_client.main()
     print("Stripe client: CPU per refund, requests in threads vs aiohttp (alternating runs)")
