@@ -62,7 +62,8 @@ class Decision(StrEnum):
 
 class ReviewDecision(StrEnum):
     """A human reviewer's decision (``review.decided``): UPHOLD/REJECT for one grievance,
-    APPROVE/DECLINE for a whole dispute, REPAY/PAID_ELSEWHERE for a round whose refund failed."""
+    APPROVE/DECLINE for a whole dispute, REPAY/PAID_ELSEWHERE for a round whose refund failed,
+    RESOLVED_ELSEWHERE for a complaint whose extraction failed."""
 
     UPHOLD = "UPHOLD"
     REJECT = "REJECT"
@@ -73,15 +74,23 @@ class ReviewDecision(StrEnum):
     idempotency key)."""
     PAID_ELSEWHERE = "PAID_ELSEWHERE"
     """A payment operator refunded the failed round another way: nothing more is paid."""
+    RESOLVED_ELSEWHERE = "RESOLVED_ELSEWHERE"
+    """A complaint whose extraction failed was handled outside the pipeline (resubmitted
+    corrected, answered by support): its EXTRACTION item is closed, and nothing is priced."""
 
 
 DECISIONS_BY_KIND: dict[str, tuple[ReviewDecision, ...]] = {
     "GRIEVANCE": (ReviewDecision.UPHOLD, ReviewDecision.REJECT),
     "DISPUTE": (ReviewDecision.APPROVE, ReviewDecision.DECLINE),
     "PAYOUT": (ReviewDecision.REPAY, ReviewDecision.PAID_ELSEWHERE),
+    "EXTRACTION": (ReviewDecision.RESOLVED_ELSEWHERE,),
 }
-"""What a reviewer may decide per kind of review item. EXTRACTION items are shown but resolved
-outside the desk (a corrected complaint)."""
+"""What a reviewer may decide per kind of review item. A complaint whose extraction failed is
+handled outside the pipeline (a corrected complaint is a new dispute); its EXTRACTION item is
+only closed, saying so."""
+
+EXTRACTION_ITEM = "extraction"
+"""The key of a dispute's EXTRACTION review item (its complaint's extraction failed)."""
 
 DISPUTE_ITEM = re.compile(r"dispute:round([0-9]+)")
 """The key of a DISPUTE review item: the round whose total it approves or declines."""
@@ -102,9 +111,14 @@ def payout_item_is_conflict(item_key: str | None) -> bool:
     return named is not None and named[2] == "conflict"
 
 
+def a_kind(kind: str) -> str:
+    """``kind`` with its indefinite article, as messages name it ("a PAYOUT", "an EXTRACTION")."""
+    return f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
+
+
 def decisions_for(kind: str, item_key: str | None) -> tuple[ReviewDecision, ...] | None:
-    """What a reviewer may decide on the item ``item_key`` of ``kind``; ``None`` for a kind
-    resolved outside the desk. Those of :data:`DECISIONS_BY_KIND`, except that a conflicting
+    """What a reviewer may decide on the item ``item_key`` of ``kind``; ``None`` for an unknown
+    kind. Those of :data:`DECISIONS_BY_KIND`, except that a conflicting
     payout request's item is only closed (PAID_ELSEWHERE, which prices nothing): nothing was paid
     for that request, and paying its round again could pay it twice."""
     if kind == "PAYOUT" and payout_item_is_conflict(item_key):
@@ -120,18 +134,22 @@ def review_problem(
     ``grievance:<its grievance_id>``, a DISPUTE review a ``dispute:round<n>`` item or, published
     before decisions named their items, none; a PAYOUT review must name ``payout:round<n>``,
     ``payout:round<n>:again`` or ``payout:round<n>:conflict``, and decides only PAID_ELSEWHERE
-    on the last, see :func:`decisions_for`).
+    on the last, see :func:`decisions_for`; an EXTRACTION review names the ``extraction`` item).
     Pricing and the recorder both refuse such a decision, so neither acts on it alone."""
     allowed = DECISIONS_BY_KIND.get(kind)
     if allowed is None:
         return f"unknown kind of review {kind!r}"
     if decision not in allowed:
-        return f"a {kind} review cannot decide {decision}"
+        return f"{a_kind(kind)} review cannot decide {decision}"
     if kind == "GRIEVANCE":
         if grievance_id is None:
             return "a GRIEVANCE review names no grievance_id"
         if item_key not in (None, f"grievance:{grievance_id}"):
             return f"a review of grievance {grievance_id} cannot decide item {item_key!r}"
+        return None
+    if kind == "EXTRACTION":
+        if item_key != EXTRACTION_ITEM:
+            return f"an EXTRACTION review must name its {EXTRACTION_ITEM} item, not {item_key!r}"
         return None
     if kind == "PAYOUT" and not _ITEM_KEY_OF_KIND[kind].fullmatch(item_key or ""):
         return f"a PAYOUT review must name its payout:round<n> item, not {item_key!r}"

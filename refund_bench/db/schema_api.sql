@@ -26,10 +26,11 @@ CREATE TABLE IF NOT EXISTS review_decisions (
     review_id     text PRIMARY KEY,
     dispute_id    text NOT NULL,
     item_key      text NOT NULL,
-    kind          text NOT NULL CHECK (kind IN ('GRIEVANCE', 'DISPUTE', 'PAYOUT')),
+    kind          text NOT NULL CHECK (kind IN ('GRIEVANCE', 'DISPUTE', 'PAYOUT', 'EXTRACTION')),
     grievance_id  text,
     decision      text NOT NULL CHECK (decision IN ('UPHOLD', 'REJECT', 'APPROVE', 'DECLINE',
-                                                    'REPAY', 'PAID_ELSEWHERE')),
+                                                    'REPAY', 'PAID_ELSEWHERE',
+                                                    'RESOLVED_ELSEWHERE')),
     reviewer      text NOT NULL,
     note          text NOT NULL DEFAULT '',
     decided_at    timestamptz NOT NULL,
@@ -40,24 +41,25 @@ CREATE TABLE IF NOT EXISTS review_decisions (
 CREATE INDEX IF NOT EXISTS review_decisions_unpublished
     ON review_decisions (decided_at) WHERE NOT published;
 
--- A table created before payout decisions (REPAY, PAID_ELSEWHERE on PAYOUT items) has narrower
--- checks: widen them once (the catalog says whether they are; nothing is rewritten after that).
+-- A table created before payout decisions (REPAY, PAID_ELSEWHERE on PAYOUT items) or before
+-- EXTRACTION items could be closed (RESOLVED_ELSEWHERE) has narrower checks: widen them once
+-- (the catalog says whether they are; nothing is rewritten after that).
 DO $$
 BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_constraint
         WHERE conrelid = 'review_decisions'::regclass
           AND conname = 'review_decisions_decision_check'
-          AND pg_get_constraintdef(oid) LIKE '%PAID_ELSEWHERE%'
+          AND pg_get_constraintdef(oid) LIKE '%RESOLVED_ELSEWHERE%'
     ) THEN
         ALTER TABLE review_decisions
             DROP CONSTRAINT IF EXISTS review_decisions_kind_check,
             DROP CONSTRAINT IF EXISTS review_decisions_decision_check,
             ADD CONSTRAINT review_decisions_kind_check
-                CHECK (kind IN ('GRIEVANCE', 'DISPUTE', 'PAYOUT')),
+                CHECK (kind IN ('GRIEVANCE', 'DISPUTE', 'PAYOUT', 'EXTRACTION')),
             ADD CONSTRAINT review_decisions_decision_check
                 CHECK (decision IN ('UPHOLD', 'REJECT', 'APPROVE', 'DECLINE', 'REPAY',
-                                    'PAID_ELSEWHERE'));
+                                    'PAID_ELSEWHERE', 'RESOLVED_ELSEWHERE'));
     END IF;
 END
 $$;

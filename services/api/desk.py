@@ -34,6 +34,7 @@ from refund_bench.db.payout_rounds import (
 from refund_bench.domain import (
     DECISIONS_BY_KIND,
     ReviewDecision,
+    a_kind,
     decisions_for,
     payout_item_is_conflict,
 )
@@ -94,6 +95,8 @@ AFTER_DECISION = {
     " amount again, whatever was decided on the dispute since.",
     ReviewDecision.PAID_ELSEWHERE.value: "the failed round is closed; nothing more is paid, and"
     " the order's other disputes now go to a payment operator as after a paid round.",
+    ReviewDecision.RESOLVED_ELSEWHERE.value: "the item is closed; nothing is priced or paid"
+    " for this dispute.",
 }
 """What follows a published decision, where it is not a re-pricing alone (the flash message)."""
 AFTER_CONFLICT = (
@@ -468,7 +471,7 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 what = (
                     f"{item_key}, a conflicting payout request"
                     if payout_item_is_conflict(item_key)
-                    else f"a {kind} item"
+                    else f"{a_kind(kind)} item"
                 )
                 raise NotDecidable(f"{chosen.value} does not apply to {what}: {names}.")
 

@@ -6,7 +6,8 @@ When the N-th verdict arrives, round 1 is priced; each new review decision re-pr
 round, which may pay only what earlier rounds have not approved. A payment operator's REPAY of
 a round whose refund failed takes that round's amount off what was approved, and the next round
 pays it again, whatever was decided since (a later decline or a total held by the cap holds back
-only what no round approved before); PAID_ELSEWHERE closes the failure and prices nothing. A
+only what no round approved before); PAID_ELSEWHERE closes the failure and prices nothing, as
+does RESOLVED_ELSEWHERE on a complaint whose extraction failed. A
 reviewer's APPROVE covers the total of the round it was made on: a later round above both that
 total and the cap is held for review again. A grievance's review may arrive before the dispute's
 verdicts (the two topics are read independently); it is kept and applied when round 1 is priced
@@ -384,7 +385,10 @@ def _round_total(state: Mapping[str, Any], review: ev.ReviewDecided) -> int | No
 
 def _take_review(message: Message, stored: StateLookup) -> Taken | None:
     """The dispute's state with the review decision applied; every decision re-prices the
-    dispute but PAID_ELSEWHERE. ``None`` for a decision already applied."""
+    dispute but PAID_ELSEWHERE. ``None`` for a decision already applied, and for an EXTRACTION
+    review's RESOLVED_ELSEWHERE: its complaint was handled outside the pipeline, and the dispute
+    may have no state here at all (the extractor priced it, held, itself), so it prices nothing
+    and changes nothing."""
     review = ev.parse(ev.ReviewDecided, message.value)
     message.require_key(review.dispute_id)
     problem = review_problem(review.kind, review.decision, review.grievance_id, review.item_key)
@@ -392,6 +396,8 @@ def _take_review(message: Message, stored: StateLookup) -> Taken | None:
         # A grievance's review is kept before the verdicts: as a DECLINE, one would decline the
         # whole dispute it came before.
         raise InvalidInput(f"review {review.review_id}: {problem}")
+    if review.kind == "EXTRACTION":
+        return None
     state = stored(review.dispute_id)
     if state is None and review.kind == "PAYOUT":
         raise InvalidInput(

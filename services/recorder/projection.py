@@ -23,7 +23,7 @@ from refund_bench.db.payout_rounds import (
     payout_conflict_item,
     payout_item,
 )
-from refund_bench.domain import Decision, LineStatus, Ruling, review_problem
+from refund_bench.domain import EXTRACTION_ITEM, Decision, LineStatus, Ruling, review_problem
 from refund_bench.errors import InvalidInput
 
 
@@ -313,7 +313,10 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
     rows += _line_review_rows(e)
     if e.decision == Decision.HELD_FOR_REVIEW and not e.lines:
         rows.append(
-            (REVIEW_ITEMS, (e.dispute_id, "extraction", "EXTRACTION", None, e.reason, e.priced_at))
+            (
+                REVIEW_ITEMS,
+                (e.dispute_id, EXTRACTION_ITEM, "EXTRACTION", None, e.reason, e.priced_at),
+            )
         )
     elif e.decision == Decision.HELD_FOR_REVIEW and e.total_minor > e.cap_minor:
         rows.append(

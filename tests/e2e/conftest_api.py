@@ -356,23 +356,31 @@ def _lines(raita_upheld: bool) -> list[dict[str, Any]]:
     return lines
 
 
+def insert_article_complaint(
+    conn: psycopg.Connection[Any], dispute_id: str, received_at: datetime
+) -> str:
+    """The article's complaint as dispute ``dispute_id``, and its frozen evidence (shared by
+    every seeded dispute); returns the evidence's sha256."""
+    frozen = freeze(ARTICLE_ORDER)
+    conn.execute(
+        "INSERT INTO evidence_snapshots (sha256, snapshot) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (frozen.sha256, frozen.json),
+    )
+    conn.execute(
+        "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
+        " received_at, snapshot_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
+        (dispute_id, "order-1840", "cust-77", ARTICLE_COMPLAINT, received_at, frozen.sha256),
+    )
+    return frozen.sha256
+
+
 def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1) -> None:
     """The article's dispute as the pipeline leaves it after round 1 (68900 paid, the raita
     grievance ESCALATE and OPEN for review); with ``rounds=2`` also what follows an UPHOLD of
     the raita (round 2 pays 6000, 74900 in all)."""
-    frozen = freeze(ARTICLE_ORDER)
     base = datetime.now(UTC) - timedelta(minutes=10)
     with psycopg.connect(database_url) as conn, conn.transaction():
-        conn.execute(
-            "INSERT INTO evidence_snapshots (sha256, snapshot) VALUES (%s, %s)"
-            " ON CONFLICT DO NOTHING",
-            (frozen.sha256, frozen.json),
-        )
-        conn.execute(
-            "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
-            " received_at, snapshot_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
-            (dispute_id, "order-1840", "cust-77", ARTICLE_COMPLAINT, base, frozen.sha256),
-        )
+        sha256 = insert_article_complaint(conn, dispute_id, base)
         for g in ARTICLE_GRIEVANCES:
             start, end = _span(g["phrase"])
             conn.execute(
@@ -389,7 +397,7 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                     end,
                     g["item"],
                     g["qty"],
-                    frozen.sha256,
+                    sha256,
                     base + timedelta(seconds=1),
                 ),
             )
@@ -409,7 +417,7 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                         0.9 - 0.1 * seat,
                         Jsonb(cited),
                         f"seat {seat}: {ruling.lower()} on {g['category'].lower()}",
-                        frozen.sha256,
+                        sha256,
                         f'{{"ruling": "{ruling}"}}',
                         base + timedelta(seconds=2),
                     ),

@@ -11,20 +11,29 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 from pydantic import SecretStr
 
+from refund_bench import events as ev
+from refund_bench import topics as t
+from refund_bench.runtime import Context, Message
+from refund_bench.samples import ARTICLE_ORDER
+from services.api.outbox import review_decided
 from services.api.passwords import PasswordHash
 from services.api.sessions import SESSION_ID_KEY, SessionSigner
+from services.api.store import DecisionRecord
+from services.recorder.handler import Recorder
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     PASSWORDS,
     ApiServer,
     csrf_of,
     delete_dispute,
+    insert_article_complaint,
     running_api,
     seed_article_dispute,
     sign_in,
@@ -763,6 +772,83 @@ def test_a_conflicting_request_is_closed_apart_from_its_round(
         own = shown[shown.index('id="item-payout:round1"') :]
         own = own[: own.index("</form>")]
         assert 'value="REPAY">Pay again (INR 689)</button>' in own
+
+
+def _record(database_url: str, topic: str, key: str, value: Any) -> None:
+    """Project one event as the recorder does."""
+    with psycopg.connect(database_url) as conn:
+        recorder = Recorder(conn)
+        recorder.handle(Message(topic, 0, 0, key, value, {}, 0), Context(None))
+        recorder.flush()
+
+
+@pytest.fixture
+def unextracted(api: ApiServer) -> Iterator[str]:
+    """A dispute whose complaint could not be extracted: the extractor's held round 1 (no
+    lines) projected, which opens its EXTRACTION item."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    with psycopg.connect(api.database_url) as conn, conn.transaction():
+        sha256 = insert_article_complaint(conn, dispute_id, datetime.now(UTC))
+    held = ev.RefundPriced(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        round=1,
+        pricing_version="v1",
+        currency="INR",
+        order_total_minor=ARTICLE_ORDER.charged_total_minor,
+        lines=[],
+        total_minor=0,
+        payable_minor=0,
+        cap_minor=100000,
+        decision="HELD_FOR_REVIEW",
+        reason="EXTRACTION: the model endpoint refused the complaint",
+        snapshot_sha256=sha256,
+        priced_at=datetime.now(UTC),
+    )
+    _record(api.database_url, t.REFUND_PRICED.name, dispute_id, held.to_avro())
+    yield dispute_id
+    delete_dispute(api.database_url, dispute_id)
+
+
+def test_a_complaint_that_could_not_be_extracted_is_closed_from_the_desk(
+    api: ApiServer, unextracted: str
+) -> None:
+    """Its EXTRACTION item offers only to close it, as handled outside the pipeline; the decision
+    is recorded and published, and once the recorder has it the item leaves the open queue."""
+    url = f"/review/disputes/{unextracted}/decisions"
+    with api.client() as client:
+        token = sign_in(client, "alice")
+        mine = client.get("/review", params={"dispute": unextracted}).text
+        assert f'data-dispute="{unextracted}" data-item="extraction"' in mine
+        case = client.get(f"/review/disputes/{unextracted}").text
+        item = _item_html(case, "extraction")
+        assert 'value="RESOLVED_ELSEWHERE">Close (handled elsewhere)</button>' in item
+        assert item.count('name="decision"') == 1
+        form = {"item_key": "extraction", "note": "resubmitted as d-2", "csrf_token": token}
+        misfit = client.post(url, data={**form, "decision": "UPHOLD"})
+        assert misfit.status_code == 422
+        assert "UPHOLD does not apply to an EXTRACTION item: RESOLVED_ELSEWHERE." in misfit.text
+        closed = client.post(url, data={**form, "decision": "RESOLVED_ELSEWHERE"})
+        assert closed.status_code == 303, closed.text
+        shown = client.get(closed.headers["location"]).text
+        assert "Recorded RESOLVED_ELSEWHERE (extraction) and published it" in shown
+        assert "nothing is priced or paid for this dispute" in shown
+        with psycopg.connect(api.database_url) as conn:
+            row = conn.execute(
+                "SELECT review_id, dispute_id, item_key, kind, grievance_id, decision, reviewer,"
+                " note, decided_at, published FROM review_decisions WHERE dispute_id = %s",
+                (unextracted,),
+            ).fetchone()
+        assert row is not None
+        stored = DecisionRecord(*row)
+        assert (stored.kind, stored.published) == ("EXTRACTION", True)
+        key, value = review_decided(stored)
+        _record(api.database_url, t.REVIEW_DECIDED.name, key, value)
+        queue = client.get("/review", params={"dispute": unextracted}).text
+        case = client.get(f"/review/disputes/{unextracted}").text
+    assert "Nothing matches the filter." in queue
+    assert 'id="nothing-open"' in case
+    assert decisions(api, unextracted) == [("extraction", "RESOLVED_ELSEWHERE", "alice")]
 
 
 def _password_threads() -> set[threading.Thread]:

@@ -481,11 +481,13 @@ def test_a_failure_naming_an_item_not_of_its_round_is_dead_lettered(
         _queue(database, [_failed_again(dispute, item_key)])
 
 
-def _payout_decision(dispute_id: str, decision: str, item_key: str) -> Message:
+def _payout_decision(
+    dispute_id: str, decision: str, item_key: str, kind: str = "PAYOUT"
+) -> Message:
     decided = ev.ReviewDecided(
         dispute_id=dispute_id,
         review_id=uuid.uuid4().hex,
-        kind="PAYOUT",
+        kind=kind,
         decision=decision,
         reviewer="carol",
         decided_at=AT,
@@ -540,6 +542,24 @@ def test_a_repay_of_a_conflicting_request_closes_nothing_and_is_dead_lettered(
     with pytest.raises(InvalidInput, match="cannot decide REPAY"):
         _queue(database, [conflict], [repay])
     assert _queue(database, [conflict]) == {"payout:round2:conflict": "OPEN"}
+
+
+def test_a_complaint_handled_outside_the_pipeline_closes_its_extraction_item_only(
+    database: str,
+) -> None:
+    """The extractor held a complaint it could not extract (a held round with no lines): a
+    reviewer's RESOLVED_ELSEWHERE closes its EXTRACTION item and no other open item of the
+    dispute, and neither its redelivery nor the held round's reopens it."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    held = _priced(dispute, 1, lines=[])
+    assert _queue(database, [held, _payout_failed(dispute)]) == {
+        "extraction": "OPEN",
+        "payout:round2": "OPEN",
+    }
+    decided = _payout_decision(dispute, "RESOLVED_ELSEWHERE", "extraction", kind="EXTRACTION")
+    after = _queue(database, [decided])
+    assert after == {"extraction": "DECIDED", "payout:round2": "OPEN"}
+    assert _queue(database, [decided], [held]) == after
 
 
 def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str) -> None:

@@ -32,6 +32,10 @@ CREATE TABLE review_decisions (
 )
 """
 
+REVIEW_DECISIONS_BEFORE_EXTRACTION_DECISIONS = REVIEW_DECISIONS_BEFORE_PAYOUT_DECISIONS.replace(
+    "'DISPUTE')", "'DISPUTE', 'PAYOUT')"
+).replace("'DECLINE')", "'DECLINE', 'REPAY', 'PAID_ELSEWHERE')")
+
 INSERT = (
     "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, decision, reviewer,"
     " decided_at) VALUES (%s, 'd-1', %s, %s, %s, 'alice', now())"
@@ -61,26 +65,52 @@ def _checks(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, tuple[int
     return {str(name): (int(str(oid)), str(text)) for name, oid, text in rows}
 
 
-def test_review_decisions_made_before_payout_decisions_take_them_after_the_upgrade(
+EXTRACTION_DECISION = ("extraction", "EXTRACTION", "RESOLVED_ELSEWHERE")
+
+
+@pytest.mark.parametrize(
+    ("earlier", "old", "new"),
+    [
+        (
+            REVIEW_DECISIONS_BEFORE_PAYOUT_DECISIONS,
+            ("grievance:g3", "GRIEVANCE", "UPHOLD"),
+            [
+                ("payout:round1", "PAYOUT", "REPAY"),
+                ("payout:round2", "PAYOUT", "PAID_ELSEWHERE"),
+                EXTRACTION_DECISION,
+            ],
+        ),
+        (
+            REVIEW_DECISIONS_BEFORE_EXTRACTION_DECISIONS,
+            ("payout:round1", "PAYOUT", "PAID_ELSEWHERE"),
+            [EXTRACTION_DECISION],
+        ),
+    ],
+    ids=["before payout decisions", "before extraction decisions"],
+)
+def test_review_decisions_made_before_newer_decisions_take_them_after_the_upgrade(
     earlier_database: str,
+    earlier: str,
+    old: tuple[str, str, str],
+    new: list[tuple[str, str, str]],
 ) -> None:
     with psycopg.connect(earlier_database, autocommit=True) as conn:
-        conn.execute(REVIEW_DECISIONS_BEFORE_PAYOUT_DECISIONS)
-        conn.execute(INSERT, ("r-old", "grievance:g3", "GRIEVANCE", "UPHOLD"))
+        conn.execute(earlier)
+        conn.execute(INSERT, ("r-0", *old))
         with pytest.raises(psycopg.errors.CheckViolation):
-            conn.execute(INSERT, ("r-new", "payout:round1", "PAYOUT", "REPAY"))
+            conn.execute(INSERT, ("r-1", *new[0]))
 
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:
         widened = _checks(conn)
-        conn.execute(INSERT, ("r-new", "payout:round1", "PAYOUT", "REPAY"))
-        conn.execute(INSERT, ("r-other", "payout:round2", "PAYOUT", "PAID_ELSEWHERE"))
+        for index, decided in enumerate(new, start=1):
+            conn.execute(INSERT, (f"r-{index}", *decided))
         with pytest.raises(psycopg.errors.CheckViolation):
             conn.execute(INSERT, ("r-bad", "payout:round3", "PAYOUT", "PAY_EVERYTHING"))
         kept = conn.execute("SELECT review_id FROM review_decisions ORDER BY review_id").fetchall()
-    assert [row[0] for row in kept] == ["r-new", "r-old", "r-other"]
-    assert "PAID_ELSEWHERE" in widened["review_decisions_decision_check"][1]
-    assert "PAYOUT" in widened["review_decisions_kind_check"][1]
+    assert [row[0] for row in kept] == [f"r-{index}" for index in range(len(new) + 1)]
+    assert "RESOLVED_ELSEWHERE" in widened["review_decisions_decision_check"][1]
+    assert "EXTRACTION" in widened["review_decisions_kind_check"][1]
 
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:

@@ -460,6 +460,28 @@ def test_a_round_settled_elsewhere_prices_nothing_and_stays_paid() -> None:
     )
 
 
+def test_closing_an_extraction_item_of_a_dispute_pricing_never_saw_prices_nothing() -> None:
+    """The extractor priced the dispute, held, itself (its complaint's extraction failed):
+    pricing has no state for it. Closing its EXTRACTION item prices nothing, keeps nothing and
+    is not dead-lettered; neither is its redelivery."""
+    store, handler = _handler()
+    closed = _decided("r-1", "EXTRACTION", "RESOLVED_ELSEWHERE", "extraction")
+    assert _outputs(store, handler, closed) == []
+    assert _outputs(store, handler, closed) == []
+    assert store.values(0) == {}
+
+
+def test_closing_an_extraction_item_changes_nothing_pricing_keeps() -> None:
+    store, handler = _handler()
+    _article_paid(store, handler)
+    before = store.values(0)
+    closed = _decided("r-1", "EXTRACTION", "RESOLVED_ELSEWHERE", "extraction")
+    assert _outputs(store, handler, closed) == []
+    assert store.values(0) == before
+    wrong = _decided("r-2", "EXTRACTION", "RESOLVED_ELSEWHERE", "dispute:round1")
+    _refused(store, handler, wrong, "an EXTRACTION review must name its extraction item")
+
+
 def test_a_decision_that_prices_nothing_keeps_a_held_dispute_until_decided() -> None:
     """Round 1 paid 68900 and holds the raita line; its refund failed and was settled by hand.
     That decision re-prices nothing, and the raita line still waits for a reviewer."""

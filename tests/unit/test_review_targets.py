@@ -20,6 +20,7 @@ from refund_bench.domain import review_problem
         ("PAYOUT", "REPAY", None, "payout:round2:again"),  # failed again after a refund
         ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round2:again"),
         ("PAYOUT", "PAID_ELSEWHERE", None, "payout:round2:conflict"),  # closes a LEDGER_CONFLICT
+        ("EXTRACTION", "RESOLVED_ELSEWHERE", None, "extraction"),  # handled outside the pipeline
     ],
 )
 def test_a_decision_on_an_item_of_its_kind_is_taken(
@@ -31,7 +32,11 @@ def test_a_decision_on_an_item_of_its_kind_is_taken(
 @pytest.mark.parametrize(
     ("kind", "decision", "grievance_id", "item_key", "problem"),
     [
-        ("EXTRACTION", "UPHOLD", None, "extraction", "unknown kind of review 'EXTRACTION'"),
+        ("REFUND", "UPHOLD", None, "refund", "unknown kind of review 'REFUND'"),
+        ("EXTRACTION", "UPHOLD", None, "extraction", "an EXTRACTION review cannot decide UPHOLD"),
+        ("PAYOUT", "RESOLVED_ELSEWHERE", None, "payout:round1", "cannot decide RESOLVED_ELSE"),
+        ("EXTRACTION", "RESOLVED_ELSEWHERE", None, None, "must name its extraction item, not None"),
+        ("EXTRACTION", "RESOLVED_ELSEWHERE", None, "grievance:g1", "must name its extraction"),
         ("GRIEVANCE", "APPROVE", "g2", "grievance:g2", "a GRIEVANCE review cannot decide APPROVE"),
         ("GRIEVANCE", "UPHOLD", None, None, "a GRIEVANCE review names no grievance_id"),
         (
