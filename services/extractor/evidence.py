@@ -326,10 +326,26 @@ it, whatever a judge cites (a BILLING claim rests on the order's totals, always 
 order store keeps no quality or substitution record, so those claims are always silent here."""
 
 
-def claim_unrecorded(category: Category, fields: frozenset[str], silent: frozenset[str]) -> bool:
-    """True when a record a ``category`` claim rests on (:data:`CLAIM_RECORDS`) holds nothing in
-    the snapshot whose citable ``fields`` and ``silent`` fields are given, or is not in it."""
-    return any(path in silent or path not in fields for path in CLAIM_RECORDS[category])
+ITEM_RECORDS: Mapping[Category, tuple[str, ...]] = {
+    Category.MISSING_ITEM: ("derived.missing_units_estimate",),
+}
+"""The records a claim about one item rests on, per item (the path plus ``.<item name>``): the
+pickup weights say nothing of how many units of an item with no unit weight are missing."""
+
+
+def claim_unrecorded(
+    category: Category,
+    fields: frozenset[str],
+    silent: frozenset[str],
+    item_name: str | None = None,
+) -> bool:
+    """True when a record a ``category`` claim rests on (:data:`CLAIM_RECORDS`, and for a claim
+    about ``item_name`` its entry of :data:`ITEM_RECORDS`) holds nothing in the snapshot whose
+    citable ``fields`` and ``silent`` fields are given, or is not in it."""
+    paths = list(CLAIM_RECORDS[category])
+    if item_name is not None:
+        paths += [f"{base}.{item_name}" for base in ITEM_RECORDS.get(category, ())]
+    return any(path in silent or path not in fields for path in paths)
 
 
 def silent_fields(snapshot: dict[str, Any]) -> frozenset[str]:

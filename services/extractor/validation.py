@@ -46,32 +46,42 @@ Claim = tuple[Category, str | None]
 
 class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
-    ``passed`` the claims of the grievances in it that nothing was found wrong with: each
-    passed its own checks, and none is one of two that say the same text, nor in an answer
-    with more grievances than the limit (a repair may drop either of two, or any of too many).
+    ``passed`` what a repair must keep of the grievances that passed their own checks: groups
+    of claims, of each of which the repair must make one. A claim nothing was found wrong with
+    is a group of its own; the claims one text is said as are one group (the repair keeps
+    either); in an answer over the grievance limit, all are one group (the repair drops some,
+    not all).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
 
-    def __init__(self, problems: Sequence[str], passed: Sequence[Claim] = ()) -> None:
+    def __init__(self, problems: Sequence[str], passed: Sequence[Sequence[Claim]] = ()) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
-        self.passed: tuple[Claim, ...] = tuple(dict.fromkeys(passed))
+        groups = (tuple(dict.fromkeys(group)) for group in passed if group)
+        self.passed: tuple[tuple[Claim, ...], ...] = tuple(dict.fromkeys(groups))
         super().__init__("; ".join(self.problems))
 
 
+def _claim_text(claim: Claim) -> str:
+    category, item = claim
+    return f"{category}" + (f" for {item!r}" if item is not None else "")
+
+
 def claims_left_out(
-    passed: Sequence[Claim], grievances: Sequence[ExtractedGrievance]
+    passed: Sequence[Sequence[Claim]], grievances: Sequence[ExtractedGrievance]
 ) -> tuple[str, ...]:
-    """The claims of ``passed`` (an invalid answer's valid grievances) that ``grievances`` (the
-    answer repairing it) does not make, in readable words. A repair fixes what was wrong; a
+    """The groups of ``passed`` (:attr:`ExtractionInvalid.passed`) of which ``grievances`` (the
+    answer repairing it) makes no claim, in readable words. A repair fixes what was wrong; a
     claim it drops that had nothing wrong with it is the complaint read differently, and
     which reading is right is for a person. No grievance is judged here: only the two answers
     are compared, by category and item."""
     made = {(g.category, g.item_name) for g in grievances}
     return tuple(
-        f"{category}" + (f" for {item!r}" if item is not None else "")
-        for category, item in passed
-        if (category, item) not in made
+        _claim_text(group[0])
+        if len(group) == 1
+        else "one of " + ", ".join(_claim_text(claim) for claim in group)
+        for group in passed
+        if not made.intersection(group)
     )
 
 
@@ -275,12 +285,10 @@ def validate_extraction(
 
     by_claim: dict[tuple[Category, str | None], int] = {}
     by_text: dict[str, int] = {}
-    # Grievances at fault with another: the same text said as two claims (a repair keeps
-    # either), or one too many (a repair drops some). Same claim twice is one claim, kept.
-    at_fault: set[int] = {index for index, _ in cleaned} if len(items) > max_grievances else set()
-    claims = {index: (fields["category"], fields["item_name"]) for index, fields in cleaned}
+    said_as: dict[str, list[Claim]] = {}  # the claims each text is said as: a repair keeps one
     for index, fields in cleaned:
-        claim = claims[index]
+        claim: Claim = (fields["category"], fields["item_name"])
+        said_as.setdefault(_norm_statement(fields["text"]), []).append(claim)
         if claim in by_claim:
             item = f" for {fields['item_name']!r}" if fields["item_name"] else " without an item"
             problems.append(
@@ -294,19 +302,14 @@ def validate_extraction(
             problems.append(
                 f"grievance {index} duplicates grievance {by_text[statement]}: same text"
             )
-            other = by_text[statement]
-            if claims[other] != claim:  # one text, two claims: a repair keeps either
-                at_fault.update((index, other))
         else:
             by_text[statement] = index
 
     if problems:
-        passed = [
-            (fields["category"], fields["item_name"])
-            for index, fields in cleaned
-            if index not in at_fault
-        ]
-        raise ExtractionInvalid(problems, passed)
+        groups = list(said_as.values())
+        if len(items) > max_grievances:  # the repair drops some: one of them all is kept
+            groups = [[claim for group in groups for claim in group]]
+        raise ExtractionInvalid(problems, groups)
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])

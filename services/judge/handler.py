@@ -165,7 +165,7 @@ class JudgeHandler:
         except ValueError as exc:
             raise InvalidInput(f"unknown grievance category {grievance.category!r}") from exc
         snapshot, citable = _evidence(grievance.snapshot_json, grievance.snapshot_sha256)
-        allowed = citable.for_claim(category)
+        allowed = citable.for_claim(category, grievance.item_name)
         request = build_judge_request(
             GrievanceForJudge.of(grievance, category), snapshot, prompt=self._prompt
         )
@@ -261,9 +261,9 @@ class _Citable:
     silent: frozenset[str]
     claim_unrecorded: bool = False
 
-    def for_claim(self, category: Category) -> _Citable:
-        """These fields, for a claim of ``category``."""
-        unrecorded = claim_unrecorded(category, self.fields, self.silent)
+    def for_claim(self, category: Category, item_name: str | None) -> _Citable:
+        """These fields, for a claim of ``category`` about ``item_name`` (if it names one)."""
+        unrecorded = claim_unrecorded(category, self.fields, self.silent, item_name)
         return _Citable(self.fields, self.silent, unrecorded)
 
 

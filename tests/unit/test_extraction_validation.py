@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from refund_bench.domain import Category, LineItem
 from refund_bench.errors import InvalidInput
 from services.extractor.validation import (
+    Claim,
     ExtractedGrievance,
     ExtractionInvalid,
     claims_left_out,
@@ -445,8 +446,8 @@ def test_an_invalid_answer_names_the_claims_of_its_grievances_without_fault() ->
     with pytest.raises(ExtractionInvalid) as caught:
         validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)
     assert caught.value.passed == (
-        (Category.MISSING_ITEM, BIRYANI),
-        (Category.LATE_DELIVERY, None),
+        ((Category.MISSING_ITEM, BIRYANI),),
+        ((Category.LATE_DELIVERY, None),),
     )
     with pytest.raises(ExtractionInvalid) as shapeless:
         validate_extraction({"grievances": "none"}, ARTICLE_COMPLAINT, ITEMS)
@@ -456,7 +457,10 @@ def test_an_invalid_answer_names_the_claims_of_its_grievances_without_fault() ->
 def test_a_repair_that_leaves_out_a_claim_without_fault_is_told_apart() -> None:
     """Only the two answers are compared, by category and item: a repair may word a claim
     otherwise, name its item otherwise, or add one, but not drop one that was valid."""
-    passed = [(Category.LATE_DELIVERY, None), (Category.MISSING_ITEM, BIRYANI)]
+    passed: list[list[Claim]] = [
+        [(Category.LATE_DELIVERY, None)],
+        [(Category.MISSING_ITEM, BIRYANI)],
+    ]
     full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
     assert claims_left_out(passed, full) == ()
     assert claims_left_out(passed, ()) == ("LATE_DELIVERY", f"MISSING_ITEM for {BIRYANI!r}")
@@ -466,16 +470,31 @@ def test_a_repair_that_leaves_out_a_claim_without_fault_is_told_apart() -> None:
     assert f"MISSING_ITEM for {BIRYANI!r}" in claims_left_out(passed, wrong_item)
 
 
-def test_grievances_at_fault_with_each_other_are_not_claims_a_repair_must_keep() -> None:
-    """One text said as two claims: the repair asked for keeps either, so neither is required
-    of it. An answer over the limit: the repair must drop some, so none is required."""
+def test_grievances_at_fault_with_each_other_are_claims_a_repair_keeps_one_of() -> None:
+    """One text said as two claims: the repair asked for keeps either, not neither. An answer
+    over the limit: the repair drops some, not all (an empty repair of either would close the
+    complaint as nothing to pay, unreviewed)."""
     late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
     as_quality = {**missing, "category": "QUALITY"}
     with pytest.raises(ExtractionInvalid) as same_text:
         validate_extraction({"grievances": [missing, as_quality, late]}, ARTICLE_COMPLAINT, ITEMS)
-    assert same_text.value.passed == ((Category.LATE_DELIVERY, None),)
+    biryani = [(Category.MISSING_ITEM, BIRYANI), (Category.QUALITY, BIRYANI)]
+    assert same_text.value.passed == (tuple(biryani), ((Category.LATE_DELIVERY, None),))
+    full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    kept_one = [g for g in full if g.category is not Category.PACKAGING]
+    assert claims_left_out(same_text.value.passed, kept_one) == ()
+    assert claims_left_out(same_text.value.passed, ()) == (
+        f"one of MISSING_ITEM for {BIRYANI!r}, QUALITY for {BIRYANI!r}",
+        "LATE_DELIVERY",
+    )
     with pytest.raises(ExtractionInvalid) as too_many:
         validate_extraction(
             {"grievances": [missing, late]}, ARTICLE_COMPLAINT, ITEMS, max_grievances=1
         )
-    assert too_many.value.passed == ()
+    assert len(too_many.value.passed) == 1, "one group: the repair keeps one of them"
+    assert set(too_many.value.passed[0]) == {
+        (Category.MISSING_ITEM, BIRYANI),
+        (Category.LATE_DELIVERY, None),
+    }
+    assert claims_left_out(too_many.value.passed, full[:1]) == ()
+    assert claims_left_out(too_many.value.passed, ()) != ()

@@ -390,3 +390,21 @@ def test_an_escalate_whose_citations_were_cut_is_as_ruled_and_marked_for_what_it
     assert result.ruling is Ruling.ESCALATE
     assert not result.changed
     assert result.cites_missing_evidence
+
+
+def test_a_missing_item_claim_about_an_unweighed_item_rests_on_silence() -> None:
+    """The pickup weights say nothing of how many units of an item with no unit weight are
+    missing: a claim about it is unrecorded whatever a ruling cites (an UPHELD is marked, so
+    three seats upholding it make no majority, and pricing would otherwise pay it in full); a
+    claim about a weighed item of the same order is not."""
+    fields, silent = evidence_fields(NO_RAITA_WEIGHT), silent_fields(NO_RAITA_WEIGHT)
+    assert claim_unrecorded(Category.MISSING_ITEM, fields, silent, "Raita")
+    assert not claim_unrecorded(Category.MISSING_ITEM, fields, silent, "Hyderabadi Biryani")
+    packaging = [claim_unrecorded(Category.PACKAGING, fields, silent, i) for i in ("Raita", None)]
+    assert packaging[0] == packaging[1], "an item adds records to a missing-item claim only"
+    cited = ["derived.missing_units_estimate", "order.pickup_weight_actual_g"]
+    raita = claim_unrecorded(Category.MISSING_ITEM, fields, silent, "Raita")
+    upheld = normalise("UPHELD", cited, fields, silent, claim_unrecorded=raita)
+    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+    rejected = normalise("REJECTED", ["order.pickup_weight_actual_g"], fields, silent, raita)
+    assert rejected.ruling is Ruling.ESCALATE
