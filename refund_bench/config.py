@@ -83,7 +83,8 @@ class StackSettings(BaseSettings):
                 " as %40"
             )
         port, dbname = str(parts.get("port", "")), str(parts.get("dbname", ""))
-        if any(not p.isdigit() for p in port.split(",") if port) or "@" in dbname:
+        # libpq leaves a host's port empty when the URL gives none ("h1,h2:5433": ",5433").
+        if any(p and not p.isdigit() for p in port.split(",")) or "@" in dbname:
             raise ValueError(
                 "DATABASE_URL reads as a port or database name that cannot be one (a '/' in the"
                 " password?): percent-encode '/' in its user name and password as %2F"

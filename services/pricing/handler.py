@@ -150,7 +150,7 @@ class PricingHandler:
         is a round of its own (no lines) and the dispute holds anything for a reviewer besides
         (held lines, or the whole dispute), the round after it prices the dispute as it stands,
         held again: the recorder closes the dispute items of rounds before a new one, and the
-        desk shows a held line from the last round that has it.
+        desk shows the held lines of the last round.
         """
         verdicts = [
             GrievanceVerdict(

@@ -596,7 +596,7 @@ def test_a_repay_on_a_declined_dispute_with_a_line_still_held_is_the_repayment_a
         "REVIEW_APPROVED",
         68900,
     )
-    assert headers != {RETENTION_HEADER: repr(HELD_RETENTION_S).encode()}
+    assert headers == {RETENTION_HEADER: repr(PAID_RETENTION_S).encode()}, "paid, nothing held"
 
 
 def test_a_repayment_round_holds_nothing_and_the_held_line_is_priced_again_after_it() -> None:

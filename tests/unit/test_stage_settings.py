@@ -79,7 +79,12 @@ def test_a_database_url_that_cannot_be_read_is_refused_without_quoting_it(
         StageSettings(database_url=url)
     for secret in ("s3cr", "ss-word", "Zk9pW2", "Xq7"):
         assert secret not in str(refused.value)
-    for fine in ("postgresql://rb:pw@h1:5432,h2:5433/rb", "host=/var/run/postgresql dbname=rb"):
+    for fine in (
+        "postgresql://rb:pw@h1:5432,h2:5433/rb",
+        "postgresql://rb:pw@h1,h2:5433/rb",
+        "postgresql://rb:pw@h1,h2/rb",
+        "host=/var/run/postgresql dbname=rb",
+    ):
         assert StageSettings(database_url=fine).database_url.get_secret_value() == fine
     readable = "postgresql://rb:p%40ss%20w%25rd@db:5432/rb"
     conninfo = StageSettings(database_url=readable).database_conninfo()
