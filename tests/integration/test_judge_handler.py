@@ -439,6 +439,28 @@ def test_a_rejection_citing_an_object_that_holds_a_null_is_cast_as_escalate(
     assert all("missing evidence is never a rejection" in r["reasoning"] for r in rulings)
 
 
+@pytest.mark.parametrize(("item_name", "marked"), [("Raita", True), ("Hyderabadi Biryani", False)])
+def test_upholding_a_missing_item_with_no_unit_weight_rests_on_silence(
+    redis_url: str, item_name: str, marked: bool
+) -> None:
+    """The raita has no unit weight, so the pickup weights say nothing of how many raitas are
+    missing: three seats upholding the claim, citing the weights, are each marked and make no
+    majority (pricing would pay the raita in full on their word). The same order's biryani is
+    weighed: its claim stands on the same citations."""
+    no_weight = ARTICLE_ORDER.model_dump()
+    no_weight["line_items"][1]["unit_weight_g"] = None
+    order = OrderRecord.model_validate(no_weight)
+    message = grievance_message(
+        _dispute(), "MISSING_ITEM", order=order, item_name=item_name, item_quantity=1
+    )
+    cited = ["order.pickup_weight_expected_g", "order.pickup_weight_actual_g"]
+    rulings, calls = _rulings_on(redis_url, message, "UPHELD", cited, "The bag was light.")
+
+    assert calls == 3
+    assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
+    assert [r["cites_missing_evidence"] for r in rulings] == [marked] * 3
+
+
 def test_an_unreadable_answer_holding_a_nul_is_kept_storable(redis_url: str) -> None:
     """An answer cut short may hold a NUL, which PostgreSQL text cannot take; the ruling keeps
     the raw answer with it replaced by U+FFFD, so that the recorder can store it, instead of
