@@ -62,7 +62,7 @@ class ExtractionInvalid(InvalidInput):
         super().__init__("; ".join(self.problems))
 
 
-def _claim_text(claim: Claim) -> str:
+def _claim_described(claim: Claim) -> str:
     category, item = claim
     return f"{category}" + (f" for {item!r}" if item is not None else "")
 
@@ -77,9 +77,9 @@ def claims_left_out(
     are compared, by category and item."""
     made = {(g.category, g.item_name) for g in grievances}
     return tuple(
-        _claim_text(group[0])
+        _claim_described(group[0])
         if len(group) == 1
-        else "one of " + ", ".join(_claim_text(claim) for claim in group)
+        else "one of " + ", ".join(_claim_described(claim) for claim in group)
         for group in passed
         if not made.intersection(group)
     )

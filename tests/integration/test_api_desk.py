@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 from pydantic import SecretStr
 
 from refund_bench import events as ev
@@ -25,7 +26,7 @@ from refund_bench.samples import ARTICLE_ORDER
 from services.api.outbox import review_decided
 from services.api.passwords import PasswordHash
 from services.api.sessions import SESSION_ID_KEY, SessionSigner
-from services.api.store import DecisionRecord
+from services.api.store import DECISIONS
 from services.recorder.handler import Recorder
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
@@ -833,14 +834,13 @@ def test_a_complaint_that_could_not_be_extracted_is_closed_from_the_desk(
         shown = client.get(closed.headers["location"]).text
         assert "Recorded RESOLVED_ELSEWHERE (extraction) and published it" in shown
         assert "nothing is priced or paid for this dispute" in shown
-        with psycopg.connect(api.database_url) as conn:
+        with psycopg.connect(api.database_url, row_factory=dict_row) as conn:
             row = conn.execute(
-                "SELECT review_id, dispute_id, item_key, kind, grievance_id, decision, reviewer,"
-                " note, decided_at, published FROM review_decisions WHERE dispute_id = %s",
+                f"SELECT {DECISIONS.columns} FROM review_decisions WHERE dispute_id = %s",
                 (unextracted,),
             ).fetchone()
         assert row is not None
-        stored = DecisionRecord(*row)
+        stored = DECISIONS.make(row)
         assert (stored.kind, stored.published) == ("EXTRACTION", True)
         key, value = review_decided(stored)
         _record(api.database_url, t.REVIEW_DECIDED.name, key, value)
