@@ -6,7 +6,10 @@ while it restores state from a changelog (a rolling update waits for a restored 
 
 Each connection is served in a thread of its own and dropped after ``CONNECTION_TIMEOUT_S`` of
 silence, so a client that connects and sends nothing, or reads ``/metrics`` slowly, cannot hold
-back the kubelet's probes (3 s each in the manifests) and get a healthy pod restarted.
+back the kubelet's probes (3 s each in the manifests) and get a healthy pod restarted. At most
+``MAX_CONNECTIONS`` are served at once; a connection beyond them is closed unanswered, so that a
+flood of connections costs the stage a bounded number of threads, not one each (the network
+policy in ``deploy/k8s`` lets only the cluster's probes and scrapers connect).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ StartResponse = Callable[..., Any]
 CONNECTION_TIMEOUT_S = 5.0
 """How long one connection may wait on its client, for each read of its request and each write
 of its answer; then the server closes it."""
+MAX_CONNECTIONS = 32
+"""Connections served at once, at most (one thread each); more are closed unanswered."""
 
 
 @dataclass
@@ -79,10 +84,40 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     """wsgiref's server with a thread per connection, so that one slow or silent client does not
-    keep the others waiting. Daemon threads: stopping the server waits for none of them."""
+    keep the others waiting, up to ``slots`` connections at once (:meth:`limit`); a connection
+    beyond them is closed unanswered. Daemon threads: stopping the server waits for none of
+    them."""
 
     daemon_threads = True
     connection_timeout_s = CONNECTION_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused = 0
+        """Connections closed unanswered because every slot was taken."""
+
+    def limit(self, max_connections: int) -> None:
+        """Serve at most ``max_connections`` connections at once (before serving any)."""
+        self.slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            log.debug("health connection from %s closed: every slot is taken", client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()  # no thread started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that timed out or went away (an ``OSError``) is no error of the stage's:
@@ -94,7 +129,8 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 class HealthServer:
-    """Serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` (port 0 = any free)."""
+    """Serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` (port 0 = any free),
+    on up to ``max_connections`` connections at once."""
 
     def __init__(
         self,
@@ -103,6 +139,7 @@ class HealthServer:
         host: str = "0.0.0.0",  # noqa: S104 - probes and scrapes come from the cluster
         port: int = 0,
         connection_timeout_s: float = CONNECTION_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._heartbeat = heartbeat
         self._metrics_app = make_wsgi_app(registry)
@@ -110,6 +147,7 @@ class HealthServer:
             host, port, self._app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
         )
         self._server.connection_timeout_s = connection_timeout_s
+        self._server.limit(max_connections)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -128,6 +166,11 @@ class HealthServer:
         status = "200 OK" if ok else "503 Service Unavailable"
         start_response(status, [("Content-Type", "text/plain")])
         return [b"ok\n" if ok else b"unhealthy\n"]
+
+    @property
+    def refused(self) -> int:
+        """Connections closed unanswered so far because ``max_connections`` were being served."""
+        return self._server.refused
 
     def start(self) -> HealthServer:
         self._thread.start()

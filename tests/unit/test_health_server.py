@@ -55,3 +55,34 @@ def test_a_client_that_stops_mid_request_is_dropped_too(server: HealthServer) ->
         started = time.monotonic()
         assert slow.recv(1) == b""
         assert time.monotonic() - started < 3 * TIMEOUT_S
+
+
+def test_connections_beyond_the_limit_are_closed_unanswered_until_a_slot_is_free() -> None:
+    health = HealthServer(
+        Heartbeat(),
+        CollectorRegistry(),
+        host="127.0.0.1",
+        connection_timeout_s=10 * TIMEOUT_S,
+        max_connections=2,
+    ).start()
+    try:
+        first = socket.create_connection(("127.0.0.1", health.port), timeout=10 * TIMEOUT_S)
+        second = socket.create_connection(("127.0.0.1", health.port), timeout=10 * TIMEOUT_S)
+        # The server accepts in the order of the listen queue: the two silent connections hold
+        # both slots by the time it takes this one, which it closes without an answer.
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            _get(health.port, "/healthz")
+        assert health.refused == 1
+        first.close()
+        second.close()
+        # Their threads see the clients gone and free the slots: the probes are answered again.
+        deadline = time.monotonic() + 5 * TIMEOUT_S
+        while True:
+            try:
+                assert _get(health.port, "/healthz") == 200
+                break
+            except (http.client.RemoteDisconnected, ConnectionError):
+                if time.monotonic() > deadline:
+                    raise
+    finally:
+        health.stop()
