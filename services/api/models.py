@@ -139,6 +139,9 @@ class RulingRecord(BaseModel):
     seed: int | None = None
     """The draw's seed; null when the endpoint refused the request, and in rulings cast before
     rulings carried it."""
+    cites_missing_evidence: bool = False
+    """The answer cites a field of the snapshot that holds no record (as in ``ruling.cast``):
+    such an UPHELD never makes an UPHELD majority, such a REJECTED counted as ESCALATE."""
 
 
 class VerdictRecord(BaseModel):

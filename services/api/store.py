@@ -677,8 +677,8 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         m.RulingRecord(**{**r, "evidence_cited": _json(r["evidence_cited"])})
         for r in await q.all(
             "SELECT grievance_id, judge_seat, ruling, model_ruling, confidence, evidence_cited,"
-            " reasoning, model, prompt_version, snapshot_sha256, raw_response, cast_at, seed"
-            " FROM rulings WHERE dispute_id = %s"
+            " reasoning, model, prompt_version, snapshot_sha256, raw_response, cast_at, seed,"
+            " cites_missing_evidence FROM rulings WHERE dispute_id = %s"
             " ORDER BY length(grievance_id), grievance_id, judge_seat"
         )
     ]

@@ -402,12 +402,22 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                 ),
             )
             for seat, ruling in enumerate(g["votes"]):
-                cited = [] if ruling == "ESCALATE" else ["derived.delay_minutes"]
+                # The raita's UPHELD rests on the packaging record, which the order lacks.
+                unrecorded = ruling == "UPHELD" and g["category"] == "PACKAGING"
+                cited = (
+                    []
+                    if ruling == "ESCALATE"
+                    else ["order.packaging_condition_recorded"]
+                    if unrecorded
+                    else ["derived.delay_minutes"]
+                )
                 conn.execute(
                     "INSERT INTO rulings (dispute_id, grievance_id, judge_seat, ruling,"
                     " model_ruling, confidence, evidence_cited, reasoning, model,"
-                    " prompt_version, snapshot_sha256, raw_response, cast_at)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'stand-in', 'judge.v1', %s, %s, %s)",
+                    " prompt_version, snapshot_sha256, raw_response, cast_at,"
+                    " cites_missing_evidence)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'stand-in', 'judge.v1', %s, %s, %s,"
+                    " %s)",
                     (
                         dispute_id,
                         g["id"],
@@ -420,6 +430,7 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                         sha256,
                         f'{{"ruling": "{ruling}"}}',
                         base + timedelta(seconds=2),
+                        unrecorded,
                     ),
                 )
             upheld = g["votes"].count("UPHELD")

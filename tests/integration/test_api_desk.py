@@ -378,6 +378,10 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     assert 'value="REJECT"' in case
     assert "&#34;order_id&#34;: &#34;order-1840&#34;" in case  # pretty, escaped evidence
     assert "ESCALATE 2-1" in case
+    # The raita's upheld seat cites the packaging record the order lacks: marked on the held
+    # bench and on the full one.
+    assert case.count("Cites evidence the order has no record of") == 2
+    assert case.count("cannot make an upheld majority") == 2
 
 
 def test_complaint_text_is_escaped_on_the_case_page(api: ApiServer) -> None:

@@ -462,6 +462,12 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
     assert len(story["rulings"]) == 12
     assert {r["judge_seat"] for r in story["rulings"]} == {0, 1, 2}
     assert all(r["reasoning"] and r["raw_response"] and r["cast_at"] for r in story["rulings"])
+    marked = [
+        (r["grievance_id"], r["judge_seat"], r["ruling"])
+        for r in story["rulings"]
+        if r["cites_missing_evidence"]
+    ]
+    assert marked == [(raita["grievance_id"], 0, "UPHELD")], "the raita's upheld seat only"
     verdict = next(v for v in story["verdicts"] if v["grievance_id"] == raita["grievance_id"])
     assert (verdict["outcome"], verdict["split"], verdict["votes_upheld"]) == ("ESCALATE", "2-1", 1)
     first, second = story["priced_rounds"]
