@@ -144,9 +144,10 @@ class StageSettings(StackSettings):
     max_inflight: int = Field(default=512, ge=1)
     max_pending_records: int = Field(default=2000, ge=1)
     drain_timeout_s: float = Field(default=20.0, gt=0)
-    """Async stages: how long the records in flight may take to finish after SIGTERM; the rest
-    are left uncommitted for the partitions' next owner. With the last commit (30 s at most)
-    after it, below the pod's grace period (60 s in the manifests)."""
+    """Async stages: how long the records in flight may take to finish and commit after SIGTERM,
+    counted from it; no commit begins after it, and the rest are left uncommitted for the
+    partitions' next owner. With the last commit (30 s at most) after it, below the pod's grace
+    period (60 s in the manifests)."""
     transactional_id: str = ""
     group_instance_id: str = ""
     consumer_group: str = ""

@@ -144,9 +144,11 @@ class RuntimeConfig:
     fetched, to fetch them again."""
     drain_timeout_s: float = 20.0
     """Async stages: after :meth:`StageRunner.stop`, how long the batches in flight may take to
-    finish and commit. Those still running then are cancelled, uncommitted: their records go to
-    the partitions' next owner. Keep it, plus ``commit_timeout_s`` for the last commit, below the
-    pod's termination grace period (60 s in the manifests)."""
+    finish and commit, counted from the stop (a commit under way then runs in it). No commit
+    begins after it: the batches not committed by then, running or finished, are left
+    uncommitted and their records go to the partitions' next owner. Stopping thus takes at most
+    this plus one commit (``commit_timeout_s``); keep both below the pod's termination grace
+    period (60 s in the manifests)."""
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     group_instance_id: str | None = None
@@ -257,6 +259,8 @@ class StageRunner:
             int(self._producer_conf().get("message.max.bytes", 1_000_000)) - _RECORD_OVERHEAD_BYTES
         )
         self._stopping = False
+        self._stop_asked_at: float | None = None
+        """When :meth:`stop` was first called (monotonic): the drain timeout counts from it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._delivery_errors: list[KafkaError] = []
         self._producer: Producer | None = None
@@ -286,6 +290,8 @@ class StageRunner:
     def stop(self) -> None:
         """Ask the loop to finish the batches it polled, then exit (safe from a signal handler).
         Not ready from now on: the stage takes no new batch while it drains."""
+        if self._stop_asked_at is None:
+            self._stop_asked_at = time.monotonic()
         self._stopping = True
         self.heartbeat.ready = False
 
@@ -540,7 +546,11 @@ class StageRunner:
             while True:
                 self.heartbeat.beat()
                 if self._stopping and drain_until is None:
-                    drain_until = time.monotonic() + self.config.drain_timeout_s
+                    # From the stop, not from here: a commit under way when it came counts in.
+                    asked_at = self._stop_asked_at
+                    drain_until = (
+                        time.monotonic() if asked_at is None else asked_at
+                    ) + self.config.drain_timeout_s
                 room = self.config.max_pending_records - sum(b.size for b in pending)
                 if (
                     not self._stopping
@@ -556,12 +566,15 @@ class StageRunner:
                     self._polled_at = time.monotonic()
                     if msgs:
                         pending.append(await self._launch(msgs))
-                ready: list[_InFlight] = []
-                while pending and pending[0].task.done():
-                    ready.append(pending.popleft())
-                if ready:
-                    await self._commit_pipelined(ready)
-                    continue
+                # No commit begins once the drain is over: each may take ``commit_timeout_s``,
+                # and the pod's grace period allows for one beyond the drain, not a chain.
+                if drain_until is None or time.monotonic() < drain_until:
+                    ready: list[_InFlight] = []
+                    while pending and pending[0].task.done():
+                        ready.append(pending.popleft())
+                    if ready:
+                        await self._commit_pipelined(ready)
+                        continue
                 if not pending:
                     if self._stopping:
                         return
@@ -578,8 +591,9 @@ class StageRunner:
                 )
                 if after is not None:
                     log.warning(
-                        "%s: %d records still in flight %g s after %s: left uncommitted for the"
-                        " partitions' next owner",
+                        "%s: %d records not committed %g s after %s (in flight, or finished"
+                        " after the last commit began): left uncommitted for the partitions'"
+                        " next owner",
                         self.spec.name,
                         sum(b.size for b in pending),
                         self.config.drain_timeout_s,

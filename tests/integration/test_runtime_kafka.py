@@ -319,6 +319,72 @@ def test_a_stop_waits_for_the_records_in_flight_only_until_the_drain_timeout(
     assert sorted(r.value["seq"] for r in records) == list(range(total))
 
 
+def test_no_commit_begins_once_the_drain_timeout_counted_from_the_stop_is_over(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """The stop comes while a commit is under way on a slow broker (a slow ``before_commit``
+    here) and that commit outlasts the drain timeout. The batch that finished meanwhile is not
+    committed after it: each commit may take ``commit_timeout_s``, and the pod's grace period
+    allows for one beyond the drain, not a chain of them. Its record is left to the next owner,
+    which processes it once."""
+    drain_s = 1.0
+    source, sink = new_topic("slow-commit-in", 1), new_topic("slow-commit-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(2), codec)
+    out = Topic(sink, "bench.record")
+    committing, release, finish_r1 = threading.Event(), threading.Event(), threading.Event()
+    r1_started = asyncio.Event()
+
+    async def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        if message.value["id"] == "r1":
+            r1_started.set()
+            await asyncio.to_thread(finish_r1.wait, 60)
+        else:
+            await r1_started.wait()  # r1 is polled before r0's commit begins
+        return [Emit(out.name, message.key or "", message.value)]
+
+    def slow_commit() -> None:
+        if not committing.is_set():
+            committing.set()
+            release.wait(60)  # the first commit hangs until the test lets it go on
+
+    group = f"slow-commit-{uuid.uuid4().hex[:8]}"
+    inputs = (Topic(source, "bench.record"),)
+
+    def runner(handler: Any, before_commit: Any = None) -> StageRunner:
+        config = _config(stack.kafka, group, batch_max_records=1, drain_timeout_s=drain_s)
+        spec = StageSpec("slow-commit", inputs, (out,), handler, before_commit=before_commit)
+        return StageRunner(spec, config, framing)
+
+    first = runner(handler, slow_commit)
+    stage = StageThread(first).start()
+    try:
+        wait_for(committing.is_set, 60, "r0's commit to be under way")
+        first.stop()
+        stopped_at = time.monotonic()
+        finish_r1.set()  # r1's call answers while r0's commit still runs
+        wait_for(lambda: time.monotonic() > stopped_at + drain_s, 10, "the drain to be over")
+    finally:
+        release.set()
+        finish_r1.set()
+    assert stage.join(60) is None
+    assert first.records_abandoned == 1, "r1 finished, but its commit would begin too late"
+    committed = read_to_end(
+        stack.kafka, sink, timeout_s=30, decode=lambda raw: codec.decode(sink, raw)
+    )
+    assert [r.value["id"] for r in committed] == ["r0"]
+
+    async def at_once(message: Message, _ctx: Context) -> Sequence[Emit]:
+        return [Emit(out.name, message.key or "", message.value)]
+
+    second = StageThread(runner(at_once)).start()
+    try:
+        records = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=1.0)
+    finally:
+        assert second.stop() is None
+    assert sorted(r.value["seq"] for r in records) == [0, 1]
+
+
 def test_a_fatal_error_lets_the_handlers_in_flight_finish_then_stops_the_stage(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
