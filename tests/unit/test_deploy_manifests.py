@@ -270,10 +270,16 @@ def test_probes_and_scrapes_reach_the_port_the_process_serves(workload: str) -> 
         assert isinstance(served, ApiSettings | StageSettings)
         probed = served.api_port if isinstance(served, ApiSettings) else served.metrics_port
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        # Liveness on /readyz would restart a stage while it restores state or drains to stop.
+        paths = {
+            "startupProbe": "/healthz",
+            "livenessProbe": "/healthz",
+            "readinessProbe": "/readyz",
+        }
+        for probe, path in paths.items():
             target = container[probe]["httpGet"]
             assert ports[target["port"]] == probed, f"{workload} {probe}"
-            assert target["path"] in ("/healthz", "/readyz")
+            assert target["path"] == path, f"{workload} {probe}"
         annotations = template["metadata"].get("annotations", {})
         if annotations.get("prometheus.io/scrape") == "true":
             assert annotations["prometheus.io/port"] == str(served.metrics_port), workload
@@ -520,3 +526,19 @@ def test_the_apis_readiness_answers_within_its_probes_timeout() -> None:
     first would count a slow answer as a failure, not the 503 or 200 it was about to get."""
     [(_template, container)] = [(t, c) for n, t, c in _workloads() if n == "api"]
     assert container["readinessProbe"]["timeoutSeconds"] > READINESS_WAIT_S
+
+
+def test_the_settings_production_needs_other_than_their_defaults_are_set() -> None:
+    """Defaults made for a developer's machine that production must not keep: no registry (the
+    development-only framing), topics with one replica, a session cookie sent over plain HTTP,
+    the API's schema pages open without sign-in."""
+    for name, _template, container in _workloads():
+        settings = _settings(container)
+        if isinstance(settings, StackSettings):
+            assert settings.schema_registry_url.startswith("http"), name
+        if name == "provision":
+            assert isinstance(settings, StackSettings)
+            assert settings.topic_replication_factor >= 3, name
+        if isinstance(settings, ApiSettings):
+            assert settings.session_cookie_secure, name
+            assert not settings.api_docs, name
