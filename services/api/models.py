@@ -141,7 +141,7 @@ class RulingRecord(BaseModel):
     rulings carried it."""
     cites_missing_evidence: bool = False
     """The answer cites a field of the snapshot that holds no record (as in ``ruling.cast``):
-    such an UPHELD never makes an UPHELD majority, such a REJECTED counted as ESCALATE."""
+    such an UPHELD never makes an UPHELD majority, and such a REJECTED is counted as ESCALATE."""
 
 
 class VerdictRecord(BaseModel):
