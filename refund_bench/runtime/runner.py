@@ -147,7 +147,8 @@ class RuntimeConfig:
     finish and commit, counted from the stop (a commit under way then runs in it). No commit
     begins after it: the batches not committed by then, running or finished, are left
     uncommitted and their records go to the partitions' next owner. Stopping thus takes at most
-    this plus one commit (``commit_timeout_s``); keep both below the pod's termination grace
+    this plus one commit (``commit_timeout_s``), and a commit that fails then is aborted, which
+    may take as long again; keep the drain and one commit below the pod's termination grace
     period (60 s in the manifests)."""
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
@@ -273,8 +274,9 @@ class StageRunner:
         self.records_released = 0
         """Polled records left uncommitted because their partition was revoked meanwhile."""
         self.records_abandoned = 0
-        """Polled records left uncommitted because they were still in flight when the drain
-        after a stop ran out (``drain_timeout_s``)."""
+        """Polled records left uncommitted for the partitions' next owner because the drain after
+        a stop, or the wait after a fatal error, ran out (``drain_timeout_s``) before they were
+        committed: still in flight, or finished after the last commit began."""
         self._failing_until: float | None = None
         """Async stages: set at the first fatal error, until when the handlers still running
         may finish (and no new one starts)."""
@@ -605,6 +607,8 @@ class StageRunner:
                 # the heartbeat shows the loop alive while long calls are in flight.
                 polling = not self._stopping and self._failing_until is None and room > 0
                 wake = self.config.async_poll_interval_s if polling else 1.0
+                if drain_until is not None:
+                    wake = max(0.0, min(wake, drain_until - now))
                 await asyncio.wait([pending[0].task], timeout=wake)
         except Exception as exc:
             await self._let_finish([b.task for b in pending], exc)
@@ -642,10 +646,16 @@ class StageRunner:
 
     async def _let_finish(self, tasks: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
         """After a fatal ``error``: wait for the handlers still running, until ``drain_timeout_s``
-        after the first such error, so that calls already paid for (an LLM's answer) finish and
-        are cached for the replay. Their results are not committed; no new handler starts."""
+        after the first such error (or after the stop, if the stage was stopping and that comes
+        sooner), so that calls already paid for (an LLM's answer) finish and are cached for the
+        replay. Their results are not committed; no new handler starts."""
         if self._failing_until is None:
             self._failing_until = time.monotonic() + self.config.drain_timeout_s
+            if self._stop_asked_at is not None:
+                # Stopping already: the wait ends with the drain, not a drain later.
+                self._failing_until = min(
+                    self._failing_until, self._stop_asked_at + self.config.drain_timeout_s
+                )
             self.heartbeat.ready = False  # no new handler starts while the others finish
         if self._fatal is None and not isinstance(error, _NotStartedError):
             self._fatal = error
