@@ -322,11 +322,13 @@ def test_a_stop_waits_for_the_records_in_flight_only_until_the_drain_timeout(
 def test_no_commit_begins_once_the_drain_timeout_counted_from_the_stop_is_over(
     stack: Stack, framing: Framing, new_topic: TopicFactory
 ) -> None:
-    """The stop comes while a commit is under way on a slow broker (a slow ``before_commit``
-    here) and that commit outlasts the drain timeout. The batch that finished meanwhile is not
-    committed after it: each commit may take ``commit_timeout_s``, and the pod's grace period
-    allows for one beyond the drain, not a chain of them. Its record is left to the next owner,
-    which processes it once."""
+    """The stop comes while a commit is under way and slow (a slow ``before_commit`` here, like
+    a stage's slow database flush) and that commit outlasts the drain timeout, which counts
+    from the stop. r1, whose call answered meanwhile, is not committed after it: each commit
+    may take ``commit_timeout_s``, and the pod's grace period allows for one beyond the drain,
+    not a chain of them. (``before_commit`` holds the event loop, so r1's batch completes once
+    the commit goes on; it is then finished or about to be, and left uncommitted either way.)
+    Its record is left to the next owner, which processes it once."""
     drain_s = 1.0
     source, sink = new_topic("slow-commit-in", 1), new_topic("slow-commit-out", 1)
     codec = bench_codec(framing, source, sink)
@@ -368,7 +370,7 @@ def test_no_commit_begins_once_the_drain_timeout_counted_from_the_stop_is_over(
         release.set()
         finish_r1.set()
     assert stage.join(60) is None
-    assert first.records_abandoned == 1, "r1 finished, but its commit would begin too late"
+    assert first.records_abandoned == 1, "r1's commit would begin after the drain"
     committed = read_to_end(
         stack.kafka, sink, timeout_s=30, decode=lambda raw: codec.decode(sink, raw)
     )
