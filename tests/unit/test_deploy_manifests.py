@@ -126,8 +126,9 @@ def _module(container: dict[str, Any]) -> str:
     return module
 
 
-def _environment(container: dict[str, Any]) -> dict[str, str]:
-    """What the container's process finds in its environment (Secret values as placeholders)."""
+def _environment(container: dict[str, Any], *, optional: bool = True) -> dict[str, str]:
+    """What the container's process finds in its environment (Secret values as placeholders);
+    ``optional=False``: as when the Secret holds none of the keys the manifest marks optional."""
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         assert source["configMapRef"]["name"] == CONFIG_MAP
@@ -137,6 +138,9 @@ def _environment(container: dict[str, Any]) -> dict[str, str]:
             env[entry["name"]] = entry["value"]
         else:
             ref = entry["valueFrom"]["secretKeyRef"]
+            if ref.get("optional") and not optional:
+                continue
+            ref = {key: value for key, value in ref.items() if key != "optional"}
             own_kafka_user = entry["name"] == "KAFKA_SASL_PASSWORD" and ref == {
                 "name": env.get("KAFKA_SASL_USERNAME"),
                 "key": "password",
@@ -150,12 +154,12 @@ def _fields(settings: type[BaseSettings]) -> set[str]:
     return {name.upper() for name in settings.model_fields}
 
 
-def _settings(container: dict[str, Any]) -> BaseSettings:
-    """The container's settings as its process reads them; raises on a value the code would
-    refuse."""
+def _settings(container: dict[str, Any], *, optional: bool = True) -> BaseSettings:
+    """The container's settings as its process reads them (``optional=False``: without the
+    Secret's optional keys); raises on a value the code would refuse."""
     settings = SETTINGS_OF[_module(container)]
     fields = _fields(settings)
-    env = _environment(container)
+    env = _environment(container, optional=optional)
     return settings.model_validate({k.lower(): v for k, v in env.items() if k in fields})
 
 
@@ -237,6 +241,7 @@ def test_each_workloads_own_variables_are_its_settings_and_validate(workload: st
         own = {entry["name"] for entry in container.get("env", [])}
         assert own - _fields(settings) == set(), f"{workload} sets variables it never reads"
         _settings(container)
+        _settings(container, optional=False)  # the usual Secret: no optional key in it
 
 
 @pytest.mark.parametrize("workload", sorted({name for name, _ in _containers()}))
