@@ -547,12 +547,9 @@ class StageRunner:
         try:
             while True:
                 self.heartbeat.beat()
-                if self._stopping and drain_until is None:
+                if self._stop_asked_at is not None and drain_until is None:
                     # From the stop, not from here: a commit under way when it came counts in.
-                    asked_at = self._stop_asked_at
-                    drain_until = (
-                        time.monotonic() if asked_at is None else asked_at
-                    ) + self.config.drain_timeout_s
+                    drain_until = self._stop_asked_at + self.config.drain_timeout_s
                 room = self.config.max_pending_records - sum(b.size for b in pending)
                 if (
                     not self._stopping
