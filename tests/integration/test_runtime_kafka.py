@@ -6,6 +6,7 @@ import asyncio
 import re
 import signal
 import struct
+import subprocess
 import threading
 import time
 import uuid
@@ -80,6 +81,19 @@ HANDLERS = {"sync": (), "async-pipelined": ("--jitter-ms", "20")}
 """Selftest arguments per handler kind: async handlers run on the pipelined path."""
 
 
+def _start_selftest(stack: Stack, kind: str, group: str, *args: str) -> subprocess.Popen[bytes]:
+    """A selftest stage of ``kind`` as its own process on the stack, logging to the artifacts
+    under ``group``'s name."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return start_selftest(
+        kind,
+        *args,
+        kafka=stack.kafka,
+        registry_url=stack.registry_url,
+        log_path=ARTIFACTS / f"{group}.log",
+    )
+
+
 def read_sink(
     stack: Stack, codec: Codec, sink: str, *, at_least: int, timeout_s: float, settle_s: float
 ) -> list[Read]:
@@ -133,18 +147,16 @@ def test_exactly_once_through_repeated_sigkill(
     group = f"eos-{uuid.uuid4().hex[:8]}"
     codec = bench_codec(framing, source, sink)
     produce_values(stack.kafka, source, _records(total), codec)
-    ARTIFACTS.mkdir(exist_ok=True)
     args = (*_selftest_args(source, sink, group, batch=50), *HANDLERS[handler])
     progress = _Progress(stack.kafka, sink)
     kills = 0
     try:
         while kills < 6:
-            proc = start_selftest(
+            proc = _start_selftest(
+                stack,
                 "passthrough",
+                group,
                 *args,
-                kafka=stack.kafka,
-                registry_url=stack.registry_url,
-                log_path=ARTIFACTS / f"{group}.log",
             )
             target = min(total - 1, progress.count + 1200)
             try:
@@ -156,12 +168,11 @@ def test_exactly_once_through_repeated_sigkill(
             if progress.count >= total - 1:
                 break
         assert kills >= 5, f"only {kills} kills happened before the input ran out"
-        final = start_selftest(
+        final = _start_selftest(
+            stack,
             "passthrough",
+            group,
             *args,
-            kafka=stack.kafka,
-            registry_url=stack.registry_url,
-            log_path=ARTIFACTS / f"{group}.log",
         )
         try:
             records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
@@ -687,12 +698,11 @@ def test_counter_state_survives_sigkill(
     progress = _Progress(stack.kafka, sink)
     try:
         for kill in range(3):
-            proc = start_selftest(
+            proc = _start_selftest(
+                stack,
                 "counter",
+                group,
                 *args,
-                kafka=stack.kafka,
-                registry_url=stack.registry_url,
-                log_path=ARTIFACTS / f"{group}.log",
             )
             target = (kill + 1) * 900
             try:
@@ -700,12 +710,11 @@ def test_counter_state_survives_sigkill(
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
-        final = start_selftest(
+        final = _start_selftest(
+            stack,
             "counter",
+            group,
             *args,
-            kafka=stack.kafka,
-            registry_url=stack.registry_url,
-            log_path=ARTIFACTS / f"{group}.log",
         )
         try:
             records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
@@ -1240,14 +1249,12 @@ def test_a_record_whose_header_name_is_not_utf8_is_dead_lettered_and_the_stage_g
     produce_values(stack.kafka, source, [("k", {"id": "good-2", "seq": 3, "payload": ""})], codec)
 
     group = f"bad-header-{uuid.uuid4().hex[:8]}"
-    ARTIFACTS.mkdir(exist_ok=True)
-    proc = start_selftest(
+    proc = _start_selftest(
+        stack,
         "passthrough",
+        group,
         *_selftest_args(source, sink, group, batch=10),
         *HANDLERS[handler],
-        kafka=stack.kafka,
-        registry_url=stack.registry_url,
-        log_path=ARTIFACTS / f"{group}.log",
     )
     try:
         outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
