@@ -272,20 +272,40 @@ def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
                 f"; upheld rulings citing evidence the order store has no record of ({on_silence})"
                 " make no majority"
             )
+        item_key = f"grievance:{e.grievance_id}"
         rows.append(
             (
                 REVIEW_ITEMS,
-                (
-                    e.dispute_id,
-                    f"grievance:{e.grievance_id}",
-                    "GRIEVANCE",
-                    e.grievance_id,
-                    reason,
-                    e.decided_at,
-                ),
+                (e.dispute_id, item_key, "GRIEVANCE", e.grievance_id, reason, e.decided_at),
             )
         )
+        rows.append(_closed_if_decided_already(e.dispute_id, item_key, e.grievance_id))
     return rows
+
+
+_DECIDED_ALREADY_SQL = (
+    "UPDATE review_items ri SET status = 'DECIDED', decided_at = p.priced_at,"
+    " reason = ri.reason || CASE WHEN p.decision = 'DECLINED'"
+    " THEN ' (the dispute was declined)' ELSE ' (settled by round ' || p.round || ')' END"
+    " FROM (SELECT round, decision, lines, priced_at FROM priced_refunds"
+    " WHERE dispute_id = %s ORDER BY round DESC LIMIT 1) p"
+    " WHERE ri.dispute_id = %s AND ri.item_key = %s AND ri.status = 'OPEN'"
+    " AND (p.decision = 'DECLINED' OR (p.round > 1 AND EXISTS (SELECT 1 FROM"
+    " jsonb_array_elements(p.lines) line WHERE line->>'grievance_id' = %s"
+    " AND line->>'status' <> 'HELD')))"
+)
+
+
+def _closed_if_decided_already(dispute_id: str, item_key: str, grievance_id: str) -> Update:
+    """Closes a grievance's item that a round recorded before its verdict already decided.
+
+    The verdict and the rounds are read from different topics, so a lagging partition, or a
+    projection written again from the topics, may bring the verdict after a round that
+    declined the dispute or settled the grievance (:func:`priced_rows` closes only the items
+    there are when it is read): the item is then closed as that round would have closed it,
+    and the queue shows what it would have shown had the topics been read in the flow's order.
+    """
+    return (_DECIDED_ALREADY_SQL, (dispute_id, dispute_id, item_key, grievance_id))
 
 
 def priced_rows(e: ev.RefundPriced) -> list[Statement]:

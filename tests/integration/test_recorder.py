@@ -217,6 +217,61 @@ def test_a_declined_dispute_closes_its_grievance_items_but_not_its_failed_payout
     assert queue == {"grievance:g2": "DECIDED", "payout:round2": "OPEN"}
 
 
+def _escalated_line(grievance_id: str) -> ev.PricedLineEvent:
+    """A line the bench escalated: held, and no item of pricing's own (the verdict opens it)."""
+    return _line(grievance_id, "HELD").model_copy(update={"outcome": "ESCALATE"})
+
+
+@pytest.mark.parametrize(
+    ("decision", "g2_status", "suffix"),
+    [
+        ("DECLINED", "HELD", "(the dispute was declined)"),
+        ("AUTO_APPROVED", "PAY", "(settled by round 2)"),
+    ],
+    ids=["declined", "settled by a later round"],
+)
+def test_a_verdict_read_after_the_round_that_decided_its_grievance_opens_no_item(
+    database: str, decision: str, g2_status: str, suffix: str
+) -> None:
+    """The recorder reads verdicts and rounds from different topics: a lagging verdict
+    partition (or the projection written again from the topics) brings g2's ESCALATE verdict
+    after round 2, which declined the dispute or settled g2 on a reviewer's word. Its item is
+    closed as round 2 would have closed it, not left in the queue for a second decision."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    g2_line = _escalated_line("g2") if g2_status == "HELD" else _line("g2", g2_status)
+    rounds = [
+        _priced(dispute, 1, "AUTO_APPROVED", [_line("g1", "PAY"), _escalated_line("g2")]),
+        _priced(dispute, 2, decision, [_line("g1", "PAY"), g2_line]),
+    ]
+    assert _queue(database, rounds, [_escalated(dispute, "g2")]) == {"grievance:g2": "DECIDED"}
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT reason, decided_at FROM review_items WHERE dispute_id = %s", (dispute,)
+        ).fetchone()
+    assert row is not None
+    assert row[0].startswith("the bench could not decide (2-1")
+    assert row[0].endswith(suffix)
+    assert row[1] == AT
+    # Redelivered, the verdict does not reopen it.
+    assert _queue(database, [_escalated(dispute, "g2")]) == {"grievance:g2": "DECIDED"}
+
+
+@pytest.mark.parametrize(
+    "rounds",
+    [
+        [1],  # round 1 holds g2 for a reviewer
+        [1, 2],  # round 2 (a reviewer decided g1, say) still holds it
+    ],
+)
+def test_a_verdict_read_after_rounds_that_still_hold_its_grievance_opens_its_item(
+    database: str, rounds: list[int]
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    lines = [_line("g1", "PAY"), _escalated_line("g2")]
+    priced = [_priced(dispute, r, "AUTO_APPROVED", lines) for r in rounds]
+    assert _queue(database, priced, [_escalated(dispute, "g2")]) == {"grievance:g2": "OPEN"}
+
+
 @pytest.mark.parametrize("batches", [[[1], [2]], [[1, 2]]], ids=["two batches", "one batch"])
 def test_a_line_pricing_held_waits_for_a_reviewer_until_a_round_pays_it(
     database: str, batches: list[list[int]]
