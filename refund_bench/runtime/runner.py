@@ -22,7 +22,9 @@ the transaction (no outputs, no offset), so its new owner processes it.
 
 Error policy, by exception type (see :mod:`refund_bench.errors`): ``InvalidInput`` -> the
 record goes to ``<input>.dlq`` and the batch goes on; ``TransientError`` -> retried with
-backoff; anything else -> abort and re-raise, so the process exits and Kafka redelivers.
+backoff; anything else -> abort and re-raise, so the process exits and Kafka redelivers. One
+exception: a synchronous stage whose commit failed because the group moved on while its batch
+ran puts the batch back and goes on (:meth:`StageRunner._put_back`).
 """
 
 from __future__ import annotations
@@ -286,6 +288,9 @@ class StageRunner:
         self._paused = False
         """Async stages: fetching is paused because the records pending are at their limit."""
         self._polled_at = time.monotonic()
+        self._put_back_in_a_row = 0
+        """Synchronous stages: batches put back in a row (:meth:`_put_back`), none committed
+        since."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -314,7 +319,11 @@ class StageRunner:
                     timeout=self.config.batch_max_wait_s,
                 )
                 if msgs:
-                    self._process_batch(msgs)
+                    try:
+                        self._process_batch(msgs)
+                    except KafkaException as exc:
+                        if not self._put_back(exc, msgs):
+                            raise
         finally:
             self._close()
 
@@ -532,9 +541,53 @@ class StageRunner:
         if batch_state is not None:
             batch_state.apply()
             self.metrics.set("state_keys", cast(StateStore, self._store).size())
+        self._put_back_in_a_row = 0
         self.batches_committed += 1
         self.metrics.observe("batch_seconds", time.perf_counter() - started)
         self.metrics.observe("batch_records", len(msgs))
+
+    def _put_back(self, exc: KafkaException, msgs: Sequence[Any]) -> bool:
+        """After a commit that failed because the group moved on while the batch ran (this
+        instance lost its place in it: ``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``, ...;
+        exactly once, an error that only aborts the transaction, which :meth:`_transaction` has
+        aborted): put each of the batch's partitions back to the batch's first record of it,
+        so that the batch is polled again, by this instance or, if the rebalance its next poll
+        serves moves the partition, by the new owner from the committed offset. The stage goes
+        on; its state store keeps no write of the aborted batch (:class:`BatchState` applies
+        them after the commit only). At least once, the batch's outputs were delivered before
+        the commit, and come out again.
+
+        False, with nothing put back, for any other error, when a partition cannot be put
+        back, or when the last :data:`MAX_PUT_BACK_IN_A_ROW` batches were all put back: the
+        caller raises it, and the process exits and restarts, as for every error the loop does
+        not handle."""
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError) or not may_put_back(
+            err, eos=self._eos, in_a_row=self._put_back_in_a_row
+        ):
+            return False
+        firsts: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            if msg.error() is None:
+                firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
+        consumer = cast(Consumer, self._consumer)
+        try:
+            for (topic, partition), offset in firsts.items():
+                consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as seek_error:
+            log.warning("%s: a batch could not be put back (%s)", self.spec.name, seek_error)
+            return False
+        log.warning(
+            "%s: the commit of a batch of %d records failed (%s)%s; the batch is put back to be"
+            " polled again",
+            self.spec.name,
+            len(msgs),
+            err.str(),
+            ", and its transaction was aborted" if self._eos else "",
+        )
+        self.metrics.incr("retries", kind="rebalance")
+        self._put_back_in_a_row += 1
+        return True
 
     # -- asynchronous stages: pipelined batches ---------------------------------------------
 
@@ -968,6 +1021,35 @@ def txn_call_timeout(deadline: float, now: float) -> float:
     """Seconds a transactional call made at ``now`` may block: the time left until
     ``deadline``, but at least :data:`TXN_CALL_MIN_S`."""
     return max(deadline - now, TXN_CALL_MIN_S)
+
+
+MAX_PUT_BACK_IN_A_ROW = 3
+"""Synchronous stages: batches put back in a row after which the next such failure stops the
+stage instead."""
+
+_GROUP_MOVED_ON = frozenset(
+    {
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError._ASSIGNMENT_LOST,
+    }
+)
+"""The errors of an offset commit (in a transaction or not) made after the group moved on
+without this instance, or while it rebalances."""
+
+
+def may_put_back(err: KafkaError, *, eos: bool, in_a_row: int) -> bool:
+    """Whether a synchronous stage puts back a batch whose commit failed with ``err``, after
+    ``in_a_row`` batches put back with none committed since: for an error of
+    :data:`_GROUP_MOVED_ON` that is not fatal and, exactly once (``eos``), only aborts the
+    transaction; and not after :data:`MAX_PUT_BACK_IN_A_ROW` (then every batch outlasts the
+    session, and a restart, counted and alerted on, says so)."""
+    if err.fatal() or err.code() not in _GROUP_MOVED_ON:
+        return False
+    if eos and not err.txn_requires_abort():
+        return False
+    return in_a_row < MAX_PUT_BACK_IN_A_ROW
 
 
 class _NotStartedError(Exception):

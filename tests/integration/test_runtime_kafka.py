@@ -638,6 +638,70 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     assert sorted(r.value["seq"] for r in after) == list(range(20))
 
 
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_on(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, guarantee: str
+) -> None:
+    """A synchronous stage's batch outlasts its session while another member joins (a slow
+    database flush here, as the commit's ``before_commit``): the group moves on without it,
+    and its commit fails (``UNKNOWN_MEMBER_ID``; exactly once, this aborts the transaction).
+    The stage puts the batch back instead of exiting (a restart would cost a tally or pricing
+    pod its state's restore), and rejoins once the other member leaves. Every record comes
+    out: exactly once, once; at least once, the batch whose commit failed comes out twice."""
+    total = 20
+    source, sink = new_topic("lost-group-in", 2), new_topic("lost-group-out", 2)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    committing, release = threading.Event(), threading.Event()
+
+    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        return [Emit(out.name, message.key or "", message.value)]
+
+    def slow_first_commit() -> None:
+        if not committing.is_set():
+            committing.set()
+            release.wait(60)  # until the group has moved on without this instance
+
+    group = f"lost-group-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec(
+        "lost-group", (Topic(source, "bench.record"),), (out,), handler,
+        before_commit=slow_first_commit,
+    )  # fmt: skip
+    config = _config(stack.kafka, group, session_timeout_ms=1000, guarantee=guarantee)
+    runner = StageRunner(spec, config, framing)
+    stage = StageThread(runner).start()
+    other = Consumer(
+        {
+            "bootstrap.servers": stack.kafka,
+            "group.id": group,
+            "session.timeout.ms": 1000,
+            "enable.auto.commit": False,
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    )
+    taken: set[int] = set()
+    try:
+        wait_for(committing.is_set, 60, "the first batch's commit to be under way")
+        other.subscribe([source], on_assign=lambda _c, ps: taken.update(tp.partition for tp in ps))
+
+        def holds_both() -> bool:
+            other.poll(0.1)
+            return taken == {0, 1}
+
+        wait_for(holds_both, 60, "the other member to hold both partitions")
+    finally:
+        other.close()  # commits nothing: the partitions go back at the committed offsets
+        release.set()
+    copies = 1 if guarantee == "exactly-once" else 2
+    try:
+        records = read_sink(stack, codec, sink, at_least=total * copies, timeout_s=60, settle_s=2.0)
+    finally:
+        error = stage.stop()
+    assert error is None
+    assert Counter(r.value["id"] for r in records) == {f"r{i}": copies for i in range(total)}
+
+
 def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactory) -> None:
     """A second instance with the same transactional.id fences the first for good."""
     source, sink = new_topic("fence-in", 1), new_topic("fence-out", 1)
