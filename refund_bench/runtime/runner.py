@@ -23,8 +23,8 @@ the transaction (no outputs, no offset), so its new owner processes it.
 Error policy, by exception type (see :mod:`refund_bench.errors`): ``InvalidInput`` -> the
 record goes to ``<input>.dlq`` and the batch goes on; ``TransientError`` -> retried with
 backoff; anything else -> abort and re-raise, so the process exits and Kafka redelivers. One
-exception: a synchronous stage whose commit failed because the group moved on while its batch
-ran puts the batch back and goes on (:meth:`StageRunner._put_back`).
+exception: a commit that failed because the group moved on while its batches ran puts them
+back and the stage goes on (:meth:`StageRunner._put_back`).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ class StageRunner:
         """Async stages: fetching is paused because the records pending are at their limit."""
         self._polled_at = time.monotonic()
         self._put_back_in_a_row = 0
-        """Synchronous stages: batches put back in a row (:meth:`_put_back`), none committed
+        """Commits that failed and were put back in a row (:meth:`_put_back`), none made
         since."""
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -561,15 +561,32 @@ class StageRunner:
         back, or when the last :data:`MAX_PUT_BACK_IN_A_ROW` batches were all put back: the
         caller raises it, and the process exits and restarts, as for every error the loop does
         not handle."""
+        err = self._group_moved_on(exc)
+        if err is None or not self._seek_back([(msg, self._revocations) for msg in msgs]):
+            return False
+        self._count_put_back(err, len(msgs))
+        return True
+
+    def _group_moved_on(self, exc: KafkaException) -> KafkaError | None:
+        """The error of a failed commit that :func:`may_put_back` allows putting back, if it is
+        one."""
         err = exc.args[0] if exc.args else None
-        if not isinstance(err, KafkaError) or not may_put_back(
+        if isinstance(err, KafkaError) and may_put_back(
             err, eos=self._eos, in_a_row=self._put_back_in_a_row
         ):
-            return False
+            return err
+        return None
+
+    def _seek_back(self, records: Sequence[tuple[Any, int]]) -> bool:
+        """Put each partition of ``records`` (polled records, each with the revocation count
+        when it was polled) back to its first record among them, unless the partition was
+        revoked since (its new owner goes on from the committed offset). False when a
+        partition cannot be put back."""
         firsts: dict[tuple[str, int], int] = {}
-        for msg in msgs:
-            if msg.error() is None:
-                firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for msg, epoch in records:
+            key = (msg.topic(), msg.partition())
+            if msg.error() is None and self._revoked_at.get(key, 0) <= epoch:
+                firsts.setdefault(key, msg.offset())
         consumer = cast(Consumer, self._consumer)
         try:
             for (topic, partition), offset in firsts.items():
@@ -577,17 +594,19 @@ class StageRunner:
         except KafkaException as seek_error:
             log.warning("%s: a batch could not be put back (%s)", self.spec.name, seek_error)
             return False
+        return True
+
+    def _count_put_back(self, err: KafkaError, records: int, behind: int = 0) -> None:
         log.warning(
-            "%s: the commit of a batch of %d records failed (%s)%s; the batch is put back to be"
-            " polled again",
+            "%s: the commit of %d records failed (%s)%s; they%s are put back to be polled again",
             self.spec.name,
-            len(msgs),
+            records,
             err.str(),
             ", and its transaction was aborted" if self._eos else "",
+            f" and {behind} records polled behind them" if behind else "",
         )
         self.metrics.incr("retries", kind="rebalance")
         self._put_back_in_a_row += 1
-        return True
 
     # -- asynchronous stages: pipelined batches ---------------------------------------------
 
@@ -625,7 +644,11 @@ class StageRunner:
                     while pending and pending[0].task.done():
                         ready.append(pending.popleft())
                     if ready:
-                        await self._commit_pipelined(ready)
+                        try:
+                            await self._commit_pipelined(ready)
+                        except KafkaException as exc:
+                            if not await self._put_back_pipelined(exc, ready, pending):
+                                raise
                         continue
                 if not pending:
                     if self._stopping:
@@ -674,6 +697,31 @@ class StageRunner:
             # while the others of its batch still ran: the wait ran out before that batch came
             # to be committed. Its error is raised all the same: the process exits non-zero.
             raise self._fatal
+
+    async def _put_back_pipelined(
+        self, exc: KafkaException, ready: list[_InFlight], pending: deque[_InFlight]
+    ) -> bool:
+        """:meth:`_put_back` for the pipelined batches: the ``ready`` ones whose commit failed
+        and every batch ``pending`` behind them, whose handlers may finish first (for at most
+        ``drain_timeout_s``, so that calls already paid for are cached for the next poll);
+        their results are dropped, and ``pending`` is emptied. False, with nothing put back,
+        when :meth:`_put_back` would refuse, a handler still runs at the end of the wait, or
+        one failed fatally meanwhile."""
+        err = self._group_moved_on(exc)
+        if err is None:
+            return False
+        running = [b.task for b in pending if not b.task.done()]
+        if running:
+            await asyncio.wait(running, timeout=self.config.drain_timeout_s)
+        if self._failing_until is not None or any(not b.task.done() for b in pending):
+            return False
+        batches = [*ready, *pending]
+        if not self._seek_back([(r.msg, b.epoch) for b in batches for r in b.records]):
+            return False
+        behind = sum(b.size for b in pending)
+        pending.clear()
+        self._count_put_back(err, sum(b.size for b in ready), behind)
+        return True
 
     def _may_poll(self, consumer: Consumer, room: int) -> bool:
         """Whether the loop polls now, with ``room`` for this many more records pending: while
@@ -765,6 +813,7 @@ class StageRunner:
                 self.spec.before_commit()
             self._produce_all(outgoing)
             await asyncio.get_running_loop().run_in_executor(None, self._commit, offsets)
+        self._put_back_in_a_row = 0
         now = time.perf_counter()
         for batch in ready:
             self.batches_committed += 1
@@ -1024,8 +1073,8 @@ def txn_call_timeout(deadline: float, now: float) -> float:
 
 
 MAX_PUT_BACK_IN_A_ROW = 3
-"""Synchronous stages: batches put back in a row after which the next such failure stops the
-stage instead."""
+"""Failed commits put back in a row after which the next such failure stops the stage
+instead."""
 
 _GROUP_MOVED_ON = frozenset(
     {
@@ -1040,8 +1089,8 @@ without this instance, or while it rebalances."""
 
 
 def may_put_back(err: KafkaError, *, eos: bool, in_a_row: int) -> bool:
-    """Whether a synchronous stage puts back a batch whose commit failed with ``err``, after
-    ``in_a_row`` batches put back with none committed since: for an error of
+    """Whether a stage puts back the batches whose commit failed with ``err``, after
+    ``in_a_row`` commits put back with none made since: for an error of
     :data:`_GROUP_MOVED_ON` that is not fatal and, exactly once (``eos``), only aborts the
     transaction; and not after :data:`MAX_PUT_BACK_IN_A_ROW` (then every batch outlasts the
     session, and a restart, counted and alerted on, says so)."""

@@ -1,5 +1,5 @@
-"""Which failed commits a synchronous stage puts back and goes on after, instead of exiting:
-only those made after the group moved on without it, and not forever."""
+"""Which failed commits a stage puts back and goes on after, instead of exiting: only those
+made after the group moved on without it, and not forever."""
 
 from __future__ import annotations
 
