@@ -16,7 +16,7 @@ from refund_bench import events as ev
 from services.api.metrics import ApiMetrics
 from services.api.passwords import PasswordChecks, ReviewerDirectory
 from services.api.publisher import Publisher
-from services.api.settings import ApiSettings
+from services.api.settings import ApiSettings, ApiToken
 from services.api.store import Store
 from services.payout.payments import RefundReader
 
@@ -50,7 +50,7 @@ class AppContext:
     store: Store
     publisher: Publisher
     metrics: ApiMetrics
-    tokens: tuple[bytes, ...] = field(repr=False)
+    tokens: tuple[ApiToken, ...] = field(repr=False)
     reviewers: ReviewerDirectory
     password_checks: PasswordChecks
     templates: Jinja2Templates

@@ -1,8 +1,9 @@
 """The JSON API: ``POST /complaints``, ``GET /disputes/{id}``, health, readiness, metrics.
 
-The complaint and dispute routes accept only bearer tokens (``API_TOKENS``); the check runs
-before the request body is read, so an unauthenticated request gets 401 whatever it carries,
-and nothing is published. Review-desk session cookies are scoped to ``/review`` and never
+The complaint and dispute routes accept only bearer tokens (``API_TOKENS``), each for its
+scope (``complaints``, ``disputes``); the check runs before the request body is read, so an
+unauthenticated request gets 401, and a token of another scope 403, whatever it carries, and
+nothing is published. Review-desk session cookies are scoped to ``/review`` and never
 accepted here.
 """
 
@@ -26,6 +27,7 @@ from refund_bench import topics as t
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext
 from services.api.publisher import PublishError
+from services.api.settings import ApiToken, TokenScope
 from services.api.store import INTAKE, DatabaseBusy, IntakeRecord, PublishersBusy
 
 log = logging.getLogger(__name__)
@@ -51,37 +53,51 @@ def problem_response(status: int, description: str) -> Responses:
 
 
 UNAUTHORIZED = problem_response(401, "Missing or wrong bearer token.")
+FORBIDDEN = problem_response(403, "The bearer token does not open this route's scope.")
 INVALID = problem_response(422, "The request does not match the schema or the rules.")
 
 
-def bearer_ok(header: str | None, tokens: tuple[bytes, ...]) -> bool:
-    """True when ``header`` is ``Bearer <token>`` for one of ``tokens`` (constant-time)."""
+def bearer_scopes(header: str | None, tokens: tuple[ApiToken, ...]) -> frozenset[TokenScope]:
+    """The scopes ``header`` opens: those of the token in ``Bearer <token>``, if it is one of
+    ``tokens``, else none. Every token is compared, in constant time each."""
     if not header or not tokens:
-        return False
+        return frozenset()
     scheme, _, credentials = header.partition(" ")
     presented = credentials.strip().encode("utf-8", "surrogateescape")
     if scheme.lower() != "bearer" or not presented:
-        return False
-    matched = False
+        return frozenset()
+    scopes: frozenset[TokenScope] = frozenset()
     for token in tokens:
-        matched |= hmac.compare_digest(presented, token)
-    return matched
+        if hmac.compare_digest(presented, token.secret):
+            scopes |= token.scopes
+    return scopes
 
 
-def bearer_route_class(tokens: tuple[bytes, ...]) -> type[APIRoute]:
-    """A route class that answers 401 before the body is read unless the bearer token is one
-    of ``tokens``."""
+SCOPE_REFUSED: dict[TokenScope, str] = {
+    "complaints": "this token may not submit complaints",
+    "disputes": "this token may not read disputes",
+}
+
+
+def bearer_route_class(tokens: tuple[ApiToken, ...], scope: TokenScope) -> type[APIRoute]:
+    """A route class that answers before the body is read: 401 unless the bearer token is one
+    of ``tokens``, 403 unless it opens ``scope``."""
 
     class BearerRoute(APIRoute):
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             handler = super().get_route_handler()
 
             async def guarded(request: Request) -> Response:
-                if not bearer_ok(request.headers.get("authorization"), tokens):
+                scopes = bearer_scopes(request.headers.get("authorization"), tokens)
+                if not scopes:
                     return JSONResponse(
                         m.Problem(detail="missing or wrong bearer token").model_dump(),
                         status_code=401,
                         headers={"WWW-Authenticate": 'Bearer realm="refund-bench"'},
+                    )
+                if scope not in scopes:
+                    return JSONResponse(
+                        m.Problem(detail=SCOPE_REFUSED[scope]).model_dump(), status_code=403
                     )
                 return await handler(request)
 
@@ -97,8 +113,10 @@ def body_sha256(body: m.ComplaintRequest) -> str:
 
 
 def intake_router(ctx: AppContext) -> APIRouter:
-    """``POST /complaints`` and ``GET /disputes/{dispute_id}`` (bearer auth)."""
-    router = APIRouter(route_class=bearer_route_class(ctx.tokens), tags=["intake"])
+    """``POST /complaints`` (tokens of scope ``complaints``) and ``GET /disputes/{dispute_id}``
+    (scope ``disputes``), bearer auth."""
+    router = APIRouter(route_class=bearer_route_class(ctx.tokens, "complaints"), tags=["intake"])
+    reads = APIRouter(route_class=bearer_route_class(ctx.tokens, "disputes"), tags=["intake"])
     max_chars = ctx.settings.max_complaint_chars
 
     @router.post(
@@ -115,6 +133,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
             202: {"description": "Accepted: complaint.received is published (acknowledged)."},
             **problem_response(400, "The Idempotency-Key header is missing."),
             **UNAUTHORIZED,
+            **FORBIDDEN,
             **problem_response(404, "No such order in the order store."),
             **problem_response(409, "The Idempotency-Key was used with a different body."),
             **problem_response(413, "The request body is too large."),
@@ -204,12 +223,13 @@ def intake_router(ctx: AppContext) -> APIRouter:
             dispute_id=row.dispute_id, status_url=status_url, replayed=replayed
         )
 
-    @router.get(
+    @reads.get(
         "/disputes/{dispute_id:path}",
         response_model=m.DisputeStory,
         dependencies=[Security(bearer_scheme)],
         responses={
             **UNAUTHORIZED,
+            **FORBIDDEN,
             **problem_response(404, "No such dispute."),
             **INVALID,
         },
@@ -225,6 +245,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
             raise ApiProblem(404, f"no dispute {dispute_id!r}")
         return story
 
+    router.include_router(reads)
     return router
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -11,6 +14,35 @@ MIN_SESSION_SECRET_CHARS = 32
 MIN_API_TOKEN_CHARS = 32
 """A bearer token shorter than this is refused at start: a token is a password that no
 sign-in limit protects (``secrets.token_urlsafe(32)`` gives 43 characters)."""
+
+TokenScope = Literal["complaints", "disputes"]
+"""What an API token opens: ``complaints``, submitting them (``POST /complaints``);
+``disputes``, reading their stories (``GET /disputes/{id}``)."""
+TOKEN_SCOPES: tuple[TokenScope, ...] = get_args(TokenScope)
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """A bearer token and the scopes it opens (the token is never shown in its repr)."""
+
+    secret: bytes = field(repr=False)
+    scopes: frozenset[TokenScope]
+
+
+def parse_api_token(entry: str) -> ApiToken:
+    """One ``API_TOKENS`` entry: ``<scope>:<token>`` opens that scope only, a bare token every
+    scope. Raises ``ValueError`` (quoting nothing of the entry) for an entry with a ``:`` that
+    names no scope: most likely a misspelt one, which must not open more than it says."""
+    scope, sep, secret = entry.partition(":")
+    if not sep:
+        return ApiToken(entry.encode(), frozenset(TOKEN_SCOPES))
+    for known in TOKEN_SCOPES:
+        if scope == known:
+            return ApiToken(secret.encode(), frozenset({known}))
+    raise ValueError(
+        "API_TOKENS: an entry holds a ':' but does not start with a scope"
+        f" ({', '.join(f'{name}:' for name in TOKEN_SCOPES)}); a bare token holds no ':'"
+    )
 
 
 SESSION_MAX_AGE_LIMIT_S = 7 * 24 * 3600
@@ -23,7 +55,8 @@ class ApiSettings(StackSettings):
     """``API_HOST``, ``API_PORT``, ``METRICS_PORT``, ``API_TOKENS``, ``REVIEWERS``,
     ``SESSION_SECRET``, ``STRIPE_WEBHOOK_SECRET``, ``STRIPE_API_KEY``, ... .
 
-    ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients. ``REVIEWERS`` is
+    ``API_TOKENS`` is a comma-separated list of bearer tokens for API clients, each bare (it
+    opens every scope) or as ``<scope>:<token>`` (:data:`TokenScope`). ``REVIEWERS`` is
     ``name:hash,name:hash`` with hashes from ``python -m services.api hash-password``.
     """
 
@@ -104,7 +137,7 @@ class ApiSettings(StackSettings):
 
     @model_validator(mode="after")
     def _api_tokens_strong(self) -> ApiSettings:
-        short = [t for t in self.bearer_tokens() if len(t) < MIN_API_TOKEN_CHARS]
+        short = [t for t in self.bearer_tokens() if len(t.secret) < MIN_API_TOKEN_CHARS]
         if short:
             raise ValueError(
                 f"API_TOKENS: {len(short)} of the tokens are shorter than {MIN_API_TOKEN_CHARS}"
@@ -112,7 +145,7 @@ class ApiSettings(StackSettings):
             )
         return self
 
-    def bearer_tokens(self) -> tuple[bytes, ...]:
-        """The accepted API tokens (empty entries dropped)."""
+    def bearer_tokens(self) -> tuple[ApiToken, ...]:
+        """The accepted API tokens with their scopes (empty entries dropped)."""
         raw = self.api_tokens.get_secret_value()
-        return tuple(t.strip().encode() for t in raw.split(",") if t.strip())
+        return tuple(parse_api_token(t.strip()) for t in raw.split(",") if t.strip())

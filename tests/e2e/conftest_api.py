@@ -39,6 +39,10 @@ from tests.conftest import Stack, unavailable
 
 API_TOKEN = "test-token-" + "a" * 24
 OTHER_TOKEN = "test-token-" + "b" * 24
+SUBMIT_TOKEN = "test-token-" + "c" * 24
+"""Opens ``complaints`` only (an upstream service's token)."""
+READ_TOKEN = "test-token-" + "d" * 24
+"""Opens ``disputes`` only (an analyst's or a support tool's token)."""
 PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-2", "carol": "carol-password-3"}
 _HASHES = {name: hash_password(pw, iterations=MIN_ITERATIONS) for name, pw in PASSWORDS.items()}
 """Low iteration counts keep sign-in fast in tests; production hashes use the default."""
@@ -74,7 +78,9 @@ def api_settings(stack: Stack, **overrides: Any) -> ApiSettings:
         "kafka_bootstrap_servers": stack.kafka,
         "schema_registry_url": stack.registry_url,
         "database_url": SecretStr(stack.database_url),
-        "api_tokens": SecretStr(f"{API_TOKEN},{OTHER_TOKEN}"),
+        "api_tokens": SecretStr(
+            f"{API_TOKEN},{OTHER_TOKEN},complaints:{SUBMIT_TOKEN},disputes:{READ_TOKEN}"
+        ),
         "reviewers": SecretStr(",".join(f"{n}:{h}" for n, h in _HASHES.items())),
         "session_secret": SecretStr("s" * 48),
         "outbox_interval_s": 1.0,

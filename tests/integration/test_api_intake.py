@@ -25,6 +25,8 @@ from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
+    READ_TOKEN,
+    SUBMIT_TOKEN,
     ApiServer,
     decoder,
     delete_dispute,
@@ -97,6 +99,46 @@ def test_missing_or_wrong_token_is_401_and_publishes_nothing(
         assert client.post("/complaints", content=b"{not json").status_code == 401
         assert client.get("/disputes/d-anything").status_code == 401
     assert not [v for _, v in published(stack, codec, start) if marker in v["text"]]
+
+
+def test_a_token_opens_only_its_scope_and_a_refusal_publishes_nothing(
+    api: ApiServer, stack: Stack, codec: Codec
+) -> None:
+    """A ``complaints:`` token (an upstream service's) submits but cannot read the disputes'
+    stories; a ``disputes:`` token (an analyst's) reads but cannot submit: 403 before the body
+    is read, and nothing is published."""
+    marker = uuid.uuid4().hex
+    start = end_offsets(stack.kafka, TOPIC)
+    submit = {"Authorization": f"Bearer {SUBMIT_TOKEN}"}
+    read = {"Authorization": f"Bearer {READ_TOKEN}"}
+    with api.client() as client:
+        accepted = client.post(
+            "/complaints",
+            json=body(marker),
+            headers={**submit, "Idempotency-Key": uuid.uuid4().hex},
+        )
+        assert accepted.status_code == 202, accepted.text
+        status_url = accepted.json()["status_url"]
+        refused = client.get(status_url, headers=submit)
+        assert refused.status_code == 403
+        assert refused.json()["detail"] == "this token may not read disputes"
+        assert client.get(status_url, headers=read).status_code in (200, 404)
+        for content in (json.dumps(body(marker + "-read")).encode(), b"{not json"):
+            answer = client.post(
+                "/complaints",
+                content=content,
+                headers={
+                    **read,
+                    "Idempotency-Key": uuid.uuid4().hex,
+                    "Content-Type": "application/json",
+                },
+            )
+            assert answer.status_code == 403, answer.text
+            assert answer.json()["detail"] == "this token may not submit complaints"
+        story = client.get(status_url, headers=api.auth())  # a bare token opens both scopes
+        assert story.status_code in (200, 404)
+    texts = [v["text"] for _, v in published(stack, codec, start) if marker in v["text"]]
+    assert texts == [body(marker)["text"]]
 
 
 def test_a_reviewer_session_does_not_open_the_api(api: ApiServer) -> None:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.api.settings import MIN_API_TOKEN_CHARS, MIN_SESSION_SECRET_CHARS, ApiSettings
+from services.api.settings import (
+    MIN_API_TOKEN_CHARS,
+    MIN_SESSION_SECRET_CHARS,
+    TOKEN_SCOPES,
+    ApiSettings,
+)
 
 SECRET = "s" * MIN_SESSION_SECRET_CHARS
 STRONG = "t" * MIN_API_TOKEN_CHARS
@@ -22,8 +27,37 @@ def test_strong_tokens_and_none_at_all_are_accepted() -> None:
     """No token: every API call is answered 401; the desk still works."""
     other = "u" * (MIN_API_TOKEN_CHARS + 11)
     tokens = ApiSettings(session_secret=SECRET, api_tokens=f" {STRONG},{other},").bearer_tokens()
-    assert tokens == (STRONG.encode(), other.encode())
+    assert [t.secret for t in tokens] == [STRONG.encode(), other.encode()]
+    assert all(t.scopes == frozenset(TOKEN_SCOPES) for t in tokens)
     assert ApiSettings(session_secret=SECRET).bearer_tokens() == ()
+
+
+def test_a_token_given_a_scope_opens_that_scope_only() -> None:
+    """An upstream service that only submits complaints gets a ``complaints:`` token, which
+    cannot read the disputes' stories (their customers' words among them); an analyst's
+    ``disputes:`` token cannot submit."""
+    other = "u" * MIN_API_TOKEN_CHARS
+    tokens = ApiSettings(
+        session_secret=SECRET, api_tokens=f"complaints:{STRONG}, disputes:{other}"
+    ).bearer_tokens()
+    assert [(t.secret, t.scopes) for t in tokens] == [
+        (STRONG.encode(), frozenset({"complaints"})),
+        (other.encode(), frozenset({"disputes"})),
+    ]
+    assert STRONG not in repr(tokens)
+
+
+@pytest.mark.parametrize("entry", [f"complaint:{STRONG}", f"read:{STRONG}", f":{STRONG}"])
+def test_a_token_naming_no_scope_before_a_colon_is_refused_without_quoting_it(entry: str) -> None:
+    """A misspelt scope must not open every scope, as a bare token would."""
+    with pytest.raises(ValidationError, match="does not start with a scope") as refused:
+        ApiSettings(session_secret=SECRET, api_tokens=entry)
+    assert STRONG not in str(refused.value)
+
+
+def test_a_scoped_token_too_short_is_refused() -> None:
+    with pytest.raises(ValidationError, match="1 of the tokens are shorter"):
+        ApiSettings(session_secret=SECRET, api_tokens=f"disputes:{STRONG[:-1]}")
 
 
 def test_a_short_session_secret_is_refused() -> None:
