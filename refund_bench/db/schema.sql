@@ -363,6 +363,22 @@ CREATE TABLE IF NOT EXISTS payout_events (
     PRIMARY KEY (dispute_id, round)
 );
 
+-- Every outcome a round's payout reported, one row per event (payout_events keeps the one that
+-- stands): a refund Stripe took on, then reported waiting for the customer, then refunded,
+-- shows all three. LEDGER_CONFLICT refusals are not a round's outcome and are not kept here.
+CREATE TABLE IF NOT EXISTS payout_event_history (
+    dispute_id       text NOT NULL,
+    round            integer NOT NULL,
+    revision         integer NOT NULL,
+    outcome          text NOT NULL CHECK (outcome IN ('COMPLETED', 'FAILED')),
+    amount_minor     bigint NOT NULL,
+    stripe_refund_id text,
+    error_code       text,
+    reason           text,
+    at               timestamptz NOT NULL,
+    PRIMARY KEY (dispute_id, round, revision, outcome)
+);
+
 -- The revision of the payout event the round's row holds (payout.completed and payout.failed
 -- carry it; 0 in events published before it): an event replaces the row only with a higher
 -- revision, or a failure a completion of the same revision. Added once to a table created

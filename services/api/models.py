@@ -207,6 +207,8 @@ class LedgerRecord(BaseModel):
 
 class PayoutEventRecord(BaseModel):
     round: int
+    revision: int
+    """Orders a round's outcomes: Stripe's later word on a refund has a higher one."""
     outcome: str
     amount_minor: int
     stripe_refund_id: str | None
@@ -218,6 +220,10 @@ class PayoutEventRecord(BaseModel):
 class Payouts(BaseModel):
     ledger: list[LedgerRecord]
     events: list[PayoutEventRecord]
+    """Each round's outcome that stands: its event of the highest revision."""
+    history: list[PayoutEventRecord]
+    """Every outcome reported, by round and revision (a refund that waited for the customer
+    shows as completed, failed, completed)."""
 
 
 class ReviewItemRecord(BaseModel):

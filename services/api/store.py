@@ -722,8 +722,16 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
     payout_events = [
         m.PayoutEventRecord(**r)
         for r in await q.all(
-            "SELECT round, outcome, amount_minor, stripe_refund_id, error_code, reason, at"
-            " FROM payout_events WHERE dispute_id = %s ORDER BY round"
+            "SELECT round, revision, outcome, amount_minor, stripe_refund_id, error_code,"
+            " reason, at FROM payout_events WHERE dispute_id = %s ORDER BY round"
+        )
+    ]
+    payout_history = [
+        m.PayoutEventRecord(**r)
+        for r in await q.all(
+            "SELECT round, revision, outcome, amount_minor, stripe_refund_id, error_code,"
+            " reason, at FROM payout_event_history WHERE dispute_id = %s"
+            " ORDER BY round, revision, outcome"
         )
     ]
     items = [
@@ -758,7 +766,7 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         verdicts=verdicts,
         priced_rounds=rounds,
         replies=replies,
-        payouts=m.Payouts(ledger=ledger, events=payout_events),
+        payouts=m.Payouts(ledger=ledger, events=payout_events, history=payout_history),
         review_items=items,
         review_decisions=decisions,
     )

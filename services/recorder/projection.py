@@ -179,6 +179,22 @@ PAYOUTS_FAILED = Table(
     ),
     ("dispute_id", "round"),
 )
+PAYOUT_HISTORY = Table(
+    "payout_event_history",
+    (
+        ("dispute_id", "text"),
+        ("round", "integer"),
+        ("revision", "integer"),
+        ("outcome", "text"),
+        ("amount_minor", "bigint"),
+        ("stripe_refund_id", "text"),
+        ("error_code", "text"),
+        ("reason", "text"),
+        ("at", "timestamptz"),
+    ),
+    ("dispute_id", "round", "revision", "outcome"),
+)
+"""Every outcome of a round, as it was reported (``payout_events`` holds the one that stands)."""
 REVIEW_ITEMS = Table(
     "review_items",
     (
@@ -408,8 +424,23 @@ def payout_completed_rows(e: ev.PayoutCompleted) -> list[Statement]:
     read in: a ``payout.completed`` the API published after Stripe refunded a round that had
     failed waiting for the customer turns the FAILED round COMPLETED again, and a redelivered
     older one changes nothing. A ``payout.failed`` of a higher revision (Stripe reported the
-    refund failed later) may be read first: the FAILED round then gains the refund's id."""
+    refund failed later) may be read first: the FAILED round then gains the refund's id. Every
+    outcome is kept in ``payout_event_history`` too."""
     return [
+        (
+            PAYOUT_HISTORY,
+            (
+                e.dispute_id,
+                e.round,
+                e.revision,
+                "COMPLETED",
+                e.amount_minor,
+                e.stripe_refund_id,
+                None,
+                None,
+                e.completed_at,
+            ),
+        ),
         (
             PAYOUTS_COMPLETED,
             (
@@ -482,6 +513,20 @@ def payout_failed_rows(e: ev.PayoutFailed) -> list[Statement]:
     if conflict:
         return [item]
     return [
+        (
+            PAYOUT_HISTORY,
+            (
+                e.dispute_id,
+                e.round,
+                e.revision,
+                "FAILED",
+                e.amount_minor,
+                None,
+                e.error_code,
+                e.reason,
+                e.failed_at,
+            ),
+        ),
         (
             PAYOUTS_FAILED,
             (

@@ -520,6 +520,11 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
         " at) VALUES (%s, %s, 'COMPLETED', %s, 're_seeded', %s)",
         (dispute_id, round_, payable, at + timedelta(seconds=1)),
     )
+    conn.execute(
+        "INSERT INTO payout_event_history (dispute_id, round, revision, outcome, amount_minor,"
+        " stripe_refund_id, at) VALUES (%s, %s, 0, 'COMPLETED', %s, 're_seeded', %s)",
+        (dispute_id, round_, payable, at + timedelta(seconds=1)),
+    )
 
 
 _SEEDED_TABLES = (
@@ -530,6 +535,7 @@ _SEEDED_TABLES = (
     "replies",
     "payout_ledger",
     "payout_events",
+    "payout_event_history",
     "review_items",
     "review_decisions",
     "intake_requests",

@@ -530,6 +530,10 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
         (2, 6000, "SUCCEEDED"),
     ]
     assert [e["outcome"] for e in story["payouts"]["events"]] == ["COMPLETED", "COMPLETED"]
+    assert [(e["round"], e["revision"], e["outcome"]) for e in story["payouts"]["history"]] == [
+        (1, 0, "COMPLETED"),
+        (2, 0, "COMPLETED"),
+    ]
     assert story["review_items"][0]["item_key"] == "grievance:g3"
     assert story["review_decisions"] == []
 

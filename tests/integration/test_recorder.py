@@ -435,6 +435,15 @@ def _payout_event(database: str, dispute_id: str) -> tuple[Any, ...]:
     return rows[0]
 
 
+def _payout_history(database: str, dispute_id: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(database) as conn:
+        return conn.execute(
+            "SELECT round, revision, outcome, error_code FROM payout_event_history"
+            " WHERE dispute_id = %s ORDER BY round, revision",
+            (dispute_id,),
+        ).fetchall()
+
+
 @pytest.mark.parametrize(
     "order",
     [
@@ -460,6 +469,12 @@ def test_a_round_refunded_after_waiting_for_the_customer_is_completed_again(
     queue = _queue(database, *batches)
     assert queue == {"payout:round2": "OPEN"}, "the operator closes the item on the desk"
     assert _payout_event(database, dispute) == ("COMPLETED", None, "re_waited", 2)
+    # The round's whole story is kept, in revision order, once each.
+    assert _payout_history(database, dispute) == [
+        (2, 0, "COMPLETED", None),
+        (2, 1, "FAILED", "refund_requires_action"),
+        (2, 2, "COMPLETED", None),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -482,6 +497,11 @@ def test_a_refund_that_fails_after_it_was_refunded_fails_its_round_again(
     assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 2)
     _queue(database, [_round_outcome(dispute, "completed", 1)])
     assert _payout_event(database, dispute) == ("FAILED", "refund_failed", "re_waited", 2)
+    assert _payout_history(database, dispute) == [
+        (2, 0, "FAILED", "refund_requires_action"),
+        (2, 1, "COMPLETED", None),
+        (2, 2, "FAILED", "refund_failed"),
+    ]
 
 
 def _decided_payout(dispute_id: str, item_key: str) -> Message:
