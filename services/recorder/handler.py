@@ -10,7 +10,11 @@ inserted by the same batch); no insert undoes an update, since existing rows are
 
 Replicas still update one dispute's rows from different topics, so PostgreSQL may end one
 batch's transaction as a deadlock's victim: that write is retried (it rolled back whole), with
-the shared backoff, instead of stopping the stage."""
+the shared backoff, instead of stopping the stage. A batch that may open or close a dispute's
+grievance items from one topic while another replica does from the other (an ESCALATE
+verdict; a round that declines the dispute or settles a grievance) first locks that dispute
+for its transaction (:class:`~services.recorder.projection.ReviewLock`): at read committed,
+each would otherwise miss the other's rows not committed yet, and leave an item open."""
 
 from __future__ import annotations
 
@@ -25,7 +29,13 @@ from psycopg import errors
 from refund_bench.retry import RetryPolicy, SyncSleep
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import RECORDER
-from services.recorder.projection import Statement, Table, rows_for
+from services.recorder.projection import (
+    REVIEW_LOCK_SQL,
+    ReviewLock,
+    Statement,
+    Table,
+    rows_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,12 @@ class Recorder:
             return
         rows: dict[Table, list[tuple[Any, ...]]] = {}
         updates: list[tuple[str, tuple[Any, ...]]] = []
-        for target, params in pending:
+        locks: set[str] = set()
+        for statement in pending:
+            if isinstance(statement, ReviewLock):
+                locks.add(statement.dispute_id)
+                continue
+            target, params = statement
             if isinstance(target, Table):
                 rows.setdefault(target, []).append(params)
             else:
@@ -66,17 +81,22 @@ class Recorder:
         for table, table_rows in rows.items():
             table_rows.sort(key=table.key_of)  # stable: the first row per key stays first
         self._retry.run(
-            lambda: self._write(rows, updates),
+            lambda: self._write(sorted(locks), rows, updates),
             sleep=self._sleep,
             retry_on=RETRIED_SQLSTATES,
             on_retry=lambda exc: log.warning("recording a batch failed (%s); retrying", exc),
         )
 
     def _write(
-        self, rows: dict[Table, list[tuple[Any, ...]]], updates: list[tuple[str, tuple[Any, ...]]]
+        self,
+        locks: list[str],
+        rows: dict[Table, list[tuple[Any, ...]]],
+        updates: list[tuple[str, tuple[Any, ...]]],
     ) -> None:
         # Pipeline mode: the statements go out without a round trip each.
         with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
+            if locks:
+                cur.execute(REVIEW_LOCK_SQL, (locks,))
             for table, table_rows in rows.items():
                 columns = [list(column) for column in zip(*table_rows, strict=True)]
                 cur.execute(table.insert_sql, columns)

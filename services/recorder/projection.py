@@ -71,10 +71,27 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+@dataclass(frozen=True)
+class ReviewLock:
+    """A dispute whose grievance items the batch may open or close across topics: the batch's
+    transaction locks it first (:data:`REVIEW_LOCK_SQL`), so that two replicas writing its
+    verdict and its round at once see each other's rows instead of each missing the other's."""
+
+    dispute_id: str
+
+
+REVIEW_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('refund-bench:review:' || d, 0))"
+    " FROM unnest(%s::text[]) AS d"
+)
+"""Takes the transaction's :class:`ReviewLock` locks, one per dispute id, in the order given
+(sorted, so that two transactions take them in the same order)."""
+
+
 Row = tuple[Table, tuple[Any, ...]]
 Update = tuple[str, tuple[Any, ...]]
-Statement = Row | Update
-"""A row for a table, or an update (SQL and its parameters)."""
+Statement = Row | Update | ReviewLock
+"""A row for a table, an update (SQL and its parameters), or a dispute to lock first."""
 
 GRIEVANCES = Table(
     "grievances",
@@ -296,19 +313,20 @@ def verdict_rows(e: ev.VerdictDecided) -> list[Statement]:
             )
         )
         rows.append(_closed_if_decided_already(e.dispute_id, item_key, e.grievance_id))
+        rows.append(ReviewLock(e.dispute_id))
     return rows
 
 
 _DECIDED_ALREADY_SQL = (
     "UPDATE review_items ri SET status = 'DECIDED', decided_at = p.priced_at,"
-    " reason = ri.reason || CASE WHEN p.decision = 'DECLINED'"
-    " THEN ' (the dispute was declined)' ELSE ' (settled by round ' || p.round || ')' END"
-    " FROM (SELECT round, decision, lines, priced_at FROM priced_refunds"
-    " WHERE dispute_id = %s ORDER BY round DESC LIMIT 1) p"
+    " reason = ri.reason || CASE WHEN p.settles THEN ' (settled by round ' || p.round || ')'"
+    " ELSE ' (the dispute was declined)' END"
+    " FROM (SELECT round, priced_at, settles FROM (SELECT round, decision, priced_at,"
+    " round > 1 AND EXISTS (SELECT 1 FROM jsonb_array_elements(lines) line"
+    " WHERE line->>'grievance_id' = %s AND line->>'status' <> 'HELD') AS settles"
+    " FROM priced_refunds WHERE dispute_id = %s) r"
+    " WHERE settles OR decision = 'DECLINED' ORDER BY round LIMIT 1) p"
     " WHERE ri.dispute_id = %s AND ri.item_key = %s AND ri.status = 'OPEN'"
-    " AND (p.decision = 'DECLINED' OR (p.round > 1 AND EXISTS (SELECT 1 FROM"
-    " jsonb_array_elements(p.lines) line WHERE line->>'grievance_id' = %s"
-    " AND line->>'status' <> 'HELD')))"
 )
 
 
@@ -318,10 +336,11 @@ def _closed_if_decided_already(dispute_id: str, item_key: str, grievance_id: str
     The verdict and the rounds are read from different topics, so a lagging partition, or a
     projection written again from the topics, may bring the verdict after a round that
     declined the dispute or settled the grievance (:func:`priced_rows` closes only the items
-    there are when it is read): the item is then closed as that round would have closed it,
-    and the queue shows what it would have shown had the topics been read in the flow's order.
+    there are when it is read): the item is then closed as the first such round would have
+    closed it (a later one, a repayment's, may hold nothing of it), and the queue shows what
+    it would have shown had the topics been read in the flow's order.
     """
-    return (_DECIDED_ALREADY_SQL, (dispute_id, dispute_id, item_key, grievance_id))
+    return (_DECIDED_ALREADY_SQL, (grievance_id, dispute_id, dispute_id, item_key))
 
 
 def priced_rows(e: ev.RefundPriced) -> list[Statement]:
@@ -371,6 +390,8 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
             (e.priced_at, f" (superseded by round {e.round})", e.dispute_id, e.round),
         )
     )
+    if e.decision == Decision.DECLINED or e.round > 1:
+        rows.append(ReviewLock(e.dispute_id))  # it may close items a verdict opens meanwhile
     if e.decision == Decision.DECLINED:
         # Declined as a whole: what any one grievance comes to no longer matters.
         rows.append(

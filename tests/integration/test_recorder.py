@@ -4,6 +4,7 @@ new round closes the dispute items of earlier rounds, a declined dispute its gri
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,8 @@ from refund_bench import topics as t
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Message
 from services.recorder.handler import Recorder
+from tests.kafka_helpers import wait_for
+from tests.pg_helpers import is_waiting
 
 pytestmark = pytest.mark.stack
 
@@ -222,6 +225,7 @@ def _escalated_line(grievance_id: str) -> ev.PricedLineEvent:
     return _line(grievance_id, "HELD").model_copy(update={"outcome": "ESCALATE"})
 
 
+@pytest.mark.parametrize("repaid", [False, True], ids=["", "then a repayment"])
 @pytest.mark.parametrize(
     ("decision", "g2_status", "suffix"),
     [
@@ -231,18 +235,21 @@ def _escalated_line(grievance_id: str) -> ev.PricedLineEvent:
     ids=["declined", "settled by a later round"],
 )
 def test_a_verdict_read_after_the_round_that_decided_its_grievance_opens_no_item(
-    database: str, decision: str, g2_status: str, suffix: str
+    database: str, decision: str, g2_status: str, suffix: str, repaid: bool
 ) -> None:
     """The recorder reads verdicts and rounds from different topics: a lagging verdict
     partition (or the projection written again from the topics) brings g2's ESCALATE verdict
-    after round 2, which declined the dispute or settled g2 on a reviewer's word. Its item is
-    closed as round 2 would have closed it, not left in the queue for a second decision."""
+    after round 2, which declined the dispute or settled g2 on a reviewer's word (and after a
+    round 3 that only pays a failed round again, holding no line). Its item is closed as
+    round 2 would have closed it, not left in the queue for a second decision."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     g2_line = _escalated_line("g2") if g2_status == "HELD" else _line("g2", g2_status)
     rounds = [
         _priced(dispute, 1, "AUTO_APPROVED", [_line("g1", "PAY"), _escalated_line("g2")]),
         _priced(dispute, 2, decision, [_line("g1", "PAY"), g2_line]),
     ]
+    if repaid:
+        rounds.append(_priced(dispute, 3, "REVIEW_APPROVED", []))
     assert _queue(database, rounds, [_escalated(dispute, "g2")]) == {"grievance:g2": "DECIDED"}
     with psycopg.connect(database) as conn:
         row = conn.execute(
@@ -254,6 +261,58 @@ def test_a_verdict_read_after_the_round_that_decided_its_grievance_opens_no_item
     assert row[1] == AT
     # Redelivered, the verdict does not reopen it.
     assert _queue(database, [_escalated(dispute, "g2")]) == {"grievance:g2": "DECIDED"}
+
+
+def test_a_verdict_and_the_round_that_declines_written_at_once_by_two_replicas_close_its_item(
+    database: str,
+) -> None:
+    """Two recorder replicas, one reading verdicts, the other rounds: the round that declines
+    the dispute is being written (its transaction held open here by a row it waits for) when
+    the other replica writes g2's ESCALATE verdict. Each must see the other's rows: the
+    verdict's write waits for the round's to commit, then closes the item."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    lines = [_escalated_line("g1"), _escalated_line("g2")]
+    _queue(
+        database,
+        [_escalated(dispute, "g1"), _priced(dispute, 1, "AUTO_APPROVED", lines)],
+    )  # g1's item is open, and round 1 is recorded
+    declined = _priced(dispute, 2, "DECLINED", lines)
+    with (
+        psycopg.connect(database) as holder,
+        psycopg.connect(database) as rounds_conn,
+        psycopg.connect(database) as verdicts_conn,
+        ThreadPoolExecutor(max_workers=2) as pool,
+    ):
+        # The round's write will wait for g1's item, which the decline closes.
+        holder.execute(
+            "SELECT 1 FROM review_items WHERE dispute_id = %s AND item_key = 'grievance:g1'"
+            " FOR UPDATE",
+            (dispute,),
+        )
+        rounds_pid = rounds_conn.info.backend_pid
+        verdicts_pid = verdicts_conn.info.backend_pid
+
+        def record(conn: psycopg.Connection[Any], message: Message) -> None:
+            recorder = Recorder(conn)
+            recorder.handle(message, Context(None))
+            recorder.flush()
+
+        writing_round = pool.submit(record, rounds_conn, declined)
+        wait_for(lambda: is_waiting(database, rounds_pid), 30, "the round's write to wait")
+        writing_verdict = pool.submit(record, verdicts_conn, _escalated(dispute, "g2"))
+        wait_for(
+            lambda: writing_verdict.done() or is_waiting(database, verdicts_pid),
+            30,
+            "the verdict's write to end or to wait",
+        )
+        holder.rollback()
+        writing_round.result(30)
+        writing_verdict.result(30)
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT item_key, status FROM review_items WHERE dispute_id = %s", (dispute,)
+        ).fetchall()
+    assert dict(rows) == {"grievance:g1": "DECIDED", "grievance:g2": "DECIDED"}
 
 
 @pytest.mark.parametrize(
