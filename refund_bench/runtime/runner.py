@@ -485,6 +485,12 @@ class StageRunner:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    # The consumer left its group while a batch ran longer than
+                    # max.poll.interval.ms; this poll rejoins it. The batch's commit failed and
+                    # was put back (:meth:`_put_back`), or it committed before the group moved on.
+                    log.warning("%s: %s; rejoining the group", self.spec.name, err.str())
+                    continue
                 raise KafkaException(err)
             self.metrics.incr("records_in", topic=msg.topic())
             headers: HeaderList = []
@@ -648,6 +654,8 @@ class StageRunner:
                             await self._commit_pipelined(ready)
                         except KafkaException as exc:
                             if not await self._put_back_pipelined(exc, ready, pending):
+                                if self._fatal is not None:  # a handler's, during the wait
+                                    raise self._fatal from exc
                                 raise
                         continue
                 if not pending:
@@ -706,13 +714,16 @@ class StageRunner:
         ``drain_timeout_s``, so that calls already paid for are cached for the next poll);
         their results are dropped, and ``pending`` is emptied. False, with nothing put back,
         when :meth:`_put_back` would refuse, a handler still runs at the end of the wait, or
-        one failed fatally meanwhile."""
+        one failed fatally meanwhile, or when the stage is stopping."""
         err = self._group_moved_on(exc)
-        if err is None:
-            return False
-        running = [b.task for b in pending if not b.task.done()]
-        if running:
-            await asyncio.wait(running, timeout=self.config.drain_timeout_s)
+        if err is None or self._stopping:
+            return False  # stopping: the records go to the partitions' next owner anyway
+        until = time.monotonic() + self.config.drain_timeout_s
+        while (running := [b.task for b in pending if not b.task.done()]) and (
+            left := until - time.monotonic()
+        ) > 0:
+            await asyncio.wait(running, timeout=min(left, 1.0))
+            self.heartbeat.beat()  # the loop is alive: it waits for calls already paid for
         if self._failing_until is not None or any(not b.task.done() for b in pending):
             return False
         batches = [*ready, *pending]

@@ -643,13 +643,14 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
 def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_on(
     stack: Stack, framing: Framing, new_topic: TopicFactory, guarantee: str, kind: str
 ) -> None:
-    """A stage's batch outlasts its session while another member joins (a slow database flush
-    here, as the commit's ``before_commit``, which holds the loop): the group moves on without
-    it, and its commit fails (``UNKNOWN_MEMBER_ID``; exactly once, this aborts the
-    transaction). The stage puts the batch back instead of exiting (a restart would cost a
-    tally or pricing pod its state's restore, an LLM stage its calls in flight), and rejoins
-    once the other member leaves. Every record comes out: exactly once, once; at least once,
-    those of the batches whose commit failed twice."""
+    """A stage's batch runs longer than ``max.poll.interval.ms`` (a slow database flush here,
+    as the commit's ``before_commit``, which holds the loop; 2 s here, 5 minutes as shipped):
+    the consumer leaves its group, the other member takes both partitions, and the batch's
+    commit fails (``UNKNOWN_MEMBER_ID``; exactly once, this aborts the transaction). The stage
+    puts the batch back instead of exiting (a restart would cost a tally or pricing pod its
+    state's restore, an LLM stage its calls in flight), reads past the poll's "maximum poll
+    interval exceeded" and rejoins once the other member leaves. Every record comes out:
+    exactly once, once; at least once, those of the batches whose commit failed twice."""
     total = 20
     source, sink = new_topic("lost-group-in", 2), new_topic("lost-group-out", 2)
     codec = bench_codec(framing, source, sink)
@@ -674,9 +675,15 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
         handler if kind == "sync" else async_handler,
         before_commit=slow_first_commit,
     )  # fmt: skip
-    # Batches of 5: an async stage has polled batches behind the one whose commit fails.
+    # Batches of 5: an async stage has polled batches behind the one whose commit fails. The
+    # session stays alive (heartbeats every 300 ms, from librdkafka's own thread).
     config = _config(
-        stack.kafka, group, session_timeout_ms=1000, guarantee=guarantee, batch_max_records=5
+        stack.kafka,
+        group,
+        session_timeout_ms=2000,
+        consumer_overrides={"heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000},
+        guarantee=guarantee,
+        batch_max_records=5,
     )
     runner = StageRunner(spec, config, framing)
     stage = StageThread(runner).start()
@@ -684,7 +691,8 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
         {
             "bootstrap.servers": stack.kafka,
             "group.id": group,
-            "session.timeout.ms": 1000,
+            "session.timeout.ms": 2000,
+            "heartbeat.interval.ms": 300,
             "enable.auto.commit": False,
             "partition.assignment.strategy": "cooperative-sticky",
         }
@@ -716,6 +724,51 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
         assert set(counts.values()) == {1}
     else:  # the records put back came out before the commit failed, and again after it
         assert set(counts.values()) == {1, 2}
+
+
+def test_batches_put_back_are_polled_again_from_their_first_record_of_each_partition(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """What a put-back does to partitions that stay with the instance (its commit raced a
+    rebalance that left them here, so no reassignment resets their position): each goes
+    back to the first record the batches hold of it, and the next polls return those records
+    again, and none before them."""
+    total = 40
+    source, sink = new_topic("put-back-in", 2), new_topic("put-back-out", 2)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+
+    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        return [Emit(out.name, message.key or "", message.value)]
+
+    group = f"put-back-{uuid.uuid4().hex[:8]}"
+    spec = StageSpec("put-back", (Topic(source, "bench.record"),), (out,), handler)
+    runner = StageRunner(spec, _config(stack.kafka, group), framing)
+    runner._start()
+    consumer = runner._consumer
+    assert consumer is not None
+    try:
+        polled: list[Any] = []
+
+        def read(into: list[Any], at_least: int) -> Callable[[], bool]:
+            def more() -> bool:
+                into.extend(m for m in consumer.consume(100, 0.2) if m.error() is None)
+                return len(into) >= at_least
+
+            return more
+
+        wait_for(read(polled, total), 60, "every record to be polled")
+        batches = [m for m in polled if m.offset() >= 5]  # each partition's records from 5 on
+        assert {m.partition() for m in batches} == {0, 1}
+        assert runner._seek_back([(m, runner._revocations) for m in batches])
+        again: list[Any] = []
+        wait_for(read(again, len(batches)), 60, "the records put back to be polled again")
+        assert sorted((m.partition(), m.offset()) for m in again) == sorted(
+            (m.partition(), m.offset()) for m in batches
+        )
+    finally:
+        runner._close()
 
 
 def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactory) -> None:

@@ -8,7 +8,12 @@ from confluent_kafka import KafkaError
 
 from refund_bench.runtime.runner import MAX_PUT_BACK_IN_A_ROW, may_put_back
 
-LOST = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION)
+LOST = (
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError._ASSIGNMENT_LOST,
+)
 
 
 @pytest.mark.parametrize("code", LOST)
