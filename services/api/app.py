@@ -44,7 +44,7 @@ from services.api.refund_failures import (
     payout_failed,
 )
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
-from services.api.settings import ApiSettings
+from services.api.settings import TOKEN_SCOPES, ApiSettings, unscoped_with_colon
 from services.api.store import DECISIONS, Store
 from services.api.stripe_webhook import stripe_webhook_router
 from services.payout.payments import StripePayments
@@ -202,6 +202,13 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     tokens = settings.bearer_tokens()
     if not tokens:
         log.warning("API_TOKENS is empty: every intake/status request will get 401")
+    if colons := unscoped_with_colon(tokens):
+        log.warning(
+            "API_TOKENS: %d entries hold a ':' but name no scope (%s): each is read as a bare"
+            " token that opens every scope; check for a misspelt scope",
+            colons,
+            ", ".join(f"{scope}:" for scope in TOKEN_SCOPES),
+        )
     reviewers = ReviewerDirectory(parse_reviewers(settings.reviewers.get_secret_value()))
     if not len(reviewers):
         log.warning("REVIEWERS is empty: nobody can sign in to the review desk")

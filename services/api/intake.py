@@ -40,7 +40,9 @@ asked for 2 s): inside the readiness probe's 3 s timeout in deploy/k8s/api.yaml.
 bearer_scheme = HTTPBearer(
     auto_error=False,
     scheme_name="bearer",
-    description="An API client token from API_TOKENS. Review-desk sessions are not accepted.",
+    description="An API client token from API_TOKENS, for its scope: `complaints:` tokens"
+    " submit complaints, `disputes:` tokens read disputes, bare tokens do both (403 outside"
+    " the scope). Review-desk sessions are not accepted.",
 )
 
 
@@ -116,7 +118,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
     """``POST /complaints`` (tokens of scope ``complaints``) and ``GET /disputes/{dispute_id}``
     (scope ``disputes``), bearer auth."""
     router = APIRouter(route_class=bearer_route_class(ctx.tokens, "complaints"), tags=["intake"])
-    reads = APIRouter(route_class=bearer_route_class(ctx.tokens, "disputes"), tags=["intake"])
+    reads = APIRouter(route_class=bearer_route_class(ctx.tokens, "disputes"))
     max_chars = ctx.settings.max_complaint_chars
 
     @router.post(

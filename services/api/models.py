@@ -222,8 +222,8 @@ class Payouts(BaseModel):
     events: list[PayoutEventRecord]
     """Each round's outcome that stands: its event of the highest revision."""
     history: list[PayoutEventRecord]
-    """Every outcome reported, by round and revision (a refund that waited for the customer
-    shows as completed, failed, completed)."""
+    """Every outcome reported, by round in the order reported (a refund that waited for the
+    customer shows as completed, failed, completed)."""
 
 
 class ReviewItemRecord(BaseModel):

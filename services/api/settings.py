@@ -30,19 +30,19 @@ class ApiToken:
 
 
 def parse_api_token(entry: str) -> ApiToken:
-    """One ``API_TOKENS`` entry: ``<scope>:<token>`` opens that scope only, a bare token every
-    scope. Raises ``ValueError`` (quoting nothing of the entry) for an entry with a ``:`` that
-    names no scope: most likely a misspelt one, which must not open more than it says."""
+    """One ``API_TOKENS`` entry: ``<scope>:<token>`` opens that scope only; any other entry is
+    a bare token, which opens every scope (as every token did before scopes: one holding a
+    ``:`` still works, and a misspelt scope makes a token no client sends)."""
     scope, sep, secret = entry.partition(":")
-    if not sep:
-        return ApiToken(entry.encode(), frozenset(TOKEN_SCOPES))
-    for known in TOKEN_SCOPES:
-        if scope == known:
-            return ApiToken(secret.encode(), frozenset({known}))
-    raise ValueError(
-        "API_TOKENS: an entry holds a ':' but does not start with a scope"
-        f" ({', '.join(f'{name}:' for name in TOKEN_SCOPES)}); a bare token holds no ':'"
-    )
+    if sep and scope in TOKEN_SCOPES:
+        return ApiToken(secret.strip().encode(), frozenset({scope}))
+    return ApiToken(entry.encode(), frozenset(TOKEN_SCOPES))
+
+
+def unscoped_with_colon(tokens: tuple[ApiToken, ...]) -> int:
+    """How many of ``tokens`` are bare but hold a ``:``: a misspelt scope, most likely (the API
+    warns of them at start, without quoting them)."""
+    return sum(1 for t in tokens if b":" in t.secret and t.scopes == frozenset(TOKEN_SCOPES))
 
 
 SESSION_MAX_AGE_LIMIT_S = 7 * 24 * 3600

@@ -731,7 +731,7 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         for r in await q.all(
             "SELECT round, revision, outcome, amount_minor, stripe_refund_id, error_code,"
             " reason, at FROM payout_event_history WHERE dispute_id = %s"
-            " ORDER BY round, revision, outcome"
+            " ORDER BY round, at, revision, outcome"
         )
     ]
     items = [

@@ -390,7 +390,7 @@ def priced_rows(e: ev.RefundPriced) -> list[Statement]:
             (e.priced_at, f" (superseded by round {e.round})", e.dispute_id, e.round),
         )
     )
-    if e.decision == Decision.DECLINED or e.round > 1:
+    if e.decision == Decision.DECLINED or (e.round > 1 and e.lines):
         rows.append(ReviewLock(e.dispute_id))  # it may close items a verdict opens meanwhile
     if e.decision == Decision.DECLINED:
         # Declined as a whole: what any one grievance comes to no longer matters.

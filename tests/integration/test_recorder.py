@@ -452,6 +452,12 @@ def test_a_paid_round_is_failed_by_stripes_report_and_not_by_a_conflicting_reque
         assert rows[0] == (2, "FAILED", code, reason, "re_later_failed")
     else:
         assert rows[0] == (2, "COMPLETED", None, None, "re_later_failed")
+    # A conflict is a request refused, not an outcome of the round: not in its history.
+    history = [(outcome, error) for _, _, outcome, error in _payout_history(database, dispute)]
+    expected: list[tuple[str, str | None]] = [("COMPLETED", None)]
+    if code != "LEDGER_CONFLICT":
+        expected.append(("FAILED", code))
+    assert sorted(history, key=str) == sorted(expected, key=str)
 
 
 def _round_outcome(dispute_id: str, event: str, revision: int) -> Message:
