@@ -1103,8 +1103,8 @@ def may_put_back(err: KafkaError, *, eos: bool, in_a_row: int) -> bool:
     """Whether a stage puts back the batches whose commit failed with ``err``, after
     ``in_a_row`` commits put back with none made since: for an error of
     :data:`_GROUP_MOVED_ON` that is not fatal and, exactly once (``eos``), only aborts the
-    transaction; and not after :data:`MAX_PUT_BACK_IN_A_ROW` (then every batch outlasts the
-    session, and a restart, counted and alerted on, says so)."""
+    transaction; and not after :data:`MAX_PUT_BACK_IN_A_ROW` (then every batch runs that
+    long, and a restart, counted and alerted on, says so)."""
     if err.fatal() or err.code() not in _GROUP_MOVED_ON:
         return False
     if eos and not err.txn_requires_abort():
