@@ -290,7 +290,7 @@ class StageRunner:
         self._polled_at = time.monotonic()
         self._put_back_in_a_row = 0
         """Commits that failed and were put back in a row (:meth:`_put_back`), none made
-        since."""
+        since (:meth:`_transaction` sets it back to 0 on each commit)."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -476,6 +476,7 @@ class StageRunner:
             self.metrics.incr("transactions", kind="aborted")
             raise
         self.metrics.incr("transactions", kind="committed")
+        self._put_back_in_a_row = 0
 
     def _decode_all(self, msgs: Sequence[Any]) -> list[_Decoded]:
         """Each polled record with its decoded message, or the reason it cannot be decoded."""
@@ -547,7 +548,6 @@ class StageRunner:
         if batch_state is not None:
             batch_state.apply()
             self.metrics.set("state_keys", cast(StateStore, self._store).size())
-        self._put_back_in_a_row = 0
         self.batches_committed += 1
         self.metrics.observe("batch_seconds", time.perf_counter() - started)
         self.metrics.observe("batch_records", len(msgs))
@@ -824,7 +824,6 @@ class StageRunner:
                 self.spec.before_commit()
             self._produce_all(outgoing)
             await asyncio.get_running_loop().run_in_executor(None, self._commit, offsets)
-        self._put_back_in_a_row = 0
         now = time.perf_counter()
         for batch in ready:
             self.batches_committed += 1
