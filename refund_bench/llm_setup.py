@@ -480,7 +480,8 @@ class JudgePanelSettings(LlmStageSettings):
 
 
 def call_counter(metrics: Metrics) -> OnCall:
-    """The handlers' ``on_call``: counts ``llm_calls`` by outcome (made, cached, refused)."""
+    """The handlers' ``on_call``: counts ``llm_calls`` by outcome (made, cached, refused,
+    failed_alone)."""
 
     def on_call(outcome: CallOutcome) -> None:
         metrics.incr("llm_calls", kind=outcome)

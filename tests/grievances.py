@@ -1,4 +1,5 @@
-"""A judge's input, as the extractor would publish it, for tests."""
+"""The extractor's and the judge's inputs, as the API and the extractor would publish them,
+for tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.domain import OrderRecord
 from refund_bench.runtime.messages import Message
-from refund_bench.samples import ARTICLE_ORDER
+from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import freeze
 
 
@@ -42,3 +43,18 @@ def grievance_message(
         extracted_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
     ).to_avro()
     return Message(t.GRIEVANCE_EXTRACTED.name, 0, 0, dispute_id, value, {}, 0)
+
+
+def complaint_message(
+    dispute_id: str, text: str = ARTICLE_COMPLAINT, order_id: str = ARTICLE_ORDER.order_id
+) -> Message:
+    """A complaint about ``order_id`` by the article's customer (the article's, by default),
+    as ``complaint.received`` delivers it."""
+    value = ev.ComplaintReceived(
+        dispute_id=dispute_id,
+        order_id=order_id,
+        customer_id=ARTICLE_ORDER.customer_id,
+        text=text,
+        received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+    ).to_avro()
+    return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)

@@ -30,13 +30,15 @@ from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
 from refund_bench.errors import TransientError
-from refund_bench.llm.client import LlmRejected
+from refund_bench.llm.client import LlmFailedAlone, LlmRejected
 from refund_bench.llm.redis_errors import redis_unreachable_is_transient
 from refund_bench.storable import storable
 
-CallOutcome = Literal["made", "cached", "refused"]
-"""What one model call of a handler came to: answered by the model, served from the cache, or
-refused by the endpoint for what the request carried (counted in ``llm_calls`` by ``kind``)."""
+CallOutcome = Literal["made", "cached", "refused", "failed_alone"]
+"""What one model call of a handler came to: answered by the model, served from the cache,
+refused by the endpoint for what the request carried, or failed by the endpoint on every call
+while it answered others (:class:`~refund_bench.llm.client.LlmFailedAlone`); counted in
+``llm_calls`` by ``kind``."""
 OnCall = Callable[[CallOutcome], None]
 
 
@@ -145,9 +147,9 @@ note): so it reads the same on every delivery; longer ones were cached before re
 
 
 class RefusedBefore(Exception):  # noqa: N818 - an outcome, not a fault
-    """The endpoint refused this request for its content, now or on an earlier delivery (the
-    refusal is cached in the answer's place); ``str()`` is the endpoint's reason, made
-    :func:`~refund_bench.storable.storable` (at most :data:`REFUSAL_REASON_CHARS`)."""
+    """The endpoint refused this request for its content, or failed it alone, now or on an
+    earlier delivery (the refusal is cached in the answer's place); ``str()`` is the reason,
+    made :func:`~refund_bench.storable.storable` (at most :data:`REFUSAL_REASON_CHARS`)."""
 
 
 def _refusal(value: str) -> str | None:
@@ -314,11 +316,14 @@ async def cached_call(
     call (then a freshly computed answer, if any, was discarded), or computed by a call for
     ``key`` already under way in ``in_flight``. Raise inside ``compute`` (e.g. parse the answer
     there) to keep a bad answer out of the cache. ``on_call`` is told how the call ended: made,
-    cached, or refused (an :class:`LlmRejected` for the input).
+    cached, refused (an :class:`LlmRejected` for the input) or failed alone (an
+    :class:`LlmFailedAlone`).
 
-    A refusal for the input is raised on, like every other error, unless ``keep_refusals``:
-    then it is cached in the answer's place, so that every delivery of the request ends the
-    same way, and raised as :class:`RefusedBefore` (now and on every later call for ``key``).
+    A refusal for the input, or a request failed alone, is raised on like every other error,
+    unless ``keep_refusals``: then it is cached in the answer's place, so that every delivery
+    of the request ends the same way, and raised as :class:`RefusedBefore` (now and on every
+    later call for ``key``; :func:`~refund_bench.llm.client.failed_alone` tells the two apart
+    by the reason).
 
     The cache out of reach is the cache's :class:`~refund_bench.errors.TransientError`, raised
     on: the caller must not use an answer that is not stored. With ``in_flight``, an answer
@@ -352,11 +357,11 @@ async def _cached_call(
         if value is None:
             try:
                 fresh = await compute()
-            except LlmRejected as exc:
-                if not exc.refused_input:
+            except (LlmRejected, LlmFailedAlone) as exc:
+                if isinstance(exc, LlmRejected) and not exc.refused_input:
                     raise
                 if on_call is not None:
-                    on_call("refused")
+                    on_call("refused" if isinstance(exc, LlmRejected) else "failed_alone")
                 if not keep_refusals:
                     raise
                 stored = await cache.put_if_absent(key, refusal_value(str(exc)))

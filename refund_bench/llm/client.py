@@ -17,6 +17,9 @@ Error policy (by type, see :mod:`refund_bench.errors`):
   retried by the same policy, before the next attempt, and raised as it is when it gives up.
 - :class:`LlmRejected`: any other 4xx; the request itself is wrong (bad schema, temperature 0
   for a judge, auth). Not retried.
+- :class:`LlmFailedAlone`: the endpoint failed this one request on every call while it
+  answered the others (:mod:`refund_bench.llm.lone_failures`): not retried, since asking again
+  fails again; the stages treat it like a refusal of the input.
 - :class:`refund_bench.llm.roles.MalformedAnswer`: a 200 completion whose answer is empty,
   cut short or withheld (finish reason ``length`` or ``content_filter``; no other finish
   reason, nor none, makes an answer malformed), or holds a lone surrogate (no text at all). A
@@ -55,6 +58,7 @@ from typing_extensions import override
 
 from refund_bench.errors import RefundBenchError, TransientError
 from refund_bench.llm.http import AioHttpClient
+from refund_bench.llm.lone_failures import LoneFailures
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy, retry_after_seconds
@@ -201,6 +205,26 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
         if self.status not in REFUSED_INPUT_STATUSES:
             return False
         return self.param not in SETTING_PARAMS and self.code not in SETTING_CODES
+
+
+FAILED_ALONE = "no answer from the endpoint: "
+"""How the reason of an :class:`LlmFailedAlone` begins (and the reason cached for it)."""
+
+
+class LlmFailedAlone(RefundBenchError):  # noqa: N818 - named for the policy
+    """The endpoint failed this one request on every call, while it answered the others
+    (:class:`~refund_bench.llm.lone_failures.LoneFailures` says when). Retrying cannot help,
+    and an outage never raises it. The stages handle it like a request refused for its
+    content: the input goes to a person, and the outcome is cached, so a redelivery does not
+    ask again. ``str()`` begins with :data:`FAILED_ALONE` and holds no credentials."""
+
+    def __init__(self, reason: str, last: LlmUnavailable) -> None:
+        super().__init__(f"{FAILED_ALONE}{reason}; the last failure: {last}")
+
+
+def failed_alone(reason: str) -> bool:
+    """Whether a cached refusal's ``reason`` is an :class:`LlmFailedAlone`'s."""
+    return reason.startswith(FAILED_ALONE)
 
 
 class JsonCompleter(Protocol):
@@ -394,8 +418,10 @@ class LlmClient:
         on_inflight: Callable[[int], None] | None = None,
         on_retry: OnRetry | None = None,
         max_connections: int = 128,
+        lone_failures: LoneFailures | None = None,
     ) -> None:
         self._endpoint = endpoint
+        self._lone = lone_failures or LoneFailures()
         self._limiter: RateLimiter = rate_limiter or UnlimitedRateLimiter()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -466,8 +492,10 @@ class LlmClient:
         Transient failures are retried by the retry policy, each attempt after a fresh
         rate-limiter token (a failed take is retried too). Raises :class:`LlmUnavailable` when
         retries are exhausted (the limiter's :class:`TransientError` when it failed last),
-        :class:`LlmRejected` on other 4xx, :class:`MalformedAnswer` on an empty or truncated
-        answer. The answer is not cached here: see :func:`refund_bench.llm.cache.cached_call`.
+        :class:`LlmFailedAlone` instead when this request has failed so on every call while
+        the endpoint answered others, :class:`LlmRejected` on other 4xx,
+        :class:`MalformedAnswer` on an empty or truncated answer. The answer is not cached
+        here: see :func:`refund_bench.llm.cache.cached_call`.
         """
         params: list[ChatCompletionMessageParam] = [_to_openai(m) for m in messages]
         response_format: ResponseFormatJSONSchema = {
@@ -485,9 +513,10 @@ class LlmClient:
         # Encoded once per call, not once per attempt: retries resend the same bytes. orjson
         # writes the same compact UTF-8 as json.dumps(..., ensure_ascii=False) in a twelfth of
         # the time (about 30 us of a judge call's 0.6 ms).
+        content = orjson.dumps(body)
         options = _COMPLETION_POST.model_copy(
             update={
-                "content": orjson.dumps(body),
+                "content": content,
                 "headers": {**_OMIT, DISPUTE_HEADER: dispute_id},
             }
         )
@@ -521,8 +550,28 @@ class LlmClient:
                 raise mapped from cause
             return _answer(response.content)
 
+        mark = self._lone.mark(dispute_id)
         self._track(+1)
         try:
-            return await self._retry.run_async(attempt, sleep=self._sleep, on_retry=self._on_retry)
+            answer = await self._retry.run_async(
+                attempt, sleep=self._sleep, on_retry=self._on_retry
+            )
+        except LlmUnavailable as exc:
+            alone = self._lone.failed(content, dispute_id, mark)
+            if alone is None:
+                raise
+            log.warning(
+                "llm %s for dispute %s (%s): no answer to this request alone: %s",
+                schema_name,
+                dispute_id,
+                self.model,
+                alone,
+            )
+            raise LlmFailedAlone(alone, exc) from exc
+        except (LlmRejected, MalformedAnswer):
+            self._lone.answered(content)  # the endpoint is up: it answered, if not usefully
+            raise
         finally:
             self._track(-1)
+        self._lone.answered(content)
+        return answer

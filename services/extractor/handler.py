@@ -5,7 +5,8 @@ dispute), make ONE structured-output LLM call, and validate the answer in code. 
 answer gets one repair call; if that fails too, or leaves out a grievance the first answer had
 without fault (same category and item: a repair mends, it does not read the complaint anew), or
 the endpoint refuses the complaint itself (HTTP 400, 413, 422: too long, against a content
-policy), the complaint goes to human review. A
+policy) or fails it alone (:class:`~refund_bench.llm.client.LlmFailedAlone`), the complaint goes
+to human review. A
 complaint without a checkable grievance still gets a reply (a priced outcome with nothing to
 pay). Answers are cached per (dispute, complaint, snapshot), with no model or prompt version, so
 a redelivered complaint costs no new call and gets the outcome already published; a refusal is
@@ -43,7 +44,7 @@ from refund_bench.llm.cache import (
     read_maker,
     sha256_hex,
 )
-from refund_bench.llm.client import JsonCompleter
+from refund_bench.llm.client import JsonCompleter, failed_alone
 from refund_bench.llm.roles import (
     LlmRequest,
     MalformedAnswer,
@@ -67,6 +68,7 @@ LEFT_OUT_REASON = (
     "EXTRACTION: the repaired answer leaves out grievances the first answer had without fault"
 )
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
+NO_ANSWER_REASON = "EXTRACTION: the model endpoint gave no answer to the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
 DEFAULT_MAX_COMPLAINT_CHARS = 5000
 """The API's default limit too: a complaint the intake would take is never refused here."""
@@ -168,7 +170,8 @@ class ExtractorHandler:
         try:
             grievances, made = await self._extract(complaint, snapshot_sha, items)
         except RefusedBefore as exc:
-            reason = f"{REFUSED_REASON} ({exc})"
+            what = NO_ANSWER_REASON if failed_alone(str(exc)) else REFUSED_REASON
+            reason = f"{what} ({exc})"
             return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
         if isinstance(grievances, str):
             return [self._unpriced(complaint, snapshot, snapshot_sha, grievances)]

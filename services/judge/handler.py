@@ -10,10 +10,11 @@ or a grievance id that comes back with another claim, draws anew. Rulings are no
 in code, on exactly the citations a ruling keeps (:func:`kept_citations`): an unreadable
 answer, or an UPHELD/REJECTED that cites no field of the evidence, or more than a ruling keeps,
 counts as ESCALATE; so does a seat whose request the endpoint refuses for its content (HTTP
-400, 413, 422), uncached. An unreadable answer (or one cut short or withheld, however its text
-reads) is drawn again, up to :data:`DRAWS_PER_SEAT` draws; a seat none of whose draws could be
-read is cached marked so (:func:`seal`), and is UNREADABLE, ESCALATE, on every delivery. A
-grievance of a category this code does not know goes to the dead-letter topic.
+400, 413, 422) or fails alone (:class:`~refund_bench.llm.client.LlmFailedAlone`), cached so.
+An unreadable answer (or one cut short or withheld, however its text reads) is drawn again, up
+to :data:`DRAWS_PER_SEAT` draws; a seat none of whose draws could be read is cached marked so
+(:func:`seal`), and is UNREADABLE, ESCALATE, on every delivery. A grievance of a category this
+code does not know goes to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.domain import Category, Ruling
-from refund_bench.errors import InvalidInput
+from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import (
     InFlight,
     OnCall,
@@ -37,7 +38,7 @@ from refund_bench.llm.cache import (
     cached_call,
     judge_cache_key,
 )
-from refund_bench.llm.client import JsonCompleter
+from refund_bench.llm.client import JsonCompleter, failed_alone
 from refund_bench.llm.roles import (
     GrievanceForJudge,
     JudgeAnswer,
@@ -170,9 +171,23 @@ class JudgeHandler:
             GrievanceForJudge.of(grievance, category), snapshot, prompt=self._prompt
         )
         inputs_sha256 = request.inputs_sha256()
-        rulings = await asyncio.gather(
-            *(self._rule(seat, grievance, request, inputs_sha256, allowed) for seat in self._seats)
+        # Every seat's call runs to its end, even when another's failed: a retried handler
+        # then makes one new call per seat still without an answer, instead of joining calls
+        # left running, so each retry counts once for each request the endpoint fails alone.
+        results = await asyncio.gather(
+            *(self._rule(seat, grievance, request, inputs_sha256, allowed) for seat in self._seats),
+            return_exceptions=True,
         )
+        rulings: list[ev.RulingCast] = []
+        failures: list[BaseException] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                failures.append(result)
+            else:
+                rulings.append(result)
+        if failures:
+            # One that is not transient first: it stops the stage, however the others ended.
+            raise next((f for f in failures if not isinstance(f, TransientError)), failures[0])
         return [Emit(t.RULING_CAST.name, grievance.dispute_id, r.to_avro()) for r in rulings]
 
     async def _rule(
@@ -280,17 +295,19 @@ def _evidence(snapshot_json: str, snapshot_sha256: str) -> tuple[dict[str, Any],
 
 
 def _refused_fields(reason: str) -> dict[str, Any]:
-    """The ruling of a seat whose request the endpoint refused for its content (``reason``:
-    the endpoint's answer): no answer is no evidence either way, so ESCALATE."""
+    """The ruling of a seat whose request the endpoint refused for its content, or failed
+    alone (``reason``: the endpoint's answer, or what it failed): no answer is no evidence
+    either way, so ESCALATE (``model_ruling`` ``REFUSED`` or ``NO_ANSWER``)."""
+    if failed_alone(reason):
+        model_ruling, what = "NO_ANSWER", "The model endpoint gave no answer to the request"
+    else:
+        model_ruling, what = "REFUSED", "The model endpoint refused the request"
     return {
         "ruling": Ruling.ESCALATE.value,
-        "model_ruling": "REFUSED",
+        "model_ruling": model_ruling,
         "confidence": 0.0,
         "evidence_cited": [],
-        "reasoning": storable(
-            f"The model endpoint refused the request ({reason}); counted as ESCALATE.",
-            MAX_REASONING_CHARS,
-        ),
+        "reasoning": storable(f"{what} ({reason}); counted as ESCALATE.", MAX_REASONING_CHARS),
     }
 
 

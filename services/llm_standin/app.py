@@ -6,7 +6,9 @@ injection in between, so that the stand-in stays cheap at 0 ms latency (it share
 with the pipeline it serves). Everything else (health, models, stats, admin) is a FastAPI app.
 Faults are drawn from one seeded RNG, one draw per completion request, so a run with the same
 seed and the same request order injects the same faults. A queue of scripted faults
-(``next_faults``) takes precedence, for tests that need "429 on the next two calls".
+(``next_faults``) takes precedence, for tests that need "429 on the next two calls". Above both,
+``fail_disputes`` answers every request of one role for one dispute (by its dispute header)
+with a 500, for tests of a request the endpoint fails alone while it answers the others.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from services.llm_standin.errors import RuleError
 from services.llm_standin.schema_check import schema_errors
 
 FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", "401"]
+Role = Literal["extractor", "judge", "settler"]
 """The random faults are the first four; the 400s and ``401`` only come scripted."""
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
@@ -68,6 +71,9 @@ class FaultUpdate(BaseModel):
     timeout_seconds: float | None = Field(default=None, ge=0.0)
     seed: int | None = None
     next_faults: list[FaultKind] | None = None
+    fail_disputes: dict[str, Role] | None = None
+    """Dispute id -> the role whose every request for it is answered 500; replaces the
+    mapping held (``{}`` clears it)."""
 
 
 @dataclass
@@ -98,15 +104,22 @@ class StandinState:
         self.seed = seed
         self.rng = random.Random(seed)  # noqa: S311 - reproducible faults, not security
         self.next_faults: deque[FaultKind] = deque()
+        self.fail_disputes: dict[str, Role] = {}
         self.stats = Stats()
         self.ids = itertools.count(1)
 
     def reset(self) -> None:
-        """Zero the stats, re-seed the RNG and drop scripted faults (settings are kept)."""
+        """Zero the stats, re-seed the RNG and drop scripted faults and failing disputes
+        (settings are kept)."""
         self.stats = Stats()
         self.rng = random.Random(self.seed)  # noqa: S311
         self.next_faults.clear()
+        self.fail_disputes = {}
         self.ids = itertools.count(1)
+
+    def fails(self, dispute: str | None, role: str) -> bool:
+        """Whether every request of ``role`` for ``dispute`` is to fail."""
+        return dispute is not None and self.fail_disputes.get(dispute) == role
 
     def draw_fault(self) -> FaultKind | None:
         """The fault for this request: the next scripted one, else one seeded draw."""
@@ -218,7 +231,8 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
         if not isinstance(payload, dict):
             raise RuleError("the request body must be a JSON object")
         schema_name, schema = _schema_of(payload)
-        stats.by_role[ROLE_BY_SCHEMA.get(schema_name, "unknown")] += 1
+        role = ROLE_BY_SCHEMA.get(schema_name, "unknown")
+        stats.by_role[role] += 1
         seed_value = payload.get("seed")
         if seed_value is not None and (
             isinstance(seed_value, bool) or not isinstance(seed_value, int)
@@ -233,7 +247,12 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
         stats.rejected += 1
         return _error(400, exc.message, "invalid_request_error", param=exc.param)
 
-    fault = state.draw_fault()
+    fault: FaultKind | None
+    if state.fail_disputes and state.fails(dispute, role):
+        state.rng.random()  # drawn as for any request; the scripted faults are left queued
+        fault = "5xx"
+    else:
+        fault = state.draw_fault()
     if state.faults.latency_ms:
         await asyncio.sleep(state.faults.latency_ms / 1000)
     if fault is not None:
@@ -358,6 +377,7 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> StandinApp
             "faults": state.faults.model_dump(),
             "seed": state.seed,
             "next_faults": list(state.next_faults),
+            "fail_disputes": dict(state.fail_disputes),
         }
 
     @app.post("/admin/reset")
@@ -367,7 +387,9 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> StandinApp
 
     @app.post("/admin/faults")
     async def set_faults(update: FaultUpdate) -> JSONResponse:
-        changes = update.model_dump(exclude_none=True, exclude={"seed", "next_faults"})
+        changes = update.model_dump(
+            exclude_none=True, exclude={"seed", "next_faults", "fail_disputes"}
+        )
         try:
             state.faults = FaultSettings.model_validate({**state.faults.model_dump(), **changes})
         except ValueError as exc:
@@ -377,6 +399,8 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> StandinApp
             state.rng = random.Random(update.seed)  # noqa: S311
         if update.next_faults is not None:
             state.next_faults = deque(update.next_faults)
+        if update.fail_disputes is not None:
+            state.fail_disputes = dict(update.fail_disputes)
         return JSONResponse({"faults": state.faults.model_dump(), "seed": state.seed})
 
     return StandinApp(state, app)

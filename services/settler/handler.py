@@ -40,7 +40,7 @@ from refund_bench.llm.cache import (
     cached_call,
     settler_cache_key,
 )
-from refund_bench.llm.client import JsonCompleter, LlmRejected, LlmUnavailable
+from refund_bench.llm.client import JsonCompleter, LlmFailedAlone, LlmRejected, LlmUnavailable
 from refund_bench.llm.roles import (
     HeldForReply,
     MalformedAnswer,
@@ -287,7 +287,7 @@ class SettlerHandler:
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
-        except LlmUnavailable as exc:
+        except (LlmUnavailable, LlmFailedAlone) as exc:
             # The model only: any other transient failure (the answer cache's or the rate
             # limit's Redis) is raised, and the handler retried, rather than putting a template
             # reply on record for every replay.

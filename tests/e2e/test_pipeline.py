@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -297,6 +298,44 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
     seeds = [(r["judge_seat"], r["seed"]) for story in stories for r in story.rulings]
     redraws = [seed for seat, seed in seeds if seed is not None and seed != _SEED_BASE + seat]
     assert redraws, "answers cut short were drawn again, and the rulings name the new seeds"
+
+
+def test_a_complaint_the_llm_fails_alone_goes_to_review_and_the_judge_goes_on(
+    pipeline: Pipeline,
+) -> None:
+    """The stand-in answers 500 to every judge request of one dispute (the article's: 12
+    requests), while it answers everyone else's. Each request is given up on as failing alone
+    after three calls, each with the client's full retries (about 50 s): its seat rules
+    ESCALATE (``NO_ANSWER``), the dispute waits for a person and nothing is paid. Complaints
+    submitted meanwhile, one a second, are paid in full: the judge never stopped."""
+    poison = f"d-{uuid.uuid4().hex[:16]}"
+    pipeline.set_llm_faults(fail_disputes={poison: "judge"})
+    sample, others = _sample("article"), []
+    try:
+        pipeline.submit(sample.order_id, sample.customer_id, sample.text, poison)
+        deadline = time.monotonic() + 180
+        while not pipeline.story(poison).is_final():
+            assert time.monotonic() < deadline, f"{poison} not final after 180 s"
+            others.append(_submit(pipeline, "billing"))  # the traffic the endpoint answers
+            time.sleep(1)  # the pace of that traffic, not a wait for a result
+    finally:
+        pipeline.set_llm_faults(fail_disputes={})
+    story = pipeline.story(poison)
+
+    assert len(story.rulings) == 12
+    assert {(r["ruling"], r["model_ruling"]) for r in story.rulings} == {("ESCALATE", "NO_ANSWER")}
+    assert all("it failed on 3 calls in a row" in r["reasoning"] for r in story.rulings)
+    latest = story.latest_round
+    assert latest is not None
+    assert latest["payable_minor"] == 0
+    assert story.payouts == []
+    assert any(i["status"] == "OPEN" for i in story.review_items), story.review_items
+    # The extraction, 12 judge requests of three calls of five attempts each, and the reply.
+    assert pipeline.llm_calls(poison) == 1 + 12 * 3 * 5 + 1
+    assert len(others) >= 30, "the traffic ran while the requests failed"
+    for other in others:
+        paid = pipeline.wait_final(other, timeout_s=120)
+        assert paid.paid_minor == FAULT_FREE_PAYABLE["billing"], (other, paid.priced)
 
 
 def _dead_letter(pipeline: Pipeline, dispute: str) -> Any:

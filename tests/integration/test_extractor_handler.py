@@ -18,7 +18,6 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.db.orders import OrderReader, upsert_orders
@@ -29,7 +28,7 @@ from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.resources import pg_pool
-from refund_bench.runtime import Context, Emit, Message
+from refund_bench.runtime import Context, Emit
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, snapshot_sha256
 from services.extractor.handler import (
@@ -39,22 +38,10 @@ from services.extractor.handler import (
     ExtractorHandler,
 )
 from tests.fakes.chat_completion import FixedAnswerServer, completion
+from tests.grievances import complaint_message
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
-
-
-def _complaint(
-    dispute_id: str, text: str = ARTICLE_COMPLAINT, order_id: str = ARTICLE_ORDER.order_id
-) -> Message:
-    value = ev.ComplaintReceived(
-        dispute_id=dispute_id,
-        order_id=order_id,
-        customer_id=ARTICLE_ORDER.customer_id,
-        text=text,
-        received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
-    ).to_avro()
-    return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)
 
 
 def _handle(
@@ -89,7 +76,10 @@ def _handle(
         handler = ExtractorHandler(pool, llm, cache, prompt, on_call=on_call)
         try:
             return await asyncio.gather(
-                *(handler.handle(_complaint(d, text, order_id), Context(None)) for d in disputes)
+                *(
+                    handler.handle(complaint_message(d, text, order_id), Context(None))
+                    for d in disputes
+                )
             )
         finally:
             await llm.aclose()
@@ -99,7 +89,7 @@ def _handle(
     return asyncio.run(go())
 
 
-async def _freeze_article_complaint(
+async def _freeze_articlecomplaint_message(
     pool: AsyncConnectionPool[Any], dispute_id: str, snapshot_json: str, sha256: str
 ) -> None:
     """Store the article's complaint as ``dispute_id``, as a delivery before would have, with
@@ -153,7 +143,7 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
         try:
             order = await OrderReader(pool).get(ARTICLE_ORDER.order_id)
             assert isinstance(order, OrderRecord)
-            await _freeze_article_complaint(pool, redelivered, earlier.json, earlier.sha256)
+            await _freeze_articlecomplaint_message(pool, redelivered, earlier.json, earlier.sha256)
             return freeze(order)
         finally:
             await pool.close()
@@ -231,7 +221,7 @@ def test_a_snapshot_frozen_with_line_items_this_version_refuses_is_invalid_input
         pool = pg_pool(database)
         await pool.open()
         try:
-            await _freeze_article_complaint(pool, dispute, text, snapshot_sha256(text))
+            await _freeze_articlecomplaint_message(pool, dispute, text, snapshot_sha256(text))
         finally:
             await pool.close()
 
@@ -638,7 +628,7 @@ def test_a_complaint_longer_than_the_limit_is_invalid_input_before_any_model_cal
             pool, llm, cache, load_prompt(EXTRACTOR_PROMPT_VERSION), max_complaint_chars=5000
         )
         try:
-            await handler.handle(_complaint(dispute, text), Context(None))
+            await handler.handle(complaint_message(dispute, text), Context(None))
         finally:
             await llm.aclose()
             await redis.aclose()

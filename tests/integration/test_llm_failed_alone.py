@@ -1,0 +1,350 @@
+"""A request the endpoint keeps failing while it answers the others, against the real LLM stand-in
+(``fail_disputes``: every request of one role for one dispute answered 500), Redis and
+PostgreSQL.
+
+Such a request is given up on, after three calls, as failing alone: the judge's seat rules
+ESCALATE (``NO_ANSWER``), the extractor holds the complaint for review, and the outcome is
+cached, so a redelivery neither asks again nor decides otherwise. An outage, where nothing
+else is answered either, is raised as the endpoint's failure on every call, as before: the
+stage pauses instead of sending every input to a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import TypeVar
+
+import pytest
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from refund_bench import topics as t
+from refund_bench.domain import Category
+from refund_bench.llm import roles
+from refund_bench.llm.cache import CallOutcome, RedisResponseCache, RefusedBefore, cached_call
+from refund_bench.llm.client import (
+    FAILED_ALONE,
+    LlmClient,
+    LlmEndpoint,
+    LlmFailedAlone,
+    LlmUnavailable,
+    failed_alone,
+)
+from refund_bench.resources import pg_pool
+from refund_bench.retry import RetryPolicy
+from refund_bench.runtime import Context, Emit, Message
+from refund_bench.samples import ARTICLE_ORDER
+from services.extractor.evidence import freeze
+from services.extractor.handler import NO_ANSWER_REASON, ExtractorHandler
+from services.judge.handler import JudgeHandler, Seat
+from tests.grievances import complaint_message, grievance_message
+from tests.standin import Standin
+
+pytestmark = pytest.mark.stack
+
+T = TypeVar("T")
+
+DELIVERIES = 6
+"""Deliveries a test makes at most before the handler must have given up (it takes three
+calls of each request; a retried handler may join a call still running from before)."""
+
+
+def _request() -> roles.LlmRequest:
+    """A judge's request about the article's order (any request the stand-in answers)."""
+    grievance = roles.GrievanceForJudge(
+        grievance_id="g1",
+        category=Category.LATE_DELIVERY,
+        text="The order arrived well after the promised time.",
+        item_name=None,
+        item_quantity=None,
+    )
+    prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
+    return roles.build_judge_request(grievance, freeze(ARTICLE_ORDER).data, prompt=prompt)
+
+
+class AnswerOthersWhileWaiting:
+    """The client's wait between attempts: instead of sleeping, it asks ``per_wait`` requests
+    of other disputes through the same client, which the stand-in answers. So while a failing
+    request is retried, the endpoint answers others, as it would under real traffic. A wait
+    inside one of those requests' own retries asks nothing (no recursion)."""
+
+    def __init__(self, per_wait: int) -> None:
+        self.per_wait = per_wait
+        self.client: LlmClient | None = None
+        self.asked = 0
+        self._asking = False
+
+    async def __call__(self, _seconds: float) -> None:
+        if self.client is None or self._asking:
+            return
+        self._asking = True
+        request = _request()
+        try:
+            for _ in range(self.per_wait):
+                self.asked += 1
+                await self.client.complete_json(
+                    request.messages,
+                    request.schema_name,
+                    request.schema,
+                    self.asked,
+                    f"d-other-{uuid.uuid4().hex[:8]}",
+                )
+        finally:
+            self._asking = False
+
+
+async def _noop_sleep(_seconds: float) -> None:
+    return None
+
+
+def _client(standin: Standin, sleep: Callable[[float], Awaitable[None]]) -> LlmClient:
+    """A client of the stand-in whose retries (two attempts per call) wait with ``sleep``."""
+    endpoint = LlmEndpoint(
+        base_url=standin.base_url,
+        api_key=SecretStr("stand-in"),
+        model="standin-judge",
+        temperature=0.7,
+        timeout_seconds=5,
+    )
+    client = LlmClient(endpoint, retry=RetryPolicy(attempts=2), sleep=sleep)
+    if isinstance(sleep, AnswerOthersWhileWaiting):
+        sleep.client = client
+    return client
+
+
+def _dispute() -> str:
+    return f"d-poison-{uuid.uuid4().hex[:8]}"
+
+
+def _run(coro: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro()
+
+    return asyncio.run(main())
+
+
+def test_a_request_failed_alone_is_given_up_on_its_third_call_and_cached(
+    redis_url: str, standin: Standin
+) -> None:
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "judge"})
+    outcomes: list[CallOutcome] = []
+    request = _request()
+
+    async def go() -> list[BaseException]:
+        sleep = AnswerOthersWhileWaiting(per_wait=2)
+        redis = Redis.from_url(redis_url)
+        cache = RedisResponseCache(redis, f"test-failed-alone-{uuid.uuid4().hex}:", 600)
+        async with _client(standin, sleep) as client:
+
+            async def compute() -> str:
+                return await client.complete_json(
+                    request.messages, request.schema_name, request.schema, 1000, dispute
+                )
+
+            raised: list[BaseException] = []
+            try:
+                for _ in range(4):
+                    try:
+                        await cached_call(
+                            cache, "judge-key", compute, outcomes.append, keep_refusals=True
+                        )
+                    except (LlmUnavailable, RefusedBefore) as exc:
+                        raised.append(exc)
+            finally:
+                await redis.aclose()
+            return raised
+
+    raised = _run(go)
+
+    assert [type(exc) for exc in raised] == [
+        LlmUnavailable,
+        LlmUnavailable,
+        RefusedBefore,
+        RefusedBefore,
+    ]
+    reason = str(raised[2])
+    assert failed_alone(reason), reason
+    assert "failed on 3 calls in a row" in reason
+    assert "server_error: Error code: 500" in reason, "the last failure is named"
+    assert str(raised[3]) == reason, "the cached reason, the same on every later call"
+    assert outcomes == ["failed_alone", "cached"]
+    assert standin.stats()["by_dispute"][dispute] == 6, "three calls of two attempts, no more"
+
+
+def test_the_client_raises_failed_alone_with_the_last_failure(standin: Standin) -> None:
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "judge"})
+    request = _request()
+
+    async def go() -> list[BaseException]:
+        raised: list[BaseException] = []
+        async with _client(standin, AnswerOthersWhileWaiting(per_wait=1)) as client:
+            for _ in range(3):
+                try:
+                    await client.complete_json(
+                        request.messages, request.schema_name, request.schema, 7, dispute
+                    )
+                except (LlmUnavailable, LlmFailedAlone) as exc:
+                    raised.append(exc)
+        return raised
+
+    raised = _run(go)
+
+    assert [type(exc) for exc in raised] == [LlmUnavailable, LlmUnavailable, LlmFailedAlone]
+    assert str(raised[2]).startswith(FAILED_ALONE)
+    assert isinstance(raised[2].__cause__, LlmUnavailable)
+
+
+@pytest.mark.parametrize("outage", ["every request fails", "nothing else is asked"])
+def test_an_outage_or_an_idle_stage_never_makes_a_request_fail_alone(
+    standin: Standin, outage: str
+) -> None:
+    """Every request failing (the stand-in's 5xx rate at 1), four disputes asked at once, five
+    rounds; or the failing request asked alone, five times: the endpoint's failure each time."""
+    disputes = [_dispute() for _ in range(4)]
+    if outage == "every request fails":
+        standin.faults(rate_5xx=1.0)
+    else:
+        standin.faults(fail_disputes={disputes[0]: "judge"})
+        disputes = disputes[:1]
+    request = _request()
+
+    async def go() -> list[BaseException]:
+        async with _client(standin, _noop_sleep) as client:
+
+            async def ask(dispute: str) -> str:
+                return await client.complete_json(
+                    request.messages, request.schema_name, request.schema, 7, dispute
+                )
+
+            raised: list[BaseException] = []
+            for _ in range(5):
+                results = await asyncio.gather(*(ask(d) for d in disputes), return_exceptions=True)
+                raised.extend(r for r in results if isinstance(r, BaseException))
+            return raised
+
+    raised = _run(go)
+
+    assert len(raised) == 5 * len(disputes)
+    assert all(type(exc) is LlmUnavailable for exc in raised), {type(e) for e in raised}
+
+
+HandlerOf = Callable[[LlmClient, Redis, AsyncExitStack], Awaitable[JudgeHandler | ExtractorHandler]]
+"""Builds a stage's handler on a client and the cache's Redis; what else it opens, it closes
+on the exit stack."""
+
+
+def _deliveries(
+    standin: Standin, redis_url: str, handler_of: HandlerOf, message: Message
+) -> tuple[Sequence[Emit], int]:
+    """``message`` delivered to one handler, on one client (as in one process: the client
+    remembers the requests failing between deliveries) that answers others while it waits,
+    until the handler stops raising the endpoint's failure. Its outputs, and how many
+    deliveries that took (at most :data:`DELIVERIES`)."""
+
+    async def go() -> tuple[Sequence[Emit], int]:
+        async with AsyncExitStack() as opened:
+            redis = Redis.from_url(redis_url)
+            opened.push_async_callback(redis.aclose)
+            client = _client(standin, AnswerOthersWhileWaiting(per_wait=3))
+            opened.push_async_callback(client.aclose)
+            handler = await handler_of(client, redis, opened)
+            for delivery in range(1, DELIVERIES + 1):
+                try:
+                    return await handler.handle(message, Context(None)), delivery
+                except LlmUnavailable:
+                    await asyncio.sleep(0.05)  # lets the failed delivery's calls end
+            raise AssertionError(f"still failing after {DELIVERIES} deliveries")
+
+    return asyncio.run(go())
+
+
+def _redelivered(
+    standin: Standin, redis_url: str, handler_of: HandlerOf, message: Message
+) -> Sequence[Emit]:
+    """``message`` delivered once more, to a fresh handler and client (another process)."""
+
+    async def go() -> Sequence[Emit]:
+        async with AsyncExitStack() as opened:
+            redis = Redis.from_url(redis_url)
+            opened.push_async_callback(redis.aclose)
+            client = _client(standin, _noop_sleep)
+            opened.push_async_callback(client.aclose)
+            handler = await handler_of(client, redis, opened)
+            return await handler.handle(message, Context(None))
+
+    return asyncio.run(go())
+
+
+def test_a_judge_seat_the_endpoint_fails_alone_rules_escalate_on_every_delivery(
+    redis_url: str, standin: Standin
+) -> None:
+    """All three seats' requests for the grievance fail: each seat rules ESCALATE
+    (``NO_ANSWER``), and so would a redelivery, without asking."""
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "judge"})
+    message = grievance_message(dispute)
+    prefix = f"test-failed-alone-judge-{uuid.uuid4().hex}:"
+    outcomes: list[CallOutcome] = []
+
+    async def judge(client: LlmClient, redis: Redis, _opened: AsyncExitStack) -> JudgeHandler:
+        seats = [Seat(index=i, llm=client, seed=1000 + i) for i in range(3)]
+        prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
+        return JudgeHandler(seats, RedisResponseCache(redis, prefix, 600), prompt, outcomes.append)
+
+    emits, deliveries = _deliveries(standin, redis_url, judge, message)
+
+    rulings = [e.value for e in emits]
+    assert deliveries >= 3, "three failing calls of each seat's request first"
+    assert [(r["judge_seat"], r["ruling"], r["model_ruling"]) for r in rulings] == [
+        (seat, "ESCALATE", "NO_ANSWER") for seat in range(3)
+    ]
+    assert all(
+        r["reasoning"].startswith("The model endpoint gave no answer to the request")
+        for r in rulings
+    ), rulings[0]["reasoning"]
+    assert all(r["evidence_cited"] == [] and r["seed"] is None for r in rulings)
+    assert outcomes.count("failed_alone") == 3
+    calls = standin.stats()["by_dispute"][dispute]
+
+    again = _redelivered(standin, redis_url, judge, message)
+
+    assert [e.value["reasoning"] for e in again] == [r["reasoning"] for r in rulings]
+    assert [e.value["model_ruling"] for e in again] == ["NO_ANSWER"] * 3
+    assert standin.stats()["by_dispute"][dispute] == calls, "a redelivery asks nothing"
+
+
+def test_a_complaint_the_endpoint_fails_alone_is_held_for_review_on_every_delivery(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "extractor"})
+    message = complaint_message(dispute)
+    prefix = f"test-failed-alone-extractor-{uuid.uuid4().hex}:"
+
+    async def extractor(
+        client: LlmClient, redis: Redis, opened: AsyncExitStack
+    ) -> ExtractorHandler:
+        pool = pg_pool(database)
+        await pool.open()
+        opened.push_async_callback(pool.close)
+        prompt = roles.load_prompt(roles.EXTRACTOR_PROMPT_VERSION)
+        return ExtractorHandler(pool, client, RedisResponseCache(redis, prefix, 600), prompt)
+
+    emits, deliveries = _deliveries(standin, redis_url, extractor, message)
+
+    assert deliveries >= 3
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    priced = emits[0].value
+    assert (priced["decision"], priced["lines"]) == ("HELD_FOR_REVIEW", [])
+    assert priced["reason"].startswith(f"{NO_ANSWER_REASON} ({FAILED_ALONE}"), priced["reason"]
+    calls = standin.stats()["by_dispute"][dispute]
+
+    (again,) = _redelivered(standin, redis_url, extractor, message)
+
+    assert (again.value["decision"], again.value["reason"]) == ("HELD_FOR_REVIEW", priced["reason"])
+    assert standin.stats()["by_dispute"][dispute] == calls, "a redelivery asks nothing"
