@@ -240,7 +240,9 @@ def check_reply(
       clause that sends it to review ("... for the biryanis and the Raita is under review"),
       or says it covers everything ("everything", "all your items", "every item", "in full",
       "the whole order");
-    - approved > 0: ``format_amount(approved_minor, currency)`` must appear as written;
+    - approved > 0: the approved amount must be stated in the reply's currency, by its code,
+      sign or name ("INR 689", "₹689", "Rs. 689", "689 rupees", "INR 689.00"; not "INR 689.50",
+      nor a bare "689");
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "issued a full refund", "approved your refund request", "return the money", "a
       refund ... is on the way", nor any other refund or credit wording, unless a negation
@@ -281,18 +283,18 @@ def check_reply(
     if numerals:
         failures.append(f"writes a number in characters it cannot read: {''.join(numerals)!r}")
     stated = format_amount(approved_minor, currency)
+    located = located_amounts(text, currency)
+    own = currency_tag(currency)
     if approved_minor > 0:
-        exact = re.compile(
-            rf"(?<![0-9A-Za-z]){re.escape(stated)}(?![0-9]|[.,][0-9])", re.IGNORECASE
-        )
-        if not exact.search(text):
+        # In the reply's currency, however written ("INR 689", "₹689", "Rs. 689/-", "689
+        # rupees"); a bare number ("a refund of 689") says no currency, so states nothing.
+        if not any(m.minor == approved_minor and m.currency == own for _, _, m in located):
             failures.append(f"does not state the approved amount {stated}")
     else:
         promise = _promise(text, stated)
         if promise is not None:
             failures.append(f"promises money although nothing is approved: {promise!r}")
-    located = located_amounts(text, currency)
-    statements = _statements(text, located, approved_minor, currency_tag(currency))
+    statements = _statements(text, located, approved_minor, own)
     if approved_minor > 0 and statements > 1:
         # "INR 689 for the biryanis and INR 689 for the delay" reads as twice the money.
         failures.append(f"states the approved amount {statements} times (at most once)")
@@ -302,7 +304,7 @@ def check_reply(
     if repeat is not None:
         failures.append(f"repeats the amount without a number: {repeat!r}")
     for start, end, mention in located:
-        if mention.currency is not None and mention.currency != currency_tag(currency):
+        if mention.currency is not None and mention.currency != own:
             failures.append(f"names an amount in another currency: {mention.text!r}")
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
@@ -324,7 +326,6 @@ def check_reply(
         failures.append("does not mention the refund an earlier round paid")
     # The reply's own currency code next to its amount is no credential ("CVC 689"): the
     # amounts in that currency are read as blanks here (any other amount fails above).
-    own = currency_tag(currency)
     masked = text
     for start, end, mention in located:
         if mention.currency == own:

@@ -55,6 +55,31 @@ def test_the_approved_amount_must_be_stated_as_formatted() -> None:
     assert check_reply("We have refunded INR 689.", 68900, "INR", []) == ()
 
 
+@pytest.mark.parametrize(
+    "written",
+    ["₹689", "₹ 689", "Rs. 689", "Rs 689/-", "689 rupees", "Rupees 689", "INR 689.00", "inr 689"],
+)
+def test_the_approved_amount_may_be_stated_with_the_currencys_sign_or_name(written: str) -> None:
+    """A model writing the rupee sign or "Rs." states the amount as well as "INR 689" does."""
+    assert check_reply(f"We have refunded {written} to your card.", 68900, "INR", []) == ()
+
+
+@pytest.mark.parametrize(
+    ("written", "failure"),
+    [
+        ("₹690", "does not state the approved amount INR 689"),
+        ("₹689.50", "does not state the approved amount INR 689"),
+        ("a refund of 689", "does not state the approved amount INR 689"),
+        ("$689", "names an amount in another currency: '$689'"),
+        ("₹689 and Rs. 689 for the delay", "states the approved amount 2 times (at most once)"),
+    ],
+)
+def test_an_amount_in_another_spelling_is_held_to_the_same_rules(
+    written: str, failure: str
+) -> None:
+    assert failure in check_reply(f"We have refunded {written}.", 68900, "INR", [])
+
+
 def test_the_articles_breakdown_reply_fails_because_it_names_other_amounts() -> None:
     article = (
         "We've refunded INR 689 to your original payment method: INR 640 for the missing "
