@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 
 from refund_bench.coalesce import TickBatcher
 from refund_bench.errors import TransientError
-from refund_bench.llm.client import LlmFailedAlone, LlmRejected
+from refund_bench.llm.client import LlmFailedAlone, LlmRejected, failed_alone
 from refund_bench.llm.redis_errors import redis_unreachable_is_transient
 from refund_bench.storable import storable
 
@@ -328,7 +328,7 @@ async def cached_call(
     The cache out of reach is the cache's :class:`~refund_bench.errors.TransientError`, raised
     on: the caller must not use an answer that is not stored. With ``in_flight``, an answer
     computed whose write failed is kept there, and the next call for ``key`` stores it instead
-    of computing again (a refusal is not kept: it is asked again).
+    of computing again; so is a kept refusal (``keep_refusals``).
     """
     if in_flight is None:
         return await _cached_call(cache, key, compute, on_call, keep_refusals, None)
@@ -351,24 +351,30 @@ async def _cached_call(
     in_flight: InFlight | None,
 ) -> tuple[str, bool]:
     hit = await cache.get(key)
+    outcome: CallOutcome = "made"
     if hit is None:
         # An answer an earlier attempt drew but could not store: stored now, not drawn again.
         value = in_flight.unwritten(key) if in_flight is not None else None
-        if value is None:
+        if value is not None:
+            outcome = _outcome_of(value) if keep_refusals else "made"
+        else:
             try:
                 fresh = await compute()
             except (LlmRejected, LlmFailedAlone) as exc:
                 if isinstance(exc, LlmRejected) and not exc.refused_input:
                     raise
-                if on_call is not None:
-                    on_call("refused" if isinstance(exc, LlmRejected) else "failed_alone")
+                outcome = "refused" if isinstance(exc, LlmRejected) else "failed_alone"
                 if not keep_refusals:
+                    if on_call is not None:
+                        on_call(outcome)
                     raise
-                stored = await cache.put_if_absent(key, refusal_value(str(exc)))
-                # Read back as every later delivery reads it: RefusedBefore, with the same
-                # reason; or the answer a concurrent call stored first.
-                return cached_answer(stored), True
-            value = cache_value(fresh) if keep_refusals else fresh
+                # Stored in the answer's place, and read back below as every later delivery
+                # reads it: RefusedBefore, with the same reason (or the answer a concurrent
+                # call stored first). Kept like an answer if the write fails: a request failed
+                # alone is not asked again, its counts are gone.
+                value = refusal_value(str(exc))
+            else:
+                value = cache_value(fresh) if keep_refusals else fresh
         try:
             hit = await cache.put_if_absent(key, value)
         except TransientError:
@@ -381,8 +387,16 @@ async def _cached_call(
     if in_flight is not None:
         in_flight.written(key)
     if on_call is not None:
-        on_call("cached" if from_cache else "made")
+        on_call("cached" if from_cache else outcome)
     return (cached_answer(hit) if keep_refusals else hit), from_cache
+
+
+def _outcome_of(value: str) -> CallOutcome:
+    """What the call that drew ``value`` (a value to cache with refusals kept) came to."""
+    reason = _refusal(value)
+    if reason is None:
+        return "made"
+    return "failed_alone" if failed_alone(reason) else "refused"
 
 
 def sha256_hex(text: str) -> str:

@@ -58,7 +58,7 @@ from typing_extensions import override
 
 from refund_bench.errors import RefundBenchError, TransientError
 from refund_bench.llm.http import AioHttpClient
-from refund_bench.llm.lone_failures import LoneFailures
+from refund_bench.llm.lone_failures import CallMark, LoneFailures
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy, retry_after_seconds
@@ -214,7 +214,7 @@ FAILED_ALONE = "no answer from the endpoint: "
 class LlmFailedAlone(RefundBenchError):  # noqa: N818 - named for the policy
     """The endpoint failed this one request on every call, while it answered the others
     (:class:`~refund_bench.llm.lone_failures.LoneFailures` says when). Retrying cannot help,
-    and an outage never raises it. The stages handle it like a request refused for its
+    and an outage does not raise it. The stages handle it like a request refused for its
     content: the input goes to a person, and the outcome is cached, so a redelivery does not
     ask again. ``str()`` begins with :data:`FAILED_ALONE` and holds no credentials."""
 
@@ -521,7 +521,18 @@ class LlmClient:
             }
         )
 
+        first_failure: CallMark | None = None
+
         async def attempt() -> str:
+            nonlocal first_failure
+            try:
+                return await attempt_once()
+            except LlmUnavailable:
+                if first_failure is None:  # the window of lone failures opens here
+                    first_failure = self._lone.mark(dispute_id)
+                raise
+
+        async def attempt_once() -> str:
             # A TransientError of the limiter (Redis out of reach) is retried as a failed call.
             await self._limiter.acquire()
             try:
@@ -550,13 +561,13 @@ class LlmClient:
                 raise mapped from cause
             return _answer(response.content)
 
-        mark = self._lone.mark(dispute_id)
         self._track(+1)
         try:
             answer = await self._retry.run_async(
                 attempt, sleep=self._sleep, on_retry=self._on_retry
             )
         except LlmUnavailable as exc:
+            mark = first_failure or self._lone.mark(dispute_id)
             alone = self._lone.failed(content, dispute_id, mark)
             if alone is None:
                 raise
@@ -569,9 +580,9 @@ class LlmClient:
             )
             raise LlmFailedAlone(alone, exc) from exc
         except (LlmRejected, MalformedAnswer):
-            self._lone.answered(content)  # the endpoint is up: it answered, if not usefully
+            self._lone.answered(content, dispute_id)  # the endpoint answered, if not usefully
             raise
         finally:
             self._track(-1)
-        self._lone.answered(content)
+        self._lone.answered(content, dispute_id)
         return answer

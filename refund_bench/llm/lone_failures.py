@@ -2,24 +2,30 @@
 
 When the endpoint is down, every request fails: the stage should pause (its transient error
 goes up, the runtime retries the record and in the end exits, so the record comes back) and go
-on when the endpoint is back. But some requests fail on their own. A prompt may crash the
-model server, or its answer may never finish in time. The same pause would then stop that
+on when the endpoint is back. But some requests fail on their own. The model server may answer
+500 for one prompt, or its answer may never finish in time. The same pause would then stop that
 record's partition for good.
 
-:class:`LoneFailures` tells the two apart. It holds only counts and needs no I/O. A request is
-failing alone when both of these hold:
+:class:`LoneFailures` tells the two apart. It holds only counts and needs no I/O. Each failing
+call is watched from its first failed attempt on (its *window*): what the endpoint did before
+that says nothing about this failure. A request is failing alone when all of these hold:
 
 - it failed on :attr:`LoneFailures.calls` calls in a row (each call is the client's whole
-  retry schedule), and during each of those calls the endpoint answered some other request;
-- at least :attr:`LoneFailures.answered_share` of the other calls that ended since its first
-  failing call began were answered. Calls of the request's own group (its dispute: a
-  complaint's grievances, a grievance's judge seats) are left out of that share, since what
-  fails one of them often fails all.
+  retry schedule);
+- the endpoint answered at least one other call since the first of them failed first;
+- at least :attr:`LoneFailures.answered_share` of the other calls that ended since then were
+  answered. The failures of the request's own group (its dispute: a complaint's grievances)
+  are left out of that share, since what fails one of them often fails all.
 
-An outage answers nothing, and an endpoint that fails a tenth of the other calls fails the
-share, so in both cases the request's failure goes up as before. A call during which no other
-request was answered (an outage, or a stage with nothing else to do) sets the request's count
-back to 0.
+A call in whose window other disputes' calls failed and none was answered is an outage's: it
+sets the request's count back to 0. A call in whose window no other call ended (a stage that
+has stopped fetching while its oldest batch waits) counts: the endpoint said nothing either
+way. So an outage, which answers nothing and fails the other calls too, does not make a
+request fail alone, nor does an endpoint that fails more than a tenth of the other calls: the
+request's failure goes up as before. (One case slips through: a call that failed first just
+before an outage, during which another call was still answered, in a stage with nothing else
+to ask since. Then that one request, or its dispute's, goes to a person.) A stage with nothing
+else to ask at all waits for other work before it gives up on a request.
 """
 
 from __future__ import annotations
@@ -58,8 +64,8 @@ class LoneFailures:
     """One endpoint's answered and failed calls, and the requests it keeps failing.
 
     A request is named by ``request``: any bytes that are the same for every call of the
-    request, and differ between requests (the request's body); only their digest is kept.
-    ``group`` names the input it belongs to (its dispute). Use it from one event loop.
+    request, and differ between requests (the request's body), with ``group``, the input it
+    belongs to (its dispute); only their digest is kept. Use it from one event loop.
     """
 
     def __init__(
@@ -87,40 +93,42 @@ class LoneFailures:
         return len(self._failing)
 
     def mark(self, group: str) -> CallMark:
-        """The counts as a call of ``group`` begins; hand them to :meth:`failed` if the call
-        fails."""
+        """The counts as a call of ``group`` fails its first attempt; hand them to
+        :meth:`failed` if the call fails for good."""
         return CallMark(self._answered, self._failed, self._failed_by_group.get(group, 0))
 
-    def answered(self, request: bytes) -> None:
-        """The endpoint answered a call of ``request`` (any answer, even one that cannot be
-        read): it is not failing any more."""
+    def answered(self, request: bytes, group: str) -> None:
+        """The endpoint answered a call of ``request`` (of ``group``; any answer, even one
+        that cannot be read): it is not failing any more."""
         self._answered += 1
         if self._failing:  # (no digest to take while nothing fails)
-            self._failing.pop(_digest(request), None)
+            self._failing.pop(_digest(request, group), None)
 
     def failed(self, request: bytes, group: str, mark: CallMark) -> str | None:
-        """A call of ``request`` (of ``group``) that began at ``mark`` failed for good (its
-        retries spent). Returns why the request is failing alone, if it now is (the request
-        is then forgotten); ``None`` when its failure is to be raised as the endpoint's."""
-        others_meanwhile = self._answered - mark.answered
+        """A call of ``request`` (of ``group``) whose first attempt failed at ``mark`` failed
+        for good (its retries spent). Returns why the request is failing alone, if it now is
+        (the request is then forgotten); ``None`` when its failure is to be raised as the
+        endpoint's."""
+        in_group = self._failed_by_group.pop(group, 0)
+        outage = self._answered == mark.answered and self._others_failed(mark, in_group) > 0
         self._failed += 1
-        in_group = self._failed_by_group.pop(group, 0) + 1
+        in_group += 1
         self._failed_by_group[group] = in_group  # now the newest
         _forget_oldest(self._failed_by_group, self._max)
-        name = _digest(request)
+        name = _digest(request, group)
         entry = self._failing.pop(name, None)
-        if others_meanwhile == 0:
-            return None  # nothing else was answered: an outage, or nothing else to ask
+        if outage:
+            return None  # other disputes' calls failed meanwhile, and none was answered
         if entry is None:
             entry = _Failing(0, mark)
         entry.calls += 1
         answered = self._answered - entry.since.answered
-        # Every failure since the first failing call, less those of the request's own group
-        # (its own among them). A group forgotten meanwhile counts its failures as others'.
-        failed = (self._failed - entry.since.failed) - max(
-            0, in_group - entry.since.failed_in_group
-        )
-        if entry.calls < self.calls or answered < self.answered_share * (answered + failed):
+        failed = self._others_failed(entry.since, in_group)
+        if (
+            entry.calls < self.calls
+            or answered == 0
+            or answered < self.answered_share * (answered + failed)
+        ):
             self._failing[name] = entry  # now the newest
             _forget_oldest(self._failing, self._max)
             return None
@@ -129,11 +137,19 @@ class LoneFailures:
             f" answered {answered} other calls and failed {failed} of other disputes"
         )
 
+    def _others_failed(self, since: CallMark, in_group: int) -> int:
+        """The failures since ``since`` of calls of other groups than the one that has
+        ``in_group`` failures now. A group forgotten meanwhile counts its own as others'."""
+        return (self._failed - since.failed) - max(0, in_group - since.failed_in_group)
+
 
 def _forget_oldest(remembered: dict[K, V], most: int) -> None:
     while len(remembered) > most:
         del remembered[next(iter(remembered))]
 
 
-def _digest(request: bytes) -> bytes:
-    return hashlib.blake2b(request, digest_size=16).digest()
+def _digest(request: bytes, group: str) -> bytes:
+    """The request's name: two disputes asking the same (one complaint sent twice) are two."""
+    digest = hashlib.blake2b(request, digest_size=16)
+    digest.update(group.encode("utf-8", "surrogatepass"))
+    return digest.digest()

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from pydantic import SecretStr
@@ -23,8 +24,15 @@ from redis.asyncio import Redis
 
 from refund_bench import topics as t
 from refund_bench.domain import Category
+from refund_bench.errors import TransientError
 from refund_bench.llm import roles
-from refund_bench.llm.cache import CallOutcome, RedisResponseCache, RefusedBefore, cached_call
+from refund_bench.llm.cache import (
+    CallOutcome,
+    InFlight,
+    RedisResponseCache,
+    RefusedBefore,
+    cached_call,
+)
 from refund_bench.llm.client import (
     FAILED_ALONE,
     LlmClient,
@@ -40,6 +48,7 @@ from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
 from services.extractor.handler import NO_ANSWER_REASON, ExtractorHandler
 from services.judge.handler import JudgeHandler, Seat
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.grievances import complaint_message, grievance_message
 from tests.standin import Standin
 
@@ -49,7 +58,7 @@ T = TypeVar("T")
 
 DELIVERIES = 6
 """Deliveries a test makes at most before the handler must have given up (it takes three
-calls of each request; a retried handler may join a call still running from before)."""
+calls of each request, one per delivery)."""
 
 
 def _request() -> roles.LlmRequest:
@@ -75,6 +84,8 @@ class AnswerOthersWhileWaiting:
         self.per_wait = per_wait
         self.client: LlmClient | None = None
         self.asked = 0
+        self.then: Callable[[], None] | None = None
+        """Called once, after the next wait's requests (then forgotten)."""
         self._asking = False
 
     async def __call__(self, _seconds: float) -> None:
@@ -94,13 +105,16 @@ class AnswerOthersWhileWaiting:
                 )
         finally:
             self._asking = False
+        then, self.then = self.then, None
+        if then is not None:
+            then()
 
 
 async def _noop_sleep(_seconds: float) -> None:
     return None
 
 
-def _client(standin: Standin, sleep: Callable[[float], Awaitable[None]]) -> LlmClient:
+def _client_of(standin: Standin, sleep: Callable[[float], Awaitable[None]]) -> LlmClient:
     """A client of the stand-in whose retries (two attempts per call) wait with ``sleep``."""
     endpoint = LlmEndpoint(
         base_url=standin.base_url,
@@ -126,37 +140,56 @@ def _run(coro: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
+async def _cached_calls(
+    cache: RedisResponseCache,
+    client: LlmClient,
+    dispute: str,
+    calls: int,
+    outcomes: list[CallOutcome],
+    before: Callable[[int], None] = lambda _call: None,
+    in_flight: InFlight | None = None,
+) -> list[BaseException]:
+    """What each of ``calls`` cached calls of one judge request of ``dispute`` raised (after
+    ``before(n)`` for the n-th), refusals kept."""
+    request = _request()
+
+    async def compute() -> str:
+        return await client.complete_json(
+            request.messages, request.schema_name, request.schema, 1000, dispute
+        )
+
+    raised: list[BaseException] = []
+    for call in range(calls):
+        before(call)
+        try:
+            await cached_call(
+                cache,
+                "judge-key",
+                compute,
+                outcomes.append,
+                keep_refusals=True,
+                in_flight=in_flight,
+            )
+        except (TransientError, RefusedBefore) as exc:
+            raised.append(exc)
+    return raised
+
+
 def test_a_request_failed_alone_is_given_up_on_its_third_call_and_cached(
     redis_url: str, standin: Standin
 ) -> None:
     dispute = _dispute()
     standin.faults(fail_disputes={dispute: "judge"})
     outcomes: list[CallOutcome] = []
-    request = _request()
 
     async def go() -> list[BaseException]:
-        sleep = AnswerOthersWhileWaiting(per_wait=2)
         redis = Redis.from_url(redis_url)
         cache = RedisResponseCache(redis, f"test-failed-alone-{uuid.uuid4().hex}:", 600)
-        async with _client(standin, sleep) as client:
-
-            async def compute() -> str:
-                return await client.complete_json(
-                    request.messages, request.schema_name, request.schema, 1000, dispute
-                )
-
-            raised: list[BaseException] = []
-            try:
-                for _ in range(4):
-                    try:
-                        await cached_call(
-                            cache, "judge-key", compute, outcomes.append, keep_refusals=True
-                        )
-                    except (LlmUnavailable, RefusedBefore) as exc:
-                        raised.append(exc)
-            finally:
-                await redis.aclose()
-            return raised
+        try:
+            async with _client_of(standin, AnswerOthersWhileWaiting(per_wait=2)) as client:
+                return await _cached_calls(cache, client, dispute, 4, outcomes)
+        finally:
+            await redis.aclose()
 
     raised = _run(go)
 
@@ -175,6 +208,111 @@ def test_a_request_failed_alone_is_given_up_on_its_third_call_and_cached(
     assert standin.stats()["by_dispute"][dispute] == 6, "three calls of two attempts, no more"
 
 
+def test_a_request_failed_alone_is_not_asked_again_when_its_outcome_could_not_be_stored(
+    redis_url: str, standin: Standin
+) -> None:
+    """Redis is cut off (through a proxy) during the third failing call, so the write of its
+    outcome fails and the call raises Redis's TransientError. The client has forgotten the
+    request's count by then; the next call stores the outcome kept in the process instead of
+    asking again, and it is counted once."""
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "judge"})
+    outcomes: list[CallOutcome] = []
+    parts = urlsplit(redis_url)
+
+    async def go() -> list[BaseException]:
+        async with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+            redis = Redis.from_url(urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}")))
+            cache = RedisResponseCache(redis, f"test-failed-alone-{uuid.uuid4().hex}:", 600)
+            sleep = AnswerOthersWhileWaiting(per_wait=2)
+
+            def before(call: int) -> None:
+                if call == 2:
+                    sleep.then = proxy.cut  # during the third call
+                if call == 3:
+                    proxy.restore()
+
+            try:
+                async with _client_of(standin, sleep) as client:
+                    return await _cached_calls(
+                        cache, client, dispute, 4, outcomes, before, in_flight=InFlight()
+                    )
+            finally:
+                await redis.aclose()
+
+    raised = _run(go)
+
+    assert [type(exc) for exc in raised] == [
+        LlmUnavailable,
+        LlmUnavailable,
+        TransientError,
+        RefusedBefore,
+    ], raised
+    assert getattr(raised[2], "dependency", None) == "redis"
+    assert failed_alone(str(raised[3]))
+    assert outcomes == ["failed_alone"]
+    assert standin.stats()["by_dispute"][dispute] == 6, "not asked again after the third call"
+
+
+class AnswerOthersBeforeTheFirstAttempt:
+    """A rate limiter that, the first time it is asked for a token, first has ``count``
+    requests of other disputes answered through the client: answers that come after the call
+    began, but before its first attempt failed (as before an outage that begins just then)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.client: LlmClient | None = None
+        self._used = False
+
+    async def acquire(self) -> None:
+        if self._used or self.client is None:
+            return
+        self._used = True
+        request = _request()
+        for n in range(self.count):
+            await self.client.complete_json(
+                request.messages, request.schema_name, request.schema, n, f"d-before-{n}"
+            )
+
+
+def test_answers_before_a_calls_first_failed_attempt_say_nothing_about_its_failure(
+    standin: Standin,
+) -> None:
+    """Ten answers after the first call began, then none: the request's failures are an
+    outage's for all the client can tell, and never counted as its own."""
+    dispute = _dispute()
+    standin.faults(fail_disputes={dispute: "judge"})
+    request = _request()
+
+    async def go() -> list[BaseException]:
+        limiter = AnswerOthersBeforeTheFirstAttempt(count=10)
+        endpoint = LlmEndpoint(
+            base_url=standin.base_url,
+            api_key=SecretStr("stand-in"),
+            model="standin-judge",
+            temperature=0.7,
+            timeout_seconds=5,
+        )
+        raised: list[BaseException] = []
+        async with LlmClient(
+            endpoint, rate_limiter=limiter, retry=RetryPolicy(attempts=2), sleep=_noop_sleep
+        ) as client:
+            limiter.client = client
+            for _ in range(4):
+                try:
+                    await client.complete_json(
+                        request.messages, request.schema_name, request.schema, 7, dispute
+                    )
+                except (LlmUnavailable, LlmFailedAlone) as exc:
+                    raised.append(exc)
+        return raised
+
+    raised = _run(go)
+
+    assert [type(exc) for exc in raised] == [LlmUnavailable] * 4
+    assert standin.stats()["by_dispute"]["d-before-9"] == 1, "the ten were answered"
+
+
 def test_the_client_raises_failed_alone_with_the_last_failure(standin: Standin) -> None:
     dispute = _dispute()
     standin.faults(fail_disputes={dispute: "judge"})
@@ -182,7 +320,7 @@ def test_the_client_raises_failed_alone_with_the_last_failure(standin: Standin) 
 
     async def go() -> list[BaseException]:
         raised: list[BaseException] = []
-        async with _client(standin, AnswerOthersWhileWaiting(per_wait=1)) as client:
+        async with _client_of(standin, AnswerOthersWhileWaiting(per_wait=1)) as client:
             for _ in range(3):
                 try:
                     await client.complete_json(
@@ -214,7 +352,7 @@ def test_an_outage_or_an_idle_stage_never_makes_a_request_fail_alone(
     request = _request()
 
     async def go() -> list[BaseException]:
-        async with _client(standin, _noop_sleep) as client:
+        async with _client_of(standin, _noop_sleep) as client:
 
             async def ask(dispute: str) -> str:
                 return await client.complete_json(
@@ -250,14 +388,14 @@ def _deliveries(
         async with AsyncExitStack() as opened:
             redis = Redis.from_url(redis_url)
             opened.push_async_callback(redis.aclose)
-            client = _client(standin, AnswerOthersWhileWaiting(per_wait=3))
+            client = _client_of(standin, AnswerOthersWhileWaiting(per_wait=3))
             opened.push_async_callback(client.aclose)
             handler = await handler_of(client, redis, opened)
             for delivery in range(1, DELIVERIES + 1):
                 try:
                     return await handler.handle(message, Context(None)), delivery
                 except LlmUnavailable:
-                    await asyncio.sleep(0.05)  # lets the failed delivery's calls end
+                    continue  # the runtime's retry of the handler
             raise AssertionError(f"still failing after {DELIVERIES} deliveries")
 
     return asyncio.run(go())
@@ -272,7 +410,7 @@ def _redelivered(
         async with AsyncExitStack() as opened:
             redis = Redis.from_url(redis_url)
             opened.push_async_callback(redis.aclose)
-            client = _client(standin, _noop_sleep)
+            client = _client_of(standin, _noop_sleep)
             opened.push_async_callback(client.aclose)
             handler = await handler_of(client, redis, opened)
             return await handler.handle(message, Context(None))
@@ -291,15 +429,19 @@ def test_a_judge_seat_the_endpoint_fails_alone_rules_escalate_on_every_delivery(
     prefix = f"test-failed-alone-judge-{uuid.uuid4().hex}:"
     outcomes: list[CallOutcome] = []
 
-    async def judge(client: LlmClient, redis: Redis, _opened: AsyncExitStack) -> JudgeHandler:
-        seats = [Seat(index=i, llm=client, seed=1000 + i) for i in range(3)]
+    async def judge(_client: LlmClient, redis: Redis, opened: AsyncExitStack) -> JudgeHandler:
+        # A client of its own per seat, as the stage has: each counts its own calls.
+        clients = [_client_of(standin, AnswerOthersWhileWaiting(per_wait=3)) for _ in range(3)]
+        for client in clients:
+            opened.push_async_callback(client.aclose)
+        seats = [Seat(index=i, llm=clients[i], seed=1000 + i) for i in range(3)]
         prompt = roles.load_prompt(roles.JUDGE_PROMPT_VERSION)
         return JudgeHandler(seats, RedisResponseCache(redis, prefix, 600), prompt, outcomes.append)
 
     emits, deliveries = _deliveries(standin, redis_url, judge, message)
 
     rulings = [e.value for e in emits]
-    assert deliveries >= 3, "three failing calls of each seat's request first"
+    assert deliveries == 3, "three failing calls of each seat's request, one per delivery"
     assert [(r["judge_seat"], r["ruling"], r["model_ruling"]) for r in rulings] == [
         (seat, "ESCALATE", "NO_ANSWER") for seat in range(3)
     ]
@@ -337,7 +479,7 @@ def test_a_complaint_the_endpoint_fails_alone_is_held_for_review_on_every_delive
 
     emits, deliveries = _deliveries(standin, redis_url, extractor, message)
 
-    assert deliveries >= 3
+    assert deliveries == 3
     assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
     priced = emits[0].value
     assert (priced["decision"], priced["lines"]) == ("HELD_FOR_REVIEW", [])

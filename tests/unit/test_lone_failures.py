@@ -13,7 +13,7 @@ POISON = b'{"messages": "the request that fails"}'
 
 def _answer_others(lone: LoneFailures, count: int, first: int = 0) -> None:
     for n in range(first, first + count):
-        lone.answered(b"another request %d" % n)
+        lone.answered(b"another request %d" % n, f"d-another-{n}")
 
 
 def _fail_while_others_answered(lone: LoneFailures, answered: int = 10) -> str | None:
@@ -47,13 +47,39 @@ def test_an_outage_never_makes_a_request_fail_alone() -> None:
         assert lone.failed(b"another request", "d-other", other) is None
 
 
-def test_a_call_with_nothing_else_answered_sets_the_count_back() -> None:
+def _fail_during_an_outage(lone: LoneFailures, other: int = 0) -> str | None:
+    """One failing call of ``POISON`` during which another dispute's call failed too, and
+    nothing was answered."""
+    mark = lone.mark("d-poison")
+    other_mark = lone.mark(f"d-other-{other}")
+    assert lone.failed(b"other %d" % other, f"d-other-{other}", other_mark) is None
+    return lone.failed(POISON, "d-poison", mark)
+
+
+def test_a_call_during_which_other_disputes_failed_and_none_was_answered_starts_over() -> None:
     lone = LoneFailures()
     assert _fail_while_others_answered(lone) is None
     assert _fail_while_others_answered(lone) is None
-    assert _fail_while_others_answered(lone, answered=0) is None  # back to 0
+    assert _fail_during_an_outage(lone) is None  # back to 0
     assert _fail_while_others_answered(lone) is None
     assert _fail_while_others_answered(lone) is None
+    assert _fail_while_others_answered(lone) is not None
+
+
+def test_calls_during_which_nothing_else_ended_count() -> None:
+    """A stage that stopped fetching while its oldest batch waits asks nothing else: the
+    request's later calls see no other call end, and still count."""
+    lone = LoneFailures()
+    assert _fail_while_others_answered(lone) is None
+    assert _fail_while_others_answered(lone, answered=0) is None
+    assert _fail_while_others_answered(lone, answered=0) is not None
+
+
+def test_a_request_never_fails_alone_while_nothing_else_is_answered() -> None:
+    """A stage with nothing else to ask waits for other work before it gives up on one."""
+    lone = LoneFailures()
+    for n in range(10):
+        assert _fail_while_others_answered(lone, answered=0) is None, n
     assert _fail_while_others_answered(lone) is not None
 
 
@@ -61,7 +87,7 @@ def test_an_answer_to_the_request_sets_its_count_back() -> None:
     lone = LoneFailures()
     assert _fail_while_others_answered(lone) is None
     assert _fail_while_others_answered(lone) is None
-    lone.answered(POISON)
+    lone.answered(POISON, "d-poison")
     assert len(lone) == 0
     assert _fail_while_others_answered(lone) is None
     assert _fail_while_others_answered(lone) is None
@@ -144,17 +170,36 @@ def test_nothing_fails_alone_while_the_endpoint_answers_nothing(
 
 
 @given(
-    st.lists(st.booleans(), min_size=1, max_size=40),  # per call: were others answered?
+    st.lists(st.sampled_from(["answered", "nothing", "outage"]), min_size=1, max_size=40),
     st.integers(1, 4),
 )
-def test_a_request_fails_alone_only_after_enough_calls_in_a_row_with_others_answered(
-    answered_during: list[bool], calls: int
+def test_a_request_fails_alone_after_enough_calls_with_an_answer_and_no_outage_between(
+    during: list[str], calls: int
 ) -> None:
+    """Per failing call, what else happened: others answered, nothing else ended, or another
+    dispute's call failed with none answered (an outage's call, which starts the count over)."""
     lone = LoneFailures(calls=calls)
-    in_a_row = 0
-    for others in answered_during:
-        reason = _fail_while_others_answered(lone, answered=5 if others else 0)
-        in_a_row = in_a_row + 1 if others else 0
-        assert (reason is not None) == (in_a_row == calls), (answered_during, calls)
-        if reason is not None:
-            in_a_row = 0
+    in_a_row, answered = 0, False
+    for n, kind in enumerate(during):
+        if kind == "outage":
+            assert _fail_during_an_outage(lone, other=n) is None, (during, calls)
+            in_a_row, answered = 0, False
+            continue
+        reason = _fail_while_others_answered(lone, answered=5 if kind == "answered" else 0)
+        in_a_row, answered = in_a_row + 1, answered or kind == "answered"
+        expected = in_a_row >= calls and answered
+        assert (reason is not None) == expected, (during, calls)
+        if expected:
+            in_a_row, answered = 0, False
+
+
+def test_two_disputes_asking_the_same_are_counted_apart() -> None:
+    """One complaint sent twice makes the same request body for two disputes."""
+    lone = LoneFailures()
+    for dispute in ("d-first", "d-second", "d-first", "d-second"):
+        mark = lone.mark(dispute)
+        _answer_others(lone, 10)
+        assert lone.failed(POISON, dispute, mark) is None, dispute
+    mark = lone.mark("d-first")
+    _answer_others(lone, 10)
+    assert lone.failed(POISON, "d-first", mark) is not None
