@@ -47,7 +47,7 @@ forgotten."""
 
 
 class CallMark(NamedTuple):
-    """The endpoint's counts when one call began (:meth:`LoneFailures.mark`)."""
+    """The endpoint's counts when a call's first attempt failed (:meth:`LoneFailures.mark`)."""
 
     answered: int
     failed: int

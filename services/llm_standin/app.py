@@ -32,8 +32,9 @@ from services.llm_standin.errors import RuleError
 from services.llm_standin.schema_check import schema_errors
 
 FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", "401"]
-Role = Literal["extractor", "judge", "settler"]
 """The random faults are the first four; the 400s and ``401`` only come scripted."""
+Role = Literal["extractor", "judge", "settler"]
+"""The roles a request is for (by its schema's name), as ``fail_disputes`` names them."""
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DISPUTE_HEADER = b"x-refund-bench-dispute"
