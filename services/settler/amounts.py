@@ -42,7 +42,7 @@ currency that is never the reply's."""
 _UNIT_WORDS = {"RUPEE": "INR", "RUPEES": "INR", "DOLLAR": "USD", "DOLLARS": "USD"}
 """Currency names, written before a number ("Rupees 500") or after it ("500 rupees")."""
 _MINOR_UNITS = ("PAISE", "PAISA")
-_MULTIPLIERS = r"lakhs?|lacs?|crores?|thousand|hundred|millions?|billions?|mn|bn|k"
+_MULTIPLIERS = r"lakhs?|lacs?|crores?|crs?|thousand|hundred|millions?|billions?|mn|bn|k"
 """Words that scale the number before them ("1 lakh", "689k"): such an amount is never exact."""
 SUM_WORDS = re.compile(
     rf"(?<!{LETTER})(?:ten|eleven|twelve|(?:thir|four|fif|six|seven|eigh|nine)teen"
@@ -270,6 +270,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
         found.append((*span, mention))
         covered.append(number)
 
+    before: dict[tuple[int, int], str] = {}  # a number's currency, named before it
     for match in _prefix_re(currency).finditer(text):
         code: str | None = match.group("code")
         tag = SYMBOLS[match.group("sym")] if code is None else currency_tag(code)
@@ -279,12 +280,16 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
         exact = not _INEXACT_AFTER.match(text, match.end())
         minor = _to_minor(match.group("num"), already_minor=False) if exact else None
         add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
+        before[match.span("num")] = tag
     for match in _suffix_re(currency).finditer(text):
-        if match.span("num") in covered:
-            continue
         unit = match.group("unit") or "INR"  # "/-" marks rupees
         paise = unit.upper() in _MINOR_UNITS
         tag = "INR" if paise else currency_tag(unit)
+        if match.span("num") in covered:
+            named = before.get(match.span("num"))
+            if named is None or named == tag:
+                continue  # "INR 689/-", "₹689 rupees": one amount, said twice
+            # "INR 689 AED": the same number in another currency too, an amount of its own
         minor = _to_minor(match.group("num"), already_minor=paise)
         add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
     for match in _SCALED.finditer(text):

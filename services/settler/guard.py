@@ -220,6 +220,26 @@ when it names the earlier refund ("our earlier refund")."""
 _REVIEW_WORD = re.compile(r"\breview\w*", re.IGNORECASE)
 
 
+SOLE_SIGNS = {"INR": "₹", "EUR": "€"}
+"""Currency signs that name one currency only, with which a reply may state its amount. Not
+"$" or "£" (Australian and Canadian dollars, Egyptian pounds), nor "Rs." or "rupees" (Pakistani,
+Nepalese and Sri Lankan rupees are written so too)."""
+
+
+def _states(text: str, stated: str, currency: str) -> bool:
+    """Whether ``text`` states ``stated`` (``"INR 689"``) as written, or with its currency's
+    sole sign ("₹689", "₹ 689"), its digits exactly those (no other grouping or decimals)."""
+    forms = [re.escape(stated)]
+    sign = SOLE_SIGNS.get(currency)
+    if sign is not None:
+        number = stated.removeprefix(f"{currency} ")
+        forms.append(rf"{re.escape(sign)} ?{re.escape(number)}")
+    return (
+        re.search(rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?![0-9]|[.,][0-9])", text, re.IGNORECASE)
+        is not None
+    )
+
+
 def check_reply(
     text: str,
     approved_minor: int,
@@ -240,9 +260,10 @@ def check_reply(
       clause that sends it to review ("... for the biryanis and the Raita is under review"),
       or says it covers everything ("everything", "all your items", "every item", "in full",
       "the whole order");
-    - approved > 0: the approved amount must be stated in the reply's currency, by its code,
-      sign or name ("INR 689", "₹689", "Rs. 689", "689 rupees", "INR 689.00"; not "INR 689.50",
-      nor a bare "689");
+    - approved > 0: the approved amount must be stated as written by
+      :func:`~services.settler.amounts.format_amount` ("INR 689"), or with a sign that names
+      the reply's currency alone (:data:`SOLE_SIGNS`: "₹689"); not "INR 689.50", "₹6,89",
+      "Rs. 689" or "689 rupees" (rupees of other countries read so too), nor a bare "689";
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "issued a full refund", "approved your refund request", "return the money", "a
       refund ... is on the way", nor any other refund or credit wording, unless a negation
@@ -286,9 +307,7 @@ def check_reply(
     located = located_amounts(text, currency)
     own = currency_tag(currency)
     if approved_minor > 0:
-        # In the reply's currency, however written ("INR 689", "₹689", "Rs. 689/-", "689
-        # rupees"); a bare number ("a refund of 689") says no currency, so states nothing.
-        if not any(m.minor == approved_minor and m.currency == own for _, _, m in located):
+        if not _states(text, stated, currency):
             failures.append(f"does not state the approved amount {stated}")
     else:
         promise = _promise(text, stated)

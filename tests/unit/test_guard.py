@@ -55,28 +55,57 @@ def test_the_approved_amount_must_be_stated_as_formatted() -> None:
     assert check_reply("We have refunded INR 689.", 68900, "INR", []) == ()
 
 
+@pytest.mark.parametrize("written", ["₹689", "₹ 689", "inr 689", "INR 689"])
+def test_the_approved_amount_may_be_stated_with_the_rupee_sign(written: str) -> None:
+    """A model writing the rupee sign states the amount as well as "INR 689" does: the sign
+    names the rupee of India alone."""
+    assert check_reply(f"We have refunded {written} to your card.", 68900, "INR", []) == ()
+
+
 @pytest.mark.parametrize(
     "written",
-    ["₹689", "₹ 689", "Rs. 689", "Rs 689/-", "689 rupees", "Rupees 689", "INR 689.00", "inr 689"],
+    [
+        "₹690",
+        "₹689.50",
+        "₹6,89",
+        "₹68,900",
+        "Rs. 689",
+        "689 rupees",
+        "Pakistani Rupees 689",
+        "₨689",
+        "a refund of 689",
+        "$689",
+        "A$689",
+    ],
 )
-def test_the_approved_amount_may_be_stated_with_the_currencys_sign_or_name(written: str) -> None:
-    """A model writing the rupee sign or "Rs." states the amount as well as "INR 689" does."""
-    assert check_reply(f"We have refunded {written} to your card.", 68900, "INR", []) == ()
+def test_other_spellings_do_not_state_the_approved_amount(written: str) -> None:
+    """Rupees and "Rs." name the rupees of other countries too; other digits, other amounts."""
+    failures = check_reply(f"We have refunded {written}.", 68900, "INR", [])
+    assert "does not state the approved amount INR 689" in failures, failures
+
+
+def test_the_euro_sign_states_an_amount_in_euros_and_the_dollar_sign_does_not() -> None:
+    assert check_reply("We have refunded €689 to your card.", 68900, "EUR", []) == ()
+    failures = check_reply("We have refunded $689 to your card.", 68900, "USD", [])
+    assert "does not state the approved amount USD 689" in failures, failures
+
+
+def test_the_amount_stated_with_the_sign_and_again_with_the_code_is_twice_the_money() -> None:
+    failures = check_reply("We have refunded ₹689 and INR 689 for the delay.", 68900, "INR", [])
+    assert "states the approved amount 2 times (at most once)" in failures, failures
 
 
 @pytest.mark.parametrize(
     ("written", "failure"),
     [
-        ("₹690", "does not state the approved amount INR 689"),
-        ("₹689.50", "does not state the approved amount INR 689"),
-        ("a refund of 689", "does not state the approved amount INR 689"),
-        ("$689", "names an amount in another currency: '$689'"),
-        ("₹689 and Rs. 689 for the delay", "states the approved amount 2 times (at most once)"),
+        ("INR 689 Cr", "names an amount other than the approved INR 689: 'INR 689'"),
+        ("₹689 crs", "names an amount other than the approved INR 689: '₹689'"),
+        ("INR 689 AED", "names an amount in another currency: '689 AED'"),
+        ("₹689 PKR", "names an amount in another currency: '689 PKR'"),
     ],
 )
-def test_an_amount_in_another_spelling_is_held_to_the_same_rules(
-    written: str, failure: str
-) -> None:
+def test_a_scale_or_another_currency_after_the_amount_fails(written: str, failure: str) -> None:
+    """ "Cr" is a crore; a code after the number says it is that currency's."""
     assert failure in check_reply(f"We have refunded {written}.", 68900, "INR", [])
 
 
