@@ -421,7 +421,7 @@ class LlmClient:
         lone_failures: LoneFailures | None = None,
     ) -> None:
         self._endpoint = endpoint
-        self._lone = lone_failures or LoneFailures()
+        self._lone = lone_failures if lone_failures is not None else LoneFailures()
         self._limiter: RateLimiter = rate_limiter or UnlimitedRateLimiter()
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
@@ -567,7 +567,7 @@ class LlmClient:
                 attempt, sleep=self._sleep, on_retry=self._on_retry
             )
         except LlmUnavailable as exc:
-            mark = first_failure or self._lone.mark(dispute_id)
+            mark = first_failure if first_failure is not None else self._lone.mark(dispute_id)
             alone = self._lone.failed(content, dispute_id, mark)
             if alone is None:
                 raise

@@ -8,24 +8,25 @@ record's partition for good.
 
 :class:`LoneFailures` tells the two apart. It holds only counts and needs no I/O. Each failing
 call is watched from its first failed attempt on (its *window*): what the endpoint did before
-that says nothing about this failure. A request is failing alone when all of these hold:
+that says nothing about this failure. Only other disputes' calls are evidence, either way:
+what fails one of a complaint's grievances often fails all, and an answer to one says little
+about the others. A request is failing alone when all of these hold:
 
 - it failed on :attr:`LoneFailures.calls` calls in a row (each call is the client's whole
-  retry schedule);
-- the endpoint answered at least one other call since the first of them failed first;
-- at least :attr:`LoneFailures.answered_share` of the other calls that ended since then were
-  answered. The failures of the request's own group (its dispute: a complaint's grievances)
-  are left out of that share, since what fails one of them often fails all.
+  retry schedule), and in the window of the first of them the endpoint answered another
+  dispute's call (a failed call before any such answer does not count);
+- at least :attr:`LoneFailures.answered_share` of the other disputes' calls that ended since
+  then were answered.
 
 A call in whose window other disputes' calls failed and none was answered is an outage's: it
 sets the request's count back to 0. A call in whose window no other call ended (a stage that
 has stopped fetching while its oldest batch waits) counts: the endpoint said nothing either
 way. So an outage, which answers nothing and fails the other calls too, does not make a
 request fail alone, nor does an endpoint that fails more than a tenth of the other calls: the
-request's failure goes up as before. (One case slips through: a call that failed first just
-before an outage, during which another call was still answered, in a stage with nothing else
-to ask since. Then that one request, or its dispute's, goes to a person.) A stage with nothing
-else to ask at all waits for other work before it gives up on a request.
+request's failure goes up as before. (One case slips through: a call whose first attempt
+failed just as an outage began, while another dispute's call was still answered, in a stage
+with nothing else to ask since. Then that one dispute's requests go to a person.) A stage with
+nothing else to ask at all waits for other work before it gives up on a request.
 """
 
 from __future__ import annotations
@@ -47,11 +48,21 @@ forgotten."""
 
 
 class CallMark(NamedTuple):
-    """The endpoint's counts when a call's first attempt failed (:meth:`LoneFailures.mark`)."""
+    """The endpoint's counts, and its group's, when a call's first attempt failed
+    (:meth:`LoneFailures.mark`)."""
 
     answered: int
     failed: int
-    failed_in_group: int
+    group_answered: int
+    group_failed: int
+
+
+@dataclass
+class _Group:
+    """The calls of one group (dispute) answered and failed, since its first failed attempt."""
+
+    answered: int = 0
+    failed: int = 0
 
 
 @dataclass
@@ -86,7 +97,7 @@ class LoneFailures:
         self._answered = 0
         self._failed = 0
         self._failing: dict[bytes, _Failing] = {}  # by the request's digest, oldest first
-        self._failed_by_group: dict[str, int] = {}  # groups with a failure, oldest first
+        self._groups: dict[str, _Group] = {}  # groups with a failed attempt, oldest first
 
     def __len__(self) -> int:
         """How many failing requests are remembered."""
@@ -94,13 +105,19 @@ class LoneFailures:
 
     def mark(self, group: str) -> CallMark:
         """The counts as a call of ``group`` fails its first attempt; hand them to
-        :meth:`failed` if the call fails for good."""
-        return CallMark(self._answered, self._failed, self._failed_by_group.get(group, 0))
+        :meth:`failed` if the call fails for good. From now on the group's own calls are told
+        apart from the others'."""
+        counts = self._group(group)
+        return CallMark(self._answered, self._failed, counts.answered, counts.failed)
 
     def answered(self, request: bytes, group: str) -> None:
         """The endpoint answered a call of ``request`` (of ``group``; any answer, even one
         that cannot be read): it is not failing any more."""
         self._answered += 1
+        if self._groups:  # (nothing to look up while nothing failed)
+            counts = self._groups.get(group)
+            if counts is not None:
+                counts.answered += 1
         if self._failing:  # (no digest to take while nothing fails)
             self._failing.pop(_digest(request, group), None)
 
@@ -109,38 +126,45 @@ class LoneFailures:
         for good (its retries spent). Returns why the request is failing alone, if it now is
         (the request is then forgotten); ``None`` when its failure is to be raised as the
         endpoint's."""
-        in_group = self._failed_by_group.pop(group, 0)
-        outage = self._answered == mark.answered and self._others_failed(mark, in_group) > 0
+        counts = self._group(group)
+        answered_meanwhile, failed_meanwhile = self._others_since(mark, counts)
+        outage = answered_meanwhile == 0 and failed_meanwhile > 0
         self._failed += 1
-        in_group += 1
-        self._failed_by_group[group] = in_group  # now the newest
-        _forget_oldest(self._failed_by_group, self._max)
+        counts.failed += 1
         name = _digest(request, group)
         entry = self._failing.pop(name, None)
         if outage:
             return None  # other disputes' calls failed meanwhile, and none was answered
         if entry is None:
             entry = _Failing(0, mark)
+        answered, failed = self._others_since(entry.since, counts)
+        if answered == 0:
+            return None  # nothing else answered yet: no sign that the endpoint is up
         entry.calls += 1
-        answered = self._answered - entry.since.answered
-        failed = self._others_failed(entry.since, in_group)
-        if (
-            entry.calls < self.calls
-            or answered == 0
-            or answered < self.answered_share * (answered + failed)
-        ):
+        if entry.calls < self.calls or answered < self.answered_share * (answered + failed):
             self._failing[name] = entry  # now the newest
             _forget_oldest(self._failing, self._max)
             return None
         return (
             f"it failed on {entry.calls} calls in a row, each retried, while the endpoint"
-            f" answered {answered} other calls and failed {failed} of other disputes"
+            f" answered {answered} calls of other disputes and failed {failed}"
         )
 
-    def _others_failed(self, since: CallMark, in_group: int) -> int:
-        """The failures since ``since`` of calls of other groups than the one that has
-        ``in_group`` failures now. A group forgotten meanwhile counts its own as others'."""
-        return (self._failed - since.failed) - max(0, in_group - since.failed_in_group)
+    def _group(self, group: str) -> _Group:
+        """``group``'s counts (new ones if it has none), now the newest."""
+        counts = self._groups.pop(group, None) or _Group()
+        self._groups[group] = counts
+        _forget_oldest(self._groups, self._max)
+        return counts
+
+    def _others_since(self, since: CallMark, counts: _Group) -> tuple[int, int]:
+        """Other groups' calls answered and failed since ``since``: all calls, less the
+        group's own (``counts``). A group forgotten meanwhile counts its own as others'."""
+        answered = (self._answered - since.answered) - max(
+            0, counts.answered - since.group_answered
+        )
+        failed = (self._failed - since.failed) - max(0, counts.failed - since.group_failed)
+        return answered, failed
 
 
 def _forget_oldest(remembered: dict[K, V], most: int) -> None:

@@ -31,8 +31,8 @@ def test_a_request_failing_while_others_are_answered_fails_alone_on_its_third_ca
 
     assert (first, second) == (None, None)
     assert third == (
-        "it failed on 3 calls in a row, each retried, while the endpoint answered 30 other"
-        " calls and failed 0 of other disputes"
+        "it failed on 3 calls in a row, each retried, while the endpoint answered 30 calls of"
+        " other disputes and failed 0"
     )
     assert len(lone) == 0, "given up on: forgotten"
 
@@ -75,12 +75,27 @@ def test_calls_during_which_nothing_else_ended_count() -> None:
     assert _fail_while_others_answered(lone, answered=0) is not None
 
 
-def test_a_request_never_fails_alone_while_nothing_else_is_answered() -> None:
-    """A stage with nothing else to ask waits for other work before it gives up on one."""
+def test_calls_before_any_other_dispute_is_answered_do_not_count() -> None:
+    """A stage with nothing else to ask waits for other work before it gives up on one; and
+    the failures of an outage in a quiet stage are not held against a request once the
+    endpoint answers someone again."""
     lone = LoneFailures()
     for n in range(10):
         assert _fail_while_others_answered(lone, answered=0) is None, n
+    assert _fail_while_others_answered(lone) is None  # the first call that counts
+    assert _fail_while_others_answered(lone) is None
     assert _fail_while_others_answered(lone) is not None
+
+
+def test_answers_to_the_requests_own_dispute_are_no_sign_the_endpoint_is_up() -> None:
+    """One grievance of the dispute answered, the request failing: nothing else was asked."""
+    lone = LoneFailures(calls=1)
+    mark = lone.mark("d-poison")
+    lone.answered(b"another grievance", "d-poison")
+    assert lone.failed(POISON, "d-poison", mark) is None
+    mark = lone.mark("d-poison")
+    _answer_others(lone, 1)
+    assert lone.failed(POISON, "d-poison", mark) is not None
 
 
 def test_an_answer_to_the_request_sets_its_count_back() -> None:
@@ -173,24 +188,26 @@ def test_nothing_fails_alone_while_the_endpoint_answers_nothing(
     st.lists(st.sampled_from(["answered", "nothing", "outage"]), min_size=1, max_size=40),
     st.integers(1, 4),
 )
-def test_a_request_fails_alone_after_enough_calls_with_an_answer_and_no_outage_between(
+def test_a_request_fails_alone_after_enough_calls_from_an_answer_on_with_no_outage_between(
     during: list[str], calls: int
 ) -> None:
     """Per failing call, what else happened: others answered, nothing else ended, or another
-    dispute's call failed with none answered (an outage's call, which starts the count over)."""
+    dispute's call failed with none answered (an outage's call, which starts the count over).
+    The count starts with a call that saw another dispute answered."""
     lone = LoneFailures(calls=calls)
-    in_a_row, answered = 0, False
+    in_a_row = 0  # counted from the first call that saw another dispute answered
     for n, kind in enumerate(during):
         if kind == "outage":
             assert _fail_during_an_outage(lone, other=n) is None, (during, calls)
-            in_a_row, answered = 0, False
+            in_a_row = 0
             continue
         reason = _fail_while_others_answered(lone, answered=5 if kind == "answered" else 0)
-        in_a_row, answered = in_a_row + 1, answered or kind == "answered"
-        expected = in_a_row >= calls and answered
+        if kind == "answered" or in_a_row > 0:
+            in_a_row += 1
+        expected = in_a_row >= calls
         assert (reason is not None) == expected, (during, calls)
         if expected:
-            in_a_row, answered = 0, False
+            in_a_row = 0
 
 
 def test_two_disputes_asking_the_same_are_counted_apart() -> None:
