@@ -309,6 +309,7 @@ def test_a_complaint_the_llm_fails_alone_goes_to_review_and_the_judge_goes_on(
     ESCALATE (``NO_ANSWER``), the dispute waits for a person and nothing is paid. Complaints
     submitted meanwhile, one a second, are paid in full: the judge never stopped."""
     poison = f"d-{uuid.uuid4().hex[:16]}"
+    restarts = dict(pipeline.launcher.restarts)
     pipeline.set_llm_faults(fail_disputes={poison: "judge"})
     sample, others = _sample("article"), []
     try:
@@ -336,6 +337,7 @@ def test_a_complaint_the_llm_fails_alone_goes_to_review_and_the_judge_goes_on(
     for other in others:
         paid = pipeline.wait_final(other, timeout_s=120)
         assert paid.paid_minor == FAULT_FREE_PAYABLE["billing"], (other, paid.priced)
+    assert pipeline.launcher.restarts == restarts, "no stage exited"
 
 
 def _dead_letter(pipeline: Pipeline, dispute: str) -> Any:
