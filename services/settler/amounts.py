@@ -207,11 +207,19 @@ MONEY_BEFORE_WINDOW = 24
 (:func:`~services.settler.guard.check_reply`) look."""
 
 
+FOREIGN_NAMES = (
+    r"euros?|yen|yuan|renminbi|dirhams?|dinars?|riyals?|rials?|ringgits?|pesos?|francs?|rubles?"
+    r"|roubles?|baht|shekels?|kron[aeo]r?|sterling"
+)
+"""Names of other currencies, which no reply may name ("INR 689 in euros"). Not "pound" (a pound
+cake), "won" or "rand" (words of their own): their signs and codes are caught all the same."""
+
+
 @functools.cache  # one pattern per currency, built once
 def currency_word_re(currency: str) -> re.Pattern[str]:
     """Any currency code, name or symbol, with or without a number."""
     symbols = "".join(re.escape(s) for s in SYMBOLS)
-    units = "|".join([_codes_pattern(currency), *_MINOR_UNITS, r"RS\."])
+    units = "|".join([_codes_pattern(currency), *_MINOR_UNITS, r"RS\.", FOREIGN_NAMES])
     return re.compile(
         rf"(?<!{LETTER})(?:{units})(?!{LETTER})|[{symbols}]|(?<=[0-9])\s*/-", re.IGNORECASE
     )

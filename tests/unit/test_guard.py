@@ -109,6 +109,18 @@ def test_a_scale_or_another_currency_after_the_amount_fails(written: str, failur
     assert failure in check_reply(f"We have refunded {written}.", 68900, "INR", [])
 
 
+@pytest.mark.parametrize(
+    "written", ["₹689 in euros", "INR 689 (about 8 euros)", "INR 689, or 30 dirhams", "¥689 yen"]
+)
+def test_another_currencys_name_fails(written: str) -> None:
+    failures = check_reply(f"We have refunded {written}.", 68900, "INR", [])
+    assert any(f.startswith("names money without an amount") for f in failures), failures
+
+
+def test_a_pound_cake_is_no_currency() -> None:
+    assert check_reply("We have refunded INR 689 for the pound cake.", 68900, "INR", []) == ()
+
+
 def test_the_articles_breakdown_reply_fails_because_it_names_other_amounts() -> None:
     article = (
         "We've refunded INR 689 to your original payment method: INR 640 for the missing "
