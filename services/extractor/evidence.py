@@ -317,13 +317,15 @@ CLAIM_RECORDS: Mapping[Category, tuple[str, ...]] = {
     Category.MISSING_ITEM: ("order.pickup_weight_expected_g", "order.pickup_weight_actual_g"),
     Category.WRONG_ITEM: ("order.item_substitutions",),
     Category.QUALITY: ("order.quality_reports",),
-    Category.PACKAGING: ("order.packaging_condition_recorded",),
+    Category.PACKAGING: ("order.packaging_condition_recorded", "order.packaging_notes"),
     Category.PARTNER_CONDUCT: ("order.partner_conduct_reports",),
     Category.BILLING: (),
 }
 """The records a claim of each category rests on: without any of them the evidence is silent on
 it, whatever a judge cites (a BILLING claim rests on the order's totals, always recorded). The
-order store keeps no quality or substitution record, so those claims are always silent here."""
+order store keeps no quality or substitution record, so those claims are always silent here. A
+packaging check recorded with no notes says nothing of the packaging's condition: it is silent
+too, whichever of the two fields a judge cites."""
 
 
 ITEM_RECORDS: Mapping[Category, tuple[str, ...]] = {

@@ -353,6 +353,27 @@ def test_which_claims_of_the_articles_order_rest_on_absent_records(
     assert claim_unrecorded(category, FIELDS, silent_fields(SNAPSHOT)) is unrecorded
 
 
+@pytest.mark.parametrize(("notes", "unrecorded"), [(None, True), ("", True), ("sealed", False)])
+def test_a_packaging_check_recorded_without_notes_is_silent_on_the_packaging(
+    notes: str | None, unrecorded: bool
+) -> None:
+    """The flag says a check was recorded; only its notes say what it found. A judge citing
+    the flag alone cannot rest a ruling on a check that wrote nothing down."""
+    order = article_order(packaging_condition_recorded=True, packaging_notes=notes)
+    snapshot = build_snapshot(order)
+    fields, silent = evidence_fields(snapshot), silent_fields(snapshot)
+    assert claim_unrecorded(Category.PACKAGING, fields, silent, "Raita") is unrecorded
+    flag = ["order.packaging_condition_recorded"]
+    rejected = normalise("REJECTED", flag, fields, silent, claim_unrecorded=unrecorded)
+    upheld = normalise("UPHELD", flag, fields, silent, claim_unrecorded=unrecorded)
+    if unrecorded:
+        assert rejected.ruling is Ruling.ESCALATE
+        assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+    else:
+        assert rejected.ruling is Ruling.REJECTED
+        assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, False)
+
+
 def test_a_missing_item_claim_without_pickup_weights_rests_on_nothing_whatever_is_cited() -> None:
     """The judges cite the line items (recorded), not the absent weights: the claim itself has
     no record to rest on, so an UPHELD is marked and a REJECTED escalates all the same."""
