@@ -55,7 +55,9 @@ class NormalisedRuling:
 def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[str]:
     """The fields ``evidence_cited`` names: an entry that is a field of the snapshot as it
     stands (an item name may hold a comma), else each part of it split on commas, semicolons
-    and newlines."""
+    and newlines. A part that names a field and then says something of it
+    (``order.packaging_notes: null``, ``derived.delay_minutes = 75``, ``order.delivered_at is
+    missing``) cites that field (:func:`_field_said_of`)."""
     out: list[str] = []
     for entry in evidence_cited:
         whole = entry.strip(_STRIP)
@@ -65,8 +67,26 @@ def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[s
         for part in _SPLIT.split(entry):
             cleaned = part.strip(_STRIP)
             if cleaned:
-                out.append(cleaned)
+                out.append(_field_said_of(cleaned, allowed) or cleaned)
     return out
+
+
+_SAID_OF = re.compile(r"\s*(?:[:=(]|\s)")
+"""Where a cited field's name may end and what the judge says of it begin: a colon, an equals
+sign, an opening parenthesis or a space."""
+
+
+def _field_said_of(part: str, allowed: frozenset[str]) -> str | None:
+    """The longest field of the snapshot that ``part`` begins with, followed by what the judge
+    says of it; ``None`` when it begins with none. The longest, so that an item's name with a
+    space or parenthesis in it is read whole ("Chicken Biryani (Large): null" is not
+    "Chicken")."""
+    found = None
+    for said in _SAID_OF.finditer(part):
+        head = part[: said.start()].strip(_STRIP)
+        if head and _key(head) in allowed:
+            found = head
+    return found
 
 
 def _key(field: str) -> str:
@@ -118,7 +138,9 @@ def normalise(
 
     Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
     and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
-    ignored; an entry that names no field whole is split on commas, semicolons and newlines.
+    ignored; an entry that names no field whole is split on commas, semicolons and newlines,
+    and a part that begins with a field and then says something of it (``order.packaging_notes:
+    null``) cites that field.
     """
     allowed = _keys(allowed_fields)
     cited = _citations(evidence_cited, allowed)

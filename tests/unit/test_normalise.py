@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refund_bench.domain import Category, Ruling
+from refund_bench.domain import Category, LineItem, Ruling
 from services.extractor.evidence import (
     build_snapshot,
     claim_unrecorded,
@@ -54,6 +54,49 @@ def test_case_whitespace_prefixes_and_comma_lists_are_tolerated() -> None:
     assert result.cited_known == ("Evidence.Derived.SLA_Exceeded", "placed_at")
     assert result.cited_unknown == ("nonsense",)
     assert not result.changed
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "order.packaging_notes: null",
+        "order.packaging_notes = null",
+        "order.packaging_notes=None",
+        "order.packaging_notes (null)",
+        "order.packaging_notes is empty",
+        "`order.packaging_notes`: not recorded",
+    ],
+)
+def test_a_field_cited_with_what_the_judge_says_of_it_is_that_field(said: str) -> None:
+    """A REJECTED that cites a silent field with its value written beside it rests on silence
+    as much as one citing the bare path: ESCALATE, not a field left unread."""
+    silent = silent_fields(SNAPSHOT)
+    rejected = normalise("REJECTED", [said, "order.partner_conduct_reports"], FIELDS, silent)
+    assert rejected.ruling is Ruling.ESCALATE
+    assert rejected.cited_known == ("order.packaging_notes", "order.partner_conduct_reports")
+    assert rejected.cited_unknown == ()
+    upheld = normalise("UPHELD", [said], FIELDS, silent)
+    assert (upheld.ruling, upheld.cites_missing_evidence) == (Ruling.UPHELD, True)
+
+
+def test_the_longest_field_a_citation_begins_with_is_the_one_it_cites() -> None:
+    """An item's name may hold a space or a parenthesis: the citation is read as the whole
+    name, not as a shorter item's that the name begins with."""
+    order = article_order(
+        line_items=(
+            LineItem(name="Biryani", quantity=1, unit_price_minor=30000, unit_weight_g=400),
+            LineItem(name="Biryani (Large)", quantity=1, unit_price_minor=40000),
+        )
+    )
+    snapshot = build_snapshot(order)
+    fields, silent = evidence_fields(snapshot), silent_fields(snapshot)
+    cited = ["derived.missing_units_estimate.Biryani (Large): null"]
+    rejected = normalise("REJECTED", cited, fields, silent)
+    assert rejected.cited_known == ("derived.missing_units_estimate.Biryani (Large)",)
+    assert rejected.ruling is Ruling.ESCALATE
+    # Words after a field that begin no other field leave the citation unknown, as before.
+    unknown = normalise("REJECTED", ["order.tip: 20"], fields, silent)
+    assert (unknown.ruling, unknown.cited_unknown) == (Ruling.ESCALATE, ("order.tip: 20",))
 
 
 def test_audit_reason_says_why_code_overrode_the_model() -> None:
