@@ -3,7 +3,8 @@
 For each complaint: load the order's evidence, freeze it (content hash, stored once per
 dispute), make ONE structured-output LLM call, and validate the answer in code. An invalid
 answer gets one repair call; if that fails too, or leaves out a grievance the first answer had
-without fault (same category and item: a repair mends, it does not read the complaint anew), or
+without fault (same category and item: a repair mends, it does not read the complaint anew) or
+one whose only fault was its item (a claim of its category on another item must stay), or
 the endpoint refuses the complaint itself (HTTP 400, 413, 422: too long, against a content
 policy) or fails it alone (:class:`~refund_bench.llm.client.LlmFailedAlone`), the complaint goes
 to human review. A
@@ -222,7 +223,7 @@ class ExtractorHandler:
                 repaired = validate_extraction(_json(made.answer), complaint.text, items)
             except ExtractionInvalid as second:
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
-            left_out = claims_left_out(first.passed, repaired)
+            left_out = claims_left_out(first.passed, repaired, first.unresolved)
             if left_out:
                 return f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}", made
             return repaired, made

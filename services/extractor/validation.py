@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,21 +45,37 @@ Claim = tuple[Category, str | None]
 """What one grievance claims: its category and the line item it names (the order's spelling)."""
 
 
+Unresolved = tuple[Category, str]
+"""A grievance whose only fault is its item: its category, and how it names the item (or that it
+names none, where its category needs one), in readable words."""
+
+
 class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
     ``passed`` what a repair must keep of the grievances that passed their own checks: groups
     of claims, of each of which the repair must make one. A claim nothing was found wrong with
-    is a group of its own; the claims one text is said as are one group (the repair keeps
-    either); in an answer over the grievance limit, all are one group (the repair drops some,
-    not all).
+    is a group of its own, and so is one whose only fault is its quantity (its item is on the
+    order); the claims one text is said as are one group (the repair keeps either); in an
+    answer over the grievance limit, all are one group (the repair drops some, not all).
+    ``unresolved``: the grievances whose only fault is their item (not on the order,
+    ambiguous, or none named where the category needs one); for each, the repair must make a
+    claim of its category about an item no claim of ``passed`` names, since what the customer
+    said is still a grievance even when the model could not place it on the order (none in an
+    answer over the limit).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
 
-    def __init__(self, problems: Sequence[str], passed: Sequence[Sequence[Claim]] = ()) -> None:
+    def __init__(
+        self,
+        problems: Sequence[str],
+        passed: Sequence[Sequence[Claim]] = (),
+        unresolved: Sequence[Unresolved] = (),
+    ) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
         groups = (tuple(dict.fromkeys(group)) for group in passed if group)
         self.passed: tuple[tuple[Claim, ...], ...] = tuple(dict.fromkeys(groups))
+        self.unresolved: tuple[Unresolved, ...] = tuple(unresolved)
         super().__init__("; ".join(self.problems))
 
 
@@ -68,21 +85,32 @@ def _claim_described(claim: Claim) -> str:
 
 
 def claims_left_out(
-    passed: Sequence[Sequence[Claim]], grievances: Sequence[ExtractedGrievance]
+    passed: Sequence[Sequence[Claim]],
+    grievances: Sequence[ExtractedGrievance],
+    unresolved: Sequence[Unresolved] = (),
 ) -> tuple[str, ...]:
     """The groups of ``passed`` (:attr:`ExtractionInvalid.passed`) of which ``grievances`` (the
-    answer repairing it) makes no claim, in readable words. A repair fixes what was wrong; a
-    claim it drops that had nothing wrong with it is the complaint read differently, and
-    which reading is right is for a person. No grievance is judged here: only the two answers
-    are compared, by category and item."""
+    answer repairing it) makes no claim, and the ``unresolved`` grievances
+    (:attr:`ExtractionInvalid.unresolved`) of a category it makes too few new claims of, in
+    readable words. A repair fixes what was wrong; a claim it drops that had nothing wrong with
+    it is the complaint read differently, and one it drops because its item could not be
+    placed on the order is a grievance left unjudged: which reading is right is for a person.
+    No grievance is judged here: only the two answers are compared, by category and item."""
     made = {(g.category, g.item_name) for g in grievances}
-    return tuple(
+    left_out = [
         _claim_described(group[0])
         if len(group) == 1
         else "one of " + ", ".join(_claim_described(claim) for claim in group)
         for group in passed
         if not made.intersection(group)
-    )
+    ]
+    named = {claim for group in passed for claim in group}
+    for category in dict.fromkeys(category for category, _ in unresolved):
+        wanted = [said for of, said in unresolved if of is category]
+        new = {claim for claim in made if claim[0] is category and claim not in named}
+        if len(new) < len(wanted):
+            left_out += [f"{category} {said}" for said in wanted]
+    return tuple(left_out)
 
 
 def _norm_statement(text: str) -> str:
@@ -160,16 +188,29 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+@dataclass(frozen=True)
+class _ItemFault:
+    """A grievance whose only fault is its item or quantity: its category and text, and its
+    line item's name when only the quantity is wrong (``None``: the item could not be placed
+    on the order; ``claimed`` says how it was named)."""
+
+    category: Category
+    text: str
+    item_name: str | None
+    claimed: str | None
+
+
 def _check_one(
     index: int, raw: object, complaint: str, line_items: Sequence[LineItem]
-) -> tuple[list[str], dict[str, Any] | None]:
-    """Problems of one grievance (``where`` prefixed), and its cleaned fields when it has none."""
+) -> tuple[list[str], dict[str, Any] | None, _ItemFault | None]:
+    """Problems of one grievance (``where`` prefixed), and its cleaned fields when it has none,
+    or what it claims when its only problems are its item's or quantity's."""
     where = f"grievance {index}"
     if not isinstance(raw, Mapping):
-        return [f"{where} is not an object (got {type(raw).__name__})"], None
+        return [f"{where} is not an object (got {type(raw).__name__})"], None, None
     missing = [key for key in REQUIRED_KEYS if key not in raw]
     if missing:
-        return [f"{where} is missing keys: {', '.join(missing)}"], None
+        return [f"{where} is missing keys: {', '.join(missing)}"], None, None
 
     problems: list[str] = []
     text, category_raw = raw["text"], raw["category"]
@@ -213,40 +254,49 @@ def _check_one(
         problems.append(f"{where}: span {start}..{end} is empty")
 
     item: LineItem | None = None
+    about_item: list[str] = []  # the item's or quantity's problems: the claim stands otherwise
     if item_name is not None and not isinstance(item_name, str):
-        problems.append(f"{where}: item_name must be a string or null")
+        about_item.append(f"{where}: item_name must be a string or null")
     elif isinstance(item_name, str):
         item, problem = resolve_item(item_name, line_items)
         if item is None:
-            problems.append(f"{where}: {problem}")
+            about_item.append(f"{where}: {problem}")
     elif category in NEEDS_ITEM:
-        problems.append(f"{where}: {category} needs the item_name of a line item")
+        about_item.append(f"{where}: {category} needs the item_name of a line item")
 
     if quantity is not None and not _is_int(quantity):
-        problems.append(f"{where}: item_quantity must be an integer or null")
+        about_item.append(f"{where}: item_quantity must be an integer or null")
     elif quantity is not None:
         if item_name is None:
-            problems.append(f"{where}: item_quantity is given but item_name is null")
+            about_item.append(f"{where}: item_quantity is given but item_name is null")
         elif item is not None and not 1 <= quantity <= item.quantity:
-            problems.append(
+            about_item.append(
                 f"{where}: item_quantity {quantity} is out of range 1..{item.quantity} "
                 f"for {item.name!r}"
             )
 
-    if problems:
-        return problems, None
+    if problems or about_item:
+        fault = None
+        if not problems and category is not None:
+            claimed = item_name if isinstance(item_name, str) else None
+            fault = _ItemFault(category, text, None if item is None else item.name, claimed)
+        return problems + about_item, None, fault
     if item is not None and quantity is None:
         # The contract's meaning of an item named without a number (the prompt asks for it,
         # the judges rule on it): all its units, not one.
         quantity = item.quantity
-    return [], {
-        "category": category,
-        "text": text.strip(),
-        "span_start": start,
-        "span_end": end,
-        "item_name": None if item is None else item.name,
-        "item_quantity": quantity,
-    }
+    return (
+        [],
+        {
+            "category": category,
+            "text": text.strip(),
+            "span_start": start,
+            "span_end": end,
+            "item_name": None if item is None else item.name,
+            "item_quantity": quantity,
+        },
+        None,
+    )
 
 
 def validate_extraction(
@@ -277,11 +327,14 @@ def validate_extraction(
         problems.append(f"{len(items)} grievances is more than the limit of {max_grievances}")
 
     cleaned: list[tuple[int, dict[str, Any]]] = []
+    faults: list[_ItemFault] = []
     for index, raw in enumerate(items, start=1):
-        found, fields = _check_one(index, raw, complaint_text, line_items)
+        found, fields, fault = _check_one(index, raw, complaint_text, line_items)
         problems.extend(found)
         if fields is not None:
             cleaned.append((index, fields))
+        if fault is not None:
+            faults.append(fault)
 
     by_claim: dict[tuple[Category, str | None], int] = {}
     by_text: dict[str, int] = {}
@@ -306,10 +359,26 @@ def validate_extraction(
             by_text[statement] = index
 
     if problems:
+        unresolved: dict[tuple[Category, str], Unresolved] = {}
+        for fault in faults:
+            if fault.item_name is not None:  # only its quantity is wrong: the claim is known
+                said_as.setdefault(_norm_statement(fault.text), []).append(
+                    (fault.category, fault.item_name)
+                )
+            else:
+                said = (
+                    "naming no item of the order"
+                    if fault.claimed is None
+                    else f"for {fault.claimed!r}, which names no one item of the order"
+                )
+                unresolved.setdefault(
+                    (fault.category, _norm_statement(fault.text)), (fault.category, said)
+                )
         groups = list(said_as.values())
         if len(items) > max_grievances:  # the repair drops some: one of them all is kept
             groups = [[claim for group in groups for claim in group]]
-        raise ExtractionInvalid(problems, groups)
+            unresolved = {}
+        raise ExtractionInvalid(problems, groups, list(unresolved.values()))
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])

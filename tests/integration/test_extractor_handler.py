@@ -611,6 +611,57 @@ def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
     ]
 
 
+GARLIC_BREAD = _article_grievance(
+    "The raita had leaked all over the inside of the bag", "MISSING_ITEM", "garlic bread"
+)
+"""A claim whose item is not on the article's order (at the raita's words: only its item
+matters here)."""
+
+
+@pytest.mark.parametrize(
+    ("repaired", "judged"),
+    [
+        pytest.param([LATE, MISSING], None, id="left out"),
+        pytest.param(
+            [LATE, MISSING, {**GARLIC_BREAD, "item_name": "Raita"}],
+            [
+                ("LATE_DELIVERY", None),
+                ("MISSING_ITEM", "Hyderabadi Biryani"),
+                ("MISSING_ITEM", "Raita"),
+            ],
+            id="placed on an item of the order",
+        ),
+    ],
+)
+def test_a_repair_that_drops_a_claim_it_could_not_place_on_the_order_sends_it_to_review(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    repaired: list[dict[str, Any]],
+    judged: list[tuple[str, str | None]] | None,
+) -> None:
+    """The first answer claims an item the order does not have. A repair that drops that claim
+    used to close the complaint with the others judged, and the customer's claim neither judged
+    nor read by anyone; now a person reads the complaint. A repair that places the claim on an
+    item of the order is used."""
+    first = completion(json.dumps({"grievances": [LATE, MISSING, GARLIC_BREAD]}))
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with FixedAnswerServer(
+        completion(json.dumps({"grievances": repaired})), before=[first]
+    ) as server:
+        (emits,) = _handle(database, redis_url, standin, dispute, endpoint=server)
+    assert len(server.requests) == 2, "the answer and its repair"
+    if judged is not None:
+        assert [(e.value["category"], e.value["item_name"]) for e in emits] == judged
+        return
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    priced = emits[0].value
+    assert (priced["decision"], priced["payable_minor"]) == ("HELD_FOR_REVIEW", 0)
+    assert priced["reason"] == (
+        f"{LEFT_OUT_REASON}: MISSING_ITEM for 'garlic bread', which names no one item of the order"
+    )
+
+
 def test_a_complaint_longer_than_the_limit_is_invalid_input_before_any_model_call(
     database: str, redis_url: str, standin: Standin
 ) -> None:

@@ -498,3 +498,60 @@ def test_grievances_at_fault_with_each_other_are_claims_a_repair_keeps_one_of() 
     }
     assert claims_left_out(too_many.value.passed, full[:1]) == ()
     assert claims_left_out(too_many.value.passed, ()) != ()
+
+
+def test_a_grievance_at_fault_for_its_item_alone_is_a_claim_the_repair_still_makes() -> None:
+    """A claim whose item is not on the order (or is ambiguous, or missing) is still the
+    customer's grievance: the repair must make a claim of its category that no claim without
+    fault holds, or a person reads the complaint. One whose quantity alone is wrong names its
+    item: the repair keeps that claim, as it keeps one without fault."""
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    garlic_bread = {**missing, "text": "The garlic bread was missing.", "item_name": "Garlic Bread"}
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction({"grievances": [late, missing, garlic_bread]}, ARTICLE_COMPLAINT, ITEMS)
+    invalid = caught.value
+    assert invalid.unresolved == (
+        (Category.MISSING_ITEM, "for 'Garlic Bread', which names no one item of the order"),
+    )
+    assert invalid.passed == (
+        ((Category.LATE_DELIVERY, None),),
+        ((Category.MISSING_ITEM, BIRYANI),),
+    )
+    full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    biryani_and_late = [
+        g for g in full if g.category in (Category.MISSING_ITEM, Category.LATE_DELIVERY)
+    ]
+    dropped = "MISSING_ITEM for 'Garlic Bread', which names no one item of the order"
+    # Dropped, with another claim of its category still made: the other one is not it.
+    assert claims_left_out(invalid.passed, biryani_and_late, invalid.unresolved) == (dropped,)
+    # Placed on an item of the order that no claim without fault names: kept.
+    biryani = next(g for g in full if g.category is Category.MISSING_ITEM)
+    missing_raita = biryani.model_copy(update={"item_name": RAITA, "grievance_id": "g9"})
+    placed = [*biryani_and_late, missing_raita]
+    assert claims_left_out(invalid.passed, placed, invalid.unresolved) == ()
+    # Without an item where its category needs one: the same.
+    no_item = {**garlic_bread, "item_name": None}
+    with pytest.raises(ExtractionInvalid) as without:
+        validate_extraction({"grievances": [late, no_item]}, ARTICLE_COMPLAINT, ITEMS)
+    assert without.value.unresolved == ((Category.MISSING_ITEM, "naming no item of the order"),)
+    # Its quantity alone wrong: the claim on its item is one to keep.
+    too_many = {**missing, "item_quantity": 5}
+    with pytest.raises(ExtractionInvalid) as quantity:
+        validate_extraction({"grievances": [late, too_many]}, ARTICLE_COMPLAINT, ITEMS)
+    assert quantity.value.unresolved == ()
+    assert ((Category.MISSING_ITEM, BIRYANI),) in quantity.value.passed
+    assert claims_left_out(
+        quantity.value.passed, [g for g in full if g.category is Category.LATE_DELIVERY]
+    ) == (f"MISSING_ITEM for {BIRYANI!r}",)
+    # A grievance with another fault besides its item's is none of these: nothing says what
+    # it claims.
+    also_no_text = {**garlic_bread, "text": " "}
+    with pytest.raises(ExtractionInvalid) as shapeless:
+        validate_extraction({"grievances": [late, also_no_text]}, ARTICLE_COMPLAINT, ITEMS)
+    assert shapeless.value.unresolved == ()
+    # Over the grievance limit the repair drops some: none is required.
+    with pytest.raises(ExtractionInvalid) as over:
+        validate_extraction(
+            {"grievances": [late, garlic_bread]}, ARTICLE_COMPLAINT, ITEMS, max_grievances=1
+        )
+    assert over.value.unresolved == ()
