@@ -192,6 +192,7 @@ STRONG_PROMISES = tuple(
         rf"\b(?:receiv\w*|get|gets|getting|got|gotten)\s+{_SOME_WORDS}(?:{_MONEY_NOUN}|money)\b",
         r"\b(?:full|complete|partial|total)\s+refunds?\b|\brefund(?:s|ed)?\s+in\s+full\b",
         rf"\b(?:{_MONEY_NOUN}|money|amount)\s+(?:[\w'\u2019-]+\s+){{0,4}}?(?:(?:is|are)\s+coming"
+        r"|follows?|to\s+follow"
         r"|on\s+(?:its|the|their)\s+way|(?:has|have)\s+been|(?:being\s+)?(?:processed|initiated"
         r"|approved|issued|granted|sent|released|confirmed|completed)|will|shall|['\u2019]ll"
         r"|should\s+(?:reach|arrive|reflect|show))\b",
@@ -199,16 +200,24 @@ STRONG_PROMISES = tuple(
         r"|\bback\s+(?:to|into|in|on)\s+your\s+(?:card|account|wallet|bank|upi)\b",
         rf"\b(?:return\w*|transfer\w*|send|sends|sending|sent|put|putting|deposit\w*|give|gives"
         rf"|giving|gave|add|adds|added|adding)\s+{_SOME_WORDS}(?:money|amount|funds?|cash"
-        r"|payment|charge)\b",
-        rf"\b(?:money|amount|funds?|cash|payment|charge)\s+{_SOME_WORDS}(?:returned|transferred"
-        r"|sent|credited|reversed|back)\b",
+        r"|payment|charge|fees?)\b",
+        rf"\b(?:money|amount|funds?|cash|payment|charge|fees?)\s+{_SOME_WORDS}(?:returned"
+        r"|transferred|sent|credited|reversed|back)\b",
         r"\brevers\w*\s+(?:[\w'\u2019-]+\s+){0,2}?(?:charge|payment|transaction)s?\b",
+        rf"\bexpect\w*\s+{_SOME_WORDS}(?:money|payments?|transfers?|{_MONEY_NOUN}|funds?|cash"
+        r"|deposits?)\b",
+        r"\b(?:transfers?|payments?|deposits?)\s+(?:to|into|in|on)\s+your\s+(?:card|account"
+        r"|wallet|bank|upi)\b",
+        rf"\byour\s+(?:card|account|wallet|bank|upi)\s+(?:will|should|shall|would|is\s+going"
+        rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\b",
     )
 )
 """Wording that promises money: a refund, credit, reimbursement or compensation given or to
 come ("refunded", "we'll refund", "issued a full refund", "approved your refund request", "a
-refund ... is on the way"), money back or returned ("pay you back", "return the money"). Only a
-negation right before it excuses it (:data:`_NEGATED_BEFORE`)."""
+refund ... is on the way"), money back or returned ("pay you back", "return the money", "your
+delivery fee will be returned"), or money to expect ("expect your money within a week", "a
+transfer to your card", "your card will see the payment"). Only a negation right before it
+excuses it (:data:`_NEGATED_BEFORE`)."""
 MONEY_TALK = re.compile(
     r"\b(?:refunds?|credits?(?!\s+cards?\b)|reimburs\w*|compensat\w*|cashback|chargebacks?)\b",
     re.IGNORECASE,
@@ -228,14 +237,15 @@ Nepalese and Sri Lankan rupees are written so too)."""
 
 def _states(text: str, stated: str, currency: str) -> bool:
     """Whether ``text`` states ``stated`` (``"INR 689"``) as written, or with its currency's
-    sole sign ("₹689", "₹ 689"), its digits exactly those (no other grouping or decimals)."""
+    sole sign ("₹689", "₹ 689"), its digits exactly those: no other grouping or decimals, and
+    nothing written onto them ("INR 689e2")."""
     forms = [re.escape(stated)]
     sign = SOLE_SIGNS.get(currency)
     if sign is not None:
         number = stated.removeprefix(f"{currency} ")
         forms.append(rf"{re.escape(sign)} ?{re.escape(number)}")
     return (
-        re.search(rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?![0-9]|[.,][0-9])", text, re.IGNORECASE)
+        re.search(rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?!\w|[.,][0-9])", text, re.IGNORECASE)
         is not None
     )
 
@@ -264,9 +274,13 @@ def check_reply(
       :func:`~services.settler.amounts.format_amount` ("INR 689"), or with a sign that names
       the reply's currency alone (:data:`SOLE_SIGNS`: "₹689"); not "INR 689.50", "₹6,89",
       "Rs. 689" or "689 rupees" (rupees of other countries read so too), nor a bare "689";
+      and no clause may promise money besides it (:func:`_more_money`: "we will refund the
+      delivery fee as well", "a separate refund follows"; not "it should reach your card
+      within a week");
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "issued a full refund", "approved your refund request", "return the money", "a
-      refund ... is on the way", nor any other refund or credit wording, unless a negation
+      refund ... is on the way", "expect your money within a week", nor any other refund or
+      credit wording, unless a negation
       governs it ("nothing is refunded", "not able to offer a refund", "a refund is not
       possible", "does not qualify for a refund"), its clause refuses it ("your refund request
       has been rejected", "a refund can't be issued in this case"), it is about a review ("will
@@ -309,6 +323,8 @@ def check_reply(
     if approved_minor > 0:
         if not _states(text, stated, currency):
             failures.append(f"does not state the approved amount {stated}")
+        elif (more := _more_money(text, stated, currency)) is not None:
+            failures.append(f"promises money besides the approved {stated}: {more!r}")
     else:
         promise = _promise(text, stated)
         if promise is not None:
@@ -404,6 +420,47 @@ def _repeats_money(text: str, currency: str) -> str | None:
         money = _REPEATED_MONEY.search(clause) or currency_word_re(currency).search(clause)
         if repetition and money:
             return clause.strip()
+    return None
+
+
+_MORE = re.compile(
+    r"\b(?:as\s+well|too|the\s+rest|remaining|remainder|additional\w*|extra|separate\w*"
+    r"|further|in\s+addition|another|balance|on\s+top|besides)\b",
+    re.IGNORECASE,
+)
+"""Words that add to what was said ("as well", "the rest", "a separate refund")."""
+_BACK_REFERENCE = re.compile(
+    r"\b(?:it|this|(?:the|this|that|your)\s+(?:[\w'\u2019-]+\s+){0,2}?(?:refund|amount|money"
+    r"|sum|credit|payment))\b",
+    re.IGNORECASE,
+)
+"""Words that point back to the refund a reply states ("it", "the refund", "that amount", "the
+new refund", "your money")."""
+_NO_TALK = re.compile(r"(?!)")
+
+
+def _more_money(text: str, stated: str, currency: str) -> str | None:
+    """Where ``text``, which states the approved amount ``stated``, promises money besides it,
+    or None: a clause that promises money (a :data:`STRONG_PROMISES` match :func:`_claim`
+    does not excuse) and does not state the amount, followed in its sentence by a word that
+    adds (:data:`_MORE`: "we will refund the delivery fee as well", "a separate refund
+    follows"), or, in a sentence that
+    does not state the amount either, with nothing that points back to it
+    (:data:`_BACK_REFERENCE`: "We will refund the delivery fee."; not "It will reach your card
+    within a week" or "The refund will be credited to your card")."""
+    for sentence in _SENTENCE_END.split(text):
+        stated_here = _states(sentence, stated, currency)
+        at = 0
+        for clause, _after_review in _reviewed_clauses(sentence):
+            start = sentence.find(clause, at)
+            at = start + len(clause)
+            if _states(clause, stated, currency) or _claim(clause, _NO_TALK) is None:
+                continue
+            # The word before a clause may point back too ("that" and "this" end clauses), and
+            # what adds may come in the clauses after it ("as" ends one too: "as well").
+            pointed = _BACK_REFERENCE.search(sentence, max(0, start - 5), at)
+            if _MORE.search(sentence, start) or not (stated_here or pointed):
+                return clause.strip()
     return None
 
 

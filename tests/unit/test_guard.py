@@ -1185,3 +1185,70 @@ def test_a_held_item_sent_to_review_beside_refund_wording_is_not_claimed(reply: 
 def test_a_held_item_refunded_beside_its_review_is_still_claimed(claim: str) -> None:
     failures = check_reply(claim, 68900, "INR", ["the Raita"], held_names=["Raita"])
     assert "says the refund covers 'Raita', which is held for review" in failures, failures
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        "We will refund the delivery fee as well.",
+        "Your delivery fee will be returned as well.",
+        "A separate refund for the delivery fee follows.",
+        "We will refund the delivery fee.",
+        "We will also pay back your delivery fee.",
+    ],
+)
+def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str) -> None:
+    """The amount is stated, and then more is promised without a number: the customer would
+    wait for money no line approved."""
+    text = f"We have refunded INR 689 to your original payment method. {more}"
+    failures = check_reply(text, 68900, "INR", [])
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("promises money besides the approved INR 689: ")
+    one_sentence = check_reply(
+        "We have refunded INR 689 and will refund the delivery fee as well.", 68900, "INR", []
+    )
+    assert one_sentence == (
+        "promises money besides the approved INR 689: 'will refund the delivery fee'",
+    )
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "It should reach your card within five working days.",
+        "The refund will be credited to your original payment method.",
+        "That amount should reach you within three working days.",
+        "The new refund should reflect within three working days.",
+        "You will get your money back within a week.",
+    ],
+)
+def test_a_reply_may_say_more_of_the_approved_refund_without_its_number(after: str) -> None:
+    text = f"We have refunded INR 689 to your original payment method. {after}"
+    assert check_reply(text, 68900, "INR", []) == ()
+    assert (
+        check_reply("We have refunded INR 689, which should reflect soon.", 68900, "INR", []) == ()
+    )
+
+
+@pytest.mark.parametrize(
+    "expect",
+    [
+        "You can expect your money within a week.",
+        "Look out for a transfer to your card in a few days.",
+        "Your card will see the payment in three days.",
+    ],
+)
+def test_a_reply_that_approves_nothing_may_not_say_money_is_coming(expect: str) -> None:
+    text = f"A colleague will review the Raita. {expect}"
+    failures = check_reply(text, 0, "INR", ["Raita"], held_names=["Raita"])
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("promises money although nothing is approved: ")
+    answer = "A colleague will review the Raita, and you can expect an answer within two days."
+    assert check_reply(answer, 0, "INR", ["Raita"], held_names=["Raita"]) == ()
+
+
+def test_a_number_written_onto_the_amount_is_not_the_amount() -> None:
+    assert check_reply("We have refunded INR 689e2.", 68900, "INR", []) == (
+        "does not state the approved amount INR 689",
+    )
+    assert check_reply("We have refunded INR 689/-.", 68900, "INR", []) == ()
