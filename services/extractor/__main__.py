@@ -13,7 +13,7 @@ from refund_bench.resources import lifecycle, opened, pg_pool
 from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
 from services.extractor.handler import DEFAULT_MAX_COMPLAINT_CHARS, ExtractorHandler
-from services.pricing.table import DEFAULT_CAP_MINOR, CapMinor
+from services.pricing.table import DEFAULT_CAP_CURRENCY, DEFAULT_CAP_MINOR, CapCurrency, CapMinor
 
 
 class Settings(SingleRoleSettings):
@@ -32,6 +32,7 @@ class Settings(SingleRoleSettings):
     ``LLM_BASE_URL`` with ``LLM_API_KEY`` unless it equals ``LLM_RATE_PER_SECOND``."""
     extractor_prompt_version: ExtractorPromptVersion = EXTRACTOR_PROMPT_VERSION
     auto_approve_cap_minor: CapMinor = DEFAULT_CAP_MINOR
+    auto_approve_cap_currency: CapCurrency = DEFAULT_CAP_CURRENCY
     max_complaint_chars: int = Field(default=DEFAULT_MAX_COMPLAINT_CHARS, ge=1, le=1_000_000)
     """Longest complaint text judged; a longer one is dead-lettered before any model call (the
     API's setting of the same name refuses it at intake; this guards what is published to
@@ -58,6 +59,7 @@ def main() -> None:
         load_prompt(settings.extractor_prompt_version),
         settings.auto_approve_cap_minor,
         on_call=call_counter(metrics),
+        cap_currency=settings.auto_approve_cap_currency,
         max_complaint_chars=settings.max_complaint_chars,
     )
     spec = dataclasses.replace(

@@ -62,7 +62,12 @@ from services.extractor.validation import (
     claims_left_out,
     validate_extraction,
 )
-from services.pricing.table import DEFAULT_CAP_MINOR, PRICING_VERSION
+from services.pricing.table import (
+    DEFAULT_CAP_CURRENCY,
+    DEFAULT_CAP_MINOR,
+    PRICING_VERSION,
+    cap_for,
+)
 
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
 LEFT_OUT_REASON = (
@@ -85,6 +90,7 @@ class ExtractorHandler:
         cap_minor: int = DEFAULT_CAP_MINOR,
         on_call: OnCall | None = None,
         max_complaint_chars: int = DEFAULT_MAX_COMPLAINT_CHARS,
+        cap_currency: str = DEFAULT_CAP_CURRENCY,
     ) -> None:
         self._max_chars = max_complaint_chars
         self._pool = pool
@@ -94,6 +100,7 @@ class ExtractorHandler:
         self._cache = cache
         self._prompt = prompt
         self._cap_minor = cap_minor
+        self._cap_currency = cap_currency
         self._on_call = on_call
         self._in_flight = InFlight()
 
@@ -276,7 +283,7 @@ class ExtractorHandler:
             total_minor=0,
             already_paid_minor=0,
             payable_minor=0,
-            cap_minor=self._cap_minor,
+            cap_minor=cap_for(order["currency"], self._cap_minor, self._cap_currency),
             decision=decision.value,
             held_grievances=[],
             reason=reason,

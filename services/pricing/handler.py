@@ -37,6 +37,7 @@ from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PRICING
 from services.pricing.table import (
+    DEFAULT_CAP_CURRENCY,
     GrievanceVerdict,
     PricedRefund,
     ReviewOverrides,
@@ -84,9 +85,15 @@ _PAYING = (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED)
 
 
 class PricingHandler:
-    def __init__(self, snapshots: SnapshotLookup, cap_minor: int) -> None:
+    def __init__(
+        self,
+        snapshots: SnapshotLookup,
+        cap_minor: int,
+        cap_currency: str = DEFAULT_CAP_CURRENCY,
+    ) -> None:
         self._snapshots = snapshots
         self._cap_minor = cap_minor
+        self._cap_currency = cap_currency
 
     def spec(self) -> StageSpec:
         return StageSpec.of(PRICING, self.handle, store_retention_s=RETENTION_S, assignment="range")
@@ -170,6 +177,7 @@ class PricingHandler:
                 verdicts,
                 snapshot,
                 cap_minor=self._cap_minor,
+                cap_currency=self._cap_currency,
                 already_approved_minor=state["approved_minor"],
                 overrides=_overrides(state["overrides"]),
             )

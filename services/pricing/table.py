@@ -49,6 +49,11 @@ DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
 could not be written to Avro (a long)."""
+DEFAULT_CAP_CURRENCY = "INR"
+CapCurrency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+"""The currency whose minor units the auto-approve cap counts (ISO 4217). An order in another
+currency has no cap it could be paid under: its refund goes to a person, since 100000 minor
+units are INR 1,000 but EUR 1,000 or JPY 100,000."""
 LATE_DELIVERY_FLAT_MINOR: Mapping[str, MinorUnits] = {"INR": 4900}
 """Flat late-delivery compensation per currency; a currency not listed pays 0 for lateness."""
 
@@ -454,13 +459,16 @@ def price_refund(
     snapshot: Mapping[str, Any],
     *,
     cap_minor: MinorUnits = DEFAULT_CAP_MINOR,
+    cap_currency: str = DEFAULT_CAP_CURRENCY,
     already_approved_minor: MinorUnits = 0,
     overrides: ReviewOverrides | None = None,
 ) -> PricedRefund:
     """Price one settlement round of a dispute.
 
     ``snapshot`` is the evidence snapshot of :mod:`services.extractor.evidence`;
-    ``already_approved_minor`` is what earlier rounds approved. Raises :class:`InvalidInput` for
+    ``already_approved_minor`` is what earlier rounds approved. ``cap_minor`` counts minor units
+    of ``cap_currency``; an order in another currency is priced with a cap of 0 (a person
+    approves any amount: :func:`cap_for`). Raises :class:`InvalidInput` for
     a malformed snapshot, an item name not on the order, duplicate grievance ids, overrides of
     unknown grievances, a negative cap, or an earlier approval outside ``0..order total``.
     """
@@ -501,7 +509,14 @@ def price_refund(
             bounds.consume(verdict, line.amount_minor, rule, item)
             lines[verdict.grievance_id] = line
     priced = tuple(lines[v.grievance_id] for v in ordered)
-    return _decide(priced, order, cap_minor, already_approved_minor, overrides)
+    cap = cap_for(order.currency, cap_minor, cap_currency)
+    return _decide(priced, order, cap, already_approved_minor, overrides, cap_currency)
+
+
+def cap_for(currency: str, cap_minor: MinorUnits, cap_currency: str) -> MinorUnits:
+    """The auto-approve cap of an order in ``currency``: ``cap_minor`` when it is the cap's
+    currency, else 0 (the cap's number means another amount there)."""
+    return cap_minor if currency == cap_currency else 0
 
 
 def _decide(
@@ -510,6 +525,7 @@ def _decide(
     cap_minor: int,
     already: int,
     overrides: ReviewOverrides,
+    cap_currency: str,
 ) -> PricedRefund:
     pay_sum = sum(line.amount_minor for line in lines if line.status is LineStatus.PAY)
     total = min(pay_sum, order.charged_total_minor)
@@ -529,7 +545,12 @@ def _decide(
         why = f"a reviewer approved total {total}; {already} approved before, {payable} payable"
     elif total > cap_minor:
         decision, payable = Decision.HELD_FOR_REVIEW, 0
-        why = f"total {total} exceeds the auto-approve cap {cap_minor}"
+        why = (
+            f"total {total} exceeds the auto-approve cap {cap_minor}"
+            if order.currency == cap_currency
+            else f"total {total} in {order.currency}, for which no auto-approve cap is set (the"
+            f" cap counts {cap_currency})"
+        )
         if dispute is ReviewDecision.APPROVE:
             why += f" and the total {overrides.approved_total_minor} a reviewer approved"
         why += "; nothing paid automatically"

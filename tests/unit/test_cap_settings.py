@@ -29,3 +29,18 @@ def test_a_cap_up_to_the_largest_order_is_taken(
     assert (
         settings(auto_approve_cap_minor=MAX_ORDER_MINOR).auto_approve_cap_minor == MAX_ORDER_MINOR
     )
+
+
+@pytest.mark.parametrize("settings", [ExtractorSettings, PricingSettings])
+def test_the_caps_currency_is_an_iso_code(
+    settings: type[ExtractorSettings | PricingSettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap counts minor units of one currency, INR unless ``AUTO_APPROVE_CAP_CURRENCY``
+    names another; a name that is no currency code is refused at start."""
+    assert settings().auto_approve_cap_currency == "INR"
+    monkeypatch.setenv("AUTO_APPROVE_CAP_CURRENCY", "EUR")
+    assert settings().auto_approve_cap_currency == "EUR"
+    for wrong in ("eur", "EURO", "€"):
+        monkeypatch.setenv("AUTO_APPROVE_CAP_CURRENCY", wrong)
+        with pytest.raises(ValidationError, match="auto_approve_cap_currency"):
+            settings()

@@ -503,6 +503,33 @@ def test_over_the_cap_is_held_and_nothing_is_paid_automatically() -> None:
     assert "exceeds the auto-approve cap 100000" in priced.reason
 
 
+def test_an_order_in_another_currency_than_the_caps_is_never_paid_automatically() -> None:
+    """The cap counts minor units of one currency: 100000 are INR 1,000, but EUR 1,000. An
+    order in another currency goes to a person whatever its total; a reviewer's approval pays
+    it, and with the cap set in its currency it is priced as usual."""
+    missing = [verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=2)]
+    euros = build_snapshot(article_order(currency="EUR"))
+    held = price_refund(missing, euros)
+    assert (held.total_minor, held.cap_minor) == (64000, 0)
+    assert (held.decision, held.payable_minor) == (Decision.HELD_FOR_REVIEW, 0)
+    assert held.reason.startswith(
+        "total 64000 in EUR, for which no auto-approve cap is set (the cap counts INR);"
+        " nothing paid automatically"
+    )
+    approved = price_refund(
+        missing, euros, overrides=ReviewOverrides(dispute=ReviewDecision.APPROVE)
+    )
+    assert (approved.decision, approved.payable_minor) == (Decision.REVIEW_APPROVED, 64000)
+    in_euros = price_refund(missing, euros, cap_minor=70000, cap_currency="EUR")
+    assert (in_euros.decision, in_euros.payable_minor, in_euros.cap_minor) == (
+        Decision.AUTO_APPROVED,
+        64000,
+        70000,
+    )
+    rupees = price_refund(missing, SNAPSHOT, cap_minor=70000, cap_currency="EUR")
+    assert (rupees.decision, rupees.cap_minor) == (Decision.HELD_FOR_REVIEW, 0)
+
+
 def test_reviewer_approval_lifts_the_cap_but_not_the_order_total() -> None:
     overrides = ReviewOverrides(dispute=ReviewDecision.APPROVE)
     priced = price_refund(
@@ -693,6 +720,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "order": order,
         "verdicts": verdicts,
         "cap_minor": draw(st.integers(min_value=0, max_value=200_000)),
+        "cap_currency": draw(st.sampled_from(["INR", "EUR"])),  # the orders are in INR
         "already_approved_minor": draw(
             st.integers(min_value=0, max_value=order.charged_total_minor)
         ),
@@ -710,9 +738,13 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
         case["verdicts"],
         build_snapshot(order),
         cap_minor=case["cap_minor"],
+        cap_currency=case["cap_currency"],
         already_approved_minor=case["already_approved_minor"],
         overrides=overrides,
     )
+    if case["cap_currency"] != order.currency:  # a cap in another currency caps at nothing
+        assert priced.cap_minor == 0
+        assert priced.decision is not Decision.AUTO_APPROVED
     amounts = [priced.total_minor, priced.payable_minor, priced.already_paid_minor]
     amounts += [x for ln in priced.lines for x in (ln.amount_minor, ln.proposed_minor)]
     assert all(type(a) is int and a >= 0 for a in amounts)
