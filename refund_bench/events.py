@@ -27,6 +27,12 @@ MAX_NAME_CHARS = 128
 """A reviewer's name, at most."""
 
 Id = Annotated[str, Field(pattern=ID_PATTERN)]
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
+"""An evidence snapshot's content hash as the extractor writes it: 64 lower-case hex digits.
+Stages look the snapshot up by it in PostgreSQL, which refuses a NUL in a query: any other value
+is invalid at parse, and its record goes to the dead-letter topic instead of stopping the stage
+at every redelivery."""
 _REFUSED = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 """Control characters other than tab and line breaks (NUL: PostgreSQL text cannot hold one), and
 the bidirectional overrides that can make a reviewer read the text in another order."""
@@ -155,7 +161,7 @@ class GrievanceExtracted(Event):
     span_text: str | None = None
     item_name: str | None = None
     item_quantity: int | None = None
-    snapshot_sha256: str
+    snapshot_sha256: Sha256
     snapshot_json: str
     extractor_model: str
     extractor_prompt_version: str
@@ -179,7 +185,7 @@ class RulingCast(Event):
     reasoning: str
     model: str
     prompt_version: str
-    snapshot_sha256: str
+    snapshot_sha256: Sha256
     raw_response: str
     cast_at: datetime
     seed: int | None = None
@@ -206,7 +212,7 @@ class VerdictDecided(Event):
     category: str
     item_name: str | None = None
     item_quantity: int | None = None
-    snapshot_sha256: str
+    snapshot_sha256: Sha256
     outcome: str
     votes_upheld: int
     votes_rejected: int
@@ -272,7 +278,7 @@ class RefundPriced(Event):
     decision: str
     held_grievances: list[str] = []
     reason: str = ""
-    snapshot_sha256: str
+    snapshot_sha256: Sha256
     payment_reference: str | None = None
     """From the evidence snapshot; ``None`` in events written before the field existed."""
     priced_at: datetime

@@ -346,6 +346,27 @@ def test_a_verdict_disagreeing_with_the_disputes_first_is_invalid_and_the_disput
     assert (priced["round"], priced["total_minor"]) == (1, 74900)
 
 
+@pytest.mark.parametrize("sha", ["0" * 63 + "\x00", "A" * 64, "0" * 63, "0" * 65, ""])
+def test_a_verdict_whose_snapshot_hash_is_no_hash_is_invalid_before_any_lookup(sha: str) -> None:
+    """Pricing looks the snapshot up by its hash in PostgreSQL, which refuses a NUL in a query:
+    such a verdict used to stop the stage at every redelivery instead of being dead-lettered."""
+    looked_up: list[str] = []
+
+    def lookup(sha: str) -> dict[str, Any]:
+        looked_up.append(sha)
+        return SNAPSHOT
+
+    store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
+    store.open(0)
+    handler = PricingHandler(lookup, cap_minor=100_000)
+    for gid in ("g1", "g2", "g3"):
+        _headers(store, handler, _verdict(gid, "UPHELD"))
+    looked_up.clear()
+    last = with_fields(_verdict("g4", "UPHELD"), snapshot_sha256=sha)
+    _refused(store, handler, last, "VerdictDecided failed validation: snapshot_sha256: ")
+    assert looked_up == []
+
+
 def test_a_verdict_after_all_of_the_disputes_verdicts_is_invalid() -> None:
     store, handler = _handler()
     for gid in ("g1", "g2", "g3", "g4"):
