@@ -180,6 +180,10 @@ _ADVERBS = (
     r"|surely|quickly|duly|still|just"
 )
 _SOME_WORDS = r"(?:[\w'\u2019-]+\s+){0,3}?"
+_DETERMINER = r"the|a|an|your|this|that|our"
+_ARRIVING = rf"{_MONEY_NOUN}|money|funds?|cash|deposits?|transfers?|payments?"
+"""What a reply may say is coming to the customer's card ("expect your money", "your card will
+see the payment")."""
 STRONG_PROMISES = tuple(
     re.compile(pattern, re.IGNORECASE)
     for pattern in (
@@ -192,7 +196,6 @@ STRONG_PROMISES = tuple(
         rf"\b(?:receiv\w*|get|gets|getting|got|gotten)\s+{_SOME_WORDS}(?:{_MONEY_NOUN}|money)\b",
         r"\b(?:full|complete|partial|total)\s+refunds?\b|\brefund(?:s|ed)?\s+in\s+full\b",
         rf"\b(?:{_MONEY_NOUN}|money|amount)\s+(?:[\w'\u2019-]+\s+){{0,4}}?(?:(?:is|are)\s+coming"
-        r"|follows?|to\s+follow"
         r"|on\s+(?:its|the|their)\s+way|(?:has|have)\s+been|(?:being\s+)?(?:processed|initiated"
         r"|approved|issued|granted|sent|released|confirmed|completed)|will|shall|['\u2019]ll"
         r"|should\s+(?:reach|arrive|reflect|show))\b",
@@ -200,24 +203,23 @@ STRONG_PROMISES = tuple(
         r"|\bback\s+(?:to|into|in|on)\s+your\s+(?:card|account|wallet|bank|upi)\b",
         rf"\b(?:return\w*|transfer\w*|send|sends|sending|sent|put|putting|deposit\w*|give|gives"
         rf"|giving|gave|add|adds|added|adding)\s+{_SOME_WORDS}(?:money|amount|funds?|cash"
-        r"|payment|charge|fees?)\b",
-        rf"\b(?:money|amount|funds?|cash|payment|charge|fees?)\s+{_SOME_WORDS}(?:returned"
-        r"|transferred|sent|credited|reversed|back)\b",
+        r"|payment|charge)\b",
+        rf"\b(?:money|amount|funds?|cash|payment|charge)\s+{_SOME_WORDS}(?:returned|transferred"
+        r"|sent|credited|reversed|back)\b",
         r"\brevers\w*\s+(?:[\w'\u2019-]+\s+){0,2}?(?:charge|payment|transaction)s?\b",
-        rf"\bexpect\w*\s+{_SOME_WORDS}(?:money|payments?|transfers?|{_MONEY_NOUN}|funds?|cash"
-        r"|deposits?)\b",
-        r"\b(?:transfers?|payments?|deposits?)\s+(?:to|into|in|on)\s+your\s+(?:card|account"
-        r"|wallet|bank|upi)\b",
+        rf"\bexpect\w*\s+(?:(?:{_DETERMINER})\s+)?(?:{_ARRIVING})\b",
+        r"\b(?:transfers?|deposits?)\s+(?:to|into)\s+your\s+(?:card|account|wallet|bank|upi)\b",
         rf"\byour\s+(?:card|account|wallet|bank|upi)\s+(?:will|should|shall|would|is\s+going"
-        rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\b",
+        rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\s+(?:(?:{_DETERMINER})\s+)?"
+        rf"(?:{_ARRIVING})\b",
     )
 )
 """Wording that promises money: a refund, credit, reimbursement or compensation given or to
 come ("refunded", "we'll refund", "issued a full refund", "approved your refund request", "a
-refund ... is on the way"), money back or returned ("pay you back", "return the money", "your
-delivery fee will be returned"), or money to expect ("expect your money within a week", "a
-transfer to your card", "your card will see the payment"). Only a negation right before it
-excuses it (:data:`_NEGATED_BEFORE`)."""
+refund ... is on the way"), money back or returned ("pay you back", "return the money"), or
+money to expect ("expect your money within a week", "a transfer to your card", "your card will
+see the payment"; not "expect news of any refund", "your card will show one charge"). Only a
+negation right before it excuses it (:data:`_NEGATED_BEFORE`)."""
 MONEY_TALK = re.compile(
     r"\b(?:refunds?|credits?(?!\s+cards?\b)|reimburs\w*|compensat\w*|cashback|chargebacks?)\b",
     re.IGNORECASE,
@@ -425,41 +427,54 @@ def _repeats_money(text: str, currency: str) -> str | None:
 
 _MORE = re.compile(
     r"\b(?:as\s+well|too|the\s+rest|remaining|remainder|additional\w*|extra|separate\w*"
-    r"|further|in\s+addition|another|balance|on\s+top|besides)\b",
+    r"|in\s+addition|another|on\s+top|besides|plus)\b",
     re.IGNORECASE,
 )
 """Words that add to what was said ("as well", "the rest", "a separate refund")."""
-_BACK_REFERENCE = re.compile(
-    r"\b(?:it|this|(?:the|this|that|your)\s+(?:[\w'\u2019-]+\s+){0,2}?(?:refund|amount|money"
-    r"|sum|credit|payment))\b",
+_MORE_AFTER = 12
+"""How far past a clause's end an adding word still belongs to it: "as" ends a clause, so "as
+well" comes right after the clause it adds to ("we will refund the fee as well")."""
+_OTHER_MONEY = re.compile(r"\b(?:fees?|charges|tips?|tax(?:es)?|surcharges?)\b", re.IGNORECASE)
+"""What an order is charged besides its items: a promise to refund it, in a sentence that does
+not state the amount, is money besides it ("We will refund the delivery fee")."""
+_COMING_BESIDES = re.compile(
+    rf"\b(?:{_MONEY_NOUN})\s+(?:[\w'\u2019-]+\s+){{0,6}}?(?:follows?|to\s+follow)\b"
+    rf"|\b(?:fees?|charges|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
+    r"|reversed|back)\b",
     re.IGNORECASE,
 )
-"""Words that point back to the refund a reply states ("it", "the refund", "that amount", "the
-new refund", "your money")."""
+"""Money promised without a refund verb of :data:`STRONG_PROMISES`, read when an amount is
+approved only ("a separate refund follows", "your delivery fee will be returned")."""
 _NO_TALK = re.compile(r"(?!)")
 
 
 def _more_money(text: str, stated: str, currency: str) -> str | None:
     """Where ``text``, which states the approved amount ``stated``, promises money besides it,
-    or None: a clause that promises money (a :data:`STRONG_PROMISES` match :func:`_claim`
-    does not excuse) and does not state the amount, followed in its sentence by a word that
-    adds (:data:`_MORE`: "we will refund the delivery fee as well", "a separate refund
-    follows"), or, in a sentence that
-    does not state the amount either, with nothing that points back to it
-    (:data:`_BACK_REFERENCE`: "We will refund the delivery fee."; not "It will reach your card
-    within a week" or "The refund will be credited to your card")."""
+    or None. A clause that does not state the amount and promises money (a
+    :data:`STRONG_PROMISES` match :func:`_claim` does not excuse, or :data:`_COMING_BESIDES`
+    no negation governs) does so when a word that adds is in it or right after it
+    (:data:`_MORE`: "we will refund the delivery fee as well", "a separate refund follows", "we
+    will refund the rest later"), or, in a sentence that does not state the amount, when it
+    names a charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery
+    fee."). A promise with neither is taken as about the stated refund ("It should reach your
+    card within a week", "Refunds are usually credited within 5-7 working days", "The refund
+    will be credited to your wallet balance")."""
     for sentence in _SENTENCE_END.split(text):
         stated_here = _states(sentence, stated, currency)
         at = 0
         for clause, _after_review in _reviewed_clauses(sentence):
             start = sentence.find(clause, at)
             at = start + len(clause)
-            if _states(clause, stated, currency) or _claim(clause, _NO_TALK) is None:
+            if _states(clause, stated, currency):
                 continue
-            # The word before a clause may point back too ("that" and "this" end clauses), and
-            # what adds may come in the clauses after it ("as" ends one too: "as well").
-            pointed = _BACK_REFERENCE.search(sentence, max(0, start - 5), at)
-            if _MORE.search(sentence, start) or not (stated_here or pointed):
+            besides = _COMING_BESIDES.search(clause)
+            if _claim(clause, _NO_TALK) is None and (
+                besides is None or _NEGATED_BEFORE.search(clause, 0, besides.start())
+            ):
+                continue
+            if _MORE.search(sentence, start, at + _MORE_AFTER) or (
+                not stated_here and _OTHER_MONEY.search(clause)
+            ):
                 return clause.strip()
     return None
 

@@ -1195,6 +1195,8 @@ def test_a_held_item_refunded_beside_its_review_is_still_claimed(claim: str) -> 
         "A separate refund for the delivery fee follows.",
         "We will refund the delivery fee.",
         "We will also pay back your delivery fee.",
+        "We will also refund the delivery fee for this order.",
+        "The rest will be refunded next week.",
     ],
 )
 def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str) -> None:
@@ -1220,9 +1222,16 @@ def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str
         "That amount should reach you within three working days.",
         "The new refund should reflect within three working days.",
         "You will get your money back within a week.",
+        "Refunds are usually credited within 5-7 working days.",
+        "You can expect the funds in your account within 5-7 business days.",
+        "We will credit your account within 5-7 days.",
+        "The refund will be credited to your wallet balance.",
+        "The refund should reach you within 5-7 days, and let us know if you need further help.",
+        "The refund will be credited within 5-7 days, and we are sorry for the trouble too.",
     ],
 )
 def test_a_reply_may_say_more_of_the_approved_refund_without_its_number(after: str) -> None:
+    """Words that add, or a charge named, away from the promise are no second promise."""
     text = f"We have refunded INR 689 to your original payment method. {after}"
     assert check_reply(text, 68900, "INR", []) == ()
     assert (
@@ -1243,8 +1252,16 @@ def test_a_reply_that_approves_nothing_may_not_say_money_is_coming(expect: str) 
     failures = check_reply(text, 0, "INR", ["Raita"], held_names=["Raita"])
     assert len(failures) == 1, failures
     assert failures[0].startswith("promises money although nothing is approved: ")
-    answer = "A colleague will review the Raita, and you can expect an answer within two days."
-    assert check_reply(answer, 0, "INR", ["Raita"], held_names=["Raita"]) == ()
+    for answer in (
+        "A colleague will review the Raita, and you can expect an answer within two days.",
+        "A colleague will review the Raita, and you can expect news of any refund within two days.",
+    ):
+        assert check_reply(answer, 0, "INR", ["Raita"], held_names=["Raita"]) == ()
+    for nothing_owed in (
+        "We checked the payment on your card and it was charged only once, so no refund is due.",
+        "Your card will show only one charge once the pending authorisation lapses.",
+    ):
+        assert check_reply(nothing_owed, 0, "INR", []) == ()
 
 
 def test_a_number_written_onto_the_amount_is_not_the_amount() -> None:
