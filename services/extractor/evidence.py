@@ -164,6 +164,8 @@ def absent_records(order: OrderRecord) -> list[str]:
         absent.append("partner_rating")
     if not order.packaging_condition_recorded:
         absent.append("packaging_condition")
+    elif not order.packaging_notes:  # a check recorded without what it found
+        absent.append("packaging_notes")
     if not order.partner_conduct_reports:
         absent.append("partner_conduct_reports")
     return sorted(absent)

@@ -59,9 +59,9 @@ class ExtractionInvalid(InvalidInput):
     answer over the grievance limit, all are one group (the repair drops some, not all).
     ``unresolved``: the grievances whose only fault is their item (not on the order,
     ambiguous, or none named where the category needs one); for each, the repair must make a
-    claim of its category about an item no claim of ``passed`` names, since what the customer
-    said is still a grievance even when the model could not place it on the order (none in an
-    answer over the limit).
+    claim of its category about an item no claim of ``passed`` names, or, where its category
+    needs no item, a claim of it about none, since what the customer said is still a grievance
+    even when the model could not place it on the order (none in an answer over the limit).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
@@ -106,6 +106,8 @@ def claims_left_out(
     ]
     named = {claim for group in passed for claim in group}
     for category in dict.fromkeys(category for category, _ in unresolved):
+        if category not in NEEDS_ITEM and (category, None) in made:
+            continue  # placed on no item, as its category may be: kept, or merged into that one
         wanted = [said for of, said in unresolved if of is category]
         new = {claim for claim in made if claim[0] is category and claim not in named}
         if len(new) < len(wanted):

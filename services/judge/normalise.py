@@ -55,9 +55,10 @@ class NormalisedRuling:
 def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[str]:
     """The fields ``evidence_cited`` names: an entry that is a field of the snapshot as it
     stands (an item name may hold a comma), else each part of it split on commas, semicolons
-    and newlines. A part that names a field and then says something of it
-    (``order.packaging_notes: null``, ``derived.delay_minutes = 75``, ``order.delivered_at is
-    missing``) cites that field (:func:`_field_said_of`)."""
+    and newlines. A part that names fields and says something of them
+    (``order.packaging_notes: null``, ``derived.delay_minutes = 75``, ``derived.delay_minutes
+    is 12 and order.delivered_at is null``) cites each of them (:func:`_fields_said_of`); a
+    part that names none is kept as it is, an unknown citation."""
     out: list[str] = []
     for entry in evidence_cited:
         whole = entry.strip(_STRIP)
@@ -67,26 +68,51 @@ def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[s
         for part in _SPLIT.split(entry):
             cleaned = part.strip(_STRIP)
             if cleaned:
-                out.append(_field_said_of(cleaned, allowed) or cleaned)
+                out.extend(_fields_said_of(cleaned, allowed) or [cleaned])
     return out
 
 
-_SAID_OF = re.compile(r"\s*(?:[:=(]|\s)")
-"""Where a cited field's name may end and what the judge says of it begin: a colon, an equals
-sign, an opening parenthesis or a space."""
+_WORD_START = re.compile(r"(?:^|(?<=[\s(`'\"]))[^\s(`'\"]")
+_WORD_END = re.compile(r"[\s:=()`'\"]|$")
+"""Where a field's name may begin and end in a citation that says something of it: at the
+part's ends, and at a space, bracket, quote, colon or equals sign."""
 
 
-def _field_said_of(part: str, allowed: frozenset[str]) -> str | None:
-    """The longest field of the snapshot that ``part`` begins with, followed by what the judge
-    says of it; ``None`` when it begins with none. The longest, so that an item's name with a
-    space or parenthesis in it is read whole ("Chicken Biryani (Large): null" is not
-    "Chicken")."""
-    found = None
-    for said in _SAID_OF.finditer(part):
-        head = part[: said.start()].strip(_STRIP)
-        if head and _key(head) in allowed:
-            found = head
+def _fields_said_of(part: str, allowed: frozenset[str]) -> list[str]:
+    """The fields of the snapshot ``part`` names, in order: at each word, the longest field
+    that begins there (an item's name may hold a space or a bracket: "Chicken Biryani (Large):
+    null" is not "Chicken"). Past its first word, only a name that reads as a path (a ``.`` or
+    ``_`` in it) counts, so that a plain word of the judge's ("currency") cites nothing."""
+    longest_key, first_steps = _shape(allowed)
+    ends = [end.start() for end in _WORD_END.finditer(part)]
+    found: list[str] = []
+    taken = 0
+    for word in _WORD_START.finditer(part):
+        begin = word.start()
+        lead = _key(part[begin : begin + longest_key + 16])
+        if begin < taken or _FIRST_STEP.split(lead, maxsplit=1)[0] not in first_steps:
+            continue  # the cheap test first: most words of a judge's sentence begin no field
+        longest = None
+        for end in ends:
+            if end <= begin or end - begin > longest_key + 16:
+                continue
+            head = part[begin:end].strip(_STRIP)
+            if head and _key(head) in allowed and (begin == 0 or "." in head or "_" in head):
+                longest, taken = head, end
+        if longest is not None:
+            found.append(longest)
     return found
+
+
+_FIRST_STEP = re.compile(r"[\s.\[:=()`'\"]")
+
+
+@lru_cache(maxsize=256)
+def _shape(allowed: frozenset[str]) -> tuple[int, frozenset[str]]:
+    """The longest comparison key of a snapshot's fields, and the first step of each
+    (``order``, ``derived``, ``delivered_at``): where a field's name may begin."""
+    longest = max(map(len, allowed), default=0)
+    return longest, frozenset(_FIRST_STEP.split(key, maxsplit=1)[0] for key in allowed)
 
 
 def _key(field: str) -> str:
@@ -139,8 +165,8 @@ def normalise(
     Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
     and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
     ignored; an entry that names no field whole is split on commas, semicolons and newlines,
-    and a part that begins with a field and then says something of it (``order.packaging_notes:
-    null``) cites that field.
+    and a part that names fields and says something of them (``order.packaging_notes: null``)
+    cites each of them.
     """
     allowed = _keys(allowed_fields)
     cited = _citations(evidence_cited, allowed)

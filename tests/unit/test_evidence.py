@@ -326,3 +326,11 @@ def test_an_order_with_an_impossible_sla_or_weight_is_refused(
     order store's record is wrong, and the complaint goes to the DLQ naming the field."""
     with pytest.raises(ValidationError, match=field):
         article_order(**changes)
+
+
+def test_a_packaging_check_recorded_without_notes_is_an_absent_record() -> None:
+    """The judges read what the order store lacks from ``absent_records``: a check recorded with
+    no notes lacks what it found."""
+    for notes in (None, ""):
+        order = article_order(packaging_condition_recorded=True, packaging_notes=notes)
+        assert build_snapshot(order)["derived"]["absent_records"] == ["packaging_notes"]

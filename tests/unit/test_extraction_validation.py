@@ -549,6 +549,14 @@ def test_a_grievance_at_fault_for_its_item_alone_is_a_claim_the_repair_still_mak
     with pytest.raises(ExtractionInvalid) as shapeless:
         validate_extraction({"grievances": [late, also_no_text]}, ARTICLE_COMPLAINT, ITEMS)
     assert shapeless.value.unresolved == ()
+    # A category that needs no item may take the claim about none, merged with one there was.
+    box = {**ARTICLE_ANSWER["grievances"][0], "item_name": None}
+    bag = {**box, "text": "The carry bag was torn.", "item_name": "carry bag"}
+    with pytest.raises(ExtractionInvalid) as packaging:
+        validate_extraction({"grievances": [box, bag]}, ARTICLE_COMPLAINT, ITEMS)
+    merged = validate_extraction({"grievances": [box]}, ARTICLE_COMPLAINT, ITEMS)
+    assert packaging.value.unresolved != ()
+    assert claims_left_out(packaging.value.passed, merged, packaging.value.unresolved) == ()
     # Over the grievance limit the repair drops some: none is required.
     with pytest.raises(ExtractionInvalid) as over:
         validate_extraction(

@@ -94,6 +94,17 @@ def test_the_longest_field_a_citation_begins_with_is_the_one_it_cites() -> None:
     rejected = normalise("REJECTED", cited, fields, silent)
     assert rejected.cited_known == ("derived.missing_units_estimate.Biryani (Large)",)
     assert rejected.ruling is Ruling.ESCALATE
+    # Every field a citation names counts, not only the first: a silent one escalates.
+    both = normalise(
+        "REJECTED",
+        ["derived.delay_minutes is 85 and order.packaging_notes is null"],
+        FIELDS,
+        silent_fields(SNAPSHOT),
+    )
+    assert both.cited_known == ("derived.delay_minutes", "order.packaging_notes")
+    assert both.ruling is Ruling.ESCALATE
+    # A plain word that is also a field's short name cites nothing past a sentence's start.
+    assert normalise("UPHELD", ["paid in the right currency"], FIELDS).ruling is Ruling.ESCALATE
     # Words after a field that begin no other field leave the citation unknown, as before.
     unknown = normalise("REJECTED", ["order.tip: 20"], fields, silent)
     assert (unknown.ruling, unknown.cited_unknown) == (Ruling.ESCALATE, ("order.tip: 20",))
