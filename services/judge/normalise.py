@@ -54,57 +54,69 @@ class NormalisedRuling:
 
 def _citations(evidence_cited: Sequence[str], allowed: frozenset[str]) -> list[str]:
     """The fields ``evidence_cited`` names: an entry that is a field of the snapshot as it
-    stands (an item name may hold a comma), else each part of it split on commas, semicolons
-    and newlines. A part that names fields and says something of them
-    (``order.packaging_notes: null``, ``derived.delay_minutes = 75``, ``derived.delay_minutes
-    is 12 and order.delivered_at is null``) cites each of them (:func:`_fields_said_of`); a
-    part that names none is kept as it is, an unknown citation."""
+    stands, else every field named in it with something said of it (``order.packaging_notes:
+    null``, ``derived.delay_minutes is 12 and order.delivered_at is null``:
+    :func:`_fields_named`), and each part of it between commas, semicolons and newlines that
+    names none, as an unknown citation."""
     out: list[str] = []
     for entry in evidence_cited:
         whole = entry.strip(_STRIP)
         if _key(whole) in allowed:
             out.append(whole)
             continue
-        for part in _SPLIT.split(entry):
-            cleaned = part.strip(_STRIP)
-            if cleaned:
-                out.extend(_fields_said_of(cleaned, allowed) or [cleaned])
+        named = _fields_named(entry, allowed)
+        out.extend(field for _, _, field in named)
+        for part in _PART.finditer(entry):
+            cleaned = part.group().strip(_STRIP)
+            if cleaned and not any(b < part.end() and part.start() < e for b, e, _ in named):
+                out.append(cleaned)
     return out
 
 
-_WORD_START = re.compile(r"(?:^|(?<=[\s(`'\"]))[^\s(`'\"]")
-_WORD_END = re.compile(r"[\s:=()`'\"]|$")
-"""Where a field's name may begin and end in a citation that says something of it: at the
-part's ends, and at a space, bracket, quote, colon or equals sign."""
+_PART = re.compile(r"[^,;\n]+")
+_WORD_START = re.compile(r"(?<![\w.])\w")
+"""Where a field's name may begin: a word that does not go on from another or a dot."""
+_WORD_END = re.compile(r"(?=\W)|$")
+"""Where a field's name may end: before any character that is not a letter, digit or ``_``."""
+_ANNOTATED = re.compile(r"\s*[:=]")
 
 
-def _fields_said_of(part: str, allowed: frozenset[str]) -> list[str]:
-    """The fields of the snapshot ``part`` names, in order: at each word, the longest field
-    that begins there (an item's name may hold a space or a bracket: "Chicken Biryani (Large):
-    null" is not "Chicken"). Past its first word, only a name that reads as a path (a ``.`` or
-    ``_`` in it) counts, so that a plain word of the judge's ("currency") cites nothing."""
+def _fields_named(entry: str, allowed: frozenset[str]) -> list[tuple[int, int, str]]:
+    """The fields of the snapshot ``entry`` names, with where each stands: at each word, the
+    longest field that begins there (an item's name may hold a space, a comma or a bracket:
+    "Chicken Biryani (Large): null" is not "Chicken"). A name counts when it reads as a path
+    (a ``.`` or ``_`` in it) or a colon or equals sign follows it ("currency: INR"), so that a
+    plain word of the judge's ("currency mismatch") cites nothing."""
     longest_key, first_steps = _shape(allowed)
-    ends = [end.start() for end in _WORD_END.finditer(part)]
-    found: list[str] = []
+    reach = longest_key + 16  # a prefix (``evidence.``) and quotes around a field
+    ends = [end.start() for end in _WORD_END.finditer(entry)]
+    found: list[tuple[int, int, str]] = []
     taken = 0
-    for word in _WORD_START.finditer(part):
+    for word in _WORD_START.finditer(entry):
         begin = word.start()
-        lead = _key(part[begin : begin + longest_key + 16])
-        if begin < taken or _FIRST_STEP.split(lead, maxsplit=1)[0] not in first_steps:
+        if begin < taken:
+            continue
+        lead = _key(entry[begin : begin + reach])
+        if _FIRST_STEP.split(lead, maxsplit=1)[0] not in first_steps:
             continue  # the cheap test first: most words of a judge's sentence begin no field
         longest = None
         for end in ends:
-            if end <= begin or end - begin > longest_key + 16:
+            if end <= begin or end - begin > reach:
                 continue
-            head = part[begin:end].strip(_STRIP)
-            if head and _key(head) in allowed and (begin == 0 or "." in head or "_" in head):
-                longest, taken = head, end
+            head = entry[begin:end]
+            if (
+                head[-1] not in _STRIP
+                and _key(head) in allowed
+                and ("." in head or "_" in head or _ANNOTATED.match(entry, end) is not None)
+            ):
+                longest = (begin, end, head)
         if longest is not None:
             found.append(longest)
+            taken = longest[1]
     return found
 
 
-_FIRST_STEP = re.compile(r"[\s.\[:=()`'\"]")
+_FIRST_STEP = re.compile(r"\W")
 
 
 @lru_cache(maxsize=256)
@@ -164,9 +176,9 @@ def normalise(
 
     Ruling words are matched case-insensitively after trimming. Citations are trimmed of quotes
     and compared case-insensitively, with an optional ``evidence.`` or ``snapshot.`` prefix
-    ignored; an entry that names no field whole is split on commas, semicolons and newlines,
-    and a part that names fields and says something of them (``order.packaging_notes: null``)
-    cites each of them.
+    ignored; an entry that is no field whole cites each field it names with something said of
+    it (``order.packaging_notes: null``), and each part of it between commas, semicolons and
+    newlines that names none is an unknown citation.
     """
     allowed = _keys(allowed_fields)
     cited = _citations(evidence_cited, allowed)

@@ -65,6 +65,11 @@ def test_case_whitespace_prefixes_and_comma_lists_are_tolerated() -> None:
         "order.packaging_notes (null)",
         "order.packaging_notes is empty",
         "`order.packaging_notes`: not recorded",
+        "Packaging notes are null per order.packaging_notes.",
+        "**order.packaging_notes**: null",
+        "[order.packaging_notes] null",
+        "order.packaging_notes->null",
+        "{order.packaging_notes: null}",
     ],
 )
 def test_a_field_cited_with_what_the_judge_says_of_it_is_that_field(said: str) -> None:
@@ -103,8 +108,10 @@ def test_the_longest_field_a_citation_begins_with_is_the_one_it_cites() -> None:
     )
     assert both.cited_known == ("derived.delay_minutes", "order.packaging_notes")
     assert both.ruling is Ruling.ESCALATE
-    # A plain word that is also a field's short name cites nothing past a sentence's start.
-    assert normalise("UPHELD", ["paid in the right currency"], FIELDS).ruling is Ruling.ESCALATE
+    # A plain word that is also a field's short name cites nothing, unless a value follows it.
+    for plain in ("paid in the right currency", "Currency mismatch suspected"):
+        assert normalise("UPHELD", [plain], FIELDS).ruling is Ruling.ESCALATE
+    assert normalise("UPHELD", ["currency: INR"], FIELDS).cited_known == ("currency",)
     # Words after a field that begin no other field leave the citation unknown, as before.
     unknown = normalise("REJECTED", ["order.tip: 20"], fields, silent)
     assert (unknown.ruling, unknown.cited_unknown) == (Ruling.ESCALATE, ("order.tip: 20",))
@@ -384,9 +391,12 @@ def test_a_field_named_after_an_item_with_a_comma_is_cited_whole() -> None:
     upheld = normalise("UPHELD", [f"line_totals_minor.{COMMA_ITEM}"], fields, silent)
     assert upheld.ruling is Ruling.UPHELD
     assert upheld.cited_unknown == ()
-    # An entry that is no field whole is still read as a list.
+    # An entry that is no field whole is read as a list, whose fields may hold a comma too.
     listed = normalise("UPHELD", [f"placed_at, {estimate}"], fields, silent)
-    assert listed.cited_known == ("placed_at",)
+    assert listed.cited_known == ("placed_at", estimate)
+    assert listed.cites_missing_evidence
+    said = normalise("REJECTED", [f"{estimate}: null"], fields, silent)
+    assert (said.ruling, said.cited_known) == (Ruling.ESCALATE, (estimate,))
 
 
 @pytest.mark.parametrize(
