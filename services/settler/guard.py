@@ -180,7 +180,10 @@ _ADVERBS = (
     r"|surely|quickly|duly|still|just"
 )
 _SOME_WORDS = r"(?:[\w'\u2019-]+\s+){0,3}?"
-_DETERMINER = r"the|a|an|your|this|that|our"
+_NOT_MONEY = (
+    r"(?:news|word|updates?|answers?|decisions?|confirmation|information|details|replies|reply)"
+)
+"""What a customer may expect that is not money ("expect news of any refund")."""
 _ARRIVING = rf"{_MONEY_NOUN}|money|funds?|cash|deposits?|transfers?|payments?"
 """What a reply may say is coming to the customer's card ("expect your money", "your card will
 see the payment")."""
@@ -207,11 +210,13 @@ STRONG_PROMISES = tuple(
         rf"\b(?:money|amount|funds?|cash|payment|charge)\s+{_SOME_WORDS}(?:returned|transferred"
         r"|sent|credited|reversed|back)\b",
         r"\brevers\w*\s+(?:[\w'\u2019-]+\s+){0,2}?(?:charge|payment|transaction)s?\b",
-        rf"\bexpect\w*\s+(?:(?:{_DETERMINER})\s+)?(?:{_ARRIVING})\b",
-        r"\b(?:transfers?|deposits?)\s+(?:to|into)\s+your\s+(?:card|account|wallet|bank|upi)\b",
+        rf"\bexpect\w*\s+(?:(?!{_NOT_MONEY}\b)[\w'\u2019-]+\s+){{0,3}}?(?:{_ARRIVING})\b",
+        r"\b(?:transfers?|payments?|deposits?)\s+(?:to|into)\s+your\s+(?:card|account|wallet"
+        r"|bank|upi)\b|\b(?:transfers?|deposits?)\s+(?:on|in)\s+your\s+(?:card|account|wallet"
+        r"|bank|upi)\b",
         rf"\byour\s+(?:card|account|wallet|bank|upi)\s+(?:will|should|shall|would|is\s+going"
-        rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\s+(?:(?:{_DETERMINER})\s+)?"
-        rf"(?:{_ARRIVING})\b",
+        rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\s+"
+        rf"(?:[\w'\u2019-]+\s+){{0,2}}?(?:{_ARRIVING}|it|them)\b",
     )
 )
 """Wording that promises money: a refund, credit, reimbursement or compensation given or to
@@ -241,15 +246,20 @@ def _states(text: str, stated: str, currency: str) -> bool:
     """Whether ``text`` states ``stated`` (``"INR 689"``) as written, or with its currency's
     sole sign ("₹689", "₹ 689"), its digits exactly those: no other grouping or decimals, and
     nothing written onto them ("INR 689e2")."""
+    return _stated_at(text, stated, currency) is not None
+
+
+def _stated_at(text: str, stated: str, currency: str) -> tuple[int, int] | None:
+    """Where ``text`` first states ``stated`` (:func:`_states`), or None."""
     forms = [re.escape(stated)]
     sign = SOLE_SIGNS.get(currency)
     if sign is not None:
         number = stated.removeprefix(f"{currency} ")
         forms.append(rf"{re.escape(sign)} ?{re.escape(number)}")
-    return (
-        re.search(rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?!\w|[.,][0-9])", text, re.IGNORECASE)
-        is not None
+    found = re.search(
+        rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?!\w|[.,][0-9])", text, re.IGNORECASE
     )
+    return None if found is None else found.span()
 
 
 def check_reply(
@@ -426,54 +436,59 @@ def _repeats_money(text: str, currency: str) -> str | None:
 
 
 _MORE = re.compile(
-    r"\b(?:as\s+well|too|the\s+rest|remaining|remainder|additional\w*|extra|separate\w*"
-    r"|in\s+addition|another|on\s+top|besides|plus)\b",
+    r"\b(?:the\s+rest|the\s+remainder|the\s+balance|the\s+difference|remaining|additional\w*"
+    r"|extra|separate\w*|further|second|in\s+addition|another|on\s+top|besides"
+    r"|more\s+(?:money|refunds?|credits?|compensation))\b",
     re.IGNORECASE,
 )
-"""Words that add to what was said ("as well", "the rest", "a separate refund")."""
-_MORE_AFTER = 12
-"""How far past a clause's end an adding word still belongs to it: "as" ends a clause, so "as
-well" comes right after the clause it adds to ("we will refund the fee as well")."""
-_OTHER_MONEY = re.compile(r"\b(?:fees?|charges|tips?|tax(?:es)?|surcharges?)\b", re.IGNORECASE)
-"""What an order is charged besides its items: a promise to refund it, in a sentence that does
-not state the amount, is money besides it ("We will refund the delivery fee")."""
+"""Words that add to what was said ("the rest", "a separate refund", "a further refund")."""
+_MORE_AFTER = re.compile(r"\s*(?:as\s+well|too)\b", re.IGNORECASE)
+"""What adds right after a clause: "as" ends a clause, so "as well" follows the one it adds to
+("we will refund the fee as well")."""
+_OTHER_MONEY = re.compile(r"\b(?:fees?|charges?|tips?|tax(?:es)?|surcharges?)\b", re.IGNORECASE)
+"""What an order is charged besides its items: a promise to refund it is money besides the
+stated amount ("We will refund the delivery fee")."""
 _COMING_BESIDES = re.compile(
     rf"\b(?:{_MONEY_NOUN})\s+(?:[\w'\u2019-]+\s+){{0,6}}?(?:follows?|to\s+follow)\b"
-    rf"|\b(?:fees?|charges|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
+    rf"|\b(?:fees?|charges?|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
     r"|reversed|back)\b",
     re.IGNORECASE,
 )
 """Money promised without a refund verb of :data:`STRONG_PROMISES`, read when an amount is
 approved only ("a separate refund follows", "your delivery fee will be returned")."""
+_NEGATED = re.compile(_NEGATION, re.IGNORECASE)
 _NO_TALK = re.compile(r"(?!)")
 
 
 def _more_money(text: str, stated: str, currency: str) -> str | None:
     """Where ``text``, which states the approved amount ``stated``, promises money besides it,
-    or None. A clause that does not state the amount and promises money (a
-    :data:`STRONG_PROMISES` match :func:`_claim` does not excuse, or :data:`_COMING_BESIDES`
-    no negation governs) does so when a word that adds is in it or right after it
-    (:data:`_MORE`: "we will refund the delivery fee as well", "a separate refund follows", "we
-    will refund the rest later"), or, in a sentence that does not state the amount, when it
-    names a charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery
-    fee."). A promise with neither is taken as about the stated refund ("It should reach your
-    card within a week", "Refunds are usually credited within 5-7 working days", "The refund
-    will be credited to your wallet balance")."""
+    or None. A clause that does not state the amount, holds no negation ("the delivery fee
+    cannot be refunded") and promises money (a :data:`STRONG_PROMISES` match :func:`_claim`
+    does not excuse, or :data:`_COMING_BESIDES`) does so when a word that adds is in it or
+    right after it (:data:`_MORE`, :data:`_MORE_AFTER`: "we will refund the delivery fee as
+    well", "a separate refund follows", "we will refund the rest later"), or when it names a
+    charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
+    sentence that states the amount, only a clause after the amount is read so ("We have
+    refunded the overcharge on your delivery fee: INR 49" is the amount's own clause). A
+    promise with neither is taken as about the stated refund ("It should reach your card
+    within a week", "Refunds are usually credited within 5-7 working days", "The refund will be
+    credited to your wallet balance")."""
     for sentence in _SENTENCE_END.split(text):
-        stated_here = _states(sentence, stated, currency)
+        amount_at = _stated_at(sentence, stated, currency)
         at = 0
         for clause, _after_review in _reviewed_clauses(sentence):
             start = sentence.find(clause, at)
             at = start + len(clause)
-            if _states(clause, stated, currency):
+            if amount_at is not None and start < amount_at[1]:
+                continue  # the amount's clause, or one before it that it answers for
+            if _NEGATED.search(clause):
                 continue
-            besides = _COMING_BESIDES.search(clause)
-            if _claim(clause, _NO_TALK) is None and (
-                besides is None or _NEGATED_BEFORE.search(clause, 0, besides.start())
-            ):
+            if _claim(clause, _NO_TALK) is None and _COMING_BESIDES.search(clause) is None:
                 continue
-            if _MORE.search(sentence, start, at + _MORE_AFTER) or (
-                not stated_here and _OTHER_MONEY.search(clause)
+            if (
+                _MORE.search(clause)
+                or _MORE_AFTER.match(sentence, at)
+                or _OTHER_MONEY.search(clause)
             ):
                 return clause.strip()
     return None

@@ -1197,6 +1197,12 @@ def test_a_held_item_refunded_beside_its_review_is_still_claimed(claim: str) -> 
         "We will also pay back your delivery fee.",
         "We will also refund the delivery fee for this order.",
         "The rest will be refunded next week.",
+        "Your delivery charge will be refunded within three working days.",
+        "A second refund for the delay will follow.",
+        "A further refund will be issued for the delay.",
+        "The balance will be refunded next week.",
+        "We will refund the difference next week.",
+        "More money is on the way for the delay.",
     ],
 )
 def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str) -> None:
@@ -1212,6 +1218,13 @@ def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str
     assert one_sentence == (
         "promises money besides the approved INR 689: 'will refund the delivery fee'",
     )
+    also = "We have refunded INR 689 for the biryani, and we will also refund the delivery fee."
+    assert check_reply(also, 68900, "INR", []) == (
+        "promises money besides the approved INR 689: 'we will also refund the delivery fee'",
+    )
+    # A charge named in the amount's own clause is what the amount is for.
+    billing = "We have refunded the overcharge on your delivery fee: INR 689."
+    assert check_reply(billing, 68900, "INR", []) == ()
 
 
 @pytest.mark.parametrize(
@@ -1228,6 +1241,11 @@ def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str
         "The refund will be credited to your wallet balance.",
         "The refund should reach you within 5-7 days, and let us know if you need further help.",
         "The refund will be credited within 5-7 days, and we are sorry for the trouble too.",
+        "Unfortunately, the delivery fee cannot be refunded.",
+        "The delivery fee will not be refunded separately.",
+        "The refund will reach your card within three working days, plus one day at weekends.",
+        "The refund will be credited within three working days without any extra fee.",
+        "The refund will show in your account within three days, and extra details are in the app.",
     ],
 )
 def test_a_reply_may_say_more_of_the_approved_refund_without_its_number(after: str) -> None:
@@ -1245,6 +1263,9 @@ def test_a_reply_may_say_more_of_the_approved_refund_without_its_number(after: s
         "You can expect your money within a week.",
         "Look out for a transfer to your card in a few days.",
         "Your card will see the payment in three days.",
+        "You can expect to see the funds within two days.",
+        "A payment to your card will follow.",
+        "Your card will receive it within two days.",
     ],
 )
 def test_a_reply_that_approves_nothing_may_not_say_money_is_coming(expect: str) -> None:
