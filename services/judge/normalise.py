@@ -25,7 +25,6 @@ from functools import lru_cache
 from refund_bench.domain import Ruling
 
 _PREFIXES = ("evidence.", "snapshot.")
-_SPLIT = re.compile(r"[,;\n]")
 _STRIP = " \t\r\n\"'`"
 
 

@@ -251,15 +251,19 @@ def _states(text: str, stated: str, currency: str) -> bool:
 
 def _stated_at(text: str, stated: str, currency: str) -> tuple[int, int] | None:
     """Where ``text`` first states ``stated`` (:func:`_states`), or None."""
+    found = _stated_re(stated, currency).search(text)
+    return None if found is None else found.span()
+
+
+@functools.lru_cache(maxsize=64)
+def _stated_re(stated: str, currency: str) -> re.Pattern[str]:
+    """How a reply may state ``stated`` (:func:`_states`); a reply asks for it per sentence."""
     forms = [re.escape(stated)]
     sign = SOLE_SIGNS.get(currency)
     if sign is not None:
         number = stated.removeprefix(f"{currency} ")
         forms.append(rf"{re.escape(sign)} ?{re.escape(number)}")
-    found = re.search(
-        rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?!\w|[.,][0-9])", text, re.IGNORECASE
-    )
-    return None if found is None else found.span()
+    return re.compile(rf"(?<![0-9A-Za-z])(?:{'|'.join(forms)})(?!\w|[.,][0-9])", re.IGNORECASE)
 
 
 def check_reply(
@@ -481,15 +485,14 @@ def _more_money(text: str, stated: str, currency: str) -> str | None:
             at = start + len(clause)
             if amount_at is not None and start < amount_at[1]:
                 continue  # the amount's clause, or one before it that it answers for
-            if _NEGATED.search(clause):
-                continue
-            if _claim(clause, _NO_TALK) is None and _COMING_BESIDES.search(clause) is None:
-                continue
-            if (
+            adds = (
                 _MORE.search(clause)
                 or _MORE_AFTER.match(sentence, at)
                 or _OTHER_MONEY.search(clause)
-            ):
+            )
+            if adds is None or _NEGATED.search(clause):
+                continue  # the cheap tests first: most clauses add nothing
+            if _claim(clause, _NO_TALK) is not None or _COMING_BESIDES.search(clause):
                 return clause.strip()
     return None
 
