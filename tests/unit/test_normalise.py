@@ -99,7 +99,13 @@ def test_the_longest_field_a_citation_begins_with_is_the_one_it_cites() -> None:
     rejected = normalise("REJECTED", cited, fields, silent)
     assert rejected.cited_known == ("derived.missing_units_estimate.Biryani (Large)",)
     assert rejected.ruling is Ruling.ESCALATE
-    # Every field a citation names counts, not only the first: a silent one escalates.
+    # Words after a field that begin no other field leave the citation unknown, as before.
+    unknown = normalise("REJECTED", ["order.tip: 20"], fields, silent)
+    assert (unknown.ruling, unknown.cited_unknown) == (Ruling.ESCALATE, ("order.tip: 20",))
+
+
+def test_every_field_a_citation_names_counts_not_only_the_first() -> None:
+    """A silent field named second in a citation escalates a rejection as if named alone."""
     both = normalise(
         "REJECTED",
         ["derived.delay_minutes is 85 and order.packaging_notes is null"],
@@ -108,13 +114,14 @@ def test_the_longest_field_a_citation_begins_with_is_the_one_it_cites() -> None:
     )
     assert both.cited_known == ("derived.delay_minutes", "order.packaging_notes")
     assert both.ruling is Ruling.ESCALATE
-    # A plain word that is also a field's short name cites nothing, unless a value follows it.
+
+
+def test_a_plain_word_that_is_a_fields_short_name_cites_it_only_with_a_value() -> None:
+    """ "currency" is a field's short name and an English word: in a judge's sentence it cites
+    nothing, so the sentence stays an unknown citation; "currency: INR" cites the field."""
     for plain in ("paid in the right currency", "Currency mismatch suspected"):
         assert normalise("UPHELD", [plain], FIELDS).ruling is Ruling.ESCALATE
     assert normalise("UPHELD", ["currency: INR"], FIELDS).cited_known == ("currency",)
-    # Words after a field that begin no other field leave the citation unknown, as before.
-    unknown = normalise("REJECTED", ["order.tip: 20"], fields, silent)
-    assert (unknown.ruling, unknown.cited_unknown) == (Ruling.ESCALATE, ("order.tip: 20",))
 
 
 def test_audit_reason_says_why_code_overrode_the_model() -> None:
