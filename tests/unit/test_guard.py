@@ -1212,6 +1212,11 @@ def test_a_reply_that_promises_money_besides_the_approved_amount_fails(more: str
     failures = check_reply(text, 68900, "INR", [])
     assert len(failures) == 1, failures
     assert failures[0].startswith("promises money besides the approved INR 689: ")
+
+
+def test_money_besides_the_amount_in_its_own_sentence_fails_after_it_not_before() -> None:
+    """A clause after the amount's in its sentence is read as the next sentence is; one before
+    it, or the amount's own, says what the amount is for."""
     one_sentence = check_reply(
         "We have refunded INR 689 and will refund the delivery fee as well.", 68900, "INR", []
     )
@@ -1252,9 +1257,7 @@ def test_a_reply_may_say_more_of_the_approved_refund_without_its_number(after: s
     """Words that add, or a charge named, away from the promise are no second promise."""
     text = f"We have refunded INR 689 to your original payment method. {after}"
     assert check_reply(text, 68900, "INR", []) == ()
-    assert (
-        check_reply("We have refunded INR 689, which should reflect soon.", 68900, "INR", []) == ()
-    )
+    assert check_reply(f"We have refunded INR 689, and {after}", 68900, "INR", []) == ()
 
 
 @pytest.mark.parametrize(
@@ -1273,6 +1276,9 @@ def test_a_reply_that_approves_nothing_may_not_say_money_is_coming(expect: str) 
     failures = check_reply(text, 0, "INR", ["Raita"], held_names=["Raita"])
     assert len(failures) == 1, failures
     assert failures[0].startswith("promises money although nothing is approved: ")
+
+
+def test_a_reply_that_approves_nothing_may_say_what_else_is_coming_and_what_was_charged() -> None:
     for answer in (
         "A colleague will review the Raita, and you can expect an answer within two days.",
         "A colleague will review the Raita, and you can expect news of any refund within two days.",
