@@ -352,8 +352,8 @@ def test_a_verdict_whose_snapshot_hash_is_no_hash_is_invalid_before_any_lookup(s
     such a verdict used to stop the stage at every redelivery instead of being dead-lettered."""
     looked_up: list[str] = []
 
-    def lookup(sha: str) -> dict[str, Any]:
-        looked_up.append(sha)
+    def lookup(wanted: str) -> dict[str, Any]:
+        looked_up.append(wanted)
         return SNAPSHOT
 
     store = StateStore("disputes", "pricing.disputes.changelog", retention_s=90 * 86400.0)
