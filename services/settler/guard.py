@@ -461,14 +461,13 @@ _COMING_BESIDES = re.compile(
 """Money promised without a refund verb of :data:`STRONG_PROMISES`, read when an amount is
 approved only ("a separate refund follows", "your delivery fee will be returned")."""
 _NEGATED = re.compile(_NEGATION, re.IGNORECASE)
-_NO_TALK = re.compile(r"(?!)")
 
 
 def _more_money(text: str, stated: str, currency: str) -> str | None:
     """Where ``text``, which states the approved amount ``stated``, promises money besides it,
     or None. A clause that does not state the amount, holds no negation ("the delivery fee
-    cannot be refunded") and promises money (a :data:`STRONG_PROMISES` match :func:`_claim`
-    does not excuse, or :data:`_COMING_BESIDES`) does so when a word that adds is in it or
+    cannot be refunded") and promises money (:func:`_strong_promise`, or
+    :data:`_COMING_BESIDES`) does so when a word that adds is in it or
     right after it (:data:`_MORE`, :data:`_MORE_AFTER`: "we will refund the delivery fee as
     well", "a separate refund follows", "we will refund the rest later"), or when it names a
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
@@ -480,7 +479,7 @@ def _more_money(text: str, stated: str, currency: str) -> str | None:
     for sentence in _SENTENCE_END.split(text):
         amount_at = _stated_at(sentence, stated, currency)
         at = 0
-        for clause, _after_review in _reviewed_clauses(sentence):
+        for clause in _clauses(sentence):
             start = sentence.find(clause, at)
             at = start + len(clause)
             if amount_at is not None and start < amount_at[1]:
@@ -492,7 +491,7 @@ def _more_money(text: str, stated: str, currency: str) -> str | None:
             )
             if adds is None or _NEGATED.search(clause):
                 continue  # the cheap tests first: most clauses add nothing
-            if _claim(clause, _NO_TALK) is not None or _COMING_BESIDES.search(clause):
+            if _strong_promise(clause) is not None or _COMING_BESIDES.search(clause):
                 return clause.strip()
     return None
 
@@ -561,6 +560,16 @@ def _refused(clause: str, match: re.Match[str]) -> bool:
     return bool(_NEGATED_AFTER.match(clause, noun_end) or _REFUSED_AFTER.search(clause, noun_end))
 
 
+def _strong_promise(clause: str) -> re.Match[str] | None:
+    """The first :data:`STRONG_PROMISES` match in ``clause`` that no negation governs
+    (:data:`_NEGATED_BEFORE`) and the clause does not refuse (:func:`_refused`), or None."""
+    for pattern in STRONG_PROMISES:
+        for match in pattern.finditer(clause):
+            if not _NEGATED_BEFORE.search(clause, 0, match.start()) and not _refused(clause, match):
+                return match
+    return None
+
+
 def _claim(
     clause: str, talk: re.Pattern[str], *, after_review: bool = False
 ) -> re.Match[str] | None:
@@ -571,10 +580,9 @@ def _claim(
     review earlier in its sentence (``after_review`` and :data:`_UNSETTLED` before it: "will
     review the Raita and decide on any refund"), and not part of a mention of the earlier
     refund."""
-    for pattern in STRONG_PROMISES:
-        for match in pattern.finditer(clause):
-            if not _NEGATED_BEFORE.search(clause, 0, match.start()) and not _refused(clause, match):
-                return match
+    strong = _strong_promise(clause)
+    if strong is not None:
+        return strong
     reviewed = _REVIEW_WORD.search(clause) is not None
     earlier = [m.span() for m in _EARLIER.finditer(clause)]
     for match in talk.finditer(clause):
