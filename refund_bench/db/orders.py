@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from refund_bench.coalesce import TickBatcher
-from refund_bench.domain import OrderRecord
+from refund_bench.domain import OrderRecord, name_key
 
 _READABLE_TIME = "BETWEEN '0002-01-01 00:00Z' AND '9998-12-31 00:00Z'"
 """Instants Python's ``datetime`` holds in any session time zone. PostgreSQL also stores
@@ -78,6 +78,26 @@ def _parse(row: dict[str, Any]) -> OrderRecord | UnreadableOrder:
         return UnreadableOrder(order_id, fields)
 
 
+def _one_line_per_item(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order's lines, each repeat of an item added to its first line's quantity.
+
+    Lines with the same name (as :func:`~refund_bench.domain.name_key` compares them), unit
+    price and unit weight are one item ordered in two steps: one line says the same, and
+    grievances name items. Lines that share a name but not a price stay apart, and the
+    evidence refuses the order (which of them a grievance means cannot be told)."""
+    merged: dict[tuple[str, Any, Any], dict[str, Any]] = {}
+    kept: list[dict[str, Any]] = []
+    for line in lines:
+        same = (name_key(line["name"]), line["unit_price_minor"], line["unit_weight_g"])
+        first = merged.get(same)
+        if first is None:
+            merged[same] = line = dict(line)
+            kept.append(line)
+        else:
+            first["quantity"] += line["quantity"]
+    return kept
+
+
 def _record(row: dict[str, Any], partner_conduct_reports: Any) -> OrderRecord:
     # Validated as a whole, so that an error names its line (``line_items.1.quantity``).
     return OrderRecord.model_validate(
@@ -88,7 +108,7 @@ def _record(row: dict[str, Any], partner_conduct_reports: Any) -> OrderRecord:
             "placed_at": row["placed_at"].astimezone(UTC).isoformat(),
             "delivered_at": _iso(row["delivered_at"]),
             "delivery_sla_minutes": row["delivery_sla_minutes"],
-            "line_items": row["line_items"],
+            "line_items": _one_line_per_item(row["line_items"]),
             "delivery_fee_minor": row["delivery_fee_minor"],
             "charged_total_minor": row["charged_total_minor"],
             "pickup_weight_expected_g": row["pickup_weight_expected_g"],
@@ -107,9 +127,10 @@ def _record(row: dict[str, Any], partner_conduct_reports: Any) -> OrderRecord:
 async def load_orders(
     conn: psycopg.AsyncConnection[Any], order_ids: Sequence[str]
 ) -> list[OrderRecord | UnreadableOrder | None]:
-    """Each order's raw evidence, in the order asked for; ``None`` for an order the store does
-    not have, :class:`UnreadableOrder` for one whose values the evidence model refuses (that
-    order only: the others of the batch load as usual).
+    """Each order's raw evidence, in the order asked for (the repeated lines of one item as one
+    line, :func:`_one_line_per_item`); ``None`` for an order the store does not have,
+    :class:`UnreadableOrder` for one whose values the evidence model refuses (that order only:
+    the others of the batch load as usual).
 
     One statement reads the orders and their line items (in line order), so each order is
     consistent with its items even outside a transaction.

@@ -26,6 +26,7 @@ from refund_bench.db.snapshots import (
     freeze_disputes,
 )
 from refund_bench.domain import OrderRecord
+from refund_bench.errors import InvalidInput
 from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from services.extractor.evidence import freeze
@@ -234,6 +235,43 @@ def test_an_order_loads_with_its_items_in_line_order(database: str) -> None:
             getattr(order, name)
         )
     assert loaded.model_dump(exclude=set(instants)) == order.model_dump(exclude=set(instants))
+
+
+def test_an_item_ordered_in_two_lines_loads_as_one_line(database: str) -> None:
+    """Two lines of one item (its name in another case, the same price and weight) load as its
+    first line with both quantities: a grievance about it prices against three, and the order is
+    not refused for naming an item twice. A name at two prices stays two lines."""
+    base = own_copy(SAMPLE_ORDERS[0], uuid.uuid4().hex[:8])
+    first, *others = base.line_items
+    again = first.model_copy(update={"name": first.name.upper(), "quantity": 2})
+    repeated = base.model_copy(update={"line_items": (first, *others, again)})
+    dearer = own_copy(SAMPLE_ORDERS[0], uuid.uuid4().hex[:8])
+    priced_apart = dearer.model_copy(
+        update={
+            "line_items": (
+                *dearer.line_items,
+                first.model_copy(update={"unit_price_minor": first.unit_price_minor + 1}),
+            )
+        }
+    )
+    with psycopg.connect(database, autocommit=True) as conn:
+        upsert_orders(conn, [repeated, priced_apart])
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[Any]:
+        async with pool.connection() as conn:
+            return await load_orders(conn, [repeated.order_id, priced_apart.order_id])
+
+    loaded, apart = _with_pool(database, work)
+    assert isinstance(loaded, OrderRecord), loaded
+    assert loaded.line_items == (
+        first.model_copy(update={"quantity": first.quantity + 2}),
+        *others,
+    )
+    freeze(loaded)  # one line per name: the evidence takes it
+    assert isinstance(apart, OrderRecord), apart
+    assert len(apart.line_items) == len(dearer.line_items) + 1
+    with pytest.raises(InvalidInput, match="two line items"):
+        freeze(apart)
 
 
 @pytest.mark.parametrize(
