@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from refund_bench.money import format_minor
+
 _PAYING = ("AUTO_APPROVED", "REVIEW_APPROVED")
 
 
@@ -87,12 +89,6 @@ def load_story(conn: psycopg.Connection[Any], dispute_id: str) -> Story:
             dispute_id,
         ),
     )
-
-
-def format_minor(amount: int, currency: str) -> str:
-    """``INR 689`` for whole units, ``INR 689.50`` otherwise."""
-    units, cents = divmod(amount, 100)
-    return f"{currency} {units}" if cents == 0 else f"{currency} {units}.{cents:02d}"
 
 
 def render(story: Story, label: str = "") -> str:

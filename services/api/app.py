@@ -27,10 +27,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_url
+from refund_bench.money import format_minor
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext, Deps
 from services.api.desk import desk_router
-from services.api.formatting import money, path_segment, when
+from services.api.formatting import path_segment, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
 from services.api.outbox import Outbox, review_decided
@@ -122,7 +123,7 @@ def _templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["money"] = money
+    env.filters["money"] = format_minor
     env.filters["when"] = when
     env.filters["segment"] = path_segment
     return Jinja2Templates(env=env)

@@ -1,5 +1,5 @@
-"""Pure helpers for the desk's pages: money, timestamps, URL path segments, highlighted spans,
-pretty JSON."""
+"""Pure helpers for the desk's pages: timestamps, URL path segments, highlighted spans, pretty
+JSON (money: :func:`refund_bench.money.format_minor`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
-
-ZERO_DECIMAL_CURRENCIES = frozenset({"JPY", "KRW", "VND", "CLP", "ISK", "UGX"})
-
-
-def money(amount_minor: int, currency: str = "INR") -> str:
-    """``68900, "INR"`` -> ``"INR 689"``; ``68950`` -> ``"INR 689.50"``. Integer arithmetic."""
-    sign = "-" if amount_minor < 0 else ""
-    if currency.upper() in ZERO_DECIMAL_CURRENCIES:
-        return f"{currency} {sign}{abs(amount_minor)}"
-    major, minor = divmod(abs(amount_minor), 100)
-    return f"{currency} {sign}{major}" + (f".{minor:02d}" if minor else "")
 
 
 def when(value: datetime | None) -> str:

@@ -1,10 +1,12 @@
 """Amounts in a reply's text: :func:`find_amounts` finds every money-looking mention in it, and
 :func:`format_amount` writes the one amount a reply may state.
 
-Amounts are written in major units with two decimals when needed (``INR 689``, ``INR 689.50``);
-every currency is assumed to have two decimal places. Text is read as :func:`normalised` makes
-it. The reading is conservative: a number that may be money counts as an amount. Numbers it
-cannot read (:func:`unread_numerals`, :data:`SUM_WORDS`) are left to the caller to refuse.
+Amounts are written in major units, with the currency's decimals when they are not all zero
+(``INR 689``, ``INR 689.50``, ``JPY 50000``: :func:`refund_bench.money.format_minor`), and a
+number in the reply is read in the reply's currency's minor units. Text is read as
+:func:`normalised` makes it. The reading is conservative: a number that may be money counts as
+an amount. Numbers it cannot read (:func:`unread_numerals`, :data:`SUM_WORDS`) are left to the
+caller to refuse.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from refund_bench.money import decimals, format_minor
 
 _MAX_AMOUNT_DIGITS = 15
 """A written number with more whole digits than any order's total is no amount the reply may
@@ -84,11 +88,11 @@ _TOKEN = re.compile(rf"{LETTER}+|{_NUMBER}")
 
 
 def format_amount(minor: int, currency: str) -> str:
-    """``"INR 689"`` for whole units, ``"INR 689.50"`` otherwise. Raises for negative amounts."""
+    """``"INR 689"`` for whole units, ``"INR 689.50"`` otherwise, ``"JPY 50000"`` for a currency
+    without decimals (:func:`refund_bench.money.format_minor`). Raises for negative amounts."""
     if minor < 0:
         raise ValueError(f"amount must be >= 0, got {minor}")
-    major, cents = divmod(minor, 100)
-    return f"{currency} {major}" if cents == 0 else f"{currency} {major}.{cents:02d}"
+    return format_minor(minor, currency)
 
 
 def unread_numerals(text: str) -> tuple[str, ...]:
@@ -225,16 +229,15 @@ def currency_word_re(currency: str) -> re.Pattern[str]:
     )
 
 
-def _to_minor(number: str, *, already_minor: bool) -> int | None:
-    """Exact minor units of a written number, or ``None`` when it has sub-minor digits."""
+def _to_minor(number: str, *, places: int) -> int | None:
+    """Exact minor units of a written number of major units with ``places`` decimals (0: the
+    number is in minor units already), or ``None`` when it has sub-minor digits."""
     whole, _, fraction = number.replace(",", "").partition(".")
     if len(whole) > _MAX_AMOUNT_DIGITS:
         return None
-    if already_minor:
-        return int(whole) if fraction.strip("0") == "" else None
-    if fraction[2:].strip("0"):
+    if fraction[places:].strip("0"):
         return None
-    return int(whole) * 100 + int((fraction[:2] or "0").ljust(2, "0"))
+    return int(whole + fraction[:places].ljust(places, "0"))
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
     """:func:`find_amounts` of normalised ``text``, with where each mention starts and ends."""
     found: list[tuple[int, int, MoneyMention]] = []
     covered: list[tuple[int, int]] = []
+    places = decimals(currency)  # a number is read in the reply's currency
 
     def add(span: tuple[int, int], number: tuple[int, int], mention: MoneyMention) -> None:
         found.append((*span, mention))
@@ -286,7 +290,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
         if foreign_capitals and NOT_MONEY_UNIT.match(text, match.end()):
             continue  # three capitals before a time or a count ("ETA 30 minutes")
         exact = not _INEXACT_AFTER.match(text, match.end())
-        minor = _to_minor(match.group("num"), already_minor=False) if exact else None
+        minor = _to_minor(match.group("num"), places=places) if exact else None
         add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
         before[match.span("num")] = tag
     for match in _suffix_re(currency).finditer(text):
@@ -298,7 +302,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
             if named is None or named == tag:
                 continue  # "INR 689/-", "₹689 rupees": one amount, said twice
             # "INR 689 AED": the same number in another currency too, an amount of its own
-        minor = _to_minor(match.group("num"), already_minor=paise)
+        minor = _to_minor(match.group("num"), places=0 if paise else places)
         add(match.span(), match.span("num"), MoneyMention(match.group(0), minor, tag))
     for match in _SCALED.finditer(text):
         if match.span("num") not in covered:
@@ -315,7 +319,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
         if _not_money(text, *token.span(), currency):
             continue
         exact = not _PERCENT.match(text, token.end())
-        minor = _to_minor(word, already_minor=False) if exact else None
+        minor = _to_minor(word, places=places) if exact else None
         add(token.span(), token.span(), MoneyMention(word, minor, None))
     for match in _DIGIT_WORD.finditer(text):
         if _word_money_context(text, *match.span()):
@@ -324,7 +328,7 @@ def located_amounts(text: str, currency: str) -> list[tuple[int, int, MoneyMenti
             add(
                 match.span(),
                 match.span(),
-                MoneyMention(word, None if units is None else units * 100, None),
+                MoneyMention(word, None if units is None else units * 10**places, None),
             )
     return sorted(found, key=lambda located: located[0])
 

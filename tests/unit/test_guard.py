@@ -27,6 +27,8 @@ GOOD = (
         (0, "INR", "INR 0"),
         (5, "USD", "USD 0.05"),
         (100000, "EUR", "EUR 1000"),
+        (50000, "JPY", "JPY 50000"),
+        (1250, "KWD", "KWD 1.250"),
     ],
 )
 def test_format_amount(minor: int, currency: str, text: str) -> None:
@@ -36,6 +38,21 @@ def test_format_amount(minor: int, currency: str, text: str) -> None:
 def test_format_amount_refuses_negative() -> None:
     with pytest.raises(ValueError, match=">= 0"):
         format_amount(-1, "INR")
+
+
+def test_a_reply_in_a_currency_without_decimals_states_its_whole_units() -> None:
+    """JPY 50000 in minor units is what Stripe refunds as 50,000 yen: the reply says so, and one
+    that states a hundredth of it, as if yen had two decimals, fails."""
+    assert check_reply("We have refunded JPY 50000 to your card.", 50000, "JPY", []) == ()
+    assert check_reply("We have refunded JPY 500 to your card.", 50000, "JPY", []) == (
+        "does not state the approved amount JPY 50000",
+        "names an amount other than the approved JPY 50000: 'JPY 500'",
+    )
+    assert find_amounts("JPY 500.50 and 12 more", "JPY") == (
+        MoneyMention("JPY 500.50", None, "JPY"),
+        MoneyMention("12", 12, None),
+    )
+    assert find_amounts("KWD 1.25", "KWD") == (MoneyMention("KWD 1.25", 1250, "KWD"),)
 
 
 def test_a_good_reply_passes() -> None:
@@ -568,7 +585,7 @@ _TRICKY = st.sampled_from(
 """Words the guard reacts to, for item names made of them ("Pay Back Combo", "No Onion")."""
 names = st.text(max_size=40) | st.lists(_TRICKY, min_size=1, max_size=6).map(" ".join)
 phrases = st.lists(names, max_size=4)
-currencies = st.sampled_from(["INR", "USD", "EUR", "GBP"]) | st.from_regex(
+currencies = st.sampled_from(["INR", "USD", "EUR", "GBP", "JPY", "KWD"]) | st.from_regex(
     r"[A-Z]{3}", fullmatch=True
 )
 
