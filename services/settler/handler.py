@@ -68,15 +68,21 @@ FROM replies WHERE dispute_id = %s AND round = %s
 """
 _INPUTS_SQL = """
 SELECT q.dispute_id, q.round, r.text, r.amount_minor, r.currency, r.source, r.guard_failures,
-       r.model, r.prompt_version, r.created_at, d.complaint_text
+       r.model, r.prompt_version, r.created_at, d.complaint_text,
+       EXISTS (
+           SELECT 1 FROM replies e
+           WHERE e.dispute_id = q.dispute_id AND e.round < q.round AND e.amount_minor > 0
+       ) AS told_refunded
 FROM unnest(%s::text[], %s::integer[]) AS q (dispute_id, round)
 LEFT JOIN replies r ON r.dispute_id = q.dispute_id AND r.round = q.round
 LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
 """
 """What each (dispute, round) needs first, for many rounds in one round trip: its stored reply,
-if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), and the complaint text."""
-Inputs = tuple[ev.ReplyPublished | None, str]
-"""A round's stored reply (``None``: none yet) and the complaint text ("" if unknown here)."""
+if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), the complaint text, and
+whether a reply of an earlier round told the customer of a refund."""
+Inputs = tuple[ev.ReplyPublished | None, str, bool]
+"""A round's stored reply (``None``: none yet), the complaint text ("" if unknown here), and
+whether an earlier round's stored reply stated a refund (an amount above zero)."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
                      model, prompt_version)
@@ -205,7 +211,9 @@ class SettlerHandler:
             held = [WHOLE_CLAIM]
         # Checked before a reply that says "refunded" is stored: without it nothing is paid.
         reference = await self._payment_reference(priced) if approved > 0 else ""
-        stored, complaint = await self._inputs.submit((priced.dispute_id, priced.round))
+        stored, complaint, told_refunded = await self._inputs.submit(
+            (priced.dispute_id, priced.round)
+        )
         if stored is None:
             says = approved
             if approved > 0 and not await self._reserve(priced, approved, reference):
@@ -214,8 +222,11 @@ class SettlerHandler:
                 held_lines = [*held_lines, *(line for line in resolved if line.status == "PAY")]
                 resolved = [line for line in resolved if line.status != "PAY"]
                 held = [describe(line) for line in held_lines] or [WHOLE_CLAIM]
+            # "In addition to our earlier refund" only where an earlier reply said refunded: a
+            # round approved earlier may have been held back by the ledger and told so.
+            earlier_refund = priced.already_paid_minor > 0 and told_refunded
             text, source, failures = await self._write(
-                priced, complaint, says, resolved, held_lines, held
+                priced, complaint, says, resolved, held_lines, held, earlier_refund
             )
             stored = await self._store(priced, says, text, source, failures)
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
@@ -240,10 +251,11 @@ class SettlerHandler:
         resolved: Sequence[ev.PricedLineEvent],
         held_lines: Sequence[ev.PricedLineEvent],
         held: Sequence[str],
+        earlier_refund: bool,
     ) -> tuple[str, str, list[str]]:
-        """(text, source, guard failures): the model's reply if it passes, else the template."""
+        """(text, source, guard failures): the model's reply if it passes, else the template;
+        ``earlier_refund``: the reply must mention the refund an earlier reply stated."""
         amount_text = format_amount(approved, priced.currency)
-        earlier_refund = priced.already_paid_minor > 0
         request = build_settler_request(
             complaint,
             amount_text,
@@ -320,9 +332,9 @@ class SettlerHandler:
             )
             rows = await cur.fetchall()
         found: dict[tuple[str, int], Inputs] = {}
-        for dispute_id, round_, *reply, complaint in rows:
+        for dispute_id, round_, *reply, complaint, told_refunded in rows:
             stored = None if reply[0] is None else _reply(dispute_id, round_, reply)
-            found[(dispute_id, round_)] = (stored, complaint or "")
+            found[(dispute_id, round_)] = (stored, complaint or "", told_refunded)
         return [found[key] for key in rounds]
 
     async def _reserve(self, priced: ev.RefundPriced, approved: int, reference: str) -> bool:

@@ -241,15 +241,53 @@ def test_a_model_reply_too_long_to_check_gets_the_template(
     assert "INR 689" in reply["text"]
 
 
+def _round_one_refunded(
+    database: str, redis_url: str, standin: Standin
+) -> tuple[str, FrozenSnapshot]:
+    """A new dispute, on a payment of its own, whose round 1 was settled: its reply says
+    INR 689 refunded."""
+    snapshot = freeze(
+        ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{uuid.uuid4().hex[:12]}"})
+    )
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    first = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
+    assert (
+        _reply_event(_settle(database, redis_url, standin, first, snapshot))["amount_minor"]
+        == 68900
+    )
+    return dispute, snapshot
+
+
+def test_a_later_round_names_no_earlier_refund_the_earlier_reply_did_not_state(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Round 1 was approved, but another dispute of the order had been paid, so the ledger held
+    it and its reply promised nothing. Round 2, approved by a reviewer and held the same way,
+    still counts round 1's amount as approved before; its reply must not speak of an earlier
+    refund the customer was never told of (the guard held it to, and the template said that
+    "what our earlier reply said" stands)."""
+    dispute, snapshot = _after_an_earlier_round(database, "SUCCEEDED", refund_id="re_earlier")
+    first = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
+    assert _reply_event(_settle(database, redis_url, standin, first, snapshot))["amount_minor"] == 0
+    second = _priced(
+        dispute, "REVIEW_APPROVED", 6000, snapshot=snapshot, round_=2, already_paid=68900
+    )
+
+    reply = _reply_event(_settle(database, redis_url, standin, second, snapshot))
+
+    assert (reply["source"], reply["guard_failures"]) == ("MODEL", []), reply
+    assert "earlier" not in reply["text"].lower(), reply["text"]
+
+
 def test_a_later_rounds_template_reply_does_not_deny_the_earlier_refund(
     database: str, redis_url: str, standin: Standin
 ) -> None:
     """Round 2 of a dispute round 1 paid, with nothing more to pay and the model's answer
     unreadable: the template does not tell the customer that no refund is offered."""
+    dispute, snapshot = _round_one_refunded(database, redis_url, standin)
     standin.faults(next_faults=["malformed"])
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    message = _priced(dispute, "NOTHING_TO_PAY", 0, round_=2, already_paid=68900)
-    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+    message = _priced(dispute, "NOTHING_TO_PAY", 0, snapshot=snapshot, round_=2, already_paid=68900)
+    emits = _settle(database, redis_url, standin, message, snapshot)
     (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
     assert reply["source"] == "TEMPLATE"
     assert "not able to offer a refund" not in reply["text"]
@@ -262,10 +300,7 @@ def test_a_later_round_that_pays_more_says_it_comes_on_top_of_the_earlier_refund
     """Round 2 of a dispute round 1 paid: the model is told of the earlier refund (not its
     amount), and its reply, which the guard holds to mentioning it, says so, instead of
     reading as if INR 60 were all the customer gets back."""
-    snapshot = freeze(
-        ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{uuid.uuid4().hex[:12]}"})
-    )
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    dispute, snapshot = _round_one_refunded(database, redis_url, standin)
     message = _priced(
         dispute, "REVIEW_APPROVED", 6000, snapshot=snapshot, round_=2, already_paid=68900
     )
