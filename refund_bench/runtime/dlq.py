@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections import deque
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,27 +123,35 @@ def _headers_within_budget(headers: Sequence[Header]) -> tuple[list[Header], int
 
 @dataclass
 class DlqBudget:
-    """Raises :class:`DlqLimitExceeded` when, over the last ``window`` records, more than
-    ``max_fraction`` went to the DLQ (and at least ``min_failures`` did).
+    """Raises :class:`DlqLimitExceeded` when, of the last ``window`` records, more than
+    ``max_fraction`` of ``window`` went to the DLQ (and at least ``min_failures`` did).
 
     A bad deploy or a poisoned upstream then stops the stage loudly instead of draining the
-    whole topic into its DLQ.
+    whole topic into its DLQ. The share is of the whole window even before a process has read
+    that many records, so a restarted process, whose window starts empty, trips on what one that
+    ran for long would trip on: a run of 30 bad records at its committed offset is
+    dead-lettered, not a crash on every restart. A record read again (its batch put back after a
+    failed commit) counts once, by its ``position``.
     """
 
     window: int = 200
     max_fraction: float = 0.5
     min_failures: int = 20
-    _recent: deque[bool] = field(default_factory=deque)
+    _recent: OrderedDict[Hashable, bool] = field(default_factory=OrderedDict)
     _failures: int = 0
+    _unnamed: Iterator[int] = field(default_factory=itertools.count)
 
-    def record(self, failed: bool) -> None:
-        self._recent.append(failed)
+    def record(self, failed: bool, position: Hashable | None = None) -> None:
+        """Count one record's outcome; ``position`` names the record (topic, partition,
+        offset), ``None`` a record counted without one."""
+        key = ("unnamed", next(self._unnamed)) if position is None else position
+        if key in self._recent:
+            return
+        self._recent[key] = failed
         self._failures += failed
         if len(self._recent) > self.window:
-            self._failures -= self._recent.popleft()
-        if self._failures >= self.min_failures and self._failures > self.max_fraction * len(
-            self._recent
-        ):
+            self._failures -= self._recent.popitem(last=False)[1]
+        if self._failures >= self.min_failures and self._failures > self.max_fraction * self.window:
             raise DlqLimitExceeded(
                 f"{self._failures} of the last {len(self._recent)} records went to the DLQ"
             )

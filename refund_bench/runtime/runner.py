@@ -890,7 +890,8 @@ class StageRunner:
             )
             outgoing.append(self._dead_letter(record, InvalidInput(reason)))
             return
-        self.config.dlq_budget.record(False)
+        msg = record.msg
+        self.config.dlq_budget.record(False, (msg.topic(), msg.partition(), msg.offset()))
         for emit, key, value in encoded:
             outgoing.append(_Outgoing(emit.topic, key, value, emit.headers, None))
             self.metrics.incr("records_out", topic=emit.topic)
@@ -1007,7 +1008,7 @@ class StageRunner:
         )
         envelope = self.codec.encode(dlq, letter.envelope)
         self.metrics.incr("records_dlq", topic=msg.topic(), kind=type(exc).__name__)
-        self.config.dlq_budget.record(True)
+        self.config.dlq_budget.record(True, (msg.topic(), msg.partition(), msg.offset()))
         return _Outgoing(dlq, letter.key, envelope, letter.headers, None)
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:

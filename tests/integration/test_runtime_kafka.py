@@ -1513,6 +1513,32 @@ def test_dlq_budget_stops_a_stage_fed_only_garbage(
         read_committed(stack.kafka, f"{source}.dlq", until=lambda rs: len(rs) > 0, timeout_s=3)
 
 
+def test_a_stage_started_on_a_run_of_bad_records_dead_letters_them(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """30 undecodable records wait at the committed offset when a stage starts (after a deploy,
+    or a crash while an upstream published them): a new process, its DLQ budget's window empty,
+    dead-letters them in one batch and goes on, as a process that had long been running would,
+    instead of tripping the budget and stopping on every restart."""
+    source, sink = new_topic("bad-run-in", 1), new_topic("bad-run-out", 1)
+    from refund_bench.topics import TopicSpec, ensure_topics
+
+    ensure_topics(stack.kafka, [TopicSpec(f"{source}.dlq")], partitions=1)
+    produce_raw(stack.kafka, source, [(b"k", b"garbage %d" % i) for i in range(30)])
+    group = f"bad-run-{uuid.uuid4().hex[:8]}"
+    config = _config(stack.kafka, group, batch_max_records=100, dlq_budget=DlqBudget())
+    stage = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start()
+    try:
+        letters = read_committed(
+            stack.kafka, f"{source}.dlq", until=lambda rs: len(rs) >= 30, timeout_s=60
+        )
+        assert stage.alive
+    finally:
+        error = stage.stop()
+    assert error is None
+    assert len(letters) == 30
+
+
 def _avro_body(codec: Codec, topic: str) -> bytes:
     import io
 

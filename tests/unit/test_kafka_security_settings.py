@@ -111,9 +111,9 @@ def test_the_dlq_budget_is_a_setting_and_one_never_trips_it() -> None:
     """The default stops a stage once most of its recent input went to the DLQ; a replay known
     to dead-letter most of what it reads runs with ``DLQ_MAX_FRACTION=1``."""
     default = runtime_config(StageSettings(), "pricing").dlq_budget
-    for _ in range(19):
+    for _ in range(100):
         default.record(True)
-    with pytest.raises(DlqLimitExceeded, match="20 of the last 20"):
+    with pytest.raises(DlqLimitExceeded, match="101 of the last 101"):
         default.record(True)
     replay = runtime_config(StageSettings.model_validate({"dlq_max_fraction": 1}), "pricing")
     for _ in range(1000):

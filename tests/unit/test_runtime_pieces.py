@@ -231,26 +231,54 @@ def test_retry_after_reads_seconds_or_an_http_date(
     assert retry_after_seconds(value, now) == seconds
 
 
-def test_dlq_budget_trips_only_when_most_recent_input_fails() -> None:
+def test_dlq_budget_trips_only_when_most_of_a_window_fails() -> None:
     budget = DlqBudget(window=10, max_fraction=0.5, min_failures=3)
-    for failed in [True, False, True, False, False, True, False]:
-        budget.record(failed)
-    budget.record(True)  # 4 of 8: half is not "most"
-    with pytest.raises(DlqLimitExceeded, match="5 of the last 9"):
+    for failed in [True, False, True, False, False, True, False, True, True]:
+        budget.record(failed)  # 5 of 10: half is not "most"
+    with pytest.raises(DlqLimitExceeded, match="6 of the last 10"):
         budget.record(True)
 
 
-@given(st.lists(st.booleans(), max_size=300))
-def test_dlq_budget_never_trips_below_the_fraction(outcomes: list[bool]) -> None:
+def test_a_restarted_stage_dead_letters_a_run_of_bad_records_a_long_running_one_would() -> None:
+    """A new process's window starts empty: it still takes more than half the window's records
+    failing to trip, so a run of bad records at the committed offset is dead-lettered instead of
+    stopping the stage on every restart. A stage fed only garbage stops all the same."""
+    restarted = DlqBudget()  # 200 records, half, at least 20
+    for offset in range(100):
+        restarted.record(True, ("ruling.cast", 0, offset))
+    with pytest.raises(DlqLimitExceeded, match="101 of the last 101"):
+        restarted.record(True, ("ruling.cast", 0, 100))
+
+
+def test_a_record_read_again_counts_once() -> None:
+    """A batch put back after a failed commit is polled again: its dead letters are the same
+    records, not more failing input."""
+    budget = DlqBudget(window=10, max_fraction=0.5, min_failures=3)
+    for _ in range(3):  # the batch read three times: 5 failures, not 15
+        for offset in range(5):
+            budget.record(True, ("t", 0, offset))
+    with pytest.raises(DlqLimitExceeded, match="6 of the last 6"):
+        budget.record(True, ("t", 1, 0))
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=300))
+def test_dlq_budget_trips_exactly_above_the_fraction_of_its_window(
+    outcomes: list[tuple[bool, int]],
+) -> None:
+    """Against a plain model: each record counted once, by its position, over the last 50
+    records; it trips when more than 25 of them failed (and at least 5)."""
     budget = DlqBudget(window=50, max_fraction=0.5, min_failures=5)
-    recent: list[bool] = []
-    for failed in outcomes:
-        recent = ([*recent, failed])[-50:]
-        if sum(recent) >= 5 and sum(recent) > 0.5 * len(recent):
+    recent: dict[int, bool] = {}
+    for failed, offset in outcomes:
+        if offset not in recent:
+            recent[offset] = failed
+            while len(recent) > 50:
+                del recent[next(iter(recent))]
+        if sum(recent.values()) > 25:
             with pytest.raises(DlqLimitExceeded):
-                budget.record(failed)
+                budget.record(failed, offset)
             return
-        budget.record(failed)
+        budget.record(failed, offset)
 
 
 def _store_with(
