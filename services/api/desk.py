@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from hmac import compare_digest
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -42,7 +43,13 @@ from services.api import models as m
 from services.api.context import AppContext
 from services.api.formatting import Span, highlight, path_segment, pretty_json, when
 from services.api.outbox import Outbox
-from services.api.sessions import SESSION_ID_KEY, csrf_ok, csrf_token, new_session_id
+from services.api.sessions import (
+    CREDENTIAL_KEY,
+    SESSION_ID_KEY,
+    csrf_ok,
+    csrf_token,
+    new_session_id,
+)
 from services.api.settings import SESSION_MAX_AGE_LIMIT_S
 from services.api.store import AlreadyDecided, DecisionRecord, ItemNotFound, NotDecidable
 
@@ -252,6 +259,9 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         user, signed_in_at = session.get("user"), session.get("iat")
         if not isinstance(user, str) or user not in ctx.reviewers:
             return None
+        mark, carried = ctx.reviewers.credential_mark(user), session.get(CREDENTIAL_KEY)
+        if mark is None or not isinstance(carried, str) or not compare_digest(carried, mark):
+            return None  # signed in with a password since changed (or by an older version)
         if not isinstance(session.get(SESSION_ID_KEY), str):
             return None  # every sign-in names its session, so that signing out can revoke it
         if not isinstance(signed_in_at, int | float) or time.time() - signed_in_at > max_age:
@@ -347,7 +357,12 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
         await ctx.store.clear_login_attempts(username)
         request.session.clear()  # a fresh session (and CSRF token) on every sign-in
         request.session.update(
-            {"user": username, "iat": int(time.time()), SESSION_ID_KEY: new_session_id()}
+            {
+                "user": username,
+                "iat": int(time.time()),
+                SESSION_ID_KEY: new_session_id(),
+                CREDENTIAL_KEY: ctx.reviewers.credential_mark(username),
+            }
         )
         csrf_token(request.session)
         return RedirectResponse(target, status_code=303)

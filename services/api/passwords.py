@@ -115,6 +115,17 @@ class ReviewerDirectory:
     def __contains__(self, name: object) -> bool:
         return name in self._reviewers
 
+    def credential_mark(self, name: str) -> str | None:
+        """A mark of ``name``'s stored hash, for a session to carry (``None``: no such
+        reviewer). A new hash (a changed password) changes it, so that the sessions signed in
+        with the old one end. It tells nothing of the password: it is a digest of the salted
+        key, and the salt is not in it."""
+        stored = self._reviewers.get(name)
+        if stored is None:
+            return None
+        mark = hashlib.sha256(b"refund-bench credential mark v1\x00" + stored.salt + stored.digest)
+        return _b64(mark.digest()[:16])
+
     def __len__(self) -> int:
         return len(self._reviewers)
 

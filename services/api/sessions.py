@@ -1,10 +1,10 @@
 """Signed-cookie sessions for the review desk, and CSRF tokens for its forms (stdlib HMAC).
 
 The session is a small JSON object in a cookie, signed with HMAC-SHA256 under
-``SESSION_SECRET`` and stamped with the time it was signed; a cookie with a bad signature or
-older than ``max_age_s`` is ignored. The cookie is scoped to ``/review`` (``Path``, HttpOnly,
-SameSite=Lax, Secure when configured), so the JSON API never receives it and cannot be driven
-by a reviewer's browser session.
+``SESSION_SECRET`` and stamped with the time it was signed; a cookie with a bad signature,
+older than ``max_age_s`` or stamped more than :data:`CLOCK_SKEW_S` ahead is ignored. The cookie
+is scoped to ``/review`` (``Path``, HttpOnly, SameSite=Lax, Secure when configured), so the JSON
+API never receives it and cannot be driven by a reviewer's browser session.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ DESK_PREFIX = "/review"
 CSRF_KEY = "csrf"
 SESSION_ID_KEY = "sid"
 """The session's random id: what signing out revokes (see ``SessionMiddleware``)."""
+CREDENTIAL_KEY = "cred"
+"""The reviewer's :meth:`~services.api.passwords.ReviewerDirectory.credential_mark` at sign-in:
+a session ends when its reviewer's password hash changes."""
+CLOCK_SKEW_S = 120
+"""How far ahead of this replica's clock a cookie's stamp may be: another replica whose clock is
+ahead signed it, or this one's clock stepped back. Beyond it the cookie is ignored."""
 
 RevocationCheck = Callable[[str], Awaitable[bool]]
 """True when the session with this id was signed out."""
@@ -66,7 +72,7 @@ class SessionSigner:
             # carry any), and a refusal must mean "no session", not an error.
             if not hmac.compare_digest(mac.encode(), self._mac(f"{payload}.{stamp}").encode()):
                 return None
-            if not 0 <= now - int(stamp) <= self.max_age_s:
+            if not -CLOCK_SKEW_S <= now - int(stamp) <= self.max_age_s:
                 return None
             data = json.loads(_unb64(payload))
         except ValueError:

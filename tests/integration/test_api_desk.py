@@ -24,7 +24,7 @@ from refund_bench import topics as t
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.api.outbox import review_decided
-from services.api.passwords import PasswordHash
+from services.api.passwords import MIN_ITERATIONS, PasswordHash, hash_password
 from services.api.sessions import SESSION_ID_KEY, SessionSigner
 from services.api.store import DECISIONS
 from services.recorder.handler import Recorder
@@ -277,6 +277,37 @@ def test_a_signed_out_session_is_refused_even_from_a_copy_of_its_cookie(
         sign_in(client, "alice")
         assert client.cookies["rb_review_session"] != copied
         assert client.get("/review").status_code == 200
+
+
+def test_a_changed_password_ends_the_sessions_signed_in_with_the_old_one(
+    api: ApiServer, stack: Stack
+) -> None:
+    """alice's password leaked and was changed (a new hash in ``REVIEWERS``, the API restarted):
+    a session signed in with the old password no longer opens the desk, while bob's, whose hash
+    did not change, still does on the new replica."""
+    with api.client() as alice, api.client() as bob:
+        sign_in(alice, "alice")
+        sign_in(bob, "bob")
+        cookies = {
+            "alice": alice.cookies["rb_review_session"],
+            "bob": bob.cookies["rb_review_session"],
+        }
+    reviewers = api.settings.reviewers.get_secret_value().split(",")
+    changed = [
+        f"alice:{hash_password('alice-new-password', iterations=MIN_ITERATIONS)}"
+        if entry.startswith("alice:")
+        else entry
+        for entry in reviewers
+    ]
+    with running_api(stack, reviewers=SecretStr(",".join(changed))) as restarted:
+        for user, status in (("alice", 303), ("bob", 200)):
+            with restarted.client() as client:
+                client.cookies.set("rb_review_session", cookies[user], path="/review")
+                answer = client.get("/review")
+                assert answer.status_code == status, (user, answer.text)
+        with restarted.client() as client:
+            sign_in(client, "alice", "alice-new-password")
+            assert client.get("/review").status_code == 200
 
 
 def test_a_sign_out_outlives_a_later_raise_of_the_session_max_age(stack: Stack) -> None:
