@@ -158,6 +158,7 @@ def _completed(row: LedgerRow) -> Emit:
         stripe_refund_id=row.stripe_refund_id or "",
         idempotency_key=row.idempotency_key,
         completed_at=ev.now(),
+        revision=row.revision,
     )
     return Emit(t.PAYOUT_COMPLETED.name, row.dispute_id, event.to_avro())
 
@@ -172,5 +173,6 @@ def _failed(row: LedgerRow, code: str, reason: str) -> Emit:
         reason=reason,
         idempotency_key=row.idempotency_key,
         failed_at=ev.now(),
+        revision=row.revision,
     )
     return Emit(t.PAYOUT_FAILED.name, row.dispute_id, event.to_avro())

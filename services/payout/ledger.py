@@ -44,20 +44,26 @@ class LedgerRow:
     """Seconds since the round's first provider call began, by the database's clock (from
     ``open_round``); since the row was opened when no first call is recorded (a row an earlier
     release opened). A round the settler reserved ages only once the payout calls for it."""
+    revision: int = 0
+    """How many times the round's outcome changed after the payout settled it (the Stripe
+    webhook's changes, :mod:`services.api.refund_failures`): the events about the round carry
+    it, so that the audit record keeps the latest outcome and no outcome twice."""
 
 
 _OPEN_SQL = """
 SELECT * FROM payout_claim_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(currency)s,
                                  %(payment_reference)s, %(idempotency_key)s, true)
 """
-_REFERENCE_SQL = """
-SELECT payment_reference FROM payout_ledger WHERE dispute_id = %s AND round = %s
+_RECORDED_SQL = """
+SELECT payment_reference, status, stripe_refund_id, error_code, error_message, revision
+FROM payout_ledger WHERE dispute_id = %s AND round = %s
 """
-"""The payment a round was recorded for, read after ``_OPEN_SQL`` in its transaction (the
-function does not return it: payouts of the earlier release read its rows as they are)."""
+"""The payment a round was recorded for and its outcome, read after ``_OPEN_SQL`` (the
+function returns neither the payment nor the revision: payouts of the earlier release read its
+rows as they are); the outcome with its revision, as the webhook may have changed both."""
 _GET_SQL = """
 SELECT dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
-       stripe_refund_id, error_code, error_message
+       stripe_refund_id, error_code, error_message, revision
 FROM payout_ledger WHERE dispute_id = %s AND round = %s
 """
 _SETTLE_SQL = """
@@ -65,7 +71,7 @@ UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,
                          error_message = %s, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'PENDING'
 RETURNING dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
-          stripe_refund_id, error_code, error_message
+          stripe_refund_id, error_code, error_message, revision
 """
 
 
@@ -107,11 +113,11 @@ class PayoutLedger:
             row = await cur.fetchone()
             if row is None:
                 raise RuntimeError(f"payout_claim_round returned no row for {dispute_id}/{round_}")
-            await cur.execute(_REFERENCE_SQL, (dispute_id, round_))
+            await cur.execute(_RECORDED_SQL, (dispute_id, round_))
             recorded = await cur.fetchone()
         if recorded is None:
             raise RuntimeError(f"ledger row {dispute_id}/{round_} vanished")
-        return LedgerRow(**row, payment_reference=recorded["payment_reference"])
+        return LedgerRow(**{**row, **recorded})
 
     async def _get(self, conn: Any, dispute_id: str, round_: int) -> LedgerRow:
         async with conn.cursor(row_factory=dict_row) as cur:

@@ -209,6 +209,30 @@ def test_a_settled_round_never_reaches_stripe_again(database: str, fake: FakeStr
     assert _attempts(database, dispute) == 1, "the insert that opened the round counted its call"
 
 
+def test_a_round_answered_from_the_ledger_carries_its_outcomes_revision(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """Round 1 waited for the customer, then Stripe reported it refunded (the webhook made it
+    SUCCEEDED, revision 1), and later failed after all (FAILED, revision 2). A payout request
+    for the round delivered again after each change is answered from the ledger with that
+    revision, so the audit record reads it as the outcome it already has, not as one the round
+    had before the webhook's change (revision 0)."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    seed_round(database, dispute, status="SUCCEEDED", refund_id=f"re_{dispute}")
+    answers = []
+    for status, code, revision in (("SUCCEEDED", None, 1), ("FAILED", "refund_failed", 2)):
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE payout_ledger SET status = %s, error_code = %s, revision = %s"
+                " WHERE dispute_id = %s AND round = 1",
+                (status, code, revision, dispute),
+            )
+        [[answer]] = _run(database, fake.url, _request(dispute))
+        answers.append((answer.topic, answer.value["revision"]))
+    assert answers == [("payout.completed", 1), ("payout.failed", 2)]
+    assert fake.fake.requests == 0
+
+
 def test_crash_between_stripe_and_ledger_replays_the_same_refund(
     database: str, fake: FakeStripeServer
 ) -> None:
