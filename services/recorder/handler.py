@@ -30,10 +30,12 @@ from refund_bench.retry import RetryPolicy, SyncSleep
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import RECORDER
 from services.recorder.projection import (
+    REVIEW_ITEMS,
     REVIEW_LOCK_SQL,
     ReviewLock,
     Statement,
     Table,
+    decided_on_the_desk,
     rows_for,
 )
 
@@ -80,6 +82,8 @@ class Recorder:
                 updates.append((target, params))
         for table, table_rows in rows.items():
             table_rows.sort(key=table.key_of)  # stable: the first row per key stays first
+        if REVIEW_ITEMS in rows:
+            updates.append(decided_on_the_desk(rows[REVIEW_ITEMS]))
         self._retry.run(
             lambda: self._write(sorted(locks), rows, updates),
             sleep=self._sleep,

@@ -7,7 +7,7 @@ idempotent, so redelivered events change nothing. An event yields rows for a :cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -328,6 +328,28 @@ _DECIDED_ALREADY_SQL = (
     " WHERE settles OR decision = 'DECLINED' ORDER BY round LIMIT 1) p"
     " WHERE ri.dispute_id = %s AND ri.item_key = %s AND ri.status = 'OPEN'"
 )
+
+
+_DECIDED_ON_THE_DESK_SQL = (
+    "UPDATE review_items ri SET status = 'DECIDED', decided_at = d.decided_at"
+    " FROM unnest(%s::text[], %s::text[]) AS n (dispute_id, item_key), review_decisions d"
+    " WHERE ri.dispute_id = n.dispute_id AND ri.item_key = n.item_key AND ri.status = 'OPEN'"
+    " AND d.dispute_id = ri.dispute_id AND d.item_key = ri.item_key"
+)
+
+
+def decided_on_the_desk(items: Sequence[tuple[Any, ...]]) -> Update:
+    """Closes those of the review ``items`` (:data:`REVIEW_ITEMS` rows just written) that the
+    desk already holds a decision for (its ``review_decisions``, one per item).
+
+    ``review.decided`` is read apart from the topics that open items, so a projection written
+    again from the topics may read an item's decision in a batch before the one that opens the
+    item, when the decision's update finds nothing to close. The item would then stay OPEN for
+    good: the desk takes one decision per item, and has it."""
+    return (
+        _DECIDED_ON_THE_DESK_SQL,
+        ([item[0] for item in items], [item[1] for item in items]),
+    )
 
 
 def _closed_if_decided_already(dispute_id: str, item_key: str, grievance_id: str) -> Update:

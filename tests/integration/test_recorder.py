@@ -18,6 +18,7 @@ from refund_bench.runtime import Context, Message
 from services.recorder.handler import Recorder
 from tests.kafka_helpers import wait_for
 from tests.pg_helpers import is_waiting
+from tests.records import with_fields
 
 pytestmark = pytest.mark.stack
 
@@ -169,6 +170,28 @@ def test_approving_the_dispute_leaves_its_failed_payout_open(
         [_decided(dispute, "DISPUTE", item_key)],
     )
     assert queue == {"dispute:round3": "DECIDED", "payout:round2": "OPEN"}
+
+
+def test_a_decision_read_before_its_item_closes_the_item_when_it_comes(database: str) -> None:
+    """The projection written again from the topics, which are read apart: a failed payout's
+    decision (the desk holds it, and takes no second one) comes in a batch before the failure
+    that opens its item. The item opens closed, not OPEN for good; the dispute's other item,
+    decided by nobody, opens OPEN."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    decision = with_fields(_decided(dispute, "PAYOUT", "payout:round2"), decision="PAID_ELSEWHERE")
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, decision,"
+            " reviewer, note, decided_at, published) VALUES (%s, %s, %s, 'PAYOUT',"
+            " 'PAID_ELSEWHERE', 'alice', 'refunded by hand', %s, true)",
+            (decision.value["review_id"], dispute, "payout:round2", AT),
+        )
+    queue = _queue(
+        database,
+        [decision],
+        [_payout_failed(dispute), _escalated(dispute, "g2")],
+    )
+    assert queue == {"payout:round2": "DECIDED", "grievance:g2": "OPEN"}
 
 
 @pytest.mark.parametrize("batches", [[[1], [2]], [[1, 2]]], ids=["two batches", "one batch"])
