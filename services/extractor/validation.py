@@ -10,6 +10,7 @@ Spans are offsets in the complaint as a Python ``str`` (code points), ``span_end
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,18 +47,19 @@ Claim = tuple[Category, str | None]
 
 
 Unresolved = tuple[Category, str]
-"""A grievance whose only fault is its item: its category, and how it names the item (or that it
-names none, where its category needs one), in readable words."""
+"""A grievance whose item could not be placed on the order: its category, and how it names the
+item (or that it names none, where its category needs one), in readable words."""
 
 
 class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
-    ``passed`` what a repair must keep of the grievances that passed their own checks: groups
-    of claims, of each of which the repair must make one. A claim nothing was found wrong with
-    is a group of its own, and so is one whose only fault is its quantity (its item is on the
-    order); the claims one text is said as are one group (the repair keeps either); in an
-    answer over the grievance limit, all are one group (the repair drops some, not all).
-    ``unresolved``: the grievances whose only fault is their item (not on the order,
+    ``passed`` what a repair must keep of the grievances whose category and text say what they
+    claim: groups of claims, of each of which the repair must make one. A claim nothing was
+    found wrong with is a group of its own, and so is one at fault for its span, its text's
+    length or its quantity (its item is on the order, or it needs none); the claims one text is
+    said as about one item are one group (the repair keeps either), and about two items, two;
+    in an answer over the grievance limit, all are one group (the repair drops some, not all).
+    ``unresolved``: the grievances whose item could not be placed (not on the order,
     ambiguous, or none named where the category needs one); for each, the repair must make a
     claim of its category about an item no claim of ``passed`` names, or, where its category
     needs no item, a claim of it about none, since what the customer said is still a grievance
@@ -120,6 +122,27 @@ def _norm_statement(text: str) -> str:
 
 
 _WORD = re.compile(r"[^\W_]+")
+"""A word of letters and digits: all of one in ASCII text."""
+
+
+def _word_list(text: str) -> list[str]:
+    """The words of ``text``: runs of letters and digits, with the combining marks written on
+    them. Devanagari's, Tamil's and other scripts' vowel signs are marks, not letters: without
+    them "बिरयानी" would be the fragments "ब", "रय", "न", and parts of words would match."""
+    if text.isascii():
+        return _WORD.findall(text)
+    words: list[str] = []
+    start: int | None = None
+    for at, char in enumerate(text):
+        if char.isalnum() or (start is not None and unicodedata.category(char)[0] == "M"):
+            if start is None:
+                start = at
+        elif start is not None:
+            words.append(text[start:at])
+            start = None
+    if start is not None:
+        words.append(text[start:])
+    return words
 
 
 def _singular(word: str) -> str:
@@ -143,7 +166,7 @@ _FILLER = frozenset(
 
 
 def _words(text: str) -> frozenset[str]:
-    return frozenset(_singular(word) for word in _WORD.findall(name_key(text)))
+    return frozenset(_singular(word) for word in _word_list(name_key(text)))
 
 
 def _claim_words(text: str) -> frozenset[str]:
@@ -191,22 +214,26 @@ def _is_int(value: object) -> bool:
 
 
 @dataclass(frozen=True)
-class _ItemFault:
-    """A grievance whose only fault is its item or quantity: its category and text, and its
-    line item's name when only the quantity is wrong (``None``: the item could not be placed
-    on the order; ``claimed`` says how it was named)."""
+class _Fault:
+    """A grievance at fault whose category and text still say what it claims: its category,
+    its text, and whether its claim is ``placed`` (its item resolved, though its quantity or
+    span may be wrong, or none named where its category needs none: ``item_name``, the
+    order's spelling) or its item could not be placed on the order (``claimed`` says how it
+    was named)."""
 
     category: Category
     text: str
+    placed: bool
     item_name: str | None
     claimed: str | None
 
 
 def _check_one(
     index: int, raw: object, complaint: str, line_items: Sequence[LineItem]
-) -> tuple[list[str], dict[str, Any] | None, _ItemFault | None]:
+) -> tuple[list[str], dict[str, Any] | None, _Fault | None]:
     """Problems of one grievance (``where`` prefixed), and its cleaned fields when it has none,
-    or what it claims when its only problems are its item's or quantity's."""
+    or, with problems, what it claims when its category is known and its text says something
+    (whatever else is wrong: its span, its item, its quantity)."""
     where = f"grievance {index}"
     if not isinstance(raw, Mapping):
         return [f"{where} is not an object (got {type(raw).__name__})"], None, None
@@ -279,9 +306,10 @@ def _check_one(
 
     if problems or about_item:
         fault = None
-        if not problems and category is not None:
+        if category is not None and isinstance(text, str) and text.strip():
             claimed = item_name if isinstance(item_name, str) else None
-            fault = _ItemFault(category, text, None if item is None else item.name, claimed)
+            placed = item is not None or (item_name is None and category not in NEEDS_ITEM)
+            fault = _Fault(category, text, placed, None if item is None else item.name, claimed)
         return problems + about_item, None, fault
     if item is not None and quantity is None:
         # The contract's meaning of an item named without a number (the prompt asks for it,
@@ -329,7 +357,7 @@ def validate_extraction(
         problems.append(f"{len(items)} grievances is more than the limit of {max_grievances}")
 
     cleaned: list[tuple[int, dict[str, Any]]] = []
-    faults: list[_ItemFault] = []
+    faults: list[_Fault] = []
     for index, raw in enumerate(items, start=1):
         found, fields, fault = _check_one(index, raw, complaint_text, line_items)
         problems.extend(found)
@@ -340,10 +368,11 @@ def validate_extraction(
 
     by_claim: dict[tuple[Category, str | None], int] = {}
     by_text: dict[str, int] = {}
-    said_as: dict[str, list[Claim]] = {}  # the claims each text is said as: a repair keeps one
+    # The claims each text is said as about one item (or none): a repair keeps one of them.
+    said_as: dict[tuple[str, str | None], list[Claim]] = {}
     for index, fields in cleaned:
         claim: Claim = (fields["category"], fields["item_name"])
-        said_as.setdefault(_norm_statement(fields["text"]), []).append(claim)
+        said_as.setdefault((_norm_statement(fields["text"]), claim[1]), []).append(claim)
         if claim in by_claim:
             item = f" for {fields['item_name']!r}" if fields["item_name"] else " without an item"
             problems.append(
@@ -363,8 +392,8 @@ def validate_extraction(
     if problems:
         unresolved: dict[tuple[Category, str], Unresolved] = {}
         for fault in faults:
-            if fault.item_name is not None:  # only its quantity is wrong: the claim is known
-                said_as.setdefault(_norm_statement(fault.text), []).append(
+            if fault.placed:  # its span or quantity is wrong: the claim is known
+                said_as.setdefault((_norm_statement(fault.text), fault.item_name), []).append(
                     (fault.category, fault.item_name)
                 )
             else:

@@ -344,6 +344,21 @@ def test_part_of_a_word_is_not_an_item(claimed: str) -> None:
     assert "not on the order" in problem
 
 
+@pytest.mark.parametrize(
+    ("claimed", "expected"),
+    [("नान", None), ("बिरयानी", 0), ("चिकन बिरयानी", 0), ("रायता", 1)],
+)
+def test_words_with_vowel_signs_are_whole_words(claimed: str, expected: int | None) -> None:
+    """A Devanagari vowel sign is a combining mark, not a letter: "बिरयानी" is one word, not
+    the fragments "ब", "रय", "न". Naan, not on the order, must not become its biryani."""
+    items = (
+        LineItem(name="चिकन बिरयानी", quantity=2, unit_price_minor=35000),
+        LineItem(name="रायता", quantity=1, unit_price_minor=5000),
+    )
+    item, _ = resolve_item(claimed, items)
+    assert item == (None if expected is None else items[expected])
+
+
 def test_plurals_of_both_kinds_resolve() -> None:
     items = (
         LineItem(name="Paneer Sandwich", quantity=2, unit_price_minor=1),
@@ -498,6 +513,49 @@ def test_grievances_at_fault_with_each_other_are_claims_a_repair_keeps_one_of() 
     }
     assert claims_left_out(too_many.value.passed, full[:1]) == ()
     assert claims_left_out(too_many.value.passed, ()) != ()
+
+
+def test_a_grievance_at_fault_for_its_span_is_a_claim_the_repair_still_makes() -> None:
+    """A span off the end of the text (the usual slip) says nothing against the claim: its
+    category and item still say what the customer said. A repair that drops it, even to
+    nothing at all, leaves out a grievance, and a person reads the complaint."""
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    past_the_end = {**missing, "span_end": len(ARTICLE_COMPLAINT) + 3}
+    with pytest.raises(ExtractionInvalid) as alone:
+        validate_extraction({"grievances": [past_the_end]}, ARTICLE_COMPLAINT, ITEMS)
+    assert alone.value.passed == (((Category.MISSING_ITEM, BIRYANI),),)
+    assert claims_left_out(alone.value.passed, ()) == (f"MISSING_ITEM for {BIRYANI!r}",)
+    with pytest.raises(ExtractionInvalid) as beside:
+        validate_extraction({"grievances": [late, past_the_end]}, ARTICLE_COMPLAINT, ITEMS)
+    full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    only_late = [g for g in full if g.category is Category.LATE_DELIVERY]
+    assert claims_left_out(beside.value.passed, only_late) == (f"MISSING_ITEM for {BIRYANI!r}",)
+    assert claims_left_out(beside.value.passed, full) == ()
+    # An empty text says nothing, whatever its category: no claim is read from it.
+    with pytest.raises(ExtractionInvalid) as blank:
+        validate_extraction(
+            {"grievances": [late, {**past_the_end, "text": " "}]}, ARTICLE_COMPLAINT, ITEMS
+        )
+    assert blank.value.passed == (((Category.LATE_DELIVERY, None),),)
+
+
+def test_two_items_said_in_one_text_are_two_claims_to_keep() -> None:
+    """One sentence for two missing items ("Items were missing") is at fault for its repeated
+    text, but it is two claims: a repair that keeps one item's drops the other's. One item said
+    under two categories in one text stays a claim the repair keeps one of."""
+    missing = ARTICLE_ANSWER["grievances"][2]
+    text = "Items were missing from the order."
+    biryani = {**missing, "text": text}
+    raita = {**missing, "text": text, "item_name": RAITA, "item_quantity": 1}
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction({"grievances": [biryani, raita]}, ARTICLE_COMPLAINT, ITEMS)
+    assert caught.value.passed == (
+        ((Category.MISSING_ITEM, BIRYANI),),
+        ((Category.MISSING_ITEM, RAITA),),
+    )
+    full = validate_extraction(ARTICLE_ANSWER, ARTICLE_COMPLAINT, ITEMS)
+    only_biryani = [g for g in full if g.item_name == BIRYANI]
+    assert claims_left_out(caught.value.passed, only_biryani) == (f"MISSING_ITEM for {RAITA!r}",)
 
 
 def test_a_grievance_at_fault_for_its_item_alone_is_a_claim_the_repair_still_makes() -> None:
