@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,26 +130,32 @@ class DlqBudget:
     that many records, so a restarted process, whose window starts empty, trips on what one that
     ran for long would trip on: a run of 30 bad records at its committed offset is
     dead-lettered, not a crash on every restart. A record read again (its batch put back after a
-    failed commit) counts once, by its ``position``.
+    failed commit) counts once, by its ``position``, while it is among the last ``remembered``
+    records counted: more than a stage puts back at once (its pending records, 2,000 by
+    default), which is more than the window holds.
     """
 
     window: int = 200
     max_fraction: float = 0.5
     min_failures: int = 20
-    _recent: OrderedDict[Hashable, bool] = field(default_factory=OrderedDict)
+    remembered: int = 10_000
+    _recent: deque[bool] = field(default_factory=deque)
     _failures: int = 0
-    _unnamed: Iterator[int] = field(default_factory=itertools.count)
+    _seen: OrderedDict[Hashable, None] = field(default_factory=OrderedDict)
 
     def record(self, failed: bool, position: Hashable | None = None) -> None:
         """Count one record's outcome; ``position`` names the record (topic, partition,
-        offset), ``None`` a record counted without one."""
-        key = ("unnamed", next(self._unnamed)) if position is None else position
-        if key in self._recent:
-            return
-        self._recent[key] = failed
+        offset), ``None`` a record counted without one (never seen before)."""
+        if position is not None:
+            if position in self._seen:
+                return
+            self._seen[position] = None
+            if len(self._seen) > self.remembered:
+                self._seen.popitem(last=False)
+        self._recent.append(failed)
         self._failures += failed
         if len(self._recent) > self.window:
-            self._failures -= self._recent.popitem(last=False)[1]
+            self._failures -= self._recent.popleft()
         if self._failures >= self.min_failures and self._failures > self.max_fraction * self.window:
             raise DlqLimitExceeded(
                 f"{self._failures} of the last {len(self._recent)} records went to the DLQ"

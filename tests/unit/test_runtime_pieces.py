@@ -261,20 +261,30 @@ def test_a_record_read_again_counts_once() -> None:
         budget.record(True, ("t", 1, 0))
 
 
+def test_a_batch_larger_than_the_window_read_again_counts_once() -> None:
+    """A batch of 500 (the default) whose head and tail failed, 60 records each: no 200 records
+    in a row hold more than 60 failures. Put back and read again, its tail must not be counted
+    beside its head as if they had come one after the other."""
+    budget = DlqBudget()  # 200 records, half, at least 20
+    for _ in range(2):
+        for offset in range(500):
+            budget.record(offset < 60 or offset >= 440, ("verdict.decided", 3, offset))
+
+
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=300))
 def test_dlq_budget_trips_exactly_above_the_fraction_of_its_window(
     outcomes: list[tuple[bool, int]],
 ) -> None:
     """Against a plain model: each record counted once, by its position, over the last 50
-    records; it trips when more than 25 of them failed (and at least 5)."""
+    records counted; it trips when more than 25 of them failed (and at least 5)."""
     budget = DlqBudget(window=50, max_fraction=0.5, min_failures=5)
-    recent: dict[int, bool] = {}
+    seen: set[int] = set()
+    recent: list[bool] = []
     for failed, offset in outcomes:
-        if offset not in recent:
-            recent[offset] = failed
-            while len(recent) > 50:
-                del recent[next(iter(recent))]
-        if sum(recent.values()) > 25:
+        if offset not in seen:
+            seen.add(offset)
+            recent = [*recent, failed][-50:]
+        if sum(recent) > 25:
             with pytest.raises(DlqLimitExceeded):
                 budget.record(failed, offset)
             return
