@@ -383,7 +383,8 @@ class Store:
         has not committed yet is waited for and then seen, and the recorder's close waits for
         the decision, so a decision is never recorded for an item closed meanwhile. No
         deadlock: this transaction locks no other row of ``review_items``, and the recorder
-        (the only other writer of it) never touches ``review_decisions`` or ``payout_ledger``.
+        (the only other writer of it) never writes ``review_decisions`` (it reads them, taking
+        no lock) and never touches ``payout_ledger``.
 
         A decision on a PAYOUT item also locks its round's ledger row (``FOR UPDATE``) before it
         is checked and recorded: a round failing again after a refund has two items, and two

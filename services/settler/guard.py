@@ -102,7 +102,7 @@ not one done ("we reviewed"). It counts only when no negation cancels it
 _EARLIER = re.compile(
     r"\b(?:earlier|previous|prior|first)\s+(?:refunds?|repl(?:y|ies)|payments?)\b", re.IGNORECASE
 )
-"""A mention of the refund an earlier round paid ("our earlier refund", "our previous reply")."""
+"""A mention of the refund an earlier reply told of ("our earlier refund", "our previous reply")."""
 _CLAUSE_BREAK = re.compile(
     r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
@@ -315,7 +315,7 @@ def check_reply(
       not cancelled by a negation right before it or a close after it ("nothing is left to
       review", "not sent for review", "now closed": :data:`_REVIEW_NEGATED`; "will review the
       Raita in no more than two days" is a review to come);
-    - after an earlier round paid money (``earlier_refund``), the reply must mention it ("our
+    - after an earlier reply told of a refund (``earlier_refund``), the reply must mention it ("our
       earlier refund", "our previous reply"), so that it reads neither as all there is nor as
       no refund at all;
     - at most one apology ("sorry"/"apolog...");

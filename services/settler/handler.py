@@ -69,9 +69,10 @@ FROM replies WHERE dispute_id = %s AND round = %s
 _INPUTS_SQL = """
 SELECT q.dispute_id, q.round, r.text, r.amount_minor, r.currency, r.source, r.guard_failures,
        r.model, r.prompt_version, r.created_at, d.complaint_text,
-       EXISTS (
-           SELECT 1 FROM replies e
-           WHERE e.dispute_id = q.dispute_id AND e.round < q.round AND e.amount_minor > 0
+       (
+           SELECT coalesce(bool_or(e.amount_minor > 0), false) OR count(*) < q.round - 1
+           FROM replies e
+           WHERE e.dispute_id = q.dispute_id AND e.round < q.round
        ) AS told_refunded
 FROM unnest(%s::text[], %s::integer[]) AS q (dispute_id, round)
 LEFT JOIN replies r ON r.dispute_id = q.dispute_id AND r.round = q.round
@@ -79,10 +80,12 @@ LEFT JOIN disputes d ON d.dispute_id = q.dispute_id
 """
 """What each (dispute, round) needs first, for many rounds in one round trip: its stored reply,
 if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), the complaint text, and
-whether a reply of an earlier round told the customer of a refund."""
+whether a reply of an earlier round told the customer of a refund, or may have: an earlier
+round whose reply is not stored yet (the settler handles rounds concurrently, and a reviewer
+may decide before it replied to the round before) counts as told."""
 Inputs = tuple[ev.ReplyPublished | None, str, bool]
 """A round's stored reply (``None``: none yet), the complaint text ("" if unknown here), and
-whether an earlier round's stored reply stated a refund (an amount above zero)."""
+whether an earlier round's reply stated a refund (an amount above zero), or is not stored yet."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
                      model, prompt_version)

@@ -72,8 +72,9 @@ def template_reply(
     still fails the guard (an item named "No Onion Pizza" next to "will review", say) names
     the resolved items, then the held ones, then both only generically ("the rest of your
     complaint"); that last wording passes by construction.
-    ``earlier_refund``: an earlier round of the dispute paid money (a later round's reply must
-    not read as if nothing had been refunded, nor as if this amount covered everything).
+    ``earlier_refund``: an earlier round's reply told the customer of a refund (a later round's
+    reply must not read as if nothing had been refunded, nor as if this amount covered
+    everything).
     ``held_names``: a resolved item whose name holds one ("the missing Boondi Raita" with
     "Raita" held) would read as covering the held item: the resolved items are then not named.
     """

@@ -279,6 +279,22 @@ def test_a_later_round_names_no_earlier_refund_the_earlier_reply_did_not_state(
     assert "earlier" not in reply["text"].lower(), reply["text"]
 
 
+def test_a_later_round_settled_before_the_reply_of_the_round_before_keeps_it_in_view(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The settler handles rounds concurrently, and a reviewer may decide round 1's held item
+    before the settler has stored round 1's reply: round 2, with nothing more to pay, must not
+    tell the customer that no refund is offered while round 1's reply tells of INR 689."""
+    snapshot = freeze(
+        ARTICLE_ORDER.model_copy(update={"payment_reference": f"pi_{uuid.uuid4().hex[:12]}"})
+    )
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    second = _priced(dispute, "NOTHING_TO_PAY", 0, snapshot=snapshot, round_=2, already_paid=68900)
+    reply = _reply_event(_settle(database, redis_url, standin, second, snapshot))
+    assert "not able to offer a refund" not in reply["text"], reply["text"]
+    assert "earlier" in reply["text"], reply["text"]
+
+
 def test_a_later_rounds_template_reply_does_not_deny_the_earlier_refund(
     database: str, redis_url: str, standin: Standin
 ) -> None:
