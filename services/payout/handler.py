@@ -20,6 +20,7 @@ payment fails to review (``ORDER_ALREADY_REFUNDED``, recorded by the ledger) wit
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -77,8 +78,8 @@ class PayoutHandler:
             idempotency_key=key,
         )
         conflict = _conflict(row, request)
-        if conflict is not None:
-            return [_failed(row, LEDGER_CONFLICT, conflict)]
+        if conflict is not None:  # this request's outcome, now: not the round's
+            return [_failed(row, LEDGER_CONFLICT, conflict, at=ev.now())]
         if row.status == "PENDING" and not row.opened and row.age_s > IDEMPOTENCY_WINDOW_S:
             row = await self._ledger.settle(
                 request.dispute_id,
@@ -157,13 +158,14 @@ def _completed(row: LedgerRow) -> Emit:
         currency=row.currency,
         stripe_refund_id=row.stripe_refund_id or "",
         idempotency_key=row.idempotency_key,
-        completed_at=ev.now(),
+        completed_at=row.updated_at or ev.now(),
         revision=row.revision,
     )
     return Emit(t.PAYOUT_COMPLETED.name, row.dispute_id, event.to_avro())
 
 
-def _failed(row: LedgerRow, code: str, reason: str) -> Emit:
+def _failed(row: LedgerRow, code: str, reason: str, at: datetime | None = None) -> Emit:
+    """The round's failure as the ledger records it, at the time it did (``at``: another)."""
     event = ev.PayoutFailed(
         dispute_id=row.dispute_id,
         round=row.round,
@@ -172,7 +174,7 @@ def _failed(row: LedgerRow, code: str, reason: str) -> Emit:
         error_code=code,
         reason=reason,
         idempotency_key=row.idempotency_key,
-        failed_at=ev.now(),
+        failed_at=at or row.updated_at or ev.now(),
         revision=row.revision,
     )
     return Emit(t.PAYOUT_FAILED.name, row.dispute_id, event.to_avro())

@@ -16,6 +16,7 @@ before its reply promises the money; the payout's first call then takes that row
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from psycopg.rows import dict_row
@@ -44,6 +45,9 @@ class LedgerRow:
     """Seconds since the round's first provider call began, by the database's clock (from
     ``open_round``); since the row was opened when no first call is recorded (a row an earlier
     release opened). A round the settler reserved ages only once the payout calls for it."""
+    updated_at: datetime | None = field(default=None, compare=False)
+    """When the row last changed (the database's clock): when the round got the outcome it
+    holds, for the events answered from the ledger."""
     revision: int = 0
     """How many times the round's outcome changed after the payout settled it (the Stripe
     webhook's changes, :mod:`services.api.refund_failures`): the events about the round carry
@@ -55,7 +59,8 @@ SELECT * FROM payout_claim_round(%(dispute_id)s, %(round)s, %(amount_minor)s, %(
                                  %(payment_reference)s, %(idempotency_key)s, true)
 """
 _RECORDED_SQL = """
-SELECT payment_reference, status, stripe_refund_id, error_code, error_message, revision
+SELECT payment_reference, status, stripe_refund_id, error_code, error_message, revision,
+       updated_at
 FROM payout_ledger WHERE dispute_id = %s AND round = %s
 """
 """The payment a round was recorded for and its outcome, read after ``_OPEN_SQL`` (the
@@ -63,7 +68,7 @@ function returns neither the payment nor the revision: payouts of the earlier re
 rows as they are); the outcome with its revision, as the webhook may have changed both."""
 _GET_SQL = """
 SELECT dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
-       stripe_refund_id, error_code, error_message, revision
+       stripe_refund_id, error_code, error_message, revision, updated_at
 FROM payout_ledger WHERE dispute_id = %s AND round = %s
 """
 _SETTLE_SQL = """
@@ -71,7 +76,7 @@ UPDATE payout_ledger SET status = %s, stripe_refund_id = %s, error_code = %s,
                          error_message = %s, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'PENDING'
 RETURNING dispute_id, round, amount_minor, currency, payment_reference, idempotency_key, status,
-          stripe_refund_id, error_code, error_message, revision
+          stripe_refund_id, error_code, error_message, revision, updated_at
 """
 
 

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -216,20 +217,31 @@ def test_a_round_answered_from_the_ledger_carries_its_outcomes_revision(
     SUCCEEDED, revision 1), and later failed after all (FAILED, revision 2). A payout request
     for the round delivered again after each change is answered from the ledger with that
     revision, so the audit record reads it as the outcome it already has, not as one the round
-    had before the webhook's change (revision 0)."""
+    had before the webhook's change (revision 0), and at the time the ledger took the outcome,
+    not when the request came again."""
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     seed_round(database, dispute, status="SUCCEEDED", refund_id=f"re_{dispute}")
     answers = []
-    for status, code, revision in (("SUCCEEDED", None, 1), ("FAILED", "refund_failed", 2)):
+    changes = (
+        ("SUCCEEDED", None, 1, datetime(2026, 12, 1, 10, 0, tzinfo=UTC)),
+        ("FAILED", "refund_failed", 2, datetime(2026, 12, 2, 11, 30, tzinfo=UTC)),
+    )
+    for status, code, revision, at in changes:
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute(
-                "UPDATE payout_ledger SET status = %s, error_code = %s, revision = %s"
-                " WHERE dispute_id = %s AND round = 1",
-                (status, code, revision, dispute),
+                "UPDATE payout_ledger SET status = %s, error_code = %s, revision = %s,"
+                " updated_at = %s WHERE dispute_id = %s AND round = 1",
+                (status, code, revision, at, dispute),
             )
         [[answer]] = _run(database, fake.url, _request(dispute))
-        answers.append((answer.topic, answer.value["revision"]))
-    assert answers == [("payout.completed", 1), ("payout.failed", 2)]
+        outcome = answer.value
+        answers.append(
+            (answer.topic, outcome["revision"], outcome.get("completed_at") or outcome["failed_at"])
+        )
+    assert answers == [
+        ("payout.completed", 1, changes[0][3]),
+        ("payout.failed", 2, changes[1][3]),
+    ]
     assert fake.fake.requests == 0
 
 
