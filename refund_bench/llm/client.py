@@ -327,24 +327,38 @@ def _to_openai(message: ChatMessage) -> ChatCompletionMessageParam:
     return user
 
 
-def _classify(exc: openai.APIError, longest_wait: float | None) -> RefundBenchError:
+_SHORTEST_KEY_SCRUBBED = 8
+"""A key shorter than this (a local stand-in's placeholder) is not looked for in messages."""
+
+
+def _without_key(message: str, api_key: str) -> str:
+    """``message`` with every copy of ``api_key`` replaced: an endpoint or proxy may echo the
+    key it was sent ("invalid key sk-..."), and the message is logged, cached as a refusal's
+    reason and shown to reviewers."""
+    if len(api_key) < _SHORTEST_KEY_SCRUBBED:
+        return message
+    return message.replace(api_key, "[API key]")
+
+
+def _classify(exc: openai.APIError, longest_wait: float | None, api_key: str) -> RefundBenchError:
     """Map an openai error onto the project's policy types; a wait a 429 or 503 asks for is
-    kept, at most ``longest_wait``."""
+    kept, at most ``longest_wait``; the endpoint's message is kept without ``api_key``."""
     if isinstance(exc, openai.APITimeoutError):
         return LlmUnavailable("timeout", "request timed out")
     if isinstance(exc, openai.APIConnectionError):
         return LlmUnavailable("connection", type(exc.__cause__ or exc).__name__)
+    message = _without_key(exc.message, api_key)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         wait = _retry_after(exc.response, longest_wait) if status in RETRY_AFTER_STATUSES else None
         if status == 429:
-            return LlmUnavailable("rate_limited", exc.message, status, wait)
+            return LlmUnavailable("rate_limited", message, status, wait)
         if status == 408:
-            return LlmUnavailable("timeout", exc.message, status)
+            return LlmUnavailable("timeout", message, status)
         if status >= 500:
-            return LlmUnavailable("server_error", exc.message, status, wait)
-        return LlmRejected(status, exc.message, _text(exc.code), _text(exc.param))
-    return LlmRejected(0, f"{type(exc).__name__}: {exc.message}")
+            return LlmUnavailable("server_error", message, status, wait)
+        return LlmRejected(status, message, _text(exc.code), _text(exc.param))
+    return LlmRejected(0, f"{type(exc).__name__}: {message}")
 
 
 def _text(value: object) -> str | None:
@@ -545,7 +559,11 @@ class LlmClient:
                 # sends the same request.
                 response = await self._openai.request(httpx2.Response, options)
             except openai.APIError as exc:
-                mapped = _classify(exc, self._endpoint.attempt_deadline_seconds)
+                mapped = _classify(
+                    exc,
+                    self._endpoint.attempt_deadline_seconds,
+                    self._endpoint.api_key.get_secret_value(),
+                )
                 if isinstance(mapped, TransientError):
                     log.info(
                         "llm %s for dispute %s (%s): %s",

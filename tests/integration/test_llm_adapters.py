@@ -686,6 +686,30 @@ def test_an_answer_trickling_in_is_cut_off_at_the_attempt_deadline() -> None:
     assert took < 8, f"gave up after {took:.1f} s, not at the 1 s deadline"
 
 
+@pytest.mark.parametrize("status", [401, 400, 503])
+def test_an_api_key_the_endpoint_echoes_is_not_in_the_error(status: int) -> None:
+    """A proxy that quotes the key it was sent ("invalid key sk-...") in its error: the error
+    the stage logs, caches as a refusal's reason and shows to reviewers holds no copy of it."""
+    key = "sk-live-" + uuid.uuid4().hex
+    body = json.dumps({"error": {"message": f"invalid key {key} for this project"}}).encode()
+
+    async def scenario(target: LlmEndpoint) -> str:
+        async with LlmClient(target, retry=RetryPolicy(attempts=1)) as client:
+            return await ask(client, judge_request(), 1000, "d-echo")
+
+    with FixedAnswerServer(body, statuses=[status]) as server:
+        target = endpoint_at(server.server_address[1], timeout=5).model_copy(
+            update={"api_key": SecretStr(key)}
+        )
+        with pytest.raises((LlmRejected, LlmUnavailable)) as caught:
+            run(lambda: scenario(target))
+    assert server.credentials == [f"Bearer {key}"]
+    assert key not in str(caught.value)
+    assert "invalid key [API key] for this project" in str(caught.value)
+    if isinstance(caught.value, LlmRejected):
+        assert key not in caught.value.message
+
+
 def test_a_retried_call_sends_the_same_request_each_attempt() -> None:
     answer = completion('{"ruling": "ESCALATE"}', "stop")
     sleep = RecordedSleep()
