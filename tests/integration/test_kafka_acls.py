@@ -160,18 +160,23 @@ def _topics(client: str, operation: Operation) -> list[str]:
 
 
 def _delivery_errors(producer: Producer, topics: list[str]) -> dict[str, str | None]:
-    """Produce one record to partition 0 of each topic; each one's error code name, if any."""
+    """Produce one record to partition 0 of each topic; each one's error code name, if any:
+    reported on delivery, or by ``produce`` itself when the producer already knows from the
+    topic's metadata that it may not write there."""
     errors: dict[str, str | None] = {}
     for topic in topics:
-        producer.produce(
-            topic,
-            b"access check",
-            key=b"acl-check",
-            partition=0,
-            on_delivery=lambda err, msg: errors.__setitem__(
-                str(msg.topic()), None if err is None else err.name()
-            ),
-        )
+        try:
+            producer.produce(
+                topic,
+                b"access check",
+                key=b"acl-check",
+                partition=0,
+                on_delivery=lambda err, msg: errors.__setitem__(
+                    str(msg.topic()), None if err is None else err.name()
+                ),
+            )
+        except KafkaException as exc:
+            errors[topic] = exc.args[0].name()
     producer.flush(30)
     return errors
 
