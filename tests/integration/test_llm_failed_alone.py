@@ -12,6 +12,7 @@ stage pauses instead of sending every input to a person.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -34,6 +35,7 @@ from refund_bench.llm.cache import (
     cached_call,
 )
 from refund_bench.llm.client import (
+    DISPUTE_HEADER,
     FAILED_ALONE,
     LlmClient,
     LlmEndpoint,
@@ -48,6 +50,8 @@ from refund_bench.samples import ARTICLE_ORDER
 from services.extractor.evidence import freeze
 from services.extractor.handler import NO_ANSWER_REASON, ExtractorHandler
 from services.judge.handler import JudgeHandler, Seat
+from tests.fakes.chat_completion import completion
+from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.grievances import complaint_message, grievance_message
 from tests.standin import Standin
@@ -311,6 +315,69 @@ def test_answers_before_a_calls_first_failed_attempt_say_nothing_about_its_failu
 
     assert [type(exc) for exc in raised] == [LlmUnavailable] * 4
     assert standin.stats()["by_dispute"]["d-before-9"] == 1, "the ten were answered"
+
+
+class _OneDisputeRefused(JsonAnswerHandler):
+    """Answers every request, except those of ``server.dispute``, which get ``server.status``."""
+
+    server: _OneDisputeRefusedServer
+
+    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.headers.get(DISPUTE_HEADER) == self.server.dispute:
+            error = {"error": {"message": "try again later", "type": "server_error"}}
+            self.answer_json(self.server.status, json.dumps(error).encode())
+        else:
+            self.answer_json(200, completion('{"ruling": "ESCALATE"}', "stop"))
+
+
+class _OneDisputeRefusedServer(LoopbackServer):
+    def __init__(self, dispute: str, status: int) -> None:
+        super().__init__(_OneDisputeRefused)
+        self.dispute = dispute
+        self.status = status
+
+
+@pytest.mark.parametrize(("status", "alone_at"), [(500, 2), (429, None)])
+def test_a_request_throttled_by_the_accounts_rate_limit_never_fails_alone(
+    status: int, alone_at: int | None
+) -> None:
+    """One dispute's request answered 429 on every attempt while the endpoint answers the
+    others: a throttled account, for all the client can tell, whose refusals fall at random.
+    Asked five times, it is the endpoint's failure each time (the stage pauses and retries),
+    never a request failing alone; answered 500 instead, the third call gives up on it."""
+    dispute = _dispute()
+    request = _request()
+
+    async def go(base_url: str) -> list[BaseException]:
+        waits = AnswerOthersWhileWaiting(per_wait=1)
+        endpoint = LlmEndpoint(
+            base_url=base_url,
+            api_key=SecretStr("stand-in"),
+            model="any-model",
+            temperature=0.7,
+            timeout_seconds=5,
+        )
+        raised: list[BaseException] = []
+        async with LlmClient(endpoint, retry=RetryPolicy(attempts=2), sleep=waits) as client:
+            waits.client = client
+            for _ in range(5):
+                try:
+                    await client.complete_json(
+                        request.messages, request.schema_name, request.schema, 7, dispute
+                    )
+                except (LlmUnavailable, LlmFailedAlone) as exc:
+                    raised.append(exc)
+        return raised
+
+    with _OneDisputeRefusedServer(dispute, status) as server:
+        raised = _run(lambda: go(f"http://127.0.0.1:{server.server_address[1]}/v1"))
+
+    kinds = [type(exc) for exc in raised]
+    if alone_at is None:
+        assert kinds == [LlmUnavailable] * 5
+    else:
+        assert kinds[alone_at] is LlmFailedAlone, kinds
 
 
 def test_the_client_raises_failed_alone_with_the_last_failure(standin: Standin) -> None:
