@@ -118,16 +118,35 @@ async def _noop_sleep(_seconds: float) -> None:
     return None
 
 
-def _client_of(standin: Standin, sleep: Callable[[float], Awaitable[None]]) -> LlmClient:
-    """A client of the stand-in whose retries (two attempts per call) wait with ``sleep``."""
-    endpoint = LlmEndpoint(
-        base_url=standin.base_url,
+def _endpoint(base_url: str) -> LlmEndpoint:
+    """A judge seat's endpoint at ``base_url``."""
+    return LlmEndpoint(
+        base_url=base_url,
         api_key=SecretStr("stand-in"),
         model="standin-judge",
         temperature=0.7,
         timeout_seconds=5,
     )
-    client = LlmClient(endpoint, retry=RetryPolicy(attempts=2), sleep=sleep)
+
+
+async def _asked(client: LlmClient, dispute: str, times: int) -> list[BaseException]:
+    """What each of ``times`` calls of the judge request of ``dispute`` raised, in order
+    (nothing for a call answered)."""
+    request = _request()
+    raised: list[BaseException] = []
+    for _ in range(times):
+        try:
+            await client.complete_json(
+                request.messages, request.schema_name, request.schema, 7, dispute
+            )
+        except (LlmUnavailable, LlmFailedAlone) as exc:
+            raised.append(exc)
+    return raised
+
+
+def _client_of(standin: Standin, sleep: Callable[[float], Awaitable[None]]) -> LlmClient:
+    """A client of the stand-in whose retries (two attempts per call) wait with ``sleep``."""
+    client = LlmClient(_endpoint(standin.base_url), retry=RetryPolicy(attempts=2), sleep=sleep)
     if isinstance(sleep, AnswerOthersWhileWaiting):
         sleep.client = client
     return client
@@ -286,30 +305,17 @@ def test_answers_before_a_calls_first_failed_attempt_say_nothing_about_its_failu
     outage's for all the client can tell, and never counted as its own."""
     dispute = _dispute()
     standin.faults(fail_disputes={dispute: "judge"})
-    request = _request()
 
     async def go() -> list[BaseException]:
         limiter = AnswerOthersBeforeTheFirstAttempt(count=10)
-        endpoint = LlmEndpoint(
-            base_url=standin.base_url,
-            api_key=SecretStr("stand-in"),
-            model="standin-judge",
-            temperature=0.7,
-            timeout_seconds=5,
-        )
-        raised: list[BaseException] = []
         async with LlmClient(
-            endpoint, rate_limiter=limiter, retry=RetryPolicy(attempts=2), sleep=_noop_sleep
+            _endpoint(standin.base_url),
+            rate_limiter=limiter,
+            retry=RetryPolicy(attempts=2),
+            sleep=_noop_sleep,
         ) as client:
             limiter.client = client
-            for _ in range(4):
-                try:
-                    await client.complete_json(
-                        request.messages, request.schema_name, request.schema, 7, dispute
-                    )
-                except (LlmUnavailable, LlmFailedAlone) as exc:
-                    raised.append(exc)
-        return raised
+            return await _asked(client, dispute, 4)
 
     raised = _run(go)
 
@@ -347,28 +353,14 @@ def test_a_request_throttled_by_the_accounts_rate_limit_never_fails_alone(
     Asked five times, it is the endpoint's failure each time (the stage pauses and retries),
     never a request failing alone; answered 500 instead, the third call gives up on it."""
     dispute = _dispute()
-    request = _request()
 
     async def go(base_url: str) -> list[BaseException]:
         waits = AnswerOthersWhileWaiting(per_wait=1)
-        endpoint = LlmEndpoint(
-            base_url=base_url,
-            api_key=SecretStr("stand-in"),
-            model="any-model",
-            temperature=0.7,
-            timeout_seconds=5,
-        )
-        raised: list[BaseException] = []
-        async with LlmClient(endpoint, retry=RetryPolicy(attempts=2), sleep=waits) as client:
+        async with LlmClient(
+            _endpoint(base_url), retry=RetryPolicy(attempts=2), sleep=waits
+        ) as client:
             waits.client = client
-            for _ in range(5):
-                try:
-                    await client.complete_json(
-                        request.messages, request.schema_name, request.schema, 7, dispute
-                    )
-                except (LlmUnavailable, LlmFailedAlone) as exc:
-                    raised.append(exc)
-        return raised
+            return await _asked(client, dispute, 5)
 
     with _OneDisputeRefusedServer(dispute, status) as server:
         raised = _run(lambda: go(f"http://127.0.0.1:{server.server_address[1]}/v1"))
@@ -383,19 +375,10 @@ def test_a_request_throttled_by_the_accounts_rate_limit_never_fails_alone(
 def test_the_client_raises_failed_alone_with_the_last_failure(standin: Standin) -> None:
     dispute = _dispute()
     standin.faults(fail_disputes={dispute: "judge"})
-    request = _request()
 
     async def go() -> list[BaseException]:
-        raised: list[BaseException] = []
         async with _client_of(standin, AnswerOthersWhileWaiting(per_wait=1)) as client:
-            for _ in range(3):
-                try:
-                    await client.complete_json(
-                        request.messages, request.schema_name, request.schema, 7, dispute
-                    )
-                except (LlmUnavailable, LlmFailedAlone) as exc:
-                    raised.append(exc)
-        return raised
+            return await _asked(client, dispute, 3)
 
     raised = _run(go)
 
