@@ -686,6 +686,34 @@ def test_an_answer_trickling_in_is_cut_off_at_the_attempt_deadline() -> None:
     assert took < 8, f"gave up after {took:.1f} s, not at the 1 s deadline"
 
 
+def test_an_endpoint_refusing_every_request_is_told_from_one_refusing_an_input() -> None:
+    """A bare 400 that names no setting reads as a refusal of one input, which the stage sends
+    to a person and caches. An endpoint that refuses request after request and answers none
+    (vLLM refusing a temperature, say) refuses its settings: past five in a row, the refusal
+    is the settings', so the stage stops and its alerts fire, instead of every grievance going
+    to review. An answer starts the count over."""
+    refused = json.dumps({"error": {"message": "temperature must be <= 1", "param": None}})
+    answer = completion('{"ruling": "ESCALATE"}', "stop")
+
+    async def scenario(target: LlmEndpoint) -> list[bool | str]:
+        outcomes: list[bool | str] = []
+        async with LlmClient(target, retry=RetryPolicy(attempts=1)) as client:
+            for seed in range(9):
+                try:
+                    outcomes.append(await ask(client, judge_request(), seed, f"d-{seed}"))
+                except LlmRejected as exc:
+                    outcomes.append(exc.refused_input)
+        return outcomes
+
+    with FixedAnswerServer(
+        answer, statuses=[400] * 7 + [200, 400], before=[refused.encode()] * 7 + [answer]
+    ) as server:
+        outcomes = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
+    assert outcomes[:7] == [True] * 5 + [False] * 2
+    assert outcomes[7] == '{"ruling": "ESCALATE"}'
+    assert outcomes[8] is True, "an answer came between: one input's refusal again"
+
+
 @pytest.mark.parametrize("status", [401, 400, 503])
 def test_an_api_key_the_endpoint_echoes_is_not_in_the_error(status: int) -> None:
     """A proxy that quotes the key it was sent ("invalid key sk-...") in its error: the error
