@@ -551,26 +551,42 @@ RUDE_PAST_THE_END = _article_grievance(
     "the delivery guy was rude", "PARTNER_CONDUCT", span_end=10_000
 )
 """Two grievances without fault, and one whose span runs past the complaint."""
+RUDE_UNCATEGORISED = _article_grievance("the delivery guy was rude", "RUDENESS")
+"""A grievance of no known category: nothing says which claim it makes."""
+
+
+BIRYANIS_LEFT_OUT = "MISSING_ITEM for 'Hyderabadi Biryani'"
 
 
 @pytest.mark.parametrize(
-    "repaired",
+    ("repaired", "left_out"),
     [
-        pytest.param([], id="no grievance at all"),
-        pytest.param([LATE], id="the missing biryanis left out"),
+        pytest.param([], BIRYANIS_LEFT_OUT, id="no grievance at all"),
+        pytest.param([LATE], BIRYANIS_LEFT_OUT, id="the missing biryanis left out"),
+        pytest.param(
+            [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}],
+            "PARTNER_CONDUCT",
+            id="the partner's conduct, whose span alone was wrong, left out",
+        ),
         pytest.param(
             [LATE, {**MISSING, "item_name": "Raita"}, {**RUDE_PAST_THE_END, "span_end": 200}],
+            BIRYANIS_LEFT_OUT,
             id="the missing item changed",
         ),
     ],
 )
 def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_to_review(
-    database: str, redis_url: str, standin: Standin, repaired: list[dict[str, Any]]
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    repaired: list[dict[str, Any]],
+    left_out: str,
 ) -> None:
     """The first answer has two grievances without fault and one with a span past the
-    complaint. A repair that drops one of the two, or all, is valid on its own, and used to
+    complaint. A repair that drops one of the three, or all, is valid on its own, and used to
     close the complaint with what it kept (with none: nothing to pay, no review). It now holds
-    the complaint for review, saying what was left out, on this delivery and the next."""
+    the complaint for review, saying what was left out, on this delivery and the next: a span
+    past the text says nothing against the claim its category and text make."""
     dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
     first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_PAST_THE_END]}))
     with FixedAnswerServer(
@@ -590,15 +606,15 @@ def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_
             [],
         )
         assert priced["reason"].startswith(f"{LEFT_OUT_REASON}: "), priced["reason"]
-        assert "MISSING_ITEM for 'Hyderabadi Biryani'" in priced["reason"]
+        assert left_out in priced["reason"]
 
 
 def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
     database: str, redis_url: str, standin: Standin
 ) -> None:
-    """A repair may leave out the grievance that was wrong, and word or name the others its
-    own way: the claims without fault are all there, so its grievances go to the judges."""
-    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_PAST_THE_END]}))
+    """A repair may leave out a grievance that says no claim (of no known category), and word or
+    name the others its own way: the claims are all there, so its grievances go to the judges."""
+    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_UNCATEGORISED]}))
     kept = [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}]
     with FixedAnswerServer(completion(json.dumps({"grievances": kept})), before=[first]) as server:
         (emits,) = _handle(
