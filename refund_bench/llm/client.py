@@ -216,12 +216,13 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
 
 
 REFUSALS_OF_EVERY_REQUEST = 5
-"""Refusals of requests for their content, in a row with no answer between, after which a
-client reads the next as the endpoint refusing every request (its settings: a temperature it
-does not take, a schema it cannot honour, said with a bare 400 that names no setting), not one
-input: it raises that as a refusal of the settings, and the stage stops so its alerts fire,
-instead of sending every input to a person and caching the refusal. The refusals before it
-are cached as their inputs'."""
+"""Disputes whose requests were refused for their content, in a row with no answer between,
+after which a client reads the next dispute's refusal as the endpoint refusing every request
+(its settings: a temperature it does not take, a schema it cannot honour, said with a bare 400
+that names no setting), not one input: it raises that as a refusal of the settings, and the
+stage stops so its alerts fire, instead of sending every input to a person and caching the
+refusal. The refusals before it are cached as their inputs'. Disputes, not requests: a content
+policy refuses every grievance of one complaint, which may be twenty requests in a row."""
 
 
 FAILED_ALONE = "no answer from the endpoint: "
@@ -459,8 +460,9 @@ class LlmClient:
         self._on_inflight = on_inflight
         self._on_retry = on_retry
         self._inflight = 0
-        self._refusals_in_a_row = 0
-        """Requests refused for their content since the endpoint last answered one."""
+        self._refused_disputes: set[str] = set()
+        """The disputes whose requests were refused for their content since the endpoint last
+        answered a request."""
         # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
         # warm connections instead of opening (and closing) one per request. The requests go
         # to aiohttp with nothing in between (see refund_bench.llm.http): CPU per call is what
@@ -622,23 +624,24 @@ class LlmClient:
             self._lone.answered(content, dispute_id)  # the endpoint answered, if not usefully
             if not exc.refused_input:
                 raise
-            self._refusals_in_a_row += 1
-            if self._refusals_in_a_row <= REFUSALS_OF_EVERY_REQUEST:
+            self._refused_disputes.add(dispute_id)
+            if len(self._refused_disputes) <= REFUSALS_OF_EVERY_REQUEST:
                 raise
             raise LlmRejected(
                 exc.status,
-                f"{exc.message} (the last {self._refusals_in_a_row} requests were all refused,"
-                " and none answered: the endpoint refuses every request, a setting is wrong)",
+                f"{exc.message} (the requests of the last {len(self._refused_disputes)}"
+                " disputes were all refused, and none answered: the endpoint refuses every"
+                " request, a setting is wrong)",
                 exc.code,
                 exc.param,
                 every_request=True,
             ) from None
         except MalformedAnswer:
-            self._refusals_in_a_row = 0
+            self._refused_disputes.clear()
             self._lone.answered(content, dispute_id)  # the endpoint answered, if not usefully
             raise
         finally:
             self._track(-1)
-        self._refusals_in_a_row = 0
+        self._refused_disputes.clear()
         self._lone.answered(content, dispute_id)
         return answer

@@ -688,30 +688,36 @@ def test_an_answer_trickling_in_is_cut_off_at_the_attempt_deadline() -> None:
 
 def test_an_endpoint_refusing_every_request_is_told_from_one_refusing_an_input() -> None:
     """A bare 400 that names no setting reads as a refusal of one input, which the stage sends
-    to a person and caches. An endpoint that refuses request after request and answers none
-    (vLLM refusing a temperature, say) refuses its settings: past five in a row, the refusal
-    is the settings', so the stage stops and its alerts fire, instead of every grievance going
-    to review. An answer starts the count over."""
+    to a person and caches. An endpoint that refuses dispute after dispute and answers none
+    (vLLM refusing a temperature, say) refuses its settings: past five disputes in a row, the
+    refusal is the settings', so the stage stops and its alerts fire, instead of every
+    grievance going to review. One complaint's many grievances, all refused for its text, are
+    one dispute's. An answer starts the count over."""
     refused = json.dumps({"error": {"message": "temperature must be <= 1", "param": None}})
     answer = completion('{"ruling": "ESCALATE"}', "stop")
+    disputes = ["d-long"] * 8 + [f"d-{n}" for n in range(6)] + ["d-next", "d-after"]
 
     async def scenario(target: LlmEndpoint) -> list[bool | str]:
         outcomes: list[bool | str] = []
         async with LlmClient(target, retry=RetryPolicy(attempts=1)) as client:
-            for seed in range(9):
+            for seed, dispute in enumerate(disputes):
                 try:
-                    outcomes.append(await ask(client, judge_request(), seed, f"d-{seed}"))
+                    outcomes.append(await ask(client, judge_request(), seed, dispute))
                 except LlmRejected as exc:
                     outcomes.append(exc.refused_input)
         return outcomes
 
+    refusals = len(disputes) - 2
     with FixedAnswerServer(
-        answer, statuses=[400] * 7 + [200, 400], before=[refused.encode()] * 7 + [answer]
+        answer,
+        statuses=[400] * refusals + [200, 400],
+        before=[refused.encode()] * refusals + [answer],
     ) as server:
         outcomes = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
-    assert outcomes[:7] == [True] * 5 + [False] * 2
-    assert outcomes[7] == '{"ruling": "ESCALATE"}'
-    assert outcomes[8] is True, "an answer came between: one input's refusal again"
+    assert outcomes[:8] == [True] * 8, "one dispute's eight grievances: its input's refusals"
+    assert outcomes[8:14] == [True] * 4 + [False] * 2, "the sixth dispute in a row: settings"
+    assert outcomes[14] == '{"ruling": "ESCALATE"}'
+    assert outcomes[15] is True, "an answer came between: one input's refusal again"
 
 
 @pytest.mark.parametrize("status", [401, 400, 503])
