@@ -185,13 +185,7 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
     reason and shown to reviewers, and an endpoint may echo the URL it was called at."""
 
     def __init__(
-        self,
-        status: int,
-        message: str,
-        code: str | None = None,
-        param: str | None = None,
-        *,
-        every_request: bool = False,
+        self, status: int, message: str, code: str | None = None, param: str | None = None
     ) -> None:
         message = without_credentials(message)
         super().__init__(f"HTTP {status}: {message}")
@@ -199,8 +193,6 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
         self.message = message
         self.code = code
         self.param = param
-        self.every_request = every_request
-        """The endpoint refuses every request so (:data:`REFUSALS_OF_EVERY_REQUEST`)."""
 
     @property
     def refused_input(self) -> bool:
@@ -210,19 +202,9 @@ class LlmRejected(RefundBenchError):  # noqa: N818 - named for the policy
         model does not take, a schema it cannot honour): the settings are wrong for every
         request, and the stage stops so that its alerts fire, instead of sending every input
         to a person."""
-        if self.status not in REFUSED_INPUT_STATUSES or self.every_request:
+        if self.status not in REFUSED_INPUT_STATUSES:
             return False
         return self.param not in SETTING_PARAMS and self.code not in SETTING_CODES
-
-
-REFUSALS_OF_EVERY_REQUEST = 5
-"""Disputes whose requests were refused for their content, in a row with no answer between,
-after which a client reads the next dispute's refusal as the endpoint refusing every request
-(its settings: a temperature it does not take, a schema it cannot honour, said with a bare 400
-that names no setting), not one input: it raises that as a refusal of the settings, and the
-stage stops so its alerts fire, instead of sending every input to a person and caching the
-refusal. The refusals before it are cached as their inputs'. Disputes, not requests: a content
-policy refuses every grievance of one complaint, which may be twenty requests in a row."""
 
 
 FAILED_ALONE = "no answer from the endpoint: "
@@ -460,9 +442,6 @@ class LlmClient:
         self._on_inflight = on_inflight
         self._on_retry = on_retry
         self._inflight = 0
-        self._refused_disputes: set[str] = set()
-        """The disputes whose requests were refused for their content since the endpoint last
-        answered a request."""
         # Connections are capped and all kept alive: hundreds of concurrent calls then reuse
         # warm connections instead of opening (and closing) one per request. The requests go
         # to aiohttp with nothing in between (see refund_bench.llm.http): CPU per call is what
@@ -620,28 +599,10 @@ class LlmClient:
                 alone,
             )
             raise LlmFailedAlone(alone, exc) from exc
-        except LlmRejected as exc:
-            self._lone.answered(content, dispute_id)  # the endpoint answered, if not usefully
-            if not exc.refused_input:
-                raise
-            self._refused_disputes.add(dispute_id)
-            if len(self._refused_disputes) <= REFUSALS_OF_EVERY_REQUEST:
-                raise
-            raise LlmRejected(
-                exc.status,
-                f"{exc.message} (the requests of the last {len(self._refused_disputes)}"
-                " disputes were all refused, and none answered: the endpoint refuses every"
-                " request, a setting is wrong)",
-                exc.code,
-                exc.param,
-                every_request=True,
-            ) from None
-        except MalformedAnswer:
-            self._refused_disputes.clear()
+        except (LlmRejected, MalformedAnswer):
             self._lone.answered(content, dispute_id)  # the endpoint answered, if not usefully
             raise
         finally:
             self._track(-1)
-        self._refused_disputes.clear()
         self._lone.answered(content, dispute_id)
         return answer

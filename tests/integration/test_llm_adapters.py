@@ -686,40 +686,6 @@ def test_an_answer_trickling_in_is_cut_off_at_the_attempt_deadline() -> None:
     assert took < 8, f"gave up after {took:.1f} s, not at the 1 s deadline"
 
 
-def test_an_endpoint_refusing_every_request_is_told_from_one_refusing_an_input() -> None:
-    """A bare 400 that names no setting reads as a refusal of one input, which the stage sends
-    to a person and caches. An endpoint that refuses dispute after dispute and answers none
-    (vLLM refusing a temperature, say) refuses its settings: past five disputes in a row, the
-    refusal is the settings', so the stage stops and its alerts fire, instead of every
-    grievance going to review. One complaint's many grievances, all refused for its text, are
-    one dispute's. An answer starts the count over."""
-    refused = json.dumps({"error": {"message": "temperature must be <= 1", "param": None}})
-    answer = completion('{"ruling": "ESCALATE"}', "stop")
-    disputes = ["d-long"] * 8 + [f"d-{n}" for n in range(6)] + ["d-next", "d-after"]
-
-    async def scenario(target: LlmEndpoint) -> list[bool | str]:
-        outcomes: list[bool | str] = []
-        async with LlmClient(target, retry=RetryPolicy(attempts=1)) as client:
-            for seed, dispute in enumerate(disputes):
-                try:
-                    outcomes.append(await ask(client, judge_request(), seed, dispute))
-                except LlmRejected as exc:
-                    outcomes.append(exc.refused_input)
-        return outcomes
-
-    refusals = len(disputes) - 2
-    with FixedAnswerServer(
-        answer,
-        statuses=[400] * refusals + [200, 400],
-        before=[refused.encode()] * refusals + [answer],
-    ) as server:
-        outcomes = run(lambda: scenario(endpoint_at(server.server_address[1], timeout=5)))
-    assert outcomes[:8] == [True] * 8, "one dispute's eight grievances: its input's refusals"
-    assert outcomes[8:14] == [True] * 4 + [False] * 2, "the sixth dispute in a row: settings"
-    assert outcomes[14] == '{"ruling": "ESCALATE"}'
-    assert outcomes[15] is True, "an answer came between: one input's refusal again"
-
-
 @pytest.mark.parametrize("status", [401, 400, 503])
 def test_an_api_key_the_endpoint_echoes_is_not_in_the_error(status: int) -> None:
     """A proxy that quotes the key it was sent ("invalid key sk-...") in its error: the error
