@@ -586,9 +586,7 @@ class LlmClient:
             )
         except LlmUnavailable as exc:
             mark = first_failure if first_failure is not None else self._lone.mark(dispute_id)
-            alone = self._lone.failed(
-                content, dispute_id, mark, about_request=exc.kind != "rate_limited"
-            )
+            alone = self._lone.failed(content, dispute_id, mark)
             if alone is None:
                 raise
             log.warning(

@@ -121,23 +121,16 @@ class LoneFailures:
         if self._failing:  # (no digest to take while nothing fails)
             self._failing.pop(_digest(request, group), None)
 
-    def failed(
-        self, request: bytes, group: str, mark: CallMark, *, about_request: bool = True
-    ) -> str | None:
+    def failed(self, request: bytes, group: str, mark: CallMark) -> str | None:
         """A call of ``request`` (of ``group``) whose first attempt failed at ``mark`` failed
         for good (its retries spent). Returns why the request is failing alone, if it now is
         (the request is then forgotten); ``None`` when its failure is to be raised as the
-        endpoint's. A failure that says nothing of the request (``about_request`` false: the
-        account's rate limit, 429) counts as the endpoint's failure for the other requests,
-        and never toward this one failing alone: a throttled account fails requests at
-        random, and three in a row is then chance, not the request."""
+        endpoint's."""
         counts = self._group(group)
         answered_meanwhile, failed_meanwhile = self._others_since(mark, counts)
         outage = answered_meanwhile == 0 and failed_meanwhile > 0
         self._failed += 1
         counts.failed += 1
-        if not about_request:
-            return None
         name = _digest(request, group)
         entry = self._failing.pop(name, None)
         if outage:

@@ -37,22 +37,6 @@ def test_a_request_failing_while_others_are_answered_fails_alone_on_its_third_ca
     assert len(lone) == 0, "given up on: forgotten"
 
 
-def test_a_request_the_accounts_rate_limit_failed_never_fails_alone() -> None:
-    """A throttled account answers some calls and fails others with 429 at random: a request
-    whose three calls were all throttled is chance, not a request the endpoint cannot answer.
-    Its failures still count against the others' share; a call that failed otherwise
-    afterwards starts from what came before the throttled ones."""
-    lone = LoneFailures()
-    for _ in range(5):
-        mark = lone.mark("d-poison")
-        _answer_others(lone, 10)
-        assert lone.failed(POISON, "d-poison", mark, about_request=False) is None
-    assert len(lone) == 0
-    first, second, third = (_fail_while_others_answered(lone) for _ in range(3))
-    assert (first, second) == (None, None)
-    assert third is not None
-
-
 def test_an_outage_never_makes_a_request_fail_alone() -> None:
     lone = LoneFailures()
     _answer_others(lone, 100)  # answered before the outage: not during the calls
