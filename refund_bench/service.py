@@ -36,7 +36,13 @@ def runtime_config(settings: StageSettings, stage: str) -> RuntimeConfig:
         group_instance_id=settings.group_instance_id or None,
         state_retention_s=None if hours is None else hours * 3600,
         kafka_security=settings.kafka_security_config(),
-        dlq_budget=DlqBudget(max_fraction=settings.dlq_max_fraction),
+        dlq_budget=DlqBudget(
+            max_fraction=settings.dlq_max_fraction,
+            # Every record a put-back may poll again is remembered, however large the settings.
+            remembered=max(
+                DlqBudget.remembered, settings.max_pending_records + settings.batch_max_records
+            ),
+        ),
     )
 
 

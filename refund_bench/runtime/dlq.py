@@ -131,8 +131,9 @@ class DlqBudget:
     ran for long would trip on: a run of 30 bad records at its committed offset is
     dead-lettered, not a crash on every restart. A record read again (its batch put back after a
     failed commit) counts once, by its ``position``, while it is among the last ``remembered``
-    records counted: more than a stage puts back at once (its pending records, 2,000 by
-    default), which is more than the window holds.
+    records counted: more than a stage puts back at once (its pending records and a batch,
+    2,500 by default; a stage's settings raise it with them), which is more than the window
+    holds.
     """
 
     window: int = 200

@@ -121,3 +121,16 @@ def test_the_dlq_budget_is_a_setting_and_one_never_trips_it() -> None:
     for wrong in (0, 1.5):
         with pytest.raises(ValidationError, match="dlq_max_fraction"):
             StageSettings.model_validate({"dlq_max_fraction": wrong})
+
+
+def test_the_dlq_budget_remembers_every_record_a_put_back_may_poll_again() -> None:
+    """A batch put back is polled again, its records counted once: the budget remembers at
+    least a stage's pending records and a batch, however large they are set."""
+    assert runtime_config(StageSettings(), "pricing").dlq_budget.remembered == 10_000
+    large = StageSettings.model_validate({"max_pending_records": 20_000, "batch_max_records": 900})
+    budget = runtime_config(large, "pricing").dlq_budget
+    assert budget.remembered == 20_900
+    for _ in range(2):  # 20,900 records whose first and last 60 failed, read twice
+        for offset in range(20_900):
+            failed = offset < 60 or offset >= 20_840
+            budget.record(failed, ("verdict.decided", 0, offset))
