@@ -7,6 +7,9 @@ changelog's restore group; and use the transactional ids that begin with ``<stag
 API's user may write the topics it publishes. So a stage cannot write another stage's topic,
 and the internal topics hold only what the stage that owns them wrote.
 
+The provision Job's user may create (and describe) the flow's topics, and nothing more: not
+read or write them, nor change access rules.
+
 ``deploy/k8s/strimzi/users.yaml`` holds the same rules as Strimzi ``KafkaUser`` resources (a
 unit test keeps the two equal); :func:`apply_acls` creates them on any other cluster, and with
 ``prune`` removes the rules those users hold beyond them.
@@ -30,10 +33,12 @@ from confluent_kafka.admin import (
 )
 
 from refund_bench.stages import API_WRITES, STAGES, StageTopics
-from refund_bench.topics import Topic, restore_group
+from refund_bench.topics import Topic, TopicSpec, all_topic_specs, restore_group
 
 API = "api"
 """The API's client name (its user: ``<prefix>api``)."""
+PROVISION = "provision"
+"""The provision Job's name (its user: ``<prefix>provision``)."""
 
 
 class Resource(StrEnum):
@@ -46,6 +51,7 @@ class Operation(StrEnum):
     READ = "Read"
     WRITE = "Write"
     DESCRIBE = "Describe"
+    CREATE = "Create"
 
 
 @dataclass(frozen=True, order=True)
@@ -85,6 +91,18 @@ def client_grants() -> dict[str, frozenset[Grant]]:
     return grants
 
 
+def provision_grants(topics: Iterable[TopicSpec] | None = None) -> frozenset[Grant]:
+    """What the provision Job's user may do: create and describe ``topics`` (default: every
+    topic of the flow, :func:`~refund_bench.topics.all_topic_specs`)."""
+    specs = all_topic_specs() if topics is None else topics
+    return frozenset(_topics((spec.name for spec in specs), Operation.CREATE, Operation.DESCRIBE))
+
+
+def user_grants() -> dict[str, frozenset[Grant]]:
+    """Every Kafka user's rules by client name: the flow's clients and the provision Job."""
+    return {**client_grants(), PROVISION: provision_grants()}
+
+
 _RESOURCE_TYPES = {
     Resource.TOPIC: ResourceType.TOPIC,
     Resource.GROUP: ResourceType.GROUP,
@@ -94,6 +112,7 @@ _OPERATIONS = {
     Operation.READ: AclOperation.READ,
     Operation.WRITE: AclOperation.WRITE,
     Operation.DESCRIBE: AclOperation.DESCRIBE,
+    Operation.CREATE: AclOperation.CREATE,
 }
 
 
@@ -141,8 +160,9 @@ def apply_acls(
     *,
     prune: bool = False,
 ) -> AclChanges:
-    """Create every client's rules for the principal ``<principal_prefix><client>`` (e.g.
-    ``User:refund-bench-`` + ``judge``). Idempotent: a rule that exists is left as it is.
+    """Create every user's rules (:func:`user_grants`) for the principal
+    ``<principal_prefix><client>`` (e.g. ``User:refund-bench-`` + ``judge``). Idempotent: a
+    rule that exists is left as it is.
 
     ``prune``: also remove every other ALLOW rule of those principals (e.g. for a topic renamed
     since), after the rules are created, so a client never loses a rule it still needs. DENY
@@ -151,7 +171,7 @@ def apply_acls(
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(security or {})})
     wanted = {
         f"{principal_prefix}{client}": acl_bindings(f"{principal_prefix}{client}", grants)
-        for client, grants in client_grants().items()
+        for client, grants in user_grants().items()
     }
     bindings = [binding for listed in wanted.values() for binding in listed]
     for future in admin.create_acls(bindings, request_timeout=timeout_s).values():

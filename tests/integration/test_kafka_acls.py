@@ -46,7 +46,9 @@ from refund_bench.kafka_acls import (
     client_grants,
     exact_filter,
     principal_filter,
+    provision_grants,
     stage_grants,
+    user_grants,
 )
 from refund_bench.runtime.runner import StageRunner
 from refund_bench.runtime.selftest import counter_spec
@@ -77,7 +79,7 @@ def signed_in_as(user: str) -> dict[str, str]:
 def flow_rules(sasl_bootstrap: str) -> str:
     """The flow's rules applied for the local per-client users (idempotent)."""
     assert apply_acls(sasl_bootstrap, PRINCIPAL_PREFIX, ADMIN) == (
-        sum(len(grants) for grants in client_grants().values()),
+        sum(len(grants) for grants in user_grants().values()),
         0,
     )
     return sasl_bootstrap
@@ -100,6 +102,30 @@ def test_stage_rules(sasl_bootstrap: str) -> Iterator[Callable[[frozenset[Grant]
     if filters:
         for future in admin.delete_acls(filters).values():
             future.result()
+
+
+def test_the_provision_user_creates_the_topics_and_nothing_else(
+    sasl_bootstrap: str, test_stage_rules: Callable[[frozenset[Grant]], None]
+) -> None:
+    """With the provision Job's rules for two new topics, its user creates them, and creating
+    them again (the Job runs on every apply) is no error; a topic outside its rules it may not
+    create, and it may not write the topics it made."""
+    mine = [TopicSpec(f"provision-{uuid.uuid4().hex[:8]}"), TopicSpec(f"p-{uuid.uuid4().hex[:8]}")]
+    test_stage_rules(provision_grants(mine))
+    security = {**ADMIN, "sasl.username": "refund-bench-acl-test"}
+    assert sorted(ensure_topics(sasl_bootstrap, mine, security=security)) == sorted(
+        spec.name for spec in mine
+    )
+    assert ensure_topics(sasl_bootstrap, mine, security=security) == []
+    with pytest.raises(KafkaException) as refused:
+        ensure_topics(
+            sasl_bootstrap, [TopicSpec(f"other-{uuid.uuid4().hex[:8]}")], security=security
+        )
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    writer = Producer(
+        {"bootstrap.servers": sasl_bootstrap, **security, "message.timeout.ms": 10000}
+    )
+    assert _delivery_errors(writer, [mine[0].name]) == {mine[0].name: "TOPIC_AUTHORIZATION_FAILED"}
 
 
 def test_a_stateful_stage_runs_and_restores_on_no_more_than_its_rules(
@@ -347,7 +373,7 @@ def test_prune_removes_only_the_rules_a_client_no_longer_has(sasl_bootstrap: str
         assert len(_rules_of(admin, bystander[0].principal)) == 1
         assert apply_acls(sasl_bootstrap, prefix, ADMIN, prune=True).removed == 0
     finally:
-        principals = [*(f"{prefix}{client}" for client in client_grants()), bystander[0].principal]
+        principals = [*(f"{prefix}{client}" for client in user_grants()), bystander[0].principal]
         filters = [principal_filter(principal) for principal in principals]
         for future in admin.delete_acls(filters).values():
             future.result()

@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from refund_bench.config import StackSettings, StageSettings
-from refund_bench.kafka_acls import client_grants
+from refund_bench.kafka_acls import user_grants
 from refund_bench.llm_setup import JudgePanelSettings, LlmStageSettings
 from refund_bench.runtime.runner import TXN_CALL_MIN_S, RuntimeConfig
 from refund_bench.topics import CHANGELOG_CONFIG, all_topic_specs, min_insync_replicas
@@ -437,7 +437,7 @@ def test_strimzi_users_hold_each_clients_rules_and_no_more() -> None:
         f"refund-bench-{client}": {
             (g.resource.value, g.name, g.prefixed, g.operation.value) for g in grants
         }
-        for client, grants in client_grants().items()
+        for client, grants in user_grants().items()
     }
     assert _strimzi_rules() == expected
 
@@ -446,8 +446,6 @@ def test_each_stage_and_the_api_sign_in_to_kafka_as_their_own_user() -> None:
     users = set(_strimzi_rules())
     signed_in = {}
     for name, container in _containers():
-        if _module(container) == "refund_bench.provision":
-            continue  # creates the topics: config.env's user
         env = {e["name"]: e for e in container.get("env", [])}
         user = env["KAFKA_SASL_USERNAME"]["value"]
         assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
