@@ -545,6 +545,30 @@ def _article_grievance(
     }
 
 
+def _first_answer_then_repair(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    first: list[dict[str, Any]],
+    repaired: list[dict[str, Any]],
+    deliveries: int = 1,
+) -> list[Sequence[Emit]]:
+    """What the handler emits for a new dispute, on each of ``deliveries`` deliveries, when the
+    model's answer holds the grievances ``first`` and its one repair ``repaired``; the model
+    must have been asked twice in all (a redelivery reuses both cached answers)."""
+    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
+    with FixedAnswerServer(
+        completion(json.dumps({"grievances": repaired})),
+        before=[completion(json.dumps({"grievances": first}))],
+    ) as server:
+        emitted = [
+            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)[0]
+            for _ in range(deliveries)
+        ]
+    assert len(server.requests) == 2, "the answer and its repair, once"
+    return emitted
+
+
 LATE = _article_grievance("the food showed up at 9:40pm", "LATE_DELIVERY")
 MISSING = _article_grievance("Two of the four were missing completely", "MISSING_ITEM", "biryani")
 RUDE_PAST_THE_END = _article_grievance(
@@ -587,17 +611,11 @@ def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_
     close the complaint with what it kept (with none: nothing to pay, no review). It now holds
     the complaint for review, saying what was left out, on this delivery and the next: a span
     past the text says nothing against the claim its category and text make."""
-    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
-    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_PAST_THE_END]}))
-    with FixedAnswerServer(
-        completion(json.dumps({"grievances": repaired})), before=[first]
-    ) as server:
-        deliveries = [
-            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)
-            for _ in range(2)
-        ]
-    assert len(server.requests) == 2, "the answer and its repair, once"
-    for (emits,) in deliveries:
+    first = [LATE, MISSING, RUDE_PAST_THE_END]
+    deliveries = _first_answer_then_repair(
+        database, redis_url, standin, first, repaired, deliveries=2
+    )
+    for emits in deliveries:
         assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
         priced = emits[0].value
         assert (priced["decision"], priced["payable_minor"], priced["lines"]) == (
@@ -614,13 +632,10 @@ def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
 ) -> None:
     """A repair may leave out a grievance that says no claim (of no known category), and word or
     name the others its own way: the claims are all there, so its grievances go to the judges."""
-    first = completion(json.dumps({"grievances": [LATE, MISSING, RUDE_UNCATEGORISED]}))
     kept = [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}]
-    with FixedAnswerServer(completion(json.dumps({"grievances": kept})), before=[first]) as server:
-        (emits,) = _handle(
-            database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}", endpoint=server
-        )
-    assert len(server.requests) == 2
+    (emits,) = _first_answer_then_repair(
+        database, redis_url, standin, [LATE, MISSING, RUDE_UNCATEGORISED], kept
+    )
     assert [(e.value["category"], e.value["item_name"]) for e in emits] == [
         ("LATE_DELIVERY", None),
         ("MISSING_ITEM", "Hyderabadi Biryani"),
@@ -660,13 +675,9 @@ def test_a_repair_that_drops_a_claim_it_could_not_place_on_the_order_sends_it_to
     used to close the complaint with the others judged, and the customer's claim neither judged
     nor read by anyone; now a person reads the complaint. A repair that places the claim on an
     item of the order is used."""
-    first = completion(json.dumps({"grievances": [LATE, MISSING, GARLIC_BREAD]}))
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    with FixedAnswerServer(
-        completion(json.dumps({"grievances": repaired})), before=[first]
-    ) as server:
-        (emits,) = _handle(database, redis_url, standin, dispute, endpoint=server)
-    assert len(server.requests) == 2, "the answer and its repair"
+    (emits,) = _first_answer_then_repair(
+        database, redis_url, standin, [LATE, MISSING, GARLIC_BREAD], repaired
+    )
     if judged is not None:
         assert [(e.value["category"], e.value["item_name"]) for e in emits] == judged
         return
