@@ -104,11 +104,17 @@ def parse_reviewers(spec: str) -> dict[str, PasswordHash]:
     return reviewers
 
 
+def _credential_mark(stored: PasswordHash) -> str:
+    mark = hashlib.sha256(b"refund-bench credential mark v1\x00" + stored.salt + stored.digest)
+    return _b64(mark.digest()[:16])
+
+
 class ReviewerDirectory:
     """Who may sign in to the review desk."""
 
     def __init__(self, reviewers: Mapping[str, PasswordHash]) -> None:
         self._reviewers = dict(reviewers)
+        self._marks = {name: _credential_mark(stored) for name, stored in self._reviewers.items()}
         self._most = max((h.iterations for h in self._reviewers.values()), default=0)
         self._decoy = PasswordHash(self._most or DEFAULT_ITERATIONS, b"decoy-salt-0000", bytes(32))
 
@@ -120,11 +126,7 @@ class ReviewerDirectory:
         reviewer). A new hash (a changed password) changes it, so that the sessions signed in
         with the old one end. It tells nothing of the password: it is a digest of the salted
         key, and the salt is not in it."""
-        stored = self._reviewers.get(name)
-        if stored is None:
-            return None
-        mark = hashlib.sha256(b"refund-bench credential mark v1\x00" + stored.salt + stored.digest)
-        return _b64(mark.digest()[:16])
+        return self._marks.get(name)
 
     def __len__(self) -> int:
         return len(self._reviewers)
