@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         proxy_headers=False,  # nothing proxies the stand-in; each request would pay for the check
         backlog=4096,
         timeout_keep_alive=30,
+        # A stop waits this long for requests still hanging in a fault, then ends them.
+        timeout_graceful_shutdown=5,
     )
 
 

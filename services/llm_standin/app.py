@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from services.llm_standin.answers import ROLE_BY_SCHEMA, answer
 from services.llm_standin.errors import RuleError
-from services.llm_standin.schema_check import schema_errors
+from services.llm_standin.schema_check import schema_errors, unsupported
 
 FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", "401"]
 """The random faults are the first four; the 400s and ``401`` only come scripted."""
@@ -38,19 +39,22 @@ Role = Literal["extractor", "judge", "settler"]
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DISPUTE_HEADER = b"x-refund-bench-dispute"
+MAX_WAIT_S = 600
+"""The longest latency or hang a fault setting may ask for: a request waits it out even when
+its client has gone, so an unbounded setting would pile up waiting requests for good."""
 
 
 class FaultSettings(BaseModel):
     """Fault injection: per-request probabilities (summing to at most 1) and latency."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
-    latency_ms: int = Field(default=0, ge=0)
+    latency_ms: int = Field(default=0, ge=0, le=MAX_WAIT_S * 1000)
     rate_429: float = Field(default=0.0, ge=0.0, le=1.0)
     rate_5xx: float = Field(default=0.0, ge=0.0, le=1.0)
     rate_timeout: float = Field(default=0.0, ge=0.0, le=1.0)
     rate_malformed: float = Field(default=0.0, ge=0.0, le=1.0)
-    timeout_seconds: float = Field(default=30.0, ge=0.0)
+    timeout_seconds: float = Field(default=30.0, ge=0.0, le=MAX_WAIT_S)
 
     @model_validator(mode="after")
     def _rates_sum(self) -> FaultSettings:
@@ -62,14 +66,14 @@ class FaultSettings(BaseModel):
 class FaultUpdate(BaseModel):
     """Body of ``POST /admin/faults``: any subset of the settings, a new seed, scripted faults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    latency_ms: int | None = Field(default=None, ge=0)
+    latency_ms: int | None = Field(default=None, ge=0, le=MAX_WAIT_S * 1000)
     rate_429: float | None = Field(default=None, ge=0.0, le=1.0)
     rate_5xx: float | None = Field(default=None, ge=0.0, le=1.0)
     rate_timeout: float | None = Field(default=None, ge=0.0, le=1.0)
     rate_malformed: float | None = Field(default=None, ge=0.0, le=1.0)
-    timeout_seconds: float | None = Field(default=None, ge=0.0)
+    timeout_seconds: float | None = Field(default=None, ge=0.0, le=MAX_WAIT_S)
     seed: int | None = None
     next_faults: list[FaultKind] | None = None
     fail_disputes: dict[str, Role] | None = None
@@ -203,6 +207,13 @@ def _schema_of(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     schema = spec.get("schema")
     if not isinstance(schema, dict):
         raise RuleError("response_format.json_schema.schema must be an object", "response_format")
+    problems = unsupported(schema)
+    if problems:
+        detail = "; ".join(problems[:5])
+        raise RuleError(
+            f"the stand-in cannot check an answer against this schema: {detail}",
+            "response_format",
+        )
     return spec["name"], schema
 
 
@@ -247,6 +258,12 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
     except RuleError as exc:
         stats.rejected += 1
         return _error(400, exc.message, "invalid_request_error", param=exc.param)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # The rules read the request's documents as the product writes them; a document of
+        # another shape (a list of numbers where objects belong, ...) is the request's fault.
+        stats.rejected += 1
+        message = f"the stand-in cannot read the request's messages: {type(exc).__name__}: {exc}"
+        return _error(400, message, "invalid_request_error")
 
     fault: FaultKind | None
     if state.fail_disputes and state.fails(dispute, role):
@@ -259,7 +276,9 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
     if fault is not None:
         stats.faults_injected[fault] += 1
         if fault == "429":
-            return _error(429, "stand-in: rate limit (injected)", "rate_limit_exceeded", "1")
+            return _error(
+                429, "stand-in: rate limit (injected)", "requests", "1", code="rate_limit_exceeded"
+            )
         if fault == "5xx":
             return _error(500, "stand-in: server error (injected)", "server_error")
         if fault == "timeout":
@@ -359,6 +378,14 @@ def create_app(faults: FaultSettings | None = None, seed: int = 0) -> StandinApp
         docs_url=None,
         redoc_url=None,
     )
+
+    @app.exception_handler(RequestValidationError)
+    async def refused(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        """422 naming each setting refused and why, without the value sent: FastAPI's own
+        answer echoes it, and a non-finite number (which Python's JSON reader takes) cannot be
+        written back as JSON."""
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

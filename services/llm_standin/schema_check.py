@@ -1,12 +1,17 @@
 """An answer checked against the JSON schema its request sent.
 
-:func:`schema_errors` covers the subset of JSON Schema that strict structured outputs use.
+:func:`schema_errors` covers the subset of JSON Schema that strict structured outputs use;
+:func:`unsupported` says what a schema asks beyond it, so that the stand-in refuses such a
+request (HTTP 400) instead of answering it unchecked.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Final
+
+import orjson
 
 _JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "string": (str,),
@@ -17,6 +22,78 @@ _JSON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "object": (dict,),
     "array": (list,),
 }
+
+
+_CHECKED: Final = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "anyOf",
+        "minimum",
+        "maximum",
+    }
+)
+"""The keywords :func:`schema_errors` checks."""
+_ANNOTATIONS: Final = frozenset({"title", "description", "default", "examples", "$comment"})
+"""Keywords that constrain nothing, allowed anywhere."""
+
+
+def unsupported(schema: Mapping[str, Any]) -> list[str]:
+    """What in ``schema`` :func:`schema_errors` cannot check: a keyword outside its subset,
+    or a keyword whose value is not of the form the subset reads (empty when there is none).
+    Remembers the last 256 schemas it read (a client sends the same few on every request)."""
+    return list(_unsupported_in(orjson.dumps(schema)))
+
+
+@functools.lru_cache(maxsize=256)
+def _unsupported_in(encoded: bytes) -> tuple[str, ...]:
+    problems: list[str] = []
+    _walk(orjson.loads(encoded), "$", problems)
+    return tuple(problems)
+
+
+def _walk(schema: object, path: str, problems: list[str]) -> None:
+    if not isinstance(schema, dict):
+        problems.append(f"{path}: a schema must be an object")
+        return
+    for keyword in sorted(schema.keys() - _CHECKED - _ANNOTATIONS):
+        problems.append(f"{path}: the keyword {keyword!r} is not supported")
+    if "type" in schema:
+        kind = schema["type"]
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not kinds or not all(isinstance(k, str) and k in _JSON_TYPES for k in kinds):
+            problems.append(f"{path}.type: expected one of {sorted(_JSON_TYPES)} or a list")
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        problems.append(f"{path}.enum: expected an array")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(k, str) for k in required):
+        problems.append(f"{path}.required: expected an array of strings")
+    for keyword in ("minimum", "maximum"):
+        value = schema.get(keyword, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"{path}.{keyword}: expected a number")
+    if not isinstance(schema.get("additionalProperties", False), bool):
+        problems.append(f"{path}.additionalProperties: only true or false is supported")
+    properties = schema.get("properties", {})
+    if isinstance(properties, dict):
+        for name, sub in properties.items():
+            _walk(sub, f"{path}.properties.{name}", problems)
+    else:
+        problems.append(f"{path}.properties: expected an object")
+    if "items" in schema:
+        _walk(schema["items"], f"{path}.items", problems)
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        if isinstance(options, list) and options:
+            for index, option in enumerate(options):
+                _walk(option, f"{path}.anyOf[{index}]", problems)
+        else:
+            problems.append(f"{path}.anyOf: expected a non-empty array")
 
 
 def _is_type(value: object, name: str) -> bool:

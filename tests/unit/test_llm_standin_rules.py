@@ -20,7 +20,7 @@ from services.llm_standin.errors import RuleError
 from services.llm_standin.extraction import extract_grievances
 from services.llm_standin.judging import judge_grievance
 from services.llm_standin.reply import write_reply
-from services.llm_standin.schema_check import schema_errors
+from services.llm_standin.schema_check import schema_errors, unsupported
 from services.llm_standin.segmentation import sentences
 
 ARTICLE_COMPLAINT = (
@@ -506,3 +506,29 @@ def test_part_of_a_named_whole_takes_the_part() -> None:
         "Chicken Biryani",
         8,
     )
+
+
+def test_the_products_schemas_use_only_what_the_check_covers() -> None:
+    for schema in (roles.EXTRACTION_SCHEMA, roles.JUDGE_SCHEMA, roles.REPLY_SCHEMA):
+        assert unsupported(schema) == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"type": "object", "properties": {"r": {"$ref": "#/$defs/R"}}}, "'$ref'"),
+        ({"type": "array", "items": {"type": "string"}, "minItems": 1}, "'minItems'"),
+        ({"type": "string", "maxLength": 10, "pattern": "^a"}, "'maxLength'"),
+        ({"type": "object", "properties": {"reply": True}}, "$.properties.reply"),
+        ({"type": {"x": 1}}, "$.type"),
+        ({"type": []}, "$.type"),
+        ({"type": "object", "required": 5}, "$.required"),
+        ({"type": "object", "additionalProperties": {"type": "string"}}, "additionalProperties"),
+        ({"anyOf": []}, "$.anyOf"),
+        ({"type": "integer", "minimum": "1"}, "$.minimum"),
+    ],
+)
+def test_a_schema_beyond_the_checked_subset_is_named(schema: dict[str, Any], named: str) -> None:
+    problems = unsupported(schema)
+    assert problems
+    assert any(named in problem for problem in problems)
