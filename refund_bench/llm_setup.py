@@ -352,6 +352,11 @@ def split_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
 
+MAX_SEED_BASE = 2**62
+"""The highest ``JUDGE_SEED_BASE``: with a seat's index and its redraws' strides added, every
+seed still fits a signed 64-bit integer (the events' Avro ``long``)."""
+
+
 class JudgePanelSettings(LlmStageSettings):
     """The bench: K seats, each with its model, seed and temperature (> 0: independent draws)."""
 
@@ -370,7 +375,9 @@ class JudgePanelSettings(LlmStageSettings):
     bucket of each seat's endpoint and key. Empty, or an empty entry: ``LLM_RATE_PER_SECOND``.
     Seats that share a bucket (one host, one key) must be given the same rate."""
     judge_temperature: float = Field(default=0.7, gt=0.0, le=2.0)
-    judge_seed_base: int = 1000
+    judge_seed_base: int = Field(default=1000, ge=0, le=MAX_SEED_BASE)
+    """Seat i sends seed ``base + i``; a redraw adds a stride (:mod:`services.judge.handler`).
+    Bounded so that every seed sent fits the events' 64-bit ``seed``."""
     judge_prompt_version: JudgePromptVersion = JUDGE_PROMPT_VERSION
     batch_max_records: int = Field(default=200, ge=1)
     max_inflight: int = Field(default=256, ge=1)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from fastavro import parse_schema, schemaless_writer
 from pydantic import ValidationError
 
+from refund_bench.domain import MAX_JUDGES
 from refund_bench.llm_setup import JudgePanelSettings
+from services.judge.handler import DRAWS_PER_SEAT, redraw_seed
 
 LLM = "https://llm.example/v1"
 """The shared endpoint (``LLM_BASE_URL``) of these tests; the environment may name another."""
@@ -166,3 +171,13 @@ def test_the_judge_keeps_the_lower_bounds_of_its_batch_and_in_flight_limits(
 def test_a_panel_needs_a_model() -> None:
     with pytest.raises(ValidationError):
         JudgePanelSettings(judge_models=" , ")
+
+
+def test_every_seed_the_panel_can_send_fits_the_events_64_bit_seed() -> None:
+    highest = _panel(judge_count=MAX_JUDGES, judge_seed_base=str(2**62))
+    seed = redraw_seed(highest.seat_seed(MAX_JUDGES - 1), attempt=DRAWS_PER_SEAT - 1)
+    schemaless_writer(io.BytesIO(), parse_schema({"type": "long"}), seed)
+    with pytest.raises(ValidationError, match="judge_seed_base"):
+        _panel(judge_seed_base=str(2**63))
+    with pytest.raises(ValidationError, match="judge_seed_base"):
+        _panel(judge_seed_base="-1")
