@@ -4,7 +4,8 @@ earlier version must read what the current one writes (old readers, new data), s
 readers can be upgraded in either order.
 
 ``python -m refund_bench.schema_compat`` checks every ``schemas/avro/*.avsc`` against each of
-its versions in git history; the unit tests run the same check. With ``--write-history`` it
+its versions in git history and in ``schemas/avro/history/`` (so a shallow clone is checked
+too); the unit tests run the same check. With ``--write-history`` it
 first adds every earlier version to ``schemas/avro/history/`` (what readers without a registry
 resolve old records with, :func:`refund_bench.codec.earlier_schemas`); run it after committing
 a contract change, and commit what it wrote before releasing.
@@ -44,8 +45,18 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any], samples: int = 2
     return problems
 
 
+class UnreadableHistoryError(RuntimeError):
+    """The repository's git history cannot be read: no check against it can be made."""
+
+
 def historical_versions(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(commit, schema) for every committed version of ``path``, newest first."""
+    """(commit, schema) for every committed version of ``path``, newest first. In a shallow
+    clone, those of the commits it holds only (:func:`check_all` also reads the kept history).
+
+    Raises :class:`UnreadableHistoryError` when git cannot read the repository's history (no git,
+    no repository): an empty answer would pass every check made against it."""
+    if not path.resolve().is_relative_to(REPO):
+        return []  # not in the repository: nothing of it was ever committed
     rel = path.resolve().relative_to(REPO)
     try:
         log = subprocess.run(  # noqa: S603 - fixed git arguments
@@ -55,8 +66,9 @@ def historical_versions(path: Path) -> list[tuple[str, dict[str, Any]]]:
             text=True,
             check=True,
         ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return []
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        raise UnreadableHistoryError(f"git cannot read the history of {rel}: {detail}") from exc
     versions = []
     for commit in log:
         shown = subprocess.run(  # noqa: S603 - fixed git arguments
@@ -71,16 +83,40 @@ def historical_versions(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return versions
 
 
-def check_all(schema_dir: Path = SCHEMA_DIR) -> dict[str, list[str]]:
-    """Problems per schema file, both ways against each of its earlier committed versions."""
+def earlier_versions(
+    path: Path, history_dir: Path = HISTORY_DIR
+) -> list[tuple[str, dict[str, Any]]]:
+    """(where, schema) for each earlier version of the contract at ``path``: every committed
+    version (``where`` is its commit) and every one kept in ``history_dir`` (``where`` is the
+    file), each schema once. The kept ones count even where git holds less (a shallow clone)."""
+    seen: set[bytes] = set()
+    versions: list[tuple[str, dict[str, Any]]] = []
+    kept = sorted((history_dir / path.stem).glob("*.avsc"))
+    found = [
+        *((commit[:10], old) for commit, old in historical_versions(path)),
+        *((file.name, json.loads(file.read_text("utf-8"))) for file in kept),
+    ]
+    for where, old in found:
+        fingerprint = FingerprintFraming.fingerprint_of(old)
+        if fingerprint not in seen:
+            seen.add(fingerprint)
+            versions.append((where, old))
+    return versions
+
+
+def check_all(
+    schema_dir: Path = SCHEMA_DIR, history_dir: Path = HISTORY_DIR
+) -> dict[str, list[str]]:
+    """Problems per schema file, both ways against each of its earlier versions
+    (:func:`earlier_versions`)."""
     report: dict[str, list[str]] = {}
     for path in sorted(schema_dir.glob("*.avsc")):
         current = json.loads(path.read_text(encoding="utf-8"))
-        for commit, old in historical_versions(path):
+        for where, old in earlier_versions(path, history_dir):
             for problem in incompatibilities(old, current):
-                report.setdefault(path.name, []).append(f"reads {commit[:10]}: {problem}")
+                report.setdefault(path.name, []).append(f"reads {where}: {problem}")
             for problem in incompatibilities(current, old):
-                report.setdefault(path.name, []).append(f"read by {commit[:10]}: {problem}")
+                report.setdefault(path.name, []).append(f"read by {where}: {problem}")
     return report
 
 
@@ -123,11 +159,16 @@ def check(
         ),
     ] = False,
 ) -> None:
-    """Check every contract against its earlier versions; exit 1 on any incompatibility."""
-    if write:
-        for path in write_history():
-            typer.echo(f"wrote {path.relative_to(REPO)}")
-    found = check_all()
+    """Check every contract against its earlier versions; exit 1 on any incompatibility, 2
+    when git cannot read the history."""
+    try:
+        if write:
+            for path in write_history():
+                typer.echo(f"wrote {path.relative_to(REPO)}")
+        found = check_all()
+    except UnreadableHistoryError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
     for name, problems in found.items():
         for problem in problems:
             typer.echo(f"{name}: {problem}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -17,7 +19,12 @@ from refund_bench.codec import (
     load_schema,
     schema_names,
 )
-from refund_bench.schema_compat import check_all, incompatibilities, missing_history
+from refund_bench.schema_compat import (
+    UnreadableHistoryError,
+    check_all,
+    incompatibilities,
+    missing_history,
+)
 
 
 def test_every_schema_reads_and_is_read_by_all_its_earlier_versions() -> None:
@@ -66,3 +73,27 @@ def test_without_a_registry_a_record_written_before_a_change_is_read() -> None:
     written = fastavro.schemaless_reader(io.BytesIO(body.getvalue()), fastavro.parse_schema(old))
     assert {key: decoded[key] for key in value} == written
     assert set(decoded) > set(value), "the current contract has fields the old one lacked"
+
+
+def test_a_kept_earlier_version_is_checked_where_git_holds_none(tmp_path: Path) -> None:
+    """A contract outside git's history (as in a shallow clone) is still checked against the
+    versions kept beside it: dropping a field an earlier reader needs is found."""
+    schemas, history = tmp_path / "schemas", tmp_path / "history"
+    old = load_schema("complaint.received")
+    dropped = copy.deepcopy(old)
+    dropped["fields"] = [f for f in dropped["fields"] if f["name"] != "text"]
+    (history / "complaint.received").mkdir(parents=True)
+    (history / "complaint.received" / "old.avsc").write_text(json.dumps(old))
+    schemas.mkdir()
+    (schemas / "complaint.received.avsc").write_text(json.dumps(dropped))
+    report = check_all(schemas, history)
+    assert list(report) == ["complaint.received.avsc"]
+    assert all("read by old.avsc" in problem for problem in report["complaint.received.avsc"])
+
+
+def test_a_history_git_cannot_read_is_an_error_not_an_empty_history(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "no-repository"))
+    with pytest.raises(UnreadableHistoryError, match="not a git repository"):
+        check_all()
