@@ -10,16 +10,19 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+# pip itself and the build's setuptools are pinned too (build-constraints.txt): a new release
+# of either must not change what a fresh machine installs.
+$(VENV)/.installed: pyproject.toml constraints.txt build-constraints.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/pip install -q -c build-constraints.txt pip
+	$(VENV)/bin/pip install -q -c constraints.txt --build-constraint build-constraints.txt -e '.[dev]'
 	touch $@
 
 # Refresh constraints.txt from a fresh resolution of pyproject.toml's ranges.
 lock:
 	rm -rf .lock-venv && python3 -m venv .lock-venv
-	.lock-venv/bin/pip install -q -e '.[dev]'
+	.lock-venv/bin/pip install -q -c build-constraints.txt pip
+	.lock-venv/bin/pip install -q --build-constraint build-constraints.txt -e '.[dev]'
 	{ echo "# Exact versions CI and 'make install' use (pip constraints). Regenerate: make lock"; \
 	  .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt
 	rm -rf .lock-venv

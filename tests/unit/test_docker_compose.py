@@ -74,7 +74,8 @@ def test_redis_stripe_mock_and_the_stand_in_are_at_the_default_addresses() -> No
 
 
 def test_images_install_the_versions_ci_tested() -> None:
-    """Every ``pip install`` of an image is constrained by constraints.txt, copied in first."""
+    """Every ``pip install`` of an image is pinned, by files copied in first: pip itself by
+    build-constraints.txt, the package by constraints.txt and its build by the former."""
     dockerfiles = {
         "deploy/Dockerfile": (REPO / "deploy" / "Dockerfile").read_text(),
         "llm-standin": _services()["llm-standin"]["build"]["dockerfile_inline"],
@@ -84,9 +85,16 @@ def test_images_install_the_versions_ci_tested() -> None:
         installs = [i for i, line in enumerate(lines) if "pip install" in line]
         assert installs, name
         for i in installs:
-            assert "-c constraints.txt" in lines[i], f"{name}: {lines[i].strip()}"
-            copied = [line for line in lines[:i] if line.strip().startswith("COPY")]
-            assert any("constraints.txt" in line for line in copied), name
+            install = lines[i].strip()
+            if install.endswith("-c build-constraints.txt pip \\"):
+                pinned = ["build-constraints.txt"]
+            else:
+                assert "-c constraints.txt" in install, f"{name}: {install}"
+                assert "--build-constraint build-constraints.txt" in install, f"{name}: {install}"
+                pinned = ["constraints.txt", "build-constraints.txt"]
+            copied = [line.split() for line in lines[:i] if line.strip().startswith("COPY")]
+            for file in pinned:
+                assert any(file in words for words in copied), f"{name}: {file}"
 
 
 def test_redis_persists_by_append_only_file_without_a_snapshot_schedule() -> None:
