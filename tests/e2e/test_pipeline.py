@@ -176,6 +176,7 @@ def test_silent_evidence_escalates_and_contradicted_evidence_rejects(pipeline: P
     assert all(r["ruling"] != "REJECTED" for r in quality)
     assert story.priced[0]["decision"] == "HELD_FOR_REVIEW"
     assert story.payouts == []
+    assert story.ledger == [], "the settler reserves a payout's ledger row before its reply"
 
 
 def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeline) -> None:
@@ -209,6 +210,7 @@ def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: 
     assert story.priced[0]["decision"] == "NOTHING_TO_PAY"
     assert story.replies
     assert story.payouts == []
+    assert story.ledger == [], "the settler reserves a payout's ledger row before its reply"
     assert pipeline.llm_calls(dispute) == 2, "one extraction, one reply, no judges"
 
 

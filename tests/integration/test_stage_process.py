@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -159,10 +159,11 @@ def _delete_group(kafka: str, group: str) -> None:
 def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
     stack: Stack, stage: str, setting: str, reason: str
 ) -> None:
-    """Not ready first and failing at its first record: it exits before consuming, so
-    Kubernetes shows the crash loop and its log the reason. A Redis address that accepts
-    connections and never answers fails the start-up PING after the client's read timeout
-    (redis-py's default, 5 s), not a hang."""
+    """It exits before consuming, so Kubernetes shows the crash loop and its log the reason;
+    its consumer group (its own, not the pipeline's) has committed nothing. A Redis address
+    that accepts connections and never answers fails the start-up PING after the client's
+    read timeout (redis-py's default, 5 s), not a hang."""
+    group = f"{stage}-unreachable-{uuid.uuid4().hex[:8]}"
     with socket.socket() as silent:  # accepts (the kernel's backlog) and never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
@@ -171,15 +172,27 @@ def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
             "REDIS_URL": "redis://127.0.0.1:1/0",
             "REDIS_URL (silent)": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
         }[setting]
-        finished = _run_stage(stack, stage, setting.split()[0], unreachable)
+        finished = _run_stage(stack, stage, setting.split()[0], unreachable, group)
     assert finished.returncode != 0
     assert reason in finished.stdout + finished.stderr
+    assert _committed(stack.kafka, group) == [], "it consumed before its store answered"
+
+
+def _committed(kafka: str, group: str) -> list[TopicPartition]:
+    """The partitions ``group`` has committed an offset for."""
+    admin = AdminClient({"bootstrap.servers": kafka})
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=30
+    )
+    [listing] = [future.result() for future in futures.values()]
+    return [tp for tp in listing.topic_partitions or [] if tp.offset >= 0]
 
 
 def _run_stage(
-    stack: Stack, stage: str, setting: str, value: str
+    stack: Stack, stage: str, setting: str, value: str, group: str
 ) -> subprocess.CompletedProcess[str]:
-    """``services.<stage>`` run to its end (90 s at most) with ``setting`` set to ``value``."""
+    """``services.<stage>`` run to its end (90 s at most) in consumer group ``group``, with
+    ``setting`` set to ``value``."""
     stores = {"DATABASE_URL": stack.database_url, "REDIS_URL": stack.redis_url}
     env = {
         **os.environ,
@@ -188,7 +201,8 @@ def _run_stage(
         "SCHEMA_REGISTRY_URL": stack.registry_url,
         "METRICS_HOST": "127.0.0.1",
         "METRICS_PORT": str(_free_port()),
-        "TRANSACTIONAL_ID": f"{stage}-unreachable-{uuid.uuid4().hex[:6]}",
+        "TRANSACTIONAL_ID": group,
+        "CONSUMER_GROUP": group,
         setting: value,
     }
     return subprocess.run(
