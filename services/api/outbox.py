@@ -106,13 +106,18 @@ class Outbox(Generic[R]):
                 return count
 
     async def run(self, interval_s: float) -> None:
-        """Drain every ``interval_s`` until cancelled; failures are logged, never fatal."""
+        """Drain at once (what an earlier process left), then every ``interval_s``, until
+        cancelled; failures are logged, never fatal."""
+        first = True
         while True:
-            await asyncio.sleep(interval_s)
             try:
-                await self.drain()
+                published = await self.drain()
+                if first and published:
+                    log.info("outbox %s: published %d left from before", self.name, published)
             except Exception:
                 log.exception("outbox %s: drain failed; retrying in %.1fs", self.name, interval_s)
+            first = False
+            await asyncio.sleep(interval_s)
 
 
 def review_decided(row: DecisionRecord) -> tuple[str, Mapping[str, Any]]:

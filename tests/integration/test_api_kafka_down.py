@@ -21,6 +21,8 @@ import pytest
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
 from services.api.publisher import KafkaPublisher
+from services.api.refund_failures import REFUND_COMPLETIONS, REFUND_FAILURES
+from services.api.store import DECISIONS
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
@@ -40,6 +42,9 @@ PUBLISH_TIMEOUT_S = 30.0
 """Long enough that the publishers are surely still waiting after the test's other requests,
 however slow the machine: those must be served while they wait."""
 PUBLISH_POOL = 2
+LATE_PUBLISH_TIMEOUT_S = 12.0
+"""The publish timeout of an instance started while Kafka is away: each outbox's first drain
+waits it out."""
 
 
 def unused_loopback_address() -> str:
@@ -55,8 +60,31 @@ def stripe_now() -> Iterator[FakeStripeServer]:
         yield server
 
 
+def outboxes_published(stack: Stack) -> None:
+    """What every outbox holds, published by an instance that reaches Kafka: an instance
+    started without Kafka then has no row to drain, and its publishing connections are the
+    tests' own."""
+    with running_api(stack) as reaching:
+        wait_until(
+            lambda: unpublished(reaching.database_url) == 0,
+            timeout_s=60.0,
+            what="every outbox row published",
+        )
+
+
+def unpublished(database_url: str) -> int:
+    """Rows of the API's outboxes not published yet."""
+    tables = (DECISIONS, REFUND_FAILURES, REFUND_COMPLETIONS)
+    query = " + ".join(f"(SELECT count(*) FROM {t.name} WHERE NOT published)" for t in tables)
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(f"SELECT {query}").fetchone()  # table names: the code's constants
+    assert row is not None
+    return int(row[0])
+
+
 @pytest.fixture(scope="module")
 def api(stack: Stack, stripe_now: FakeStripeServer) -> Iterator[ApiServer]:
+    outboxes_published(stack)
     with running_api(
         stack,
         kafka_bootstrap_servers=unused_loopback_address(),
@@ -225,3 +253,34 @@ def test_a_refund_failure_recorded_while_kafka_is_away_is_published_later(
         )
         wait_until(lambda: published() is True, timeout_s=30.0, what="the row marked published")
     assert [(v["round"], v["error_code"]) for v in mine] == [(1, "refund_failed")]
+
+
+def test_an_instance_starting_while_kafka_is_away_serves_at_once(
+    api: ApiServer, stack: Stack, stripe_now: FakeStripeServer
+) -> None:
+    """Rows its outboxes must publish are waiting, and each publish would wait out
+    ``PUBLISH_TIMEOUT_S``: the instance still serves the desk and the status API from its
+    start; the rows are published in the background (``/readyz`` names Kafka)."""
+    dispute, refund_id = paid_round(api.database_url)
+    stripe_now.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
+    body, headers = signed(refund_event(refund_id, dispute_id=dispute))
+    with api.client() as client:
+        answer = client.post("/webhooks/stripe", content=body, headers=headers)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded"), answer.text
+
+    started = time.monotonic()
+    with running_api(
+        stack,
+        kafka_bootstrap_servers=unused_loopback_address(),
+        publish_timeout_s=LATE_PUBLISH_TIMEOUT_S,  # its stop waits out the publish under way
+        outbox_interval_s=600.0,
+        **webhook_settings(stripe_now.url),
+    ) as late:
+        with late.client() as client:
+            login = client.get("/review/login")
+            status = client.get(f"/disputes/d-{uuid.uuid4().hex}", headers=late.auth())
+        serving_after = time.monotonic() - started
+    assert login.status_code == 200
+    assert status.status_code == 404, status.text
+    assert serving_after < LATE_PUBLISH_TIMEOUT_S / 2, "start-up waited for Kafka"
+    outboxes_published(stack)  # nothing left for the next instance to wait on
