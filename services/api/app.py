@@ -30,7 +30,7 @@ from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_
 from refund_bench.money import format_minor
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext, Deps
-from services.api.desk import desk_router
+from services.api.desk import PAGE_HEADERS, desk_router
 from services.api.formatting import path_segment, when
 from services.api.intake import intake_router, ops_router
 from services.api.metrics import ApiMetrics, HttpMetricsMiddleware
@@ -180,6 +180,12 @@ class BodyLimitMiddleware:
         await self.app(scope, receive_within_limit, send)
 
 
+def _is_json(media: str) -> bool:
+    """Whether FastAPI reads a body of ``media`` (a lower-case media type) as JSON."""
+    subtype = media.partition("/")[2]
+    return subtype == "json" or subtype.endswith("+json")
+
+
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return [
         {
@@ -194,9 +200,9 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
 def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     """The API and desk app. It owns ``deps``: opens them on startup, closes them on shutdown.
 
-    At startup it publishes what was recorded and left unpublished (review decisions, refunds
-    Stripe reported failed or refunded after a wait: the outboxes), then keeps doing so every
-    ``OUTBOX_INTERVAL_S``. While it runs, ``/metrics`` is served on
+    From its start it publishes, in the background, what was recorded and left unpublished
+    (review decisions, refunds Stripe reported failed or refunded after a wait: the outboxes),
+    then keeps doing so every ``OUTBOX_INTERVAL_S``. While it runs, ``/metrics`` is served on
     ``METRICS_HOST:METRICS_PORT`` from a thread (the port bound is ``app.state.metrics_port``),
     apart from the routes clients and reviewers use.
     """
@@ -319,6 +325,7 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
             "message.html",
             {"title": title, "message": message, "user": None, "flashes": [], "csrf": ""},
             status_code=status,
+            headers=PAGE_HEADERS,
         )
 
     @app.exception_handler(ApiProblem)
@@ -337,6 +344,14 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         if missing_key:
             body = m.Problem(detail="the Idempotency-Key header is required")
             return JSONResponse(body.model_dump(), status_code=400)
+        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media and not _is_json(media) and any(e["loc"] == ["body"] for e in errors):
+            # FastAPI reads a body of another media type as bytes, and says only that they
+            # are no object: name what to send instead.
+            body = m.Problem(
+                detail=f"send the body as JSON (Content-Type: application/json), not {media}"
+            )
+            return JSONResponse(body.model_dump(), status_code=415)
         summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
         body = m.Problem(detail=f"invalid request: {summary}", errors=errors)
         return JSONResponse(jsonable_encoder(body), status_code=422)
@@ -345,6 +360,9 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
         if is_desk(request) and exc.status_code == 404:
             return desk_message(request, 404, "Not found", "There is no such page.")
+        if is_desk(request) and exc.status_code == 415:
+            message = "Send the form from the desk's own page."
+            return desk_message(request, 415, "Unsupported form", message)
         body = m.Problem(detail=str(exc.detail))
         return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 

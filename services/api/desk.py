@@ -19,7 +19,7 @@ from hmac import compare_digest
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Path, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from refund_bench import events as ev
@@ -250,8 +250,23 @@ def case_view(story: m.DisputeStory, now: datetime) -> dict[str, Any]:
     }
 
 
+URL_ENCODED = "application/x-www-form-urlencoded"
+
+
+async def url_encoded_posts(request: Request) -> None:
+    """The desk's pages post URL-encoded forms only; any other body is refused (415). A
+    multipart part may name its own character set, and decoded by it, a field can hold
+    what no later step can encode (a lone surrogate), which would end in a 500."""
+    if request.method == "POST":
+        kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind != URL_ENCODED:
+            raise HTTPException(415, f"the desk's forms are sent as {URL_ENCODED}")
+
+
 def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
-    router = APIRouter(prefix="/review", include_in_schema=False)
+    router = APIRouter(
+        prefix="/review", include_in_schema=False, dependencies=[Depends(url_encoded_posts)]
+    )
     max_age = ctx.settings.session_max_age_s
 
     def reviewer(request: Request) -> str | None:
@@ -329,25 +344,26 @@ def desk_router(ctx: AppContext, outbox: Outbox[DecisionRecord]) -> APIRouter:
                 next=target,
                 error="The sign-in form expired. Please try again.",
             )
-        if ctx.password_checks.busy:
-            return sign_in_busy(request, target)
-        window = await ctx.store.count_login_attempt(username, ctx.settings.desk_login_window_s)
-        if window.attempts > ctx.settings.desk_login_attempts:
-            # Refused before the password is checked: guessing gets nothing but this answer.
-            ctx.metrics.logins.labels("throttled").inc()
-            minutes = math.ceil(window.seconds_left / 60)
-            page = render(
-                request,
-                "login.html",
-                429,
-                next=target,
-                error=f"Too many sign-in attempts for this user. Try again in {minutes} min.",
-            )
-            page.headers["Retry-After"] = str(window.seconds_left)
-            return page
-        ok = await ctx.password_checks.verify(username, password)
-        if ok is None:
-            return sign_in_busy(request, target)
+        # The check's slot is taken first: an attempt counts only when its password will be
+        # checked, so a flood that keeps every slot busy cannot use up a reviewer's attempts.
+        with ctx.password_checks.slot() as check:
+            if check is None:
+                return sign_in_busy(request, target)
+            window = await ctx.store.count_login_attempt(username, ctx.settings.desk_login_window_s)
+            if window.attempts > ctx.settings.desk_login_attempts:
+                # Refused before the password is checked: guessing gets nothing but this.
+                ctx.metrics.logins.labels("throttled").inc()
+                minutes = math.ceil(window.seconds_left / 60)
+                page = render(
+                    request,
+                    "login.html",
+                    429,
+                    next=target,
+                    error=f"Too many sign-in attempts for this user. Try again in {minutes} min.",
+                )
+                page.headers["Retry-After"] = str(window.seconds_left)
+                return page
+            ok = await check(username, password)
         if not ok:
             ctx.metrics.logins.labels("failed").inc()
             return render(

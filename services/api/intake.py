@@ -139,6 +139,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
             **problem_response(404, "No such order in the order store."),
             **problem_response(409, "The Idempotency-Key was used with a different body."),
             **problem_response(413, "The request body is too large."),
+            **problem_response(415, "The body is sent as another media type than JSON."),
             **INVALID,
             **problem_response(
                 503,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import re
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ DEFAULT_ITERATIONS = 600_000
 """OWASP's 2023 recommendation for PBKDF2-HMAC-SHA256."""
 MIN_ITERATIONS = 100_000
 """The fewest iterations a stored hash may have: a weaker one is refused at start."""
+Check = Callable[[str, str], Awaitable[bool]]
+"""A password check in a slot taken for it (:meth:`PasswordChecks.slot`): name, password."""
 _USERNAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
@@ -176,17 +179,38 @@ class PasswordChecks:
 
     async def verify(self, name: str, password: str) -> bool | None:
         """The directory's answer, or ``None`` when every slot is taken (nothing was checked)."""
+        with self.slot() as check:
+            return None if check is None else await check(name, password)
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[Check | None]:
+        """A slot taken for one check, held through the block: ``None`` when every slot is
+        taken, else the check to run in it, once. A slot whose check never started is freed
+        when the block ends; one whose check started, when the check ends. So a caller can
+        take its slot before it does what only a check may follow (counting the attempt)."""
         with self._lock:
-            if self._taken >= self._limit:
-                return None
-            self._taken += 1
-        try:
+            taken = self._taken < self._limit
+            if taken:
+                self._taken += 1
+        if not taken:
+            yield None
+            return
+        started = False
+
+        async def check(name: str, password: str) -> bool:
+            nonlocal started
+            if started:
+                raise RuntimeError("one check per slot")
             future = self._executor.submit(self._directory.verify, name, password)
-        except BaseException:
-            self._free()
-            raise
-        future.add_done_callback(lambda _: self._free())
-        return await asyncio.wrap_future(future)
+            started = True
+            future.add_done_callback(lambda _: self._free())
+            return await asyncio.wrap_future(future)
+
+        try:
+            yield check
+        finally:
+            if not started:
+                self._free()
 
     def _free(self) -> None:
         with self._lock:

@@ -189,6 +189,34 @@ def _forget_attempts(api: ApiServer, user: str) -> None:
         )
 
 
+def test_the_desk_takes_url_encoded_forms_only(api: ApiServer) -> None:
+    """A multipart part may name its own character set (UTF-7 decodes ``+2AA-`` to a lone
+    surrogate, which nothing after can encode): the desk refuses such bodies with a 415 page,
+    and its error pages carry the same protective headers as every other page."""
+    with api.client() as client:
+        token = csrf_of(client.get("/review/login").text)
+        utf7 = client.post(
+            "/review/login",
+            files={
+                "username": (None, "alice", "text/plain; charset=utf-7"),
+                "password": (None, "+2AA-", "text/plain; charset=utf-7"),
+                "csrf_token": (None, "+2AA-", "text/plain; charset=utf-7"),
+            },
+        )
+        plain = client.post(
+            "/review/login",
+            files={"username": (None, "alice"), "csrf_token": (None, token)},
+        )
+        missing = client.get("/review/no-such-page")
+    for refused in (utf7, plain):
+        assert refused.status_code == 415, refused.text
+        assert "Unsupported form" in refused.text
+    assert missing.status_code == 404
+    for page in (utf7, missing):
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["cache-control"] == "no-store"
+
+
 def test_sign_in_attempts_are_limited_per_user_name_across_replicas(
     api: ApiServer, stack: Stack
 ) -> None:
@@ -912,11 +940,13 @@ def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_thre
         clients = [api.client() for _ in range(3)]
         tokens = [csrf_of(c.get("/review/login").text) for c in clients]
 
+        reviewer = f"reviewer-{uuid.uuid4().hex}"  # signs in while the flood holds the slot
+
         def attempt(index: int) -> httpx.Response:
             return clients[index].post(
                 "/review/login",
                 data={
-                    "username": f"flood-{uuid.uuid4().hex}",
+                    "username": f"flood-{uuid.uuid4().hex}" if index == 0 else reviewer,
                     "password": "x",
                     "csrf_token": tokens[index],
                 },
@@ -944,6 +974,12 @@ def test_a_flood_of_sign_ins_under_new_names_is_refused_beyond_the_password_thre
             assert busy.headers["retry-after"] == "5"
         metrics = httpx.get(api.metrics_url, timeout=10).text
         assert 'api_desk_logins_total{outcome="busy"} 2.0' in metrics
+        with psycopg.connect(api.database_url) as conn:
+            counted = conn.execute(
+                "SELECT attempts FROM desk_login_attempts WHERE username_sha256 = %s",
+                (_login_key(reviewer),),
+            ).fetchall()
+        assert counted == [], "a sign-in refused as busy uses up none of the reviewer's attempts"
 
 
 def test_a_dispute_whose_id_holds_a_slash_is_linked_opened_and_decided(api: ApiServer) -> None:

@@ -221,6 +221,23 @@ def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
         assert "request body above" in huge.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    "media", ["text/plain", "application/x-www-form-urlencoded", "application/xml; charset=utf-8"]
+)
+def test_a_json_body_sent_as_another_media_type_is_told_to_say_json(
+    api: ApiServer, media: str
+) -> None:
+    with api.client() as client:
+        answer = client.post(
+            "/complaints",
+            content=json.dumps(body("k")).encode(),
+            headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": media}),
+        )
+    assert answer.status_code == 415, answer.text
+    assert "Content-Type: application/json" in answer.json()["detail"]
+    assert media.partition(";")[0] in answer.json()["detail"]
+
+
 def test_a_streamed_body_above_the_limit_is_refused_while_it_is_read(api: ApiServer) -> None:
     def chunks() -> Iterator[bytes]:  # no Content-Length: Transfer-Encoding: chunked
         for _ in range(200):  # 3.2 MB, far above the limit

@@ -139,3 +139,27 @@ def test_a_caller_that_gives_up_keeps_its_slot_until_its_check_ends() -> None:
         assert not checks.busy, "freed when the abandoned check ended"
     finally:
         checks.close()
+
+
+def test_a_slot_taken_before_the_check_is_held_until_the_block_or_the_check_ends() -> None:
+    """The desk takes a slot, then counts the attempt, then checks: while the slot is held no
+    other check gets it, and one never used is given back when the block ends."""
+    checks = PasswordChecks(_slow_directory(), threads=1, waiting=0)
+
+    async def hold_then_check() -> tuple[bool | None, bool | None, bool]:
+        with checks.slot() as check:
+            assert check is not None
+            elsewhere = await checks.verify("trudy", "y")  # the only slot is taken
+            answer = await check("alice", "pw")
+        return elsewhere, answer, checks.busy
+
+    try:
+        elsewhere, answer, busy_after = asyncio.run(hold_then_check())
+        assert (elsewhere, answer, busy_after) == (None, True, False)
+        with checks.slot() as unused:
+            assert unused is not None
+            with checks.slot() as second:
+                assert second is None
+        assert not checks.busy, "a slot never used is free again"
+    finally:
+        checks.close()
