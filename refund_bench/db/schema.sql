@@ -159,6 +159,21 @@ CREATE TABLE IF NOT EXISTS replies (
     PRIMARY KEY (dispute_id, round)
 );
 
+-- What pricing approved for the round when its reply was written (the reply may state less: a
+-- round the ledger held is told nothing was refunded). An event for the round that approves
+-- another amount was priced again, and pays nothing (the settler dead-letters it). NULL for
+-- replies written before the column existed. Added once.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'replies'::regclass AND attname = 'approved_minor' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE replies ADD COLUMN approved_minor bigint;
+    END IF;
+END
+$$;
+
 -- The payout ledger: one row per (dispute, settlement round), written before Stripe is called.
 CREATE TABLE IF NOT EXISTS payout_ledger (
     dispute_id       text NOT NULL,

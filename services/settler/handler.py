@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -63,12 +64,13 @@ WHOLE_CLAIM = "your whole claim"
 
 
 _REPLY_SQL = """
-SELECT text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at
+SELECT text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at,
+       approved_minor
 FROM replies WHERE dispute_id = %s AND round = %s
 """
 _INPUTS_SQL = """
 SELECT q.dispute_id, q.round, r.text, r.amount_minor, r.currency, r.source, r.guard_failures,
-       r.model, r.prompt_version, r.created_at, d.complaint_text,
+       r.model, r.prompt_version, r.created_at, r.approved_minor, d.complaint_text,
        (
            SELECT coalesce(bool_or(e.amount_minor > 0), false) OR count(*) < q.round - 1
            FROM replies e
@@ -83,15 +85,16 @@ if there is one (the columns ``_REPLY_SQL`` returns, NULL otherwise), the compla
 whether a reply of an earlier round told the customer of a refund, or may have: an earlier
 round whose reply is not stored yet (the settler handles rounds concurrently, and a reviewer
 may decide before it replied to the round before) counts as told."""
-Inputs = tuple[ev.ReplyPublished | None, str, bool]
+Inputs = tuple["StoredReply | None", str, bool]
 """A round's stored reply (``None``: none yet), the complaint text ("" if unknown here), and
 whether an earlier round's reply stated a refund (an amount above zero), or is not stored yet."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
-                     model, prompt_version)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     model, prompt_version, approved_minor)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (dispute_id, round) DO NOTHING
-RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at
+RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at,
+          approved_minor
 """
 
 
@@ -158,10 +161,31 @@ def guard_failures(
         ]
 
 
-def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublished:
-    """The event for a ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
-    text, amount, currency, source, failures, model, version, created = row
-    return ev.ReplyPublished(
+@dataclass(frozen=True)
+class StoredReply:
+    """A round's stored reply: its event, and what pricing approved for the round when it was
+    written (``None`` for a reply stored before that was kept)."""
+
+    event: ev.ReplyPublished
+    approved_minor: int | None
+
+    def check_priced_alike(self, approved: int) -> None:
+        """Raise :class:`InvalidInput` when the round now approves another amount than its reply
+        was written for: the round was priced again (a verdict replayed after pricing's state
+        of the dispute expired, say). Its payout would pay what the customer was never told, or
+        pay a round a reviewer declined; a person must look at it."""
+        if self.approved_minor is not None and self.approved_minor != approved:
+            raise InvalidInput(
+                f"round {self.event.round} was priced again: its reply was written for"
+                f" {self.approved_minor} approved, this event approves {approved};"
+                " nothing is paid for it"
+            )
+
+
+def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> StoredReply:
+    """A ``replies`` row as ``_REPLY_SQL`` and ``_STORE_REPLY_SQL`` return it."""
+    text, amount, currency, source, failures, model, version, created, approved = row
+    event = ev.ReplyPublished(
         dispute_id=dispute_id,
         round=round_,
         text=text,
@@ -173,6 +197,7 @@ def _reply(dispute_id: str, round_: int, row: Sequence[Any]) -> ev.ReplyPublishe
         prompt_version=version,
         published_at=created.replace(microsecond=created.microsecond // 1000 * 1000),
     )
+    return StoredReply(event, approved)
 
 
 class SettlerHandler:
@@ -217,7 +242,9 @@ class SettlerHandler:
         stored, complaint, told_refunded = await self._inputs.submit(
             (priced.dispute_id, priced.round)
         )
-        if stored is None:
+        if stored is not None:
+            stored.check_priced_alike(approved)
+        else:
             says = approved
             if approved > 0 and not await self._reserve(priced, approved, reference):
                 # The ledger holds this round for a person: promise nothing, as under the cap.
@@ -231,8 +258,9 @@ class SettlerHandler:
             text, source, failures = await self._write(
                 priced, complaint, says, resolved, held_lines, held, earlier_refund
             )
-            stored = await self._store(priced, says, text, source, failures)
-        outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.to_avro())]
+            stored = await self._store(priced, says, approved, text, source, failures)
+            stored.check_priced_alike(approved)  # another handler's, priced otherwise, won
+        outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.event.to_avro())]
         if approved > 0:
             request = ev.PayoutRequested(
                 dispute_id=priced.dispute_id,
@@ -353,16 +381,23 @@ class SettlerHandler:
         )
         return reservation.promises(approved, priced.currency)
 
-    async def _stored_reply(self, dispute_id: str, round_: int) -> ev.ReplyPublished | None:
+    async def _stored_reply(self, dispute_id: str, round_: int) -> StoredReply | None:
         async with self._pool.connection() as conn:
             cur = await conn.execute(_REPLY_SQL, (dispute_id, round_))
             row = await cur.fetchone()
         return None if row is None else _reply(dispute_id, round_, row)
 
     async def _store(
-        self, priced: ev.RefundPriced, approved: int, text: str, source: str, failures: list[str]
-    ) -> ev.ReplyPublished:
-        """Insert the reply unless one exists; return whichever is stored (first writer wins)."""
+        self,
+        priced: ev.RefundPriced,
+        says: int,
+        approved: int,
+        text: str,
+        source: str,
+        failures: list[str],
+    ) -> StoredReply:
+        """Insert the reply (stating ``says``, written for ``approved``) unless one exists;
+        return whichever is stored (first writer wins)."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _STORE_REPLY_SQL,
@@ -370,12 +405,13 @@ class SettlerHandler:
                     priced.dispute_id,
                     priced.round,
                     text,
-                    approved,
+                    says,
                     priced.currency,
                     source,
                     Jsonb(failures),
                     self._llm.model,
                     self._prompt.version,
+                    approved,
                 ),
             )
             row = await cur.fetchone()

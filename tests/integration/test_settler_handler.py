@@ -513,3 +513,40 @@ def test_redis_out_of_reach_is_retried_not_answered_with_the_template(
     emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
     (reply,) = [e.value for e in emits if e.topic == t.REPLY_PUBLISHED.name]
     assert reply["source"] == "MODEL", reply["guard_failures"]
+
+
+def test_a_round_priced_again_with_another_amount_pays_nothing(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Round 1 was held for review and told so. A verdict replayed after pricing's state of the
+    dispute expired prices round 1 again, now approved: that round's reply promised nothing, so
+    its payout must not be requested. The record is dead-lettered with the reason, and nothing
+    is reserved in the ledger."""
+    dispute, snapshot = f"d-{uuid.uuid4().hex[:12]}", freeze(ARTICLE_ORDER)
+    held = _settle(
+        database, redis_url, standin, _priced(dispute, "HELD_FOR_REVIEW", 0, cap=50000), snapshot
+    )
+    assert _reply_event(held)["amount_minor"] == 0
+
+    with pytest.raises(InvalidInput, match=r"round 1 was priced again.* 0 approved.* 68900"):
+        _settle(database, redis_url, standin, _priced(dispute, "AUTO_APPROVED", 68900), snapshot)
+    assert read_round(database, dispute) is None, "nothing reserved, nothing to pay"
+
+
+def test_a_round_delivered_again_is_answered_as_before(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The same round again, approved but held back by the ledger (another dispute of its
+    payment was paid): the stored reply and the request are sent again, nothing refused."""
+    dispute, snapshot = _after_an_earlier_round(database, "SUCCEEDED", refund_id="re_earlier")
+    message = _priced(dispute, "AUTO_APPROVED", 68900, snapshot=snapshot)
+
+    first = _settle(database, redis_url, standin, message, snapshot)
+    again = _settle(database, redis_url, standin, message, snapshot)
+
+    assert _reply_event(again) == _reply_event(first)
+    assert _reply_event(again)["amount_minor"] == 0
+    requests = [
+        [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name] for emits in (first, again)
+    ]
+    assert [[r["amount_minor"] for r in found] for found in requests] == [[68900], [68900]]
