@@ -77,7 +77,9 @@ OFF_SCRIPT = (
         "repeats or multiplies something",
         re.compile(
             r"\b(?:[0-9]+|two|three|four|five|six|seven|eight|nine|several|many|multiple)"
-            r"\s+times\b|\btwice\b|\bthrice\b|\b(?:doubled|tripled)\b",
+            r"\s+times\b|\btwice\b|\bthrice\b|\b(?:doubled|tripled)\b"
+            r"|\b(?:double|triple)\s+(?:that|this|it|the|your)\b"
+            r"|(?:\b(?:will|shall|would|we)|['\u2019]ll)\s+(?:also\s+)?match\b",
             re.IGNORECASE,
         ),
     ),
@@ -86,7 +88,8 @@ OFF_SCRIPT = (
 link, an address or a domain; a request for a password, a code or card details; a promise of
 free food or orders, a voucher, a coupon, a discount or points (only the approved amount is
 promised, to the original payment method); a repetition or a multiple of anything ("three
-times", "twice": of an amount stated once, it reads as more money)."""
+times", "twice", "double that", "we will match it": of an amount stated once, it reads as more
+money)."""
 
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
 _REVIEW = re.compile(
@@ -193,7 +196,10 @@ STRONG_PROMISES = tuple(
         r"\b(?:refunded|refunding|credited|crediting|reimbursed|reimbursing|compensated"
         r"|compensating|repaid|repaying)\b",
         rf"(?:\b(?:will|shall|would|to|can|could|may|might|must|we|i)|['\u2019]ll)\s+"
-        rf"(?:(?:{_ADVERBS})\s+)*(?:refund|credit|reimburse|compensate|pay|repay)\b",
+        rf"(?:(?:{_ADVERBS})\s+)*(?:be\s+(?:(?:{_ADVERBS})\s+)*paid|refund|credit|reimburse"
+        r"|compensate|pay|repay)\b",
+        rf"\bsettl\w*\s+{_SOME_WORDS}(?:with|for|by|at)\s+{_SOME_WORDS}(?:{_MONEY_NOUN}|money"
+        r"|amount|value|sum|cash)\b",
         rf"\b(?:issu|process|approv|grant|initiat|arrang|send|sent|giv|gave|mak|made|offer"
         rf"|provid|authori[sz]|confirm|complet|releas)\w*\s+{_SOME_WORDS}{_MONEY_NOUN}\b",
         rf"\b(?:receiv\w*|get|gets|getting|got|gotten)\s+{_SOME_WORDS}(?:{_MONEY_NOUN}|money)\b",
@@ -291,10 +297,11 @@ def check_reply(
       the reply's currency alone (:data:`SOLE_SIGNS`: "₹689"); not "INR 689.50", "₹6,89",
       "Rs. 689" or "689 rupees" (rupees of other countries read so too), nor a bare "689";
       and no clause may promise money besides it (:func:`_more_money`: "we will refund the
-      delivery fee as well", "a separate refund follows"; not "it should reach your card
-      within a week");
+      delivery fee as well", "a separate refund follows", "your whole order will be refunded",
+      "the same will follow"; not "it should reach your card within a week");
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
-      refund", "issued a full refund", "approved your refund request", "return the money", "a
+      refund", "you will be paid", "we'll settle this with the full amount", "issued a full
+      refund", "approved your refund request", "return the money", "a
       refund ... is on the way", "expect your money within a week", nor any other refund or
       credit wording, unless a negation
       governs it ("nothing is refunded", "not able to offer a refund", "a refund is not
@@ -442,10 +449,14 @@ def _repeats_money(text: str, currency: str) -> str | None:
 _MORE = re.compile(
     r"\b(?:the\s+rest|the\s+remainder|the\s+balance|the\s+difference|remaining|additional\w*"
     r"|extra|separate\w*|further|second|in\s+addition|another|on\s+top|besides"
-    r"|more\s+(?:money|refunds?|credits?|compensation))\b",
+    r"|more\s+(?:money|refunds?|credits?|compensation)"
+    r"|(?:whole|entire)\s+(?:order|bill|purchase|meal|payment)"
+    r"|the\s+same(?:\s+(?:amount|sum|refund))?(?=\s+(?:again|will|shall|follows?|to\s+follow)\b))"
+    r"\b",
     re.IGNORECASE,
 )
-"""Words that add to what was said ("the rest", "a separate refund", "a further refund")."""
+"""Words that add to what was said ("the rest", "a separate refund", "a further refund"), or
+claim more than the amount ("the whole order", "the same" again)."""
 _MORE_AFTER = re.compile(r"\s*(?:as\s+well|too)\b", re.IGNORECASE)
 """What adds right after a clause: "as" ends a clause, so "as well" follows the one it adds to
 ("we will refund the fee as well")."""
@@ -454,6 +465,8 @@ _OTHER_MONEY = re.compile(r"\b(?:fees?|charges?|tips?|tax(?:es)?|surcharges?)\b"
 stated amount ("We will refund the delivery fee")."""
 _COMING_BESIDES = re.compile(
     rf"\b(?:{_MONEY_NOUN})\s+(?:[\w'\u2019-]+\s+){{0,6}}?(?:follows?|to\s+follow)\b"
+    r"|\bthe\s+same(?:\s+(?:amount|sum|refund))?\s+(?:again\s+)?(?:follows?|to\s+follow|will"
+    r"|shall)\b"
     rf"|\b(?:fees?|charges?|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
     r"|reversed|back)\b",
     re.IGNORECASE,

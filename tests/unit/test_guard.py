@@ -1313,3 +1313,60 @@ def test_a_number_written_onto_the_amount_is_not_the_amount() -> None:
         "does not state the approved amount INR 689",
     )
     assert check_reply("We have refunded INR 689/-.", 68900, "INR", []) == ()
+
+
+@pytest.mark.parametrize(
+    "promise",
+    [
+        "Your claim is under review. You will be paid the full order value.",
+        "You'll be paid for the biryanis.",
+        "Your claim is under review. We'll settle this with the full amount.",
+    ],
+)
+def test_with_nothing_approved_being_paid_or_settling_is_a_promise(promise: str) -> None:
+    failures = check_reply(promise, 0, "INR", ["your whole claim"])
+    assert any("promises money" in f for f in failures), (promise, failures)
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "Your claim is under review. You will not be paid until a colleague has decided.",
+        "Nothing is refunded now. A colleague will review your claim before we settle it.",
+        "You paid for four biryanis; a colleague will review the missing ones.",
+    ],
+)
+def test_with_nothing_approved_payment_words_that_promise_nothing_pass(plain: str) -> None:
+    assert check_reply(plain, 0, "INR", ["your whole claim"]) == (), plain
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        "We have refunded INR 689. Your whole order will be refunded.",
+        "We have refunded INR 689 to your card. You'll get double that tomorrow.",
+        "We have refunded INR 689 and will match that amount as goodwill.",
+        "We have refunded INR 689; the same will follow next week.",
+        "We have refunded INR 689. The entire order will be credited back.",
+    ],
+)
+def test_a_promise_of_the_whole_order_or_a_multiple_of_the_amount_fails(more: str) -> None:
+    assert check_reply(more, 68900, "INR", []) != (), more
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "We have refunded INR 689. Please double-check your card statement in a few days.",
+        "We have refunded INR 689. It should reach your card within a week.",
+        "We have refunded INR 689 for the missing biryanis and the delay.",
+        "We have refunded INR 689; the same card you paid with will show it.",
+    ],
+)
+def test_ordinary_words_near_the_amount_still_pass(plain: str) -> None:
+    assert check_reply(plain, 68900, "INR", []) == (), plain
+
+
+def test_an_amount_that_matches_what_was_paid_for_is_no_second_amount() -> None:
+    reply = "We have refunded INR 689, which matches the price of the missing biryanis."
+    assert check_reply(reply, 68900, "INR", []) == ()
