@@ -5,6 +5,8 @@ always give the same :class:`PricedRefund`. All amounts are ``int`` minor units;
 ever taken from a model's output. Safety bounds, in order:
 
 - a line pays only when its (reviewed) outcome is UPHELD; ESCALATE lines are HELD and pay 0;
+  so is an UPHELD line whose rule needs evidence the order does not record (a late delivery
+  without its times), until a reviewer's UPHOLD, which pays it (the flat amount);
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
 - QUALITY pays half of the units no other line refunded in full (MISSING_ITEM, WRONG_ITEM,
@@ -44,7 +46,7 @@ from refund_bench.domain import (
 from refund_bench.errors import InvalidInput, error_summary
 from refund_bench.events import validation_reason
 
-PRICING_VERSION = "2026-12-06.v3"
+PRICING_VERSION = "2026-12-07.v4"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -216,10 +218,14 @@ def _natural_key(grievance_id: str) -> tuple[str, int, str]:
 class _Rule:
     """One line's rule result before the per-item and per-dispute bounds."""
 
-    def __init__(self, amount: int, text: str, quantity: int | None = None) -> None:
+    def __init__(
+        self, amount: int, text: str, quantity: int | None = None, *, unrecorded: bool = False
+    ) -> None:
         self.amount = amount
         self.text = text
         self.quantity = quantity
+        self.unrecorded = unrecorded
+        """The evidence the rule needs is not recorded: the line waits for a person."""
 
 
 def _item_rule(verdict: GrievanceVerdict, item: LineItem | None, units_open: int) -> _Rule:
@@ -252,7 +258,11 @@ def _rule(
     derived: _Derived,
     item: LineItem | None,
     bounds: _Bounds,
+    *,
+    by_reviewer: bool = False,
 ) -> _Rule:
+    """The line's rule; ``by_reviewer``: a reviewer upheld it, which stands in for evidence
+    the rule needs and the order does not record (a late delivery without its times)."""
     category = verdict.category
     if category in _ITEM_PRICED:
         return _item_rule(verdict, item, bounds.units_open.get(item.name, 0) if item else 0)
@@ -260,7 +270,15 @@ def _rule(
         flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
         sla = order.delivery_sla_minutes
         if derived.sla_exceeded is None:
-            return _Rule(0, "LATE_DELIVERY: 0, delivery time or SLA not recorded")
+            if by_reviewer and flat is not None:
+                return _Rule(
+                    flat,
+                    f"LATE_DELIVERY: flat {flat}, upheld by a reviewer (delivery time or SLA not"
+                    " recorded)",
+                )
+            # Missing evidence is for a person to judge, never a price of 0 by itself.
+            text = "LATE_DELIVERY: delivery time or SLA not recorded"
+            return _Rule(0, text, unrecorded=not by_reviewer)
         if not derived.sla_exceeded:
             return _Rule(
                 0,
@@ -501,8 +519,11 @@ def price_refund(
                 continue
             outcome = outcomes[verdict.grievance_id]
             item = items.get(verdict.item_name) if verdict.item_name is not None else None
-            rule = bounds.bound(verdict, _rule(verdict, order, derived, item, bounds))
+            found = _rule(verdict, order, derived, item, bounds, by_reviewer=current == 1)
+            rule = bounds.bound(verdict, found)
             why_held = bounds.unexplained(verdict, rule, item) if current == 0 else ""
+            if current == 0 and rule.unrecorded:
+                why_held = f"{rule.text}: held for a reviewer"
             if why_held:
                 rule = _Rule(rule.amount, why_held, rule.quantity)
             line = _line(verdict, outcome, rule, held=bool(why_held))

@@ -87,7 +87,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-06.v3"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v4"
 
 
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
@@ -165,18 +165,40 @@ def test_billing_pays_the_overcharge_once() -> None:
     ("changes", "rule"),
     [
         ({"delivered_at": "2026-09-14T20:50:00+05:30"}, "within the SLA of 45 min"),
-        ({"delivered_at": None}, "not recorded"),
-        ({"delivery_sla_minutes": None}, "not recorded"),
         ({"currency": "USD"}, "no flat amount for USD"),
     ],
 )
-def test_late_delivery_pays_nothing_unless_the_sla_is_known_to_be_exceeded(
+def test_late_delivery_pays_nothing_when_the_sla_is_known_not_to_be_exceeded(
     changes: dict[str, Any], rule: str
 ) -> None:
     snapshot = build_snapshot(article_order(**changes))
     line = price_refund([verdict("g1", Category.LATE_DELIVERY)], snapshot).lines[0]
     assert (line.status, line.amount_minor) == (LineStatus.ZERO, 0)
     assert rule in line.rule
+
+
+@pytest.mark.parametrize("unrecorded", [{"delivered_at": None}, {"delivery_sla_minutes": None}])
+def test_a_late_delivery_the_order_cannot_time_waits_for_a_reviewer_whose_uphold_pays_it(
+    unrecorded: dict[str, Any],
+) -> None:
+    """Missing evidence is never a price of 0: the line is held, and a reviewer's UPHOLD (their
+    judgement standing in for the times the order lacks) pays the flat amount; a REJECT pays
+    nothing."""
+    snapshot = build_snapshot(article_order(**unrecorded))
+    late = [verdict("g1", Category.LATE_DELIVERY)]
+    first = price_refund(late, snapshot)
+    [line] = first.lines
+    assert (line.status, line.amount_minor) == (LineStatus.HELD, 0)
+    assert "not recorded" in line.rule
+    assert first.decision is Decision.HELD_FOR_REVIEW
+
+    upheld = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g1")
+    [paid] = price_refund(late, snapshot, overrides=upheld).lines
+    assert (paid.status, paid.amount_minor) == (LineStatus.PAY, 4900)
+    assert "upheld by a reviewer" in paid.rule
+    rejected = ReviewOverrides().with_review(ReviewDecision.REJECT, "g1")
+    [refused] = price_refund(late, snapshot, overrides=rejected).lines
+    assert (refused.status, refused.amount_minor) == (LineStatus.REJECTED, 0)
 
 
 def test_rejected_and_escalated_lines_pay_nothing_but_show_the_proposal() -> None:
