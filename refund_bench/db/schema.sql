@@ -174,6 +174,20 @@ BEGIN
 END
 $$;
 
+-- The model's answer when the template replaced it (the guard failed it, or it could not be
+-- read), kept for audit: bounded, with a note of what was cut. NULL when the model's reply was
+-- sent, when no answer came, and for replies written before the column existed. Added once.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'replies'::regclass AND attname = 'model_answer' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE replies ADD COLUMN model_answer text;
+    END IF;
+END
+$$;
+
 -- The payout ledger: one row per (dispute, settlement round), written before Stripe is called.
 CREATE TABLE IF NOT EXISTS payout_ledger (
     dispute_id       text NOT NULL,

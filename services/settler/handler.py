@@ -52,6 +52,7 @@ from refund_bench.llm.roles import (
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import SETTLER
+from refund_bench.storable import storable
 from services.settler.amounts import format_amount
 from services.settler.guard import check_reply
 from services.settler.phrases import describe
@@ -90,8 +91,8 @@ Inputs = tuple["StoredReply | None", str, bool]
 whether an earlier round's reply stated a refund (an amount above zero), or is not stored yet."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
-                     model, prompt_version, approved_minor)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     model, prompt_version, approved_minor, model_answer)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (dispute_id, round) DO NOTHING
 RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at,
           approved_minor
@@ -125,6 +126,8 @@ def _only_held(
 
 _GUARD_ERROR_CHARS = 200
 """How much of an error the guard raised is stored with the reply."""
+MAX_MODEL_ANSWER_CHARS = 16_000
+"""How much of a model answer the template replaced is kept with the reply, for audit."""
 
 
 def guard_failures(
@@ -157,7 +160,10 @@ def guard_failures(
     except Exception as exc:  # any fault of the guard's, on any model answer
         log.exception("the reply guard raised on the model's reply for %s", where)
         return [
-            f"the guard could not read the reply: {type(exc).__name__}: {exc}"[:_GUARD_ERROR_CHARS]
+            storable(
+                f"the guard could not read the reply: {type(exc).__name__}: {exc}",
+                _GUARD_ERROR_CHARS,
+            )
         ]
 
 
@@ -255,10 +261,10 @@ class SettlerHandler:
             # "In addition to our earlier refund" only where an earlier reply said refunded: a
             # round approved earlier may have been held back by the ledger and told so.
             earlier_refund = priced.already_paid_minor > 0 and told_refunded
-            text, source, failures = await self._write(
+            text, source, failures, replaced = await self._write(
                 priced, complaint, says, resolved, held_lines, held, earlier_refund
             )
-            stored = await self._store(priced, says, approved, text, source, failures)
+            stored = await self._store(priced, says, approved, text, source, failures, replaced)
             stored.check_priced_alike(approved)  # another handler's, priced otherwise, won
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.event.to_avro())]
         if approved > 0:
@@ -283,9 +289,10 @@ class SettlerHandler:
         held_lines: Sequence[ev.PricedLineEvent],
         held: Sequence[str],
         earlier_refund: bool,
-    ) -> tuple[str, str, list[str]]:
-        """(text, source, guard failures): the model's reply if it passes, else the template;
-        ``earlier_refund``: the reply must mention the refund an earlier reply stated."""
+    ) -> tuple[str, str, list[str], str | None]:
+        """(text, source, guard failures, the model's answer the template replaced): the model's
+        reply if it passes, else the template; ``earlier_refund``: the reply must mention the
+        refund an earlier reply stated."""
         amount_text = format_amount(approved, priced.currency)
         request = build_settler_request(
             complaint,
@@ -314,6 +321,7 @@ class SettlerHandler:
 
         held_names = _only_held(held_lines, resolved)
         failures: list[str]
+        raw: str | None = None
         try:
             raw, _ = await cached_call(
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
@@ -340,7 +348,8 @@ class SettlerHandler:
                 raise  # the settings are wrong for every reply: stop, so the alerts fire
             failures = [f"model refused the request: HTTP {exc.status}"]
         if not failures:
-            return text, "MODEL", []
+            return text, "MODEL", [], None
+        replaced = None if raw is None else storable(raw, MAX_MODEL_ANSWER_CHARS)
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
         reply = template_reply(
             approved,
@@ -350,7 +359,7 @@ class SettlerHandler:
             earlier_refund=earlier_refund,
             held_names=held_names,
         )
-        return reply, "TEMPLATE", failures
+        return reply, "TEMPLATE", failures, replaced
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:
         """Each round's :data:`Inputs`, in the order asked for (a round asked for twice is read
@@ -395,9 +404,11 @@ class SettlerHandler:
         text: str,
         source: str,
         failures: list[str],
+        model_answer: str | None,
     ) -> StoredReply:
-        """Insert the reply (stating ``says``, written for ``approved``) unless one exists;
-        return whichever is stored (first writer wins)."""
+        """Insert the reply (stating ``says``, written for ``approved``; ``model_answer``: the
+        model's answer a template replaced) unless one exists; return whichever is stored
+        (first writer wins)."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _STORE_REPLY_SQL,
@@ -412,6 +423,7 @@ class SettlerHandler:
                     self._llm.model,
                     self._prompt.version,
                     approved,
+                    model_answer,
                 ),
             )
             row = await cur.fetchone()

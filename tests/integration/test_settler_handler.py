@@ -239,6 +239,29 @@ def test_a_model_reply_too_long_to_check_gets_the_template(
     (failure,) = reply["guard_failures"]
     assert failure.endswith("characters long, more than the 2000 a reply may be"), failure
     assert "INR 689" in reply["text"]
+    kept = _model_answer(database, dispute)
+    assert kept is not None, "the answer the template replaced is kept for audit"
+    assert "7" * 4400 in kept
+
+
+def test_a_model_reply_sent_keeps_no_second_copy(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    emits = _settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER))
+    assert _reply_event(emits)["source"] == "MODEL"
+    assert _model_answer(database, dispute) is None
+
+
+def _model_answer(database: str, dispute: str) -> str | None:
+    """The model answer kept with round 1's reply (``None``: none kept)."""
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT model_answer FROM replies WHERE dispute_id = %s AND round = 1", (dispute,)
+        ).fetchone()
+    assert row is not None, "no reply stored"
+    return None if row[0] is None else str(row[0])
 
 
 def _round_one_refunded(
