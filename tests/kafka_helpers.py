@@ -15,11 +15,13 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from refund_bench.codec import Codec, Framing
 
@@ -168,6 +170,31 @@ def read_to_end(
         return records
     finally:
         consumer.close()
+
+
+def wait_consumed(kafka: str, group: str, topic: str, *, timeout_s: float) -> None:
+    """Until ``group`` has committed, on every partition of ``topic``, the end offset the
+    partition had when this was called: every record then there is consumed, and what a stage
+    produced for it committed (:func:`read_to_end` then reads all of it). The offsets are read
+    without joining the group. Raises ``TimeoutError`` after ``timeout_s``."""
+    probe = Consumer({"bootstrap.servers": kafka, "group.id": f"probe-{uuid.uuid4().hex}"})
+    admin = AdminClient({"bootstrap.servers": kafka})
+    try:
+        partitions = probe.list_topics(topic, timeout=10).topics[topic].partitions
+        marks = {p: probe.get_watermark_offsets(TopicPartition(topic, p), 10) for p in partitions}
+    finally:
+        probe.close()
+    wanted = {p: high for p, (low, high) in marks.items() if high > low}
+    asked = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in wanted])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        [future] = admin.list_consumer_group_offsets([asked], request_timeout=10).values()
+        committed = {tp.partition: tp.offset for tp in future.result().topic_partitions or []}
+        if all(committed.get(p, -1) >= end for p, end in wanted.items()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{group} committed {committed} of {topic}, whose ends are {wanted}")
+        time.sleep(0.05)  # a poll interval, not a wait for something to happen
 
 
 def _to_read(msg: Any, decode: Callable[[bytes | None], Any] | None) -> Read:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -57,7 +58,13 @@ from refund_bench.stages import STAGES, StageTopics
 from refund_bench.topics import TopicSpec, ensure_topics
 from tests.conftest import Stack, TopicFactory
 from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME, sasl_settings
-from tests.kafka_helpers import StageThread, bench_codec, produce_values, read_committed
+from tests.kafka_helpers import (
+    StageThread,
+    bench_codec,
+    produce_values,
+    read_committed,
+    read_to_end,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -149,21 +156,16 @@ def test_a_stateful_stage_runs_and_restores_on_no_more_than_its_rules(
     settings = sasl_settings(sasl_bootstrap, user="refund-bench-acl-test")
 
     def run_until(total: int) -> list[Any]:
+        """Every output once there are ``total``, the stage stopped: a duplicate would show."""
         runner = StageRunner(
             counter_spec(name, source, sink), runtime_config(settings, name), framing
         )
         thread = StageThread(runner).start()
         try:
-            return read_committed(
-                stack.kafka,
-                sink,
-                until=lambda rs: len(rs) >= total,
-                timeout_s=60,
-                settle_s=0.5,
-                decode=lambda raw: codec.decode(sink, raw),
-            )
+            read_committed(stack.kafka, sink, until=lambda rs: len(rs) >= total, timeout_s=60)
         finally:
             assert thread.stop() is None
+        return read_to_end(stack.kafka, sink, timeout_s=30, decode=partial(codec.decode, sink))
 
     first = [(f"k{i % 5}", {"id": f"a{i}", "seq": i, "payload": ""}) for i in range(10)]
     produce_values(stack.kafka, source, first, codec)

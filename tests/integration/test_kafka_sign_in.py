@@ -14,6 +14,7 @@ import os
 import signal
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,9 @@ from tests.kafka_helpers import (
     bench_codec,
     produce_values,
     read_committed,
+    read_to_end,
     start_selftest,
+    wait_consumed,
 )
 
 pytestmark = pytest.mark.stack
@@ -152,17 +155,12 @@ def _topics_with_records(
     return source, sink, codec
 
 
-def _seqs_out(stack: Stack, codec: Codec, sink: str) -> list[int]:
+def _seqs_out(stack: Stack, codec: Codec, sink: str, group: str, source: str) -> list[int]:
     """The ``seq`` of every committed output record, sorted, once there are :data:`RECORDS`
-    (then a second more, so duplicates would show)."""
-    out = read_committed(
-        stack.kafka,
-        sink,
-        until=lambda rs: len(rs) >= RECORDS,
-        timeout_s=60,
-        settle_s=1.0,
-        decode=lambda raw: codec.decode(sink, raw),
-    )
+    and ``group`` has committed all of ``source``: a duplicate would show."""
+    read_committed(stack.kafka, sink, until=lambda rs: len(rs) >= RECORDS, timeout_s=60)
+    wait_consumed(stack.kafka, group, source, timeout_s=60)
+    out = read_to_end(stack.kafka, sink, timeout_s=30, decode=partial(codec.decode, sink))
     return sorted(r.value["seq"] for r in out)
 
 
@@ -181,7 +179,7 @@ def _runs_exactly_once(
     assert secret not in repr(config)
     stage = StageThread(StageRunner(passthrough_spec(group, source, sink), config, framing)).start()
     try:
-        seqs = _seqs_out(stack, codec, sink)
+        seqs = _seqs_out(stack, codec, sink, group, source)
     finally:
         assert stage.stop() is None
     assert seqs == list(range(RECORDS))
@@ -260,7 +258,7 @@ def test_the_selftest_stage_signs_in_from_the_services_settings(
         env=sign_in,
     )
     try:
-        seqs = _seqs_out(stack, codec, sink)
+        seqs = _seqs_out(stack, codec, sink, group, source)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from tests.kafka_helpers import (
     read_committed,
     read_to_end,
     start_selftest,
+    wait_consumed,
     wait_for,
 )
 from tests.raw_header_producer import produce_with_header_name
@@ -95,18 +97,32 @@ def _start_selftest(stack: Stack, kind: str, group: str, *args: str) -> subproce
 
 
 def read_sink(
-    stack: Stack, codec: Codec, sink: str, *, at_least: int, timeout_s: float, settle_s: float
+    stack: Stack,
+    codec: Codec,
+    sink: str,
+    *,
+    at_least: int,
+    timeout_s: float,
+    consumed_by: tuple[str, str] | None = None,
 ) -> list[Read]:
-    """The committed, decoded records of ``sink`` once there are ``at_least`` (then ``settle_s``
-    more seconds, so late duplicates would be seen)."""
-    return read_committed(
-        stack.kafka,
-        sink,
-        until=lambda rs: len(rs) >= at_least,
-        timeout_s=timeout_s,
-        settle_s=settle_s,
-        decode=lambda raw: codec.decode(sink, raw),
+    """The committed, decoded records of ``sink`` once there are ``at_least``. With
+    ``consumed_by`` (a stage's group and its source): once the group has also committed all
+    of the source as it then stands, every record of ``sink``, so that a duplicate written
+    after the first ``at_least`` is seen (:func:`wait_consumed`)."""
+    decode = partial(codec.decode, sink)
+    records = read_committed(
+        stack.kafka, sink, until=lambda rs: len(rs) >= at_least, timeout_s=timeout_s, decode=decode
     )
+    if consumed_by is None:
+        return records
+    group, source = consumed_by
+    wait_consumed(stack.kafka, group, source, timeout_s=timeout_s)
+    return read_to_end(stack.kafka, sink, timeout_s=timeout_s, decode=decode)
+
+
+def read_stopped(stack: Stack, codec: Codec, sink: str) -> list[Read]:
+    """Every committed, decoded record of ``sink``, whose writers have stopped."""
+    return read_to_end(stack.kafka, sink, timeout_s=30, decode=partial(codec.decode, sink))
 
 
 class _Progress:
@@ -175,7 +191,9 @@ def test_exactly_once_through_repeated_sigkill(
             *args,
         )
         try:
-            records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
+            records = read_sink(
+                stack, codec, sink, at_least=total, timeout_s=180, consumed_by=(group, source)
+            )
         finally:
             final.terminate()
             final.wait(30)
@@ -214,7 +232,9 @@ def test_pipelined_batches_overlap_and_commit_in_poll_order(
     config = _config(stack.kafka, group, batch_max_records=10, max_pending_records=200)
     stage = StageThread(StageRunner(spec, config, framing)).start()
     try:
-        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=1.0)
+        records = read_sink(
+            stack, codec, sink, at_least=total, timeout_s=60, consumed_by=(group, source)
+        )
     finally:
         assert stage.stop() is None
     assert [r.value["seq"] for r in records] == list(range(total))
@@ -275,7 +295,9 @@ def test_records_of_a_partition_revoked_in_flight_are_left_to_the_new_owner(
             decode=lambda raw: codec.decode(sink, raw),
         )
         gate.set()
-        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=3.0)
+        records = read_sink(
+            stack, codec, sink, at_least=total, timeout_s=60, consumed_by=(group, source)
+        )
     finally:
         gate.set()
         errors = [first.stop(), second.stop() if second is not None else None]
@@ -324,7 +346,9 @@ def test_a_stop_waits_for_the_records_in_flight_only_until_the_drain_timeout(
 
     second = StageThread(runner(at_once)).start()
     try:
-        records = read_sink(stack, codec, sink, at_least=total, timeout_s=60, settle_s=1.0)
+        records = read_sink(
+            stack, codec, sink, at_least=total, timeout_s=60, consumed_by=(group, source)
+        )
     finally:
         assert second.stop() is None
     assert sorted(r.value["seq"] for r in records) == list(range(total))
@@ -392,7 +416,9 @@ def test_no_commit_begins_once_the_drain_timeout_counted_from_the_stop_is_over(
 
     second = StageThread(runner(at_once)).start()
     try:
-        records = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=1.0)
+        records = read_sink(
+            stack, codec, sink, at_least=2, timeout_s=60, consumed_by=(group, source)
+        )
     finally:
         assert second.stop() is None
     assert sorted(r.value["seq"] for r in records) == [0, 1]
@@ -567,7 +593,9 @@ def test_an_async_stage_at_its_pending_limit_stays_in_its_group_while_the_head_w
     )
     stage = StageThread(StageRunner(spec, config, framing)).start()
     try:
-        outputs = read_sink(stack, codec, sink, at_least=4, timeout_s=90, settle_s=1.0)
+        outputs = read_sink(
+            stack, codec, sink, at_least=4, timeout_s=90, consumed_by=(group, source)
+        )
     finally:
         assert stage.stop() is None
     (held,) = held_for
@@ -592,9 +620,7 @@ def test_aborted_transaction_is_never_visible_to_read_committed(
         producer.produce(topic, key=b"k", value=b"committed-%d" % i)
     producer.commit_transaction(30)
 
-    committed = read_committed(
-        stack.kafka, topic, until=lambda rs: len(rs) >= 5, timeout_s=30, settle_s=2.0
-    )
+    committed = read_to_end(stack.kafka, topic, timeout_s=30)  # its producer is done
     assert [r.value for r in committed] == [b"committed-%d" % i for i in range(5)]
     everything = _read_uncommitted(stack.kafka, topic, at_least=15)
     assert sorted(everything)[:10] == sorted(b"aborted-%d" % i for i in range(10))
@@ -622,17 +648,19 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     config = _config(stack.kafka, group, batch_max_records=10)
     error = StageThread(StageRunner(spec, config, framing_)).start().join(60)
     assert isinstance(error, RuntimeError)
-    committed = read_sink(stack, codec, sink, at_least=10, timeout_s=30, settle_s=2.0)
+    committed = read_stopped(stack, codec, sink)
     # Whatever batches committed before r15 are visible; r15's batch (r10..r19) is not.
     seqs = sorted(r.value["seq"] for r in committed)
     assert seqs == list(range(len(seqs)))
-    assert len(seqs) <= 15
+    assert 10 <= len(seqs) <= 15
     assert 15 not in seqs
 
     broken.clear()
     stage = StageThread(StageRunner(spec, config, framing_)).start()
     try:
-        after = read_sink(stack, codec, sink, at_least=20, timeout_s=60, settle_s=2.0)
+        after = read_sink(
+            stack, codec, sink, at_least=20, timeout_s=60, consumed_by=(group, source)
+        )
     finally:
         assert stage.stop() is None
     assert sorted(r.value["seq"] for r in after) == list(range(20))
@@ -713,7 +741,12 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
     eos = guarantee == "exactly-once"
     try:
         records = read_sink(
-            stack, codec, sink, at_least=total if eos else total + 1, timeout_s=60, settle_s=2.0
+            stack,
+            codec,
+            sink,
+            at_least=total if eos else total + 1,
+            timeout_s=60,
+            consumed_by=(group, source),
         )
     finally:
         error = stage.stop()
@@ -808,7 +841,7 @@ def test_zombie_is_fenced_and_cannot_commit(stack: Stack, new_topic: TopicFactor
         sink, key=b"a", value=codec.encode(sink, {"id": "successor", "seq": 2, "payload": ""})
     )
     successor.commit_transaction(30)
-    records = read_sink(stack, codec, sink, at_least=2, timeout_s=30, settle_s=2.0)
+    records = read_stopped(stack, codec, sink)
     assert [r.value["id"] for r in records] == ["first", "successor"]
 
 
@@ -850,7 +883,9 @@ def test_counter_state_survives_sigkill(
             *args,
         )
         try:
-            records = read_sink(stack, codec, sink, at_least=total, timeout_s=180, settle_s=3.0)
+            records = read_sink(
+                stack, codec, sink, at_least=total, timeout_s=180, consumed_by=(group, source)
+            )
         finally:
             final.terminate()
             final.wait(30)
@@ -958,7 +993,7 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
                   enumerate(keys)]  # fmt: skip
         produce_values(stack.kafka, source, values, codec)
         produced += len(keys)
-        records = read_sink(stack, codec, sink, at_least=produced, timeout_s=60, settle_s=0.0)
+        records = read_sink(stack, codec, sink, at_least=produced, timeout_s=60)
         return [(r.key or "", r.value["seq"]) for r in records][-len(keys) :]
 
     def run(ahead_s: float, *steps: tuple[str, ...]) -> list[list[tuple[str, int]]]:
@@ -979,13 +1014,7 @@ def test_state_past_retention_is_tombstoned_and_stays_gone_after_a_restart(
     # 2 hours later: every key is past its retention; k2 is read before the batch expires it.
     assert run(7200.0, ("k2",), ("k0",)) == [[("k2", 3)], [("k0", 1)]]
 
-    log = read_committed(
-        stack.kafka,
-        changelog,
-        until=lambda rs: sum(r.value is None for r in rs) >= 4,
-        timeout_s=30,
-        settle_s=1.0,
-    )
+    log = read_to_end(stack.kafka, changelog, timeout_s=30)  # every run's stage has stopped
     tombstones = [r.key or "" for r in log if r.value is None]
     assert tombstones == ["s0", "k0", "k1", "s0"], f"changelog tombstones {tombstones}"
 
@@ -1049,7 +1078,7 @@ def _counts_after_restore(
         assert heartbeat.ended.wait(30), "the restore did not end after the transaction"
         produce_values(stack.kafka, source, [("k", {"id": f"b{i}", "seq": 0, "payload": ""})
                                              for i in range(2)], codec)  # fmt: skip
-        out = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.5)
+        out = read_sink(stack, codec, sink, at_least=2, timeout_s=60, consumed_by=(group, source))
     finally:
         assert stage.stop() is None
     return [r.value["seq"] for r in out]
@@ -1147,10 +1176,10 @@ def test_a_stage_is_not_ready_while_it_restores_its_state(
     ) -> None:
         stage = StageThread(StageRunner(spec, config, framing, heartbeat=heartbeat)).start()
         try:
-            before = len(read_sink(stack, codec, sink, at_least=0, timeout_s=5, settle_s=0.0))
+            before = len(read_sink(stack, codec, sink, at_least=0, timeout_s=5))
             values = [(k, {"id": f"{k}-{before}", "seq": 0, "payload": ""}) for k in keys]
             produce_values(stack.kafka, source, values, codec)
-            read_sink(stack, codec, sink, at_least=before + len(keys), timeout_s=60, settle_s=0)
+            read_sink(stack, codec, sink, at_least=before + len(keys), timeout_s=60)
             wait_for(until, 30, "the stage's loop to beat again")
         finally:
             assert stage.stop() is None
@@ -1193,7 +1222,7 @@ def _outputs_and_dead_letters(
     records; both, decoded."""
     stage = StageThread(StageRunner(spec, _config(stack.kafka, spec.name), framing)).start()
     try:
-        outputs = read_sink(stack, codec, sink, at_least=counts[0], timeout_s=60, settle_s=0.0)
+        outputs = read_sink(stack, codec, sink, at_least=counts[0], timeout_s=60)
         dead = _dead_letters(stack, framing, f"{spec.inputs[0].name}.dlq", at_least=counts[1])
     finally:
         assert stage.stop() is None
@@ -1220,7 +1249,7 @@ def test_an_async_stage_dead_letters_a_poll_that_holds_only_undecodable_records(
     try:
         (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
         produce_values(stack.kafka, source, [("k", {"id": "good", "seq": 1, "payload": ""})], codec)
-        outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60, settle_s=0.0)
+        outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60)
     finally:
         assert stage.stop() is None
     assert dead.value["source_offset"] == 0
@@ -1287,7 +1316,7 @@ def test_an_async_stage_goes_on_while_a_writer_schema_is_looked_up(
             produce_raw(
                 stack.kafka, source, [(b"k", b"\x00" + struct.pack(">I", 987654321) + b"\x02")]
             )
-            outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60, settle_s=0.0)
+            outputs = read_sink(stack, codec, sink, at_least=1, timeout_s=60)
             (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
         finally:
             assert stage.stop() is None
@@ -1336,7 +1365,7 @@ def test_poison_input_goes_to_dlq_and_processing_continues(
     )
     stage = StageThread(runner).start()
     try:
-        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
+        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60)
         dead = _dead_letters(stack, framing, dlq, at_least=5)
     finally:
         assert stage.stop() is None
@@ -1390,7 +1419,7 @@ def test_a_record_whose_header_name_is_not_utf8_is_dead_lettered_and_the_stage_g
         *HANDLERS[handler],
     )
     try:
-        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60, settle_s=0.0)
+        outputs = read_sink(stack, codec, sink, at_least=2, timeout_s=60)
         (dead,) = _dead_letters(stack, framing, dlq, at_least=1)
         assert proc.poll() is None, "the stage stopped"
     finally:
