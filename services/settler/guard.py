@@ -78,8 +78,8 @@ OFF_SCRIPT = (
         re.compile(
             r"\b(?:[0-9]+|two|three|four|five|six|seven|eight|nine|several|many|multiple)"
             r"\s+times\b|\btwice\b|\bthrice\b|\b(?:doubled|tripled)\b"
-            r"|\b(?:double|triple)\s+(?:that|this|it|the|your)\b"
-            r"|(?:\b(?:will|shall|would|we)|['\u2019]ll)\s+(?:also\s+)?match\b",
+            r"|\b(?:double|triple)\s+(?:that|this|it|(?:the|your)\s+(?:amount|refund|sum"
+            r"|money|payment))\b",
             re.IGNORECASE,
         ),
     ),
@@ -88,7 +88,7 @@ OFF_SCRIPT = (
 link, an address or a domain; a request for a password, a code or card details; a promise of
 free food or orders, a voucher, a coupon, a discount or points (only the approved amount is
 promised, to the original payment method); a repetition or a multiple of anything ("three
-times", "twice", "double that", "we will match it": of an amount stated once, it reads as more
+times", "twice", "double that", "double the amount": of an amount stated once, it reads as more
 money)."""
 
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
@@ -280,8 +280,10 @@ def check_reply(
     *,
     earlier_refund: bool = False,
     held_names: Sequence[str] = (),
+    whole_order: bool = False,
 ) -> tuple[str, ...]:
-    """The guard's failures for one reply; empty means it may be sent.
+    """The guard's failures for one reply; empty means it may be sent. ``whole_order``: the
+    approved amount is the order's whole price, which the reply may then say it refunds.
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
@@ -297,8 +299,9 @@ def check_reply(
       the reply's currency alone (:data:`SOLE_SIGNS`: "₹689"); not "INR 689.50", "₹6,89",
       "Rs. 689" or "689 rupees" (rupees of other countries read so too), nor a bare "689";
       and no clause may promise money besides it (:func:`_more_money`: "we will refund the
-      delivery fee as well", "a separate refund follows", "your whole order will be refunded",
-      "the same will follow"; not "it should reach your card within a week");
+      delivery fee as well", "a separate refund follows", "your whole order will be refunded"
+      unless ``whole_order``; not "it should reach your card within a week", nor "the same
+      will be credited to your card", where "the same" is the refund stated);
       approved == 0: the reply must not promise money (:func:`_promise`): no "refunded", "we'll
       refund", "you will be paid", "we'll settle this with the full amount", "issued a full
       refund", "approved your refund request", "return the money", "a
@@ -346,7 +349,7 @@ def check_reply(
     if approved_minor > 0:
         if not _states(text, stated, currency):
             failures.append(f"does not state the approved amount {stated}")
-        elif (more := _more_money(text, stated, currency)) is not None:
+        elif (more := _more_money(text, stated, currency, whole_order)) is not None:
             failures.append(f"promises money besides the approved {stated}: {more!r}")
     else:
         promise = _promise(text, stated)
@@ -449,14 +452,15 @@ def _repeats_money(text: str, currency: str) -> str | None:
 _MORE = re.compile(
     r"\b(?:the\s+rest|the\s+remainder|the\s+balance|the\s+difference|remaining|additional\w*"
     r"|extra|separate\w*|further|second|in\s+addition|another|on\s+top|besides"
-    r"|more\s+(?:money|refunds?|credits?|compensation)"
-    r"|(?:whole|entire)\s+(?:order|bill|purchase|meal|payment)"
-    r"|the\s+same(?:\s+(?:amount|sum|refund))?(?=\s+(?:again|will|shall|follows?|to\s+follow)\b))"
-    r"\b",
+    r"|more\s+(?:money|refunds?|credits?|compensation))\b",
     re.IGNORECASE,
 )
-"""Words that add to what was said ("the rest", "a separate refund", "a further refund"), or
-claim more than the amount ("the whole order", "the same" again)."""
+"""Words that add to what was said ("the rest", "a separate refund", "a further refund")."""
+_WHOLE_ORDER = re.compile(
+    r"\b(?:whole|entire)\s+(?:order|bill|purchase|meal|payment)\b", re.IGNORECASE
+)
+"""What claims the order's whole price ("your whole order will be refunded"): more money,
+unless the approved amount is the order's whole price."""
 _MORE_AFTER = re.compile(r"\s*(?:as\s+well|too)\b", re.IGNORECASE)
 """What adds right after a clause: "as" ends a clause, so "as well" follows the one it adds to
 ("we will refund the fee as well")."""
@@ -465,8 +469,6 @@ _OTHER_MONEY = re.compile(r"\b(?:fees?|charges?|tips?|tax(?:es)?|surcharges?)\b"
 stated amount ("We will refund the delivery fee")."""
 _COMING_BESIDES = re.compile(
     rf"\b(?:{_MONEY_NOUN})\s+(?:[\w'\u2019-]+\s+){{0,6}}?(?:follows?|to\s+follow)\b"
-    r"|\bthe\s+same(?:\s+(?:amount|sum|refund))?\s+(?:again\s+)?(?:follows?|to\s+follow|will"
-    r"|shall)\b"
     rf"|\b(?:fees?|charges?|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
     r"|reversed|back)\b",
     re.IGNORECASE,
@@ -476,13 +478,15 @@ approved only ("a separate refund follows", "your delivery fee will be returned"
 _NEGATED = re.compile(_NEGATION, re.IGNORECASE)
 
 
-def _more_money(text: str, stated: str, currency: str) -> str | None:
+def _more_money(text: str, stated: str, currency: str, whole_order: bool = False) -> str | None:
     """Where ``text``, which states the approved amount ``stated``, promises money besides it,
     or None. A clause that does not state the amount, holds no negation ("the delivery fee
     cannot be refunded") and promises money (:func:`_strong_promise`, or
     :data:`_COMING_BESIDES`) does so when a word that adds is in it or
     right after it (:data:`_MORE`, :data:`_MORE_AFTER`: "we will refund the delivery fee as
-    well", "a separate refund follows", "we will refund the rest later"), or when it names a
+    well", "a separate refund follows", "we will refund the rest later"), when it claims the
+    whole order and the amount is not its whole price (:data:`_WHOLE_ORDER`, unless
+    ``whole_order``), or when it names a
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
     sentence that states the amount, only a clause after the amount is read so ("We have
     refunded the overcharge on your delivery fee: INR 49" is the amount's own clause). A
@@ -499,6 +503,7 @@ def _more_money(text: str, stated: str, currency: str) -> str | None:
                 continue  # the amount's clause, or one before it that it answers for
             adds = (
                 _MORE.search(clause)
+                or (None if whole_order else _WHOLE_ORDER.search(clause))
                 or _MORE_AFTER.match(sentence, at)
                 or _OTHER_MONEY.search(clause)
             )

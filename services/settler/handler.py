@@ -139,6 +139,7 @@ def guard_failures(
     earlier_refund: bool,
     held_names: Sequence[str],
     where: str,
+    whole_order: bool = False,
     check: Callable[..., Sequence[str]] = check_reply,
 ) -> list[str]:
     """``check``'s failures (the guard, :func:`check_reply`) for the model's ``text``. An error
@@ -155,6 +156,7 @@ def guard_failures(
                 held,
                 earlier_refund=earlier_refund,
                 held_names=held_names,
+                whole_order=whole_order,
             )
         )
     except Exception as exc:  # any fault of the guard's, on any model answer
@@ -335,6 +337,7 @@ class SettlerHandler:
                 earlier_refund=earlier_refund,
                 held_names=held_names,
                 where=f"{priced.dispute_id} round {priced.round}",
+                whole_order=approved >= priced.order_total_minor > 0,
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]

@@ -1345,13 +1345,18 @@ def test_with_nothing_approved_payment_words_that_promise_nothing_pass(plain: st
     [
         "We have refunded INR 689. Your whole order will be refunded.",
         "We have refunded INR 689 to your card. You'll get double that tomorrow.",
-        "We have refunded INR 689 and will match that amount as goodwill.",
-        "We have refunded INR 689; the same will follow next week.",
+        "We have refunded INR 689 and will double the amount as goodwill.",
         "We have refunded INR 689. The entire order will be credited back.",
     ],
 )
 def test_a_promise_of_the_whole_order_or_a_multiple_of_the_amount_fails(more: str) -> None:
     assert check_reply(more, 68900, "INR", []) != (), more
+
+
+def test_the_whole_order_may_be_said_refunded_when_the_amount_is_its_whole_price() -> None:
+    reply = "We have refunded INR 1340. Your whole order will be refunded to your card."
+    assert check_reply(reply, 134000, "INR", [], whole_order=True) == ()
+    assert check_reply(reply, 134000, "INR", []) != ()
 
 
 @pytest.mark.parametrize(
@@ -1361,6 +1366,11 @@ def test_a_promise_of_the_whole_order_or_a_multiple_of_the_amount_fails(more: st
         "We have refunded INR 689. It should reach your card within a week.",
         "We have refunded INR 689 for the missing biryanis and the delay.",
         "We have refunded INR 689; the same card you paid with will show it.",
+        # "The same" for "it", as replies in Indian English often say.
+        "We have refunded INR 689. The same will be credited to your card in 5-7 working days.",
+        "We have refunded INR 689; the same will reflect in your account in 5-7 days.",
+        "We have refunded INR 689; it will match the charge on your card statement.",
+        "We have refunded INR 689. We're sorry your order took double the promised time.",
     ],
 )
 def test_ordinary_words_near_the_amount_still_pass(plain: str) -> None:
