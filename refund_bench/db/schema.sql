@@ -161,8 +161,9 @@ CREATE TABLE IF NOT EXISTS replies (
 
 -- What pricing approved for the round when its reply was written (the reply may state less: a
 -- round the ledger held is told nothing was refunded). An event for the round that approves
--- another amount was priced again, and pays nothing (the settler dead-letters it). NULL for
--- replies written before the column existed. Added once.
+-- another amount was priced again, and pays nothing (the settler dead-letters it). Added
+-- once, filled in then for the replies already written from their rounds as the recorder
+-- keeps them (NULL where it has none: such a round is not checked).
 DO $$
 BEGIN
     IF NOT EXISTS (
@@ -170,6 +171,12 @@ BEGIN
         WHERE attrelid = 'replies'::regclass AND attname = 'approved_minor' AND NOT attisdropped
     ) THEN
         ALTER TABLE replies ADD COLUMN approved_minor bigint;
+        UPDATE replies AS r
+        SET approved_minor = CASE
+            WHEN p.decision IN ('AUTO_APPROVED', 'REVIEW_APPROVED') THEN p.payable_minor ELSE 0
+        END
+        FROM priced_refunds AS p
+        WHERE p.dispute_id = r.dispute_id AND p.round = r.round;
     END IF;
 END
 $$;

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from refund_bench.db.migrate import migrate
+from refund_bench.db.migrate import SCHEMA_DIR, migrate
 
 pytestmark = pytest.mark.stack
 
@@ -263,3 +263,63 @@ def test_a_revision_default_of_one_becomes_zero_on_the_next_start(earlier_databa
             " AND table_schema = current_schema()"
         ).fetchone()
     assert default == ("0",)
+
+
+REPLIES_BEFORE_APPROVED_MINOR = """
+CREATE TABLE replies (
+    dispute_id     text NOT NULL,
+    round          integer NOT NULL,
+    text           text NOT NULL,
+    amount_minor   bigint NOT NULL,
+    currency       text NOT NULL,
+    source         text NOT NULL,
+    guard_failures jsonb NOT NULL,
+    model          text NOT NULL,
+    prompt_version text NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (dispute_id, round)
+)
+"""
+
+
+def _priced_refunds_table() -> str:
+    """The ``priced_refunds`` table as schema.sql creates it (unchanged since replies had no
+    ``approved_minor``)."""
+    schema = (SCHEMA_DIR / "schema.sql").read_text(encoding="utf-8")
+    start = schema.index("CREATE TABLE IF NOT EXISTS priced_refunds")
+    return schema[start : schema.index(");", start) + 2]
+
+
+def test_replies_written_before_their_approval_was_kept_gain_it_from_their_rounds(
+    earlier_database: str,
+) -> None:
+    """Each reply already written gets the amount its round approved, so that a round priced
+    again is refused for it too; a reply whose round the recorder does not hold keeps NULL."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(REPLIES_BEFORE_APPROVED_MINOR)
+        conn.execute(_priced_refunds_table())
+        for dispute, decision, payable in (
+            ("d-paid", "AUTO_APPROVED", 68900),
+            ("d-held", "HELD_FOR_REVIEW", 0),
+            ("d-declined", "DECLINED", 0),
+        ):
+            conn.execute(
+                "INSERT INTO priced_refunds VALUES (%s, 1, 'v', 'INR', 134000, '[]', 68900, 0,"
+                " %s, 100000, %s, '[]', '', now())",
+                (dispute, payable, decision),
+            )
+        for dispute in ("d-paid", "d-held", "d-declined", "d-unrecorded"):
+            conn.execute(
+                "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
+                " guard_failures, model, prompt_version) VALUES (%s, 1, 't', 0, 'INR', 'MODEL',"
+                " '[]', 'm', 'settler/v1')",
+                (dispute,),
+            )
+
+    migrate(earlier_database)
+    migrate(earlier_database)  # a second start changes nothing
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT dispute_id, approved_minor FROM replies ORDER BY dispute_id"
+        ).fetchall()
+    assert rows == [("d-declined", 0), ("d-held", 0), ("d-paid", 68900), ("d-unrecorded", None)]
