@@ -269,8 +269,10 @@ def _rule(
     if category is Category.LATE_DELIVERY:
         flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
         sla = order.delivery_sla_minutes
+        if flat is None:
+            return _Rule(0, f"LATE_DELIVERY: 0, no flat amount for {order.currency}")
         if derived.sla_exceeded is None:
-            if by_reviewer and flat is not None:
+            if by_reviewer:
                 return _Rule(
                     flat,
                     f"LATE_DELIVERY: flat {flat}, upheld by a reviewer (delivery time or SLA not"
@@ -278,15 +280,13 @@ def _rule(
                 )
             # Missing evidence is for a person to judge, never a price of 0 by itself.
             text = "LATE_DELIVERY: delivery time or SLA not recorded"
-            return _Rule(0, text, unrecorded=not by_reviewer)
+            return _Rule(0, text, unrecorded=True)
         if not derived.sla_exceeded:
             return _Rule(
                 0,
                 f"LATE_DELIVERY: 0, delivered {derived.delay_minutes} min after placing, "
                 f"within the SLA of {sla} min",
             )
-        if flat is None:
-            return _Rule(0, f"LATE_DELIVERY: 0, no flat amount for {order.currency}")
         return _Rule(
             flat,
             f"LATE_DELIVERY: flat {flat} (delivered {derived.delay_minutes} min after placing, "

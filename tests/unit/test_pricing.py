@@ -941,3 +941,12 @@ def test_a_malformed_snapshot_is_dead_lettered_naming_the_field_never_quoting_it
     with pytest.raises(InvalidInput, match="malformed: order: Value error, the line items") as too:
         price_refund([verdict("g1", Category.PARTNER_CONDUCT)], snapshot)
     assert "221B" not in too.value.reason
+
+
+def test_a_late_delivery_in_a_currency_without_a_flat_amount_is_not_held_for_nothing() -> None:
+    """No flat amount, no payment whatever the times say: the line is not sent to a person
+    whose UPHOLD could pay nothing."""
+    snapshot = build_snapshot(article_order(currency="USD", delivered_at=None))
+    [line] = price_refund([verdict("g1", Category.LATE_DELIVERY)], snapshot).lines
+    assert (line.status, line.amount_minor) == (LineStatus.ZERO, 0)
+    assert "no flat amount for USD" in line.rule
