@@ -181,9 +181,10 @@ class BodyLimitMiddleware:
 
 
 def _is_json(media: str) -> bool:
-    """Whether FastAPI reads a body of ``media`` (a lower-case media type) as JSON."""
-    subtype = media.partition("/")[2]
-    return subtype == "json" or subtype.endswith("+json")
+    """Whether FastAPI reads a body of ``media`` (a lower-case media type) as JSON: an
+    ``application`` type whose subtype is ``json`` or ends in ``+json``."""
+    main, _, subtype = media.partition("/")
+    return main == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

@@ -222,7 +222,13 @@ def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "media", ["text/plain", "application/x-www-form-urlencoded", "application/xml; charset=utf-8"]
+    "media",
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/xml; charset=utf-8",
+        "text/json",
+    ],
 )
 def test_a_json_body_sent_as_another_media_type_is_told_to_say_json(
     api: ApiServer, media: str
