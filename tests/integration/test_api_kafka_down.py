@@ -26,11 +26,13 @@ from services.api.store import DECISIONS
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
+    delete_dispute,
     dispute_events,
     end_offsets,
     event_codec,
     record_intake,
     running_api,
+    seed_article_dispute,
 )
 from tests.fakes.stripe_idempotent import FakeStripe, FakeStripeServer
 from tests.ledger_rows import paid_round, read_round
@@ -258,15 +260,19 @@ def test_a_refund_failure_recorded_while_kafka_is_away_is_published_later(
 def test_an_instance_starting_while_kafka_is_away_serves_at_once(
     api: ApiServer, stack: Stack, stripe_now: FakeStripeServer
 ) -> None:
-    """Rows its outboxes must publish are waiting, and each publish would wait out
-    ``PUBLISH_TIMEOUT_S``: the instance still serves the desk and the status API from its
-    start; the rows are published in the background (``/readyz`` names Kafka)."""
-    dispute, refund_id = paid_round(api.database_url)
-    stripe_now.fake.hold(refund_id, "failed", failure_reason="expired_or_canceled_card")
-    body, headers = signed(refund_event(refund_id, dispute_id=dispute))
-    with api.client() as client:
-        answer = client.post("/webhooks/stripe", content=body, headers=headers)
-    assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded"), answer.text
+    """A decision its outbox must publish is waiting (recorded before a crash), and its
+    publish would wait out ``PUBLISH_TIMEOUT_S``: the instance still serves the desk and the
+    status API from its start; the row is published in the background."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    with psycopg.connect(api.database_url) as conn:  # no one holds it: nothing skips it
+        conn.execute(
+            "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, grievance_id,"
+            " decision, reviewer, note, decided_at, published)"
+            " VALUES (%s, %s, 'grievance:g3', 'GRIEVANCE', 'g3', 'REJECT', 'bob',"
+            " 'recorded before a crash', now(), false)",
+            (f"r-{uuid.uuid4().hex}", dispute_id),
+        )
 
     started = time.monotonic()
     with running_api(
@@ -284,3 +290,4 @@ def test_an_instance_starting_while_kafka_is_away_serves_at_once(
     assert status.status_code == 404, status.text
     assert serving_after < LATE_PUBLISH_TIMEOUT_S / 2, "start-up waited for Kafka"
     outboxes_published(stack)  # nothing left for the next instance to wait on
+    delete_dispute(api.database_url, dispute_id)
