@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 import time
 from collections import Counter, deque
@@ -36,6 +37,7 @@ FaultKind = Literal["429", "5xx", "timeout", "malformed", "400", "400_setting", 
 """The random faults are the first four; the 400s and ``401`` only come scripted."""
 Role = Literal["extractor", "judge", "settler"]
 """The roles a request is for (by its schema's name), as ``fail_disputes`` names them."""
+log = logging.getLogger(__name__)
 MODEL_ID = "refund-bench-standin"
 COMPLETIONS_PATH = "/v1/chat/completions"
 _DISPUTE_HEADER = b"x-refund-bench-dispute"
@@ -261,6 +263,8 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
         # The rules read the request's documents as the product writes them; a document of
         # another shape (a list of numbers where objects belong, ...) is the request's fault.
+        # Logged with its trace: a fault of the rules' own on a good document shows there.
+        log.warning("refused a completion request the rules could not read", exc_info=True)
         stats.rejected += 1
         message = f"the stand-in cannot read the request's messages: {type(exc).__name__}: {exc}"
         return _error(400, message, "invalid_request_error")
