@@ -78,8 +78,10 @@ OFF_SCRIPT = (
         re.compile(
             r"\b(?:[0-9]+|two|three|four|five|six|seven|eight|nine|several|many|multiple)"
             r"\s+times\b|\btwice\b|\bthrice\b|\b(?:doubled|tripled)\b"
-            r"|\b(?:double|triple)\s+(?:that|this|it|(?:the|your)\s+(?:amount|refund|sum"
-            r"|money|payment))\b",
+            r"|\b(?:double|triple)\s+(?:that|this|it|(?:the|your)\s+(?:\w+\s+)?(?:amount"
+            r"|refund\w*|sum|money|payment|compensation|credit|price|cost|value))\b"
+            r"|\b(?:we|i)(?:\s+(?:will|shall|would|can)|['\u2019]ll)?\s+(?:also\s+)?match\b"
+            r"|\bmatch\s+(?:that|this)\s+(?:amount|sum|refund)\b",
             re.IGNORECASE,
         ),
     ),
@@ -88,8 +90,8 @@ OFF_SCRIPT = (
 link, an address or a domain; a request for a password, a code or card details; a promise of
 free food or orders, a voucher, a coupon, a discount or points (only the approved amount is
 promised, to the original payment method); a repetition or a multiple of anything ("three
-times", "twice", "double that", "double the amount": of an amount stated once, it reads as more
-money)."""
+times", "twice", "double that", "double your compensation", "we will match it": of an amount
+stated once, it reads as more money)."""
 
 _APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
 _REVIEW = re.compile(
@@ -283,7 +285,8 @@ def check_reply(
     whole_order: bool = False,
 ) -> tuple[str, ...]:
     """The guard's failures for one reply; empty means it may be sent. ``whole_order``: the
-    approved amount is the order's whole price, which the reply may then say it refunds.
+    approved amount with what earlier rounds refunded is the order's whole price, which the
+    reply may then say is refunded.
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
@@ -452,15 +455,21 @@ def _repeats_money(text: str, currency: str) -> str | None:
 _MORE = re.compile(
     r"\b(?:the\s+rest|the\s+remainder|the\s+balance|the\s+difference|remaining|additional\w*"
     r"|extra|separate\w*|further|second|in\s+addition|another|on\s+top|besides"
-    r"|more\s+(?:money|refunds?|credits?|compensation))\b",
+    r"|more\s+(?:money|refunds?|credits?|compensation)"
+    r"|the\s+same(?:\s+(?:amount|sum|refund))?(?=\s+(?:again\s+)?(?:(?:will|shall)\s+)?"
+    r"(?:follows?|to\s+follow)\b))\b",
     re.IGNORECASE,
 )
-"""Words that add to what was said ("the rest", "a separate refund", "a further refund")."""
+"""Words that add to what was said ("the rest", "a separate refund", "a further refund", "the
+same will follow"; not "the same will be credited to your card", where "the same" is the
+refund stated, as replies in Indian English often say)."""
 _WHOLE_ORDER = re.compile(
     r"\b(?:whole|entire)\s+(?:order|bill|purchase|meal|payment)\b", re.IGNORECASE
 )
 """What claims the order's whole price ("your whole order will be refunded"): more money,
-unless the approved amount is the order's whole price."""
+unless the approved amount is the rest of the order's whole price, and even then when the
+clause adds it to the amount (:data:`_ADDED`: "we will also refund your entire order")."""
+_ADDED = re.compile(r"\b(?:also|again|too|as\s+well)\b", re.IGNORECASE)
 _MORE_AFTER = re.compile(r"\s*(?:as\s+well|too)\b", re.IGNORECASE)
 """What adds right after a clause: "as" ends a clause, so "as well" follows the one it adds to
 ("we will refund the fee as well")."""
@@ -469,6 +478,8 @@ _OTHER_MONEY = re.compile(r"\b(?:fees?|charges?|tips?|tax(?:es)?|surcharges?)\b"
 stated amount ("We will refund the delivery fee")."""
 _COMING_BESIDES = re.compile(
     rf"\b(?:{_MONEY_NOUN})\s+(?:[\w'\u2019-]+\s+){{0,6}}?(?:follows?|to\s+follow)\b"
+    r"|\bthe\s+same(?:\s+(?:amount|sum|refund))?\s+(?:again\s+)?(?:(?:will|shall)\s+)?"
+    r"(?:follows?|to\s+follow)\b"
     rf"|\b(?:fees?|charges?|tips?|tax(?:es)?)\s+{_SOME_WORDS}(?:returned|refunded|credited"
     r"|reversed|back)\b",
     re.IGNORECASE,
@@ -503,7 +514,11 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
                 continue  # the amount's clause, or one before it that it answers for
             adds = (
                 _MORE.search(clause)
-                or (None if whole_order else _WHOLE_ORDER.search(clause))
+                or (
+                    _WHOLE_ORDER.search(clause)
+                    if not whole_order or _ADDED.search(clause)
+                    else None
+                )
                 or _MORE_AFTER.match(sentence, at)
                 or _OTHER_MONEY.search(clause)
             )

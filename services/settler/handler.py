@@ -337,7 +337,7 @@ class SettlerHandler:
                 earlier_refund=earlier_refund,
                 held_names=held_names,
                 where=f"{priced.dispute_id} round {priced.round}",
-                whole_order=approved >= priced.order_total_minor > 0,
+                whole_order=approved + priced.already_paid_minor >= priced.order_total_minor > 0,
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]

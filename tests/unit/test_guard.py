@@ -1347,6 +1347,12 @@ def test_with_nothing_approved_payment_words_that_promise_nothing_pass(plain: st
         "We have refunded INR 689 to your card. You'll get double that tomorrow.",
         "We have refunded INR 689 and will double the amount as goodwill.",
         "We have refunded INR 689. The entire order will be credited back.",
+        "We have refunded INR 689 and will match that amount as goodwill.",
+        "We have refunded INR 689; we will match it with a goodwill refund.",
+        "We have refunded INR 689; the same will follow next week.",
+        "We have refunded INR 689; the same amount again will follow next week.",
+        "We have refunded INR 689 and will double your compensation.",
+        "We have refunded INR 689. We can refund double the price tomorrow.",
     ],
 )
 def test_a_promise_of_the_whole_order_or_a_multiple_of_the_amount_fails(more: str) -> None:
@@ -1357,6 +1363,8 @@ def test_the_whole_order_may_be_said_refunded_when_the_amount_is_its_whole_price
     reply = "We have refunded INR 1340. Your whole order will be refunded to your card."
     assert check_reply(reply, 134000, "INR", [], whole_order=True) == ()
     assert check_reply(reply, 134000, "INR", []) != ()
+    again = "We have refunded INR 1340. We will also refund your entire order."
+    assert check_reply(again, 134000, "INR", [], whole_order=True) != ()
 
 
 @pytest.mark.parametrize(
