@@ -173,18 +173,15 @@ def read_to_end(
 
 
 def wait_consumed(kafka: str, group: str, topic: str, *, timeout_s: float) -> None:
-    """Until ``group`` has committed, on every partition of ``topic``, the end offset the
-    partition had when this was called: every record then there is consumed, and what a stage
-    produced for it committed (:func:`read_to_end` then reads all of it). The offsets are read
-    without joining the group. Raises ``TimeoutError`` after ``timeout_s``."""
-    probe = Consumer({"bootstrap.servers": kafka, "group.id": f"probe-{uuid.uuid4().hex}"})
+    """Until ``group`` has committed, on every partition of ``topic``, the offset after the
+    last record a read_committed reader finds there when this is called: every such record is
+    consumed, and what a stage produced for it committed (:func:`read_to_end` then reads all of
+    it). The offsets are read without joining the group. Raises ``TimeoutError`` after
+    ``timeout_s``."""
+    wanted: dict[int, int] = {}
+    for record in read_to_end(kafka, topic, timeout_s=timeout_s):
+        wanted[record.partition] = max(wanted.get(record.partition, 0), record.offset + 1)
     admin = AdminClient({"bootstrap.servers": kafka})
-    try:
-        partitions = probe.list_topics(topic, timeout=10).topics[topic].partitions
-        marks = {p: probe.get_watermark_offsets(TopicPartition(topic, p), 10) for p in partitions}
-    finally:
-        probe.close()
-    wanted = {p: high for p, (low, high) in marks.items() if high > low}
     asked = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in wanted])
     deadline = time.monotonic() + timeout_s
     while True:
