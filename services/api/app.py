@@ -346,11 +346,12 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
             body = m.Problem(detail="the Idempotency-Key header is required")
             return JSONResponse(body.model_dump(), status_code=400)
         media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media and not _is_json(media) and any(e["loc"] == ["body"] for e in errors):
-            # FastAPI reads a body of another media type as bytes, and says only that they
-            # are no object: name what to send instead.
+        if not _is_json(media) and any(e["loc"] == ["body"] for e in errors):
+            # FastAPI reads a body of another media type, or of none, as bytes, and says only
+            # that they are no object: name what to send instead.
+            sent = media or "no Content-Type"
             body = m.Problem(
-                detail=f"send the body as JSON (Content-Type: application/json), not {media}"
+                detail=f"send the body as JSON (Content-Type: application/json), not {sent}"
             )
             return JSONResponse(body.model_dump(), status_code=415)
         summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])

@@ -228,20 +228,22 @@ def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
         "application/x-www-form-urlencoded",
         "application/xml; charset=utf-8",
         "text/json",
+        "",
     ],
 )
 def test_a_json_body_sent_as_another_media_type_is_told_to_say_json(
     api: ApiServer, media: str
 ) -> None:
+    media_header = {"Content-Type": media} if media else {}
     with api.client() as client:
         answer = client.post(
             "/complaints",
             content=json.dumps(body("k")).encode(),
-            headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": media}),
+            headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex, **media_header}),
         )
     assert answer.status_code == 415, answer.text
     assert "Content-Type: application/json" in answer.json()["detail"]
-    assert media.partition(";")[0] in answer.json()["detail"]
+    assert (media.partition(";")[0] or "no Content-Type") in answer.json()["detail"]
 
 
 def test_a_streamed_body_above_the_limit_is_refused_while_it_is_read(api: ApiServer) -> None:
