@@ -124,9 +124,10 @@ def _adapter(
     )
 
     async def call(seed: int) -> str:
-        return await client.complete_json(
+        answer = await client.complete_json(
             request.messages, request.schema_name, request.schema, seed, "bench-dispute"
         )
+        return answer.text
 
     return client, call
 
@@ -157,7 +158,7 @@ def _shipped_transport(
             cast_to=bytes,
             options={"headers": {**_OMIT, DISPUTE_HEADER: "bench-dispute"}},
         )
-        return _answer(raw)
+        return _answer(raw).text
 
     return client, call
 

@@ -190,6 +190,9 @@ class RulingCast(Event):
     cast_at: datetime
     seed: int | None = None
     cites_missing_evidence: bool = False
+    temperature: float | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
 
 
 class RulingSummary(Event):

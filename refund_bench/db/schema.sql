@@ -112,6 +112,22 @@ BEGIN
 END
 $$;
 
+-- What drew the ruling: the temperature, and the model and system fingerprint the endpoint's
+-- response named (null: refused, not named, or cast before rulings carried them). Added once.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'rulings'::regclass AND attname = 'served_model' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE rulings
+            ADD COLUMN IF NOT EXISTS temperature double precision,
+            ADD COLUMN IF NOT EXISTS served_model text,
+            ADD COLUMN IF NOT EXISTS system_fingerprint text;
+    END IF;
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS verdicts (
     dispute_id     text NOT NULL,
     grievance_id   text NOT NULL,

@@ -1,6 +1,7 @@
 """The OpenAI-compatible chat-completions adapter for one role (or one judge seat).
 
-:class:`LlmClient` sends one structured-output request and returns the raw answer text. It owns
+:class:`LlmClient` sends one structured-output request and returns the raw answer text, with
+the model the endpoint says served it and its ``system_fingerprint`` (:class:`LlmAnswer`). It owns
 the retry policy for the endpoint's transient failures (429, 5xx, timeouts, connection errors)
 and takes a rate-limiter token before every attempt, so retries are paced like first tries. A
 429 or 503 that says how long to wait (``Retry-After``: seconds or an HTTP-date) is waited for
@@ -41,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import httpx2
 import openai
@@ -62,6 +63,7 @@ from refund_bench.llm.lone_failures import CallMark, LoneFailures
 from refund_bench.llm.ratelimit import RateLimiter, UnlimitedRateLimiter
 from refund_bench.llm.roles import ChatMessage, MalformedAnswer
 from refund_bench.retry import AsyncSleep, OnRetry, RetryPolicy, retry_after_seconds
+from refund_bench.storable import storable
 from refund_bench.urls import printable_url, without_credentials
 
 log = logging.getLogger(__name__)
@@ -227,12 +229,35 @@ def failed_alone(reason: str) -> bool:
     return reason.startswith(FAILED_ALONE)
 
 
+MAX_SERVED_CHARS = 200
+"""An answer keeps this much of the served model's name, and of the system fingerprint."""
+
+
+class LlmAnswer(NamedTuple):
+    """One completion's answer and what the endpoint says produced it."""
+
+    text: str
+    """The first choice's text, unparsed."""
+    served_model: str | None
+    """The model the endpoint names in its response (a dated snapshot where the request named
+    an alias), cut to :data:`MAX_SERVED_CHARS` (:func:`storable`); ``None`` when it names
+    none (or names it with no text)."""
+    system_fingerprint: str | None
+    """The backend configuration the endpoint reports (OpenAI's ``system_fingerprint``), cut
+    the same way; ``None`` when it reports none."""
+
+
 class JsonCompleter(Protocol):
     """The port the stage handlers depend on; :class:`LlmClient` is the real adapter."""
 
     @property
     def model(self) -> str:
         """The model name to record in events."""
+        ...
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature sent with every request."""
         ...
 
     async def complete_json(
@@ -242,8 +267,8 @@ class JsonCompleter(Protocol):
         schema: Mapping[str, Any],
         seed: int | None,
         dispute_id: str,
-    ) -> str:
-        """The raw answer text of one structured-output completion."""
+    ) -> LlmAnswer:
+        """The answer of one structured-output completion."""
         ...
 
 
@@ -260,6 +285,17 @@ class _Completion(BaseModel):
     """The part of the chat-completion response this adapter reads (the rest is ignored)."""
 
     choices: list[_Choice]
+    # Informational: a value of another type is read as none, never as a failed call.
+    model: object = None
+    system_fingerprint: object = None
+
+    def served(self, text: str) -> LlmAnswer:
+        """``text`` with what this completion says produced it, each bounded."""
+        return LlmAnswer(text, _served(self.model), _served(self.system_fingerprint))
+
+
+def _served(value: object) -> str | None:
+    return storable(value, MAX_SERVED_CHARS) if isinstance(value, str) and value else None
 
 
 UNFINISHED_REASONS: Mapping[str, str] = {"length": "cut short", "content_filter": "withheld"}
@@ -270,10 +306,11 @@ their own words (``stop``, TGI's ``eos_token``, ``stop_sequence``, or no reason 
 the answer is read like any other (an incomplete one does not parse)."""
 
 
-def _answer(raw: bytes) -> str:
-    """The first choice's text from a 200 response body. :class:`LlmUnavailable` when the body
-    is not a chat completion (it came from something other than the model: retry it);
-    :class:`MalformedAnswer` when the completion holds no usable answer."""
+def _answer(raw: bytes) -> LlmAnswer:
+    """The first choice's text from a 200 response body, with its provenance.
+    :class:`LlmUnavailable` when the body is not a chat completion (it came from something
+    other than the model: retry it); :class:`MalformedAnswer` when the completion holds no
+    usable answer."""
     try:
         completion = _Completion.model_validate_json(raw)
     except ValidationError as exc:
@@ -302,7 +339,7 @@ def _answer(raw: bytes) -> str:
         )
     if not content:
         raise MalformedAnswer("the answer is empty", content)
-    return content
+    return completion.served(content)
 
 
 def _lenient_completion(raw: bytes) -> _Completion | None:
@@ -500,8 +537,9 @@ class LlmClient:
         schema: Mapping[str, Any],
         seed: int | None,
         dispute_id: str,
-    ) -> str:
-        """Send one strict structured-output request and return the answer text, unparsed.
+    ) -> LlmAnswer:
+        """Send one strict structured-output request and return the answer text, unparsed, with
+        the served model and system fingerprint the response names.
 
         Transient failures are retried by the retry policy, each attempt after a fresh
         rate-limiter token (a failed take is retried too). Raises :class:`LlmUnavailable` when
@@ -537,7 +575,7 @@ class LlmClient:
 
         first_failure: CallMark | None = None
 
-        async def attempt() -> str:
+        async def attempt() -> LlmAnswer:
             nonlocal first_failure
             try:
                 return await attempt_once()
@@ -546,7 +584,7 @@ class LlmClient:
                     first_failure = self._lone.mark(dispute_id)
                 raise
 
-        async def attempt_once() -> str:
+        async def attempt_once() -> LlmAnswer:
             # A TransientError of the limiter (Redis out of reach) is retried as a failed call.
             await self._limiter.acquire()
             try:

@@ -679,7 +679,8 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         for r in await q.all(
             "SELECT grievance_id, judge_seat, ruling, model_ruling, confidence, evidence_cited,"
             " reasoning, model, prompt_version, snapshot_sha256, raw_response, cast_at, seed,"
-            " cites_missing_evidence FROM rulings WHERE dispute_id = %s"
+            " cites_missing_evidence, temperature, served_model, system_fingerprint"
+            " FROM rulings WHERE dispute_id = %s"
             " ORDER BY length(grievance_id), grievance_id, judge_seat"
         )
     ]

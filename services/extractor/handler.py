@@ -243,11 +243,12 @@ class ExtractorHandler:
 
         async def compute() -> str:
             try:
-                return await self._llm.complete_json(
+                answer = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
+            return answer.text
 
         answer, from_cache = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight

@@ -14,12 +14,14 @@ with a 500, for tests of a request the endpoint fails alone while it answers the
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import random
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -172,6 +174,19 @@ def _error(
     return Answer(status, orjson.dumps(body), headers)
 
 
+def _rules_fingerprint() -> str:
+    """The ``system_fingerprint`` of every answer: ``fp_`` and a hash of the stand-in's source,
+    so a recorded ruling names the version of the rules that answered (as a provider's names
+    its backend configuration)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return f"fp_{digest.hexdigest()[:12]}"
+
+
+SYSTEM_FINGERPRINT = _rules_fingerprint()
+
+
 def _completion(state: StandinState, model: str, content: str, prompt_chars: int) -> Answer:
     prompt_tokens = max(1, prompt_chars // 4)
     completion_tokens = max(1, len(content) // 4)
@@ -180,6 +195,7 @@ def _completion(state: StandinState, model: str, content: str, prompt_chars: int
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [
             {
                 "index": 0,

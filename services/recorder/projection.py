@@ -130,6 +130,9 @@ RULINGS = Table(
         ("cast_at", "timestamptz"),
         ("seed", "bigint"),
         ("cites_missing_evidence", "boolean"),
+        ("temperature", "double precision"),
+        ("served_model", "text"),
+        ("system_fingerprint", "text"),
     ),
     ("dispute_id", "grievance_id", "judge_seat"),
 )
@@ -269,6 +272,9 @@ def ruling_rows(e: ev.RulingCast) -> list[Statement]:
                 e.cast_at,
                 e.seed,
                 e.cites_missing_evidence,
+                e.temperature,
+                e.served_model,
+                e.system_fingerprint,
             ),
         )
     ]

@@ -317,9 +317,10 @@ class SettlerHandler:
         )
 
         async def compute() -> str:
-            return await self._llm.complete_json(
+            answer = await self._llm.complete_json(
                 request.messages, request.schema_name, request.schema, None, priced.dispute_id
             )
+            return answer.text
 
         held_names = _only_held(held_lines, resolved)
         failures: list[str]

@@ -421,9 +421,9 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                     "INSERT INTO rulings (dispute_id, grievance_id, judge_seat, ruling,"
                     " model_ruling, confidence, evidence_cited, reasoning, model,"
                     " prompt_version, snapshot_sha256, raw_response, cast_at,"
-                    " cites_missing_evidence)"
+                    " cites_missing_evidence, temperature, served_model, system_fingerprint)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'stand-in', 'judge.v1', %s, %s, %s,"
-                    " %s)",
+                    " %s, 0.7, %s, 'fp_seeded')",
                     (
                         dispute_id,
                         g["id"],
@@ -437,6 +437,8 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
                         f'{{"ruling": "{ruling}"}}',
                         base + timedelta(seconds=2),
                         unrecorded,
+                        # Seat 0's endpoint names a dated snapshot of the model asked for.
+                        "stand-in-2026-11-01" if seat == 0 else "stand-in",
                     ),
                 )
             upheld = g["votes"].count("UPHELD")

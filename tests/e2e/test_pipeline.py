@@ -18,12 +18,14 @@ from refund_bench.events import ID_PATTERN
 from refund_bench.llm_setup import JudgePanelSettings
 from refund_bench.runtime.dlq import MAX_KEY_BYTES
 from refund_bench.samples import SAMPLE_COMPLAINTS, SampleComplaint
+from services.llm_standin.app import SYSTEM_FINGERPRINT
 from tests.e2e.pipeline import Pipeline
 
 pytestmark = pytest.mark.stack
 
 _SEED_BASE: int = JudgePanelSettings.model_fields["judge_seed_base"].default
 """Seat k's first draw uses seed _SEED_BASE + k (the judge's default JUDGE_SEED_BASE)."""
+_TEMPERATURE: float = JudgePanelSettings.model_fields["judge_temperature"].default
 
 
 def _sample(label: str) -> SampleComplaint:
@@ -51,6 +53,9 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert {(r["judge_seat"], r["seed"]) for r in story.rulings} == {
         (seat, _SEED_BASE + seat) for seat in range(3)
     }, "every ruling names its seat's seed"
+    assert {
+        (r["temperature"], r["served_model"], r["system_fingerprint"]) for r in story.rulings
+    } == {(_TEMPERATURE, "standin-judge", SYSTEM_FINGERPRINT)}, "and what drew it"
     assert {r["snapshot_sha256"] for r in story.rulings} == {story.dispute["snapshot_sha256"]}  # type: ignore[index]
 
     verdicts = {v["grievance_id"]: v for v in story.verdicts}

@@ -11,11 +11,13 @@ from refund_bench.llm.client import DISPUTE_HEADER, LlmClient, LlmEndpoint
 from tests.fakes.loopback import JsonAnswerHandler, LoopbackServer
 
 
-def completion(content: str | None, finish_reason: str | None = "stop") -> bytes:
-    """A chat completion's body whose one choice says ``content``."""
+def completion(content: str | None, finish_reason: str | None = "stop", **served: str) -> bytes:
+    """A chat completion's body whose one choice says ``content``; ``served``: more top-level
+    fields (``model``, ``system_fingerprint``)."""
     message = {"role": "assistant", "content": content}
     choice = {"index": 0, "message": message, "finish_reason": finish_reason}
-    return json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
+    body = {"id": "x", "object": "chat.completion", "choices": [choice], **served}
+    return json.dumps(body).encode()
 
 
 class _FixedAnswer(JsonAnswerHandler):

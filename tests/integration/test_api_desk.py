@@ -441,6 +441,11 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     # bench and on the full one.
     assert case.count("Cites evidence the order has no record of") == 2
     assert case.count("cannot make an upheld majority") == 2
+    # Each ruling of the full benches names what drew it; a served model only where it is
+    # not the one asked for.
+    assert case.count("stand-in (served as stand-in-2026-11-01) · fp_seeded") == 4
+    assert case.count("stand-in · fp_seeded") == 8
+    assert case.count("temperature 0.7") == 12
 
 
 def test_complaint_text_is_escaped_on_the_case_page(api: ApiServer) -> None:

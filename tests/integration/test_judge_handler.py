@@ -307,6 +307,103 @@ READABLE_UPHELD = json.dumps(
 """A whole, grounded answer: what a model cut short at its closing brace would have written."""
 
 
+def test_a_ruling_names_what_drew_it_on_every_delivery(redis_url: str) -> None:
+    """Each ruling records the temperature it was drawn at and the model and fingerprint the
+    endpoint's response named (a dated snapshot for the alias asked for); a redelivery served
+    from the cache names the same, with no call."""
+    body = completion(READABLE_UPHELD, model="judge-2026-11-01", system_fingerprint="fp_9b0c")
+    with FixedAnswerServer(body) as server:
+        first, again = _deliveries_answered(redis_url, server, grievance_message(_dispute()), 2)
+
+    assert len(server.requests) == 3, "the second delivery came from the cache"
+    for rulings in (first, again):
+        assert [r["ruling"] for r in rulings] == ["UPHELD"] * 3
+        assert [
+            (r["model"], r["served_model"], r["system_fingerprint"], r["temperature"])
+            for r in rulings
+        ] == [("any-model", "judge-2026-11-01", "fp_9b0c", 0.7)] * 3
+
+
+def test_a_ruling_from_an_endpoint_that_names_nothing_records_none(redis_url: str) -> None:
+    with FixedAnswerServer(completion(READABLE_UPHELD)) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    assert [(r["served_model"], r["system_fingerprint"], r["temperature"]) for r in rulings] == [
+        (None, None, 0.7)
+    ] * 3
+
+
+def test_a_malformed_draw_before_a_good_one_leaves_no_trace_in_the_ruling(
+    redis_url: str,
+) -> None:
+    """Each seat's first draw is cut short and names another model: the ruling names what
+    served the draw it comes from, the second."""
+    cut = completion(READABLE_UPHELD, "length", model="old", system_fingerprint="fp_old")
+    good = completion(READABLE_UPHELD, model="new", system_fingerprint="fp_new")
+    with FixedAnswerServer(good, before=[cut] * 3) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    assert len(server.requests) == 6
+    assert [(r["ruling"], r["served_model"], r["system_fingerprint"]) for r in rulings] == [
+        ("UPHELD", "new", "fp_new")
+    ] * 3
+
+
+def test_a_served_model_name_of_any_length_is_kept_bounded(redis_url: str) -> None:
+    from refund_bench.llm.client import MAX_SERVED_CHARS
+
+    name = "m" * 10_000
+    with FixedAnswerServer(completion(READABLE_UPHELD, model=name)) as server:
+        rulings = _rulings_for_answer(redis_url, server, grievance_message(_dispute()))
+
+    for ruling in rulings:
+        assert ruling["served_model"].startswith("m" * MAX_SERVED_CHARS)
+        assert len(ruling["served_model"]) < MAX_SERVED_CHARS + 60
+
+
+def test_the_standins_rulings_name_its_rules_fingerprint(redis_url: str, standin: Standin) -> None:
+    from services.llm_standin.app import SYSTEM_FINGERPRINT
+
+    [rulings] = _deliver(redis_url, standin, grievance_message(_dispute()), [])
+    assert {(r["served_model"], r["system_fingerprint"]) for r in rulings} == {
+        ("standin-judge", SYSTEM_FINGERPRINT)
+    }
+    assert SYSTEM_FINGERPRINT.startswith("fp_")
+
+
+def test_a_value_cached_before_rulings_named_what_drew_them_is_read(redis_url: str) -> None:
+    """An answer cached by the judge before its values carried the temperature and the served
+    model is served as it was, naming neither."""
+    message = grievance_message(_dispute())
+
+    async def go() -> list[Mapping[str, Any]]:
+        redis = Redis.from_url(redis_url)
+        prefix = f"test-judge-{uuid.uuid4().hex}:"
+        cache = RedisResponseCache(redis, prefix, 600)
+        with FixedAnswerServer(completion(READABLE_UPHELD, model="new")) as server:
+            llm = server.client(temperature=0.7)
+            seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
+            prompt = load_prompt(JUDGE_PROMPT_VERSION)
+            handler = JudgeHandler(seats, cache, prompt, lambda _: None)
+            try:
+                await handler.handle(message, Context(None))
+                keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]
+                assert len(keys) == 3
+                for key in keys:  # as the judge before this release wrote them
+                    await redis.set(key, f"seed=1000\n{READABLE_UPHELD}")
+                again = await handler.handle(message, Context(None))
+                assert len(server.requests) == 3
+                return [e.value for e in again]
+            finally:
+                await llm.aclose()
+                await redis.aclose()
+
+    rulings = asyncio.run(go())
+    assert [(r["ruling"], r["seed"], r["served_model"], r["temperature"]) for r in rulings] == [
+        ("UPHELD", 1000, None, None)
+    ] * 3
+
+
 @pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
 def test_a_seat_whose_every_draw_is_cut_short_is_unreadable_on_every_delivery(
     redis_url: str, finish_reason: str

@@ -128,9 +128,10 @@ def judge_request(category: str = "PACKAGING") -> roles.LlmRequest:
 
 
 async def ask(client: LlmClient, request: roles.LlmRequest, seed: int | None, dispute: str) -> str:
-    return await client.complete_json(
+    answer = await client.complete_json(
         request.messages, request.schema_name, request.schema, seed, dispute
     )
+    return answer.text
 
 
 # --------------------------------------------------------------------------- cache

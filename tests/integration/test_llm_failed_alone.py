@@ -177,9 +177,10 @@ async def _cached_calls(
     request = _request()
 
     async def compute() -> str:
-        return await client.complete_json(
+        answer = await client.complete_json(
             request.messages, request.schema_name, request.schema, 1000, dispute
         )
+        return answer.text
 
     raised: list[BaseException] = []
     for call in range(calls):
@@ -401,9 +402,10 @@ def test_an_outage_or_an_idle_stage_never_makes_a_request_fail_alone(
         async with _client_of(standin, _noop_sleep) as client:
 
             async def ask(dispute: str) -> str:
-                return await client.complete_json(
+                answer = await client.complete_json(
                     request.messages, request.schema_name, request.schema, 7, dispute
                 )
+                return answer.text
 
             raised: list[BaseException] = []
             for _ in range(5):

@@ -56,7 +56,8 @@ def _failure(base_url: str) -> tuple[LlmUnavailable, str]:
             timeout_seconds=0.3,
         )
         async with LlmClient(endpoint, retry=RetryPolicy(attempts=1)) as client:
-            return await client.complete_json(MESSAGES, "ruling", {"type": "object"}, 1, "d-url")
+            answer = await client.complete_json(MESSAGES, "ruling", {"type": "object"}, 1, "d-url")
+            return answer.text
 
     with pytest.raises(LlmUnavailable) as caught:
         asyncio.run(call())
@@ -111,9 +112,10 @@ def test_an_endpoints_error_quoting_a_url_prints_without_its_credentials(status:
                 timeout_seconds=5,
             )
             async with LlmClient(endpoint, retry=RetryPolicy(attempts=1)) as client:
-                return await client.complete_json(
+                answer = await client.complete_json(
                     MESSAGES, "ruling", {"type": "object"}, 1, "d-url"
                 )
+                return answer.text
 
         with pytest.raises((LlmUnavailable, LlmRejected)) as caught:
             asyncio.run(call())

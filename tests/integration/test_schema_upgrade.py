@@ -137,7 +137,7 @@ CREATE TABLE rulings (
 """
 
 
-def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_column_once(
+def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_columns_once(
     earlier_database: str,
 ) -> None:
     with psycopg.connect(earlier_database, autocommit=True) as conn:
@@ -147,22 +147,23 @@ def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_column_once(
             " 'm', 'judge/v2', 'sha', '{}', now())"
         )
 
+    added = ("seed", "temperature", "served_model", "system_fingerprint")
+    columns = (
+        "SELECT attname, attnum FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
+        " AND attname = ANY(%s) AND NOT attisdropped ORDER BY attname"
+    )
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:
-        assert conn.execute("SELECT dispute_id, seed FROM rulings").fetchall() == [("d-1", None)]
-        attnum = conn.execute(
-            "SELECT attnum FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
-            " AND attname = 'seed'"
-        ).fetchone()
-    assert attnum is not None
+        assert conn.execute(f"SELECT dispute_id, {', '.join(added)} FROM rulings").fetchall() == [
+            ("d-1", None, None, None, None)
+        ]
+        attnums = conn.execute(columns, (list(added),)).fetchall()
+    assert sorted(name for name, _ in attnums) == sorted(added)
 
     migrate(earlier_database)
     with psycopg.connect(earlier_database, autocommit=True) as conn:
-        again = conn.execute(
-            "SELECT attnum FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
-            " AND attname = 'seed'"
-        ).fetchone()
-    assert again == attnum, "the second start adds nothing"
+        again = conn.execute(columns, (list(added),)).fetchall()
+    assert again == attnums, "the second start adds nothing"
 
 
 PAYOUT_LEDGER_BEFORE_PAID_ELSEWHERE = """
