@@ -20,6 +20,8 @@ _PAYING = ("AUTO_APPROVED", "REVIEW_APPROVED")
 @dataclass(frozen=True)
 class Story:
     dispute: dict[str, Any] | None
+    extraction: dict[str, Any] | None
+    """What the extractor made of the complaint, with the answers it read (``extractions``)."""
     grievances: list[dict[str, Any]]
     rulings: list[dict[str, Any]]
     verdicts: list[dict[str, Any]]
@@ -58,8 +60,10 @@ def _rows(conn: psycopg.Connection[Any], sql: str, dispute_id: str) -> list[dict
 
 def load_story(conn: psycopg.Connection[Any], dispute_id: str) -> Story:
     disputes = _rows(conn, "SELECT * FROM disputes WHERE dispute_id = %s", dispute_id)
+    extractions = _rows(conn, "SELECT * FROM extractions WHERE dispute_id = %s", dispute_id)
     return Story(
         dispute=disputes[0] if disputes else None,
+        extraction=extractions[0] if extractions else None,
         grievances=_rows(
             conn, "SELECT * FROM grievances WHERE dispute_id = %s ORDER BY span_start", dispute_id
         ),
@@ -101,6 +105,12 @@ def render(story: Story, label: str = "") -> str:
         f"complaint: {d['complaint_text']}",
     ]
     out.append(f"evidence snapshot: sha256 {d['snapshot_sha256'][:16]}...")
+    if story.extraction is not None:
+        e = story.extraction
+        attempts = len(e["answers"])
+        out.append(
+            f"extraction: {e['outcome']}, from {attempts} model answer{'s' * (attempts != 1)}"
+        )
     verdicts = {v["grievance_id"]: v for v in story.verdicts}
     for g in story.grievances:
         item = f" [{g['item_quantity']} x {g['item_name']}]" if g["item_name"] else ""

@@ -60,6 +60,19 @@ class Decision(StrEnum):
     DECLINED = "DECLINED"
 
 
+class ExtractionOutcome(StrEnum):
+    """What the extractor made of one complaint (``complaint.extracted``)."""
+
+    EXTRACTED = "EXTRACTED"
+    """Its grievances went to the judges."""
+    NOTHING_CHECKABLE = "NOTHING_CHECKABLE"
+    """It holds no checkable grievance: a reply, with nothing to pay."""
+    HELD = "HELD"
+    """No valid answer after one repair, or a repair that left a valid grievance out."""
+    REFUSED = "REFUSED"
+    """The endpoint refused the complaint, or failed it alone."""
+
+
 class ReviewDecision(StrEnum):
     """A human reviewer's decision (``review.decided``): UPHOLD/REJECT for one grievance,
     APPROVE/DECLINE for a whole dispute, REPAY/PAID_ELSEWHERE for a round whose refund failed,

@@ -149,6 +149,33 @@ class ComplaintReceived(Event):
     _readable = field_validator("text")(readable_text)
 
 
+class ExtractorAnswer(Event):
+    """One model answer a complaint's extraction was read from (``complaint.extracted``)."""
+
+    attempt: int
+    raw_answer: str
+    problems: list[str]
+    model: str | None = None
+    prompt_version: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+
+
+class ComplaintExtracted(Event):
+    """What the extractor made of one complaint, with the answers it read, for audit."""
+
+    dispute_id: str
+    order_id: str
+    snapshot_sha256: Sha256
+    complaint_sha256: str
+    outcome: str
+    """An :class:`~refund_bench.domain.ExtractionOutcome`."""
+    grievance_total: int
+    reason: str | None = None
+    answers: list[ExtractorAnswer]
+    extracted_at: datetime
+
+
 class GrievanceExtracted(Event):
     dispute_id: str
     order_id: str
@@ -337,6 +364,7 @@ class PayoutFailed(Event):
 TOPIC_MODELS: dict[str, type[Event]] = {
     "complaint.received": ComplaintReceived,
     "grievance.extracted": GrievanceExtracted,
+    "complaint.extracted": ComplaintExtracted,
     "ruling.cast": RulingCast,
     "verdict.decided": VerdictDecided,
     "review.decided": ReviewDecided,

@@ -33,9 +33,12 @@ class StageTopics:
 
 
 EXTRACTOR = StageTopics(
-    "extractor", (t.COMPLAINT_RECEIVED,), (t.GRIEVANCE_EXTRACTED, t.REFUND_PRICED)
+    "extractor",
+    (t.COMPLAINT_RECEIVED,),
+    (t.GRIEVANCE_EXTRACTED, t.REFUND_PRICED, t.COMPLAINT_EXTRACTED),
 )
-"""``refund.priced`` too: a complaint with no checkable grievance is priced at once."""
+"""``refund.priced`` too: a complaint with no checkable grievance is priced at once; and one
+``complaint.extracted`` per complaint, with the answers it was read from (for audit)."""
 JUDGE = StageTopics("judge", (t.GRIEVANCE_EXTRACTED,), (t.RULING_CAST,))
 TALLY = StageTopics("tally", (t.RULING_CAST,), (t.VERDICT_DECIDED,), store="benches")
 PRICING = StageTopics(
@@ -47,6 +50,7 @@ RECORDER = StageTopics(
     "recorder",
     (
         t.GRIEVANCE_EXTRACTED,
+        t.COMPLAINT_EXTRACTED,
         t.RULING_CAST,
         t.VERDICT_DECIDED,
         t.REFUND_PRICED,

@@ -33,6 +33,7 @@ class Topic:
 
 COMPLAINT_RECEIVED = Topic("complaint.received", "complaint.received")
 GRIEVANCE_EXTRACTED = Topic("grievance.extracted", "grievance.extracted")
+COMPLAINT_EXTRACTED = Topic("complaint.extracted", "complaint.extracted")
 RULING_CAST = Topic("ruling.cast", "ruling.cast")
 VERDICT_DECIDED = Topic("verdict.decided", "verdict.decided")
 REVIEW_DECIDED = Topic("review.decided", "review.decided")
@@ -45,6 +46,7 @@ PAYOUT_FAILED = Topic("payout.failed", "payout.failed")
 FLOW_TOPICS: tuple[Topic, ...] = (
     COMPLAINT_RECEIVED,
     GRIEVANCE_EXTRACTED,
+    COMPLAINT_EXTRACTED,
     RULING_CAST,
     VERDICT_DECIDED,
     REVIEW_DECIDED,
@@ -58,6 +60,7 @@ FLOW_TOPICS: tuple[Topic, ...] = (
 STAGE_INPUTS: tuple[Topic, ...] = (
     COMPLAINT_RECEIVED,
     GRIEVANCE_EXTRACTED,
+    COMPLAINT_EXTRACTED,
     RULING_CAST,
     VERDICT_DECIDED,
     REVIEW_DECIDED,

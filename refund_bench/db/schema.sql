@@ -67,6 +67,21 @@ CREATE TABLE IF NOT EXISTS grievances (
     PRIMARY KEY (dispute_id, grievance_id)
 );
 
+-- What the extractor made of each complaint (complaint.extracted): its outcome, and the model's
+-- answers as they came with the problems code found in them (jsonb: a list of
+-- {attempt, raw_answer, problems, model, prompt_version, served_model, system_fingerprint}).
+CREATE TABLE IF NOT EXISTS extractions (
+    dispute_id       text PRIMARY KEY,
+    order_id         text NOT NULL,
+    snapshot_sha256  text NOT NULL,
+    complaint_sha256 text NOT NULL,
+    outcome          text NOT NULL,
+    grievance_total  integer NOT NULL,
+    reason           text,
+    answers          jsonb NOT NULL,
+    extracted_at     timestamptz NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS rulings (
     dispute_id     text NOT NULL,
     grievance_id   text NOT NULL,

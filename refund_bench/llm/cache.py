@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 from urllib.parse import quote
 
 from redis.asyncio import Redis
@@ -199,28 +199,50 @@ every version of the code reading it (a rolling update, a rollback)."""
 @dataclass(frozen=True)
 class MadeAnswer:
     """An answer, and the model and prompt version that wrote it; ``None`` when that is not
-    known (an answer cached by an earlier release, or read before its writer recorded it)."""
+    known (an answer cached by an earlier release, or read before its writer recorded it).
+    ``served_model`` and ``system_fingerprint``: what the endpoint's response named (see
+    :class:`~refund_bench.llm.client.LlmAnswer`), ``None`` likewise."""
 
     answer: str
     model: str | None = None
     prompt_version: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
 
 
-def maker_value(model: str, prompt_version: str, answer: str) -> str:
+class Maker(NamedTuple):
+    """Who wrote a cached answer: the model and prompt version asked for, and what the
+    endpoint's response said served it (``None`` when it named nothing, or the answer was
+    malformed before it could be read)."""
+
+    model: str
+    prompt_version: str
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+
+
+def maker_value(maker: Maker, answer: str) -> str:
     """What the cache holds under an answer's key plus :data:`MAKER_SUFFIX`:
-    ``read_maker(maker_value(m, v, a), a) == (m, v)``. It names the answer it was written for
+    ``read_maker(maker_value(m, a), a) == m``. It names the answer it was written for
     (by its sha256), so that a record that outlived its answer, which was then drawn again by
     another model or prompt, is not read as the new answer's maker."""
-    return json.dumps(
-        {"model": model, "prompt_version": prompt_version, "answer_sha256": sha256_hex(answer)},
-        ensure_ascii=True,
-    )
+    value: dict[str, str] = {
+        "model": maker.model,
+        "prompt_version": maker.prompt_version,
+        "answer_sha256": sha256_hex(answer),
+    }
+    if maker.served_model is not None:
+        value["served_model"] = maker.served_model
+    if maker.system_fingerprint is not None:
+        value["system_fingerprint"] = maker.system_fingerprint
+    return json.dumps(value, ensure_ascii=True)
 
 
-def read_maker(value: str | None, answer: str) -> tuple[str, str] | None:
-    """The ``(model, prompt version)`` a :func:`maker_value` holds for ``answer``; ``None`` for
-    no value, any other value, or one written for another answer. A record of an earlier
-    release, which names no answer, is read as ``answer``'s."""
+def read_maker(value: str | None, answer: str) -> Maker | None:
+    """The :class:`Maker` a :func:`maker_value` holds for ``answer``; ``None`` for no value,
+    any other value, or one written for another answer. A record of an earlier release, which
+    names no answer, is read as ``answer``'s; one that names no served model (an earlier
+    release's, or the endpoint named none) reads as ``None`` there, as does one of another type."""
     if value is None:
         return None
     try:
@@ -235,7 +257,13 @@ def read_maker(value: str | None, answer: str) -> tuple[str, str] | None:
     written_for = maker.get("answer_sha256")
     if written_for is not None and written_for != sha256_hex(answer):
         return None
-    return model, version
+    served, fingerprint = maker.get("served_model"), maker.get("system_fingerprint")
+    return Maker(
+        model,
+        version,
+        served if isinstance(served, str) else None,
+        fingerprint if isinstance(fingerprint, str) else None,
+    )
 
 
 UNWRITTEN_LIMIT = 1_000

@@ -123,6 +123,30 @@ class Grievance(BaseModel):
     extracted_at: datetime
 
 
+class ExtractorAnswerRecord(BaseModel):
+    """One model answer the extraction was read from, as it came (``complaint.extracted``)."""
+
+    attempt: int = Field(description="1: the first answer; 2: the repair.")
+    raw_answer: str
+    problems: list[str] = Field(description="Why code found it invalid; empty when valid.")
+    model: str | None = None
+    prompt_version: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
+
+
+class ExtractionRecord(BaseModel):
+    """What the extractor made of the complaint, and the answers it read."""
+
+    outcome: str = Field(description="EXTRACTED, NOTHING_CHECKABLE, HELD or REFUSED.")
+    grievance_total: int
+    reason: str | None
+    complaint_sha256: str
+    snapshot_sha256: str
+    answers: list[ExtractorAnswerRecord]
+    extracted_at: datetime
+
+
 class RulingRecord(BaseModel):
     grievance_id: str
     judge_seat: int
@@ -271,6 +295,9 @@ class DisputeStory(BaseModel):
     summary: Summary
     complaint: Complaint
     evidence: EvidenceSnapshot | None
+    extraction: ExtractionRecord | None = Field(
+        default=None, description="Null until the extraction is recorded."
+    )
     grievances: list[Grievance]
     rulings: list[RulingRecord]
     verdicts: list[VerdictRecord]

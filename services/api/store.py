@@ -665,6 +665,16 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
             snapshot=parsed if isinstance(parsed, dict) else {"value": parsed},
             created_at=dispute["snapshot_created_at"],
         )
+    extraction = next(
+        (
+            m.ExtractionRecord(**{**r, "answers": _json(r["answers"])})
+            for r in await q.all(
+                "SELECT outcome, grievance_total, reason, complaint_sha256, snapshot_sha256,"
+                " answers, extracted_at FROM extractions WHERE dispute_id = %s"
+            )
+        ),
+        None,
+    )
     grievances = [
         m.Grievance(**r)
         for r in await q.all(
@@ -763,6 +773,7 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         ),
         complaint=complaint,
         evidence=evidence,
+        extraction=extraction,
         grievances=grievances,
         rulings=rulings,
         verdicts=verdicts,

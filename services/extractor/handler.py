@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -31,12 +32,13 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.orders import OrderReader, UnreadableOrder
 from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze, frozen_dispute
-from refund_bench.domain import Decision, LineItem, OrderRecord
+from refund_bench.domain import Decision, ExtractionOutcome, LineItem, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
     MAKER_SUFFIX,
     InFlight,
     MadeAnswer,
+    Maker,
     OnCall,
     RefusedBefore,
     ResponseCache,
@@ -46,7 +48,7 @@ from refund_bench.llm.cache import (
     read_maker,
     sha256_hex,
 )
-from refund_bench.llm.client import JsonCompleter, failed_alone
+from refund_bench.llm.client import JsonCompleter, LlmAnswer, failed_alone
 from refund_bench.llm.roles import (
     LlmRequest,
     MalformedAnswer,
@@ -56,6 +58,7 @@ from refund_bench.llm.roles import (
 )
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import EXTRACTOR
+from refund_bench.storable import storable
 from services.extractor.evidence import freeze, load_snapshot
 from services.extractor.validation import (
     ExtractedGrievance,
@@ -79,6 +82,11 @@ NO_ANSWER_REASON = "EXTRACTION: the model endpoint gave no answer to the complai
 NOTHING_REASON = "no checkable grievance in the complaint"
 DEFAULT_MAX_COMPLAINT_CHARS = 5000
 """The API's default limit too: a complaint the intake would take is never refused here."""
+MAX_KEPT_ANSWER_CHARS = 20_000
+"""``complaint.extracted`` keeps this much of each model answer."""
+MAX_KEPT_PROBLEMS = 50
+"""... and this many of the problems code found in it, each cut to :data:`KEPT_PROBLEM_CHARS`."""
+KEPT_PROBLEM_CHARS = 500
 
 
 class ExtractorHandler:
@@ -176,79 +184,115 @@ class ExtractorHandler:
                 f"the evidence snapshot {snapshot_sha} of dispute {complaint.dispute_id!r} has"
                 f" line items this version refuses: {exc.error_count()} error(s)"
             ) from exc
+        answers: list[ev.ExtractorAnswer] = []
         try:
-            grievances, made = await self._extract(complaint, snapshot_sha, items)
+            grievances, made = await self._extract(complaint, snapshot_sha, items, answers)
         except RefusedBefore as exc:
             what = NO_ANSWER_REASON if failed_alone(str(exc)) else REFUSED_REASON
             reason = f"{what} ({exc})"
-            return [self._unpriced(complaint, snapshot, snapshot_sha, reason)]
+            return [
+                self._unpriced(complaint, snapshot, snapshot_sha, reason),
+                _record(complaint, snapshot_sha, ExtractionOutcome.REFUSED, 0, reason, answers),
+            ]
         if isinstance(grievances, str):
-            return [self._unpriced(complaint, snapshot, snapshot_sha, grievances)]
+            return [
+                self._unpriced(complaint, snapshot, snapshot_sha, grievances),
+                _record(complaint, snapshot_sha, ExtractionOutcome.HELD, 0, grievances, answers),
+            ]
         if not grievances:
-            return [self._unpriced(complaint, snapshot, snapshot_sha, None)]
+            nothing = ExtractionOutcome.NOTHING_CHECKABLE
+            return [
+                self._unpriced(complaint, snapshot, snapshot_sha, None),
+                _record(complaint, snapshot_sha, nothing, 0, None, answers),
+            ]
         extracted_at = ev.now()
         return [
-            Emit(
-                t.GRIEVANCE_EXTRACTED.name,
-                complaint.dispute_id,
-                ev.GrievanceExtracted(
-                    dispute_id=complaint.dispute_id,
-                    order_id=complaint.order_id,
-                    grievance_id=g.grievance_id,
-                    grievance_total=len(grievances),
-                    category=g.category.value,
-                    text=g.text,
-                    span_start=g.span_start,
-                    span_end=g.span_end,
-                    span_text=complaint.text[g.span_start : g.span_end],
-                    item_name=g.item_name,
-                    item_quantity=g.item_quantity,
-                    snapshot_sha256=snapshot_sha,
-                    snapshot_json=snapshot_json,
-                    extractor_model=made.model or self._llm.model,
-                    extractor_prompt_version=made.prompt_version or self._prompt.version,
-                    extracted_at=extracted_at,
-                ).to_avro(),
-            )
-            for g in grievances
+            *(
+                Emit(
+                    t.GRIEVANCE_EXTRACTED.name,
+                    complaint.dispute_id,
+                    ev.GrievanceExtracted(
+                        dispute_id=complaint.dispute_id,
+                        order_id=complaint.order_id,
+                        grievance_id=g.grievance_id,
+                        grievance_total=len(grievances),
+                        category=g.category.value,
+                        text=g.text,
+                        span_start=g.span_start,
+                        span_end=g.span_end,
+                        span_text=complaint.text[g.span_start : g.span_end],
+                        item_name=g.item_name,
+                        item_quantity=g.item_quantity,
+                        snapshot_sha256=snapshot_sha,
+                        snapshot_json=snapshot_json,
+                        extractor_model=made.model or self._llm.model,
+                        extractor_prompt_version=made.prompt_version or self._prompt.version,
+                        extracted_at=extracted_at,
+                    ).to_avro(),
+                )
+                for g in grievances
+            ),
+            _record(
+                complaint,
+                snapshot_sha,
+                ExtractionOutcome.EXTRACTED,
+                len(grievances),
+                None,
+                answers,
+                extracted_at,
+            ),
         ]
 
     async def _extract(
-        self, complaint: ev.ComplaintReceived, snapshot_sha: str, items: list[LineItem]
+        self,
+        complaint: ev.ComplaintReceived,
+        snapshot_sha: str,
+        items: list[LineItem],
+        answers: list[ev.ExtractorAnswer],
     ) -> tuple[tuple[ExtractedGrievance, ...] | str, MadeAnswer]:
         """The validated grievances, or why a person must read the complaint instead (the
         repaired answer is invalid too, or leaves out a grievance the first answer had without
-        fault); with the answer they were read from."""
+        fault); with the answer they were read from. Each answer read is added to ``answers``
+        with the problems found in it, as it is read (so they hold the first answer when the
+        endpoint refuses the repair)."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
         made = await self._call(key, request, complaint.dispute_id)
         try:
-            return validate_extraction(_json(made.answer), complaint.text, items), made
+            grievances = validate_extraction(_json(made.answer), complaint.text, items)
         except ExtractionInvalid as first:
+            answers.append(_kept(1, made, first.problems))
             repair = _repair_request(request, made.answer, first.problems)
             made = await self._call(f"{key}:repair", repair, complaint.dispute_id)
             try:
                 repaired = validate_extraction(_json(made.answer), complaint.text, items)
             except ExtractionInvalid as second:
+                answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
+            answers.append(_kept(2, made, ()))
             left_out = claims_left_out(first.passed, repaired, first.unresolved)
             if left_out:
                 return f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}", made
             return repaired, made
+        answers.append(_kept(1, made, ()))
+        return grievances, made
 
     async def _call(self, key: str, request: LlmRequest, dispute_id: str) -> MadeAnswer:
         """The answer cached under ``key``, or the endpoint's (then cached, and the model and
         prompt version that wrote it beside it). Raises :class:`RefusedBefore` when the
         endpoint refuses the request, now or before."""
 
+        served: LlmAnswer | None = None
+
         async def compute() -> str:
+            nonlocal served
             try:
-                answer = await self._llm.complete_json(
+                served = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
             except MalformedAnswer as exc:
                 return exc.raw  # cut short or empty: validation fails, the repair call follows
-            return answer.text
+            return served.text
 
         answer, from_cache = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
@@ -257,8 +301,13 @@ class ExtractorHandler:
         if from_cache:
             stored = await self._cache.get(maker_key)
         else:
-            mine = maker_value(self._llm.model, request.prompt_version, answer)
-            stored = await self._cache.put_if_absent(maker_key, mine)
+            mine = Maker(
+                self._llm.model,
+                request.prompt_version,
+                None if served is None else served.served_model,
+                None if served is None else served.system_fingerprint,
+            )
+            stored = await self._cache.put_if_absent(maker_key, maker_value(mine, answer))
         maker = read_maker(stored, answer)
         return MadeAnswer(answer) if maker is None else MadeAnswer(answer, *maker)
 
@@ -293,6 +342,46 @@ class ExtractorHandler:
             priced_at=ev.now(),
         )
         return Emit(t.REFUND_PRICED.name, complaint.dispute_id, priced.to_avro())
+
+
+def _kept(attempt: int, made: MadeAnswer, problems: Sequence[str]) -> ev.ExtractorAnswer:
+    """``made`` as ``complaint.extracted`` keeps it, with the problems code found in it."""
+    kept = [storable(p, KEPT_PROBLEM_CHARS) for p in problems[:MAX_KEPT_PROBLEMS]]
+    if len(problems) > MAX_KEPT_PROBLEMS:
+        kept[-1] = f"(and {len(problems) - MAX_KEPT_PROBLEMS + 1} more problems)"
+    return ev.ExtractorAnswer(
+        attempt=attempt,
+        raw_answer=storable(made.answer, MAX_KEPT_ANSWER_CHARS),
+        problems=kept,
+        model=made.model,
+        prompt_version=made.prompt_version,
+        served_model=made.served_model,
+        system_fingerprint=made.system_fingerprint,
+    )
+
+
+def _record(
+    complaint: ev.ComplaintReceived,
+    snapshot_sha: str,
+    outcome: ExtractionOutcome,
+    grievance_total: int,
+    reason: str | None,
+    answers: Sequence[ev.ExtractorAnswer],
+    extracted_at: datetime | None = None,
+) -> Emit:
+    """The complaint's ``complaint.extracted``: what became of it, and the answers read."""
+    record = ev.ComplaintExtracted(
+        dispute_id=complaint.dispute_id,
+        order_id=complaint.order_id,
+        snapshot_sha256=snapshot_sha,
+        complaint_sha256=sha256_hex(complaint.text),
+        outcome=outcome.value,
+        grievance_total=grievance_total,
+        reason=reason,
+        answers=list(answers),
+        extracted_at=extracted_at or ev.now(),
+    )
+    return Emit(t.COMPLAINT_EXTRACTED.name, complaint.dispute_id, record.to_avro())
 
 
 def _unusable(order_id: str, order: OrderRecord | UnreadableOrder | None) -> str:

@@ -112,6 +112,21 @@ GRIEVANCES = Table(
     ),
     ("dispute_id", "grievance_id"),
 )
+EXTRACTIONS = Table(
+    "extractions",
+    (
+        ("dispute_id", "text"),
+        ("order_id", "text"),
+        ("snapshot_sha256", "text"),
+        ("complaint_sha256", "text"),
+        ("outcome", "text"),
+        ("grievance_total", "integer"),
+        ("reason", "text"),
+        ("answers", "jsonb"),
+        ("extracted_at", "timestamptz"),
+    ),
+    ("dispute_id",),
+)
 RULINGS = Table(
     "rulings",
     (
@@ -246,6 +261,25 @@ def grievance_rows(e: ev.GrievanceExtracted) -> list[Statement]:
                 e.snapshot_sha256,
                 e.extractor_prompt_version,
                 e.extractor_model,
+                e.extracted_at,
+            ),
+        )
+    ]
+
+
+def extraction_rows(e: ev.ComplaintExtracted) -> list[Statement]:
+    return [
+        (
+            EXTRACTIONS,
+            (
+                e.dispute_id,
+                e.order_id,
+                e.snapshot_sha256,
+                e.complaint_sha256,
+                e.outcome,
+                e.grievance_total,
+                e.reason,
+                _json([answer.model_dump() for answer in e.answers]),
                 e.extracted_at,
             ),
         )
@@ -641,6 +675,8 @@ def rows_for(topic: str, value: Mapping[str, Any]) -> list[Statement]:
     match topic:
         case "grievance.extracted":
             return grievance_rows(ev.parse(ev.GrievanceExtracted, value))
+        case "complaint.extracted":
+            return extraction_rows(ev.parse(ev.ComplaintExtracted, value))
         case "ruling.cast":
             return ruling_rows(ev.parse(ev.RulingCast, value))
         case "verdict.decided":

@@ -7,6 +7,7 @@ Plain functions, not fixtures, so each test module starts a server with the sett
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import uuid
@@ -380,6 +381,29 @@ def insert_article_complaint(
     return frozen.sha256
 
 
+SEEDED_EXTRACTOR_ANSWERS = [
+    {
+        "attempt": 1,
+        "raw_answer": '{"grievances": [{"category": "<LATE>"',
+        "problems": ["the answer is not JSON: Expecting ',' delimiter"],
+        "model": "stand-in",
+        "prompt_version": "extractor/v3",
+        "served_model": "stand-in",
+        "system_fingerprint": "fp_extractor",
+    },
+    {
+        "attempt": 2,
+        "raw_answer": '{"grievances": []}',
+        "problems": [],
+        "model": "stand-in",
+        "prompt_version": "extractor/v3",
+        "served_model": None,
+        "system_fingerprint": None,
+    },
+]
+"""The seeded dispute's extraction: a first answer cut short, then its repair."""
+
+
 def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1) -> None:
     """The article's dispute as the pipeline leaves it after round 1 (68900 paid, the raita
     grievance ESCALATE and OPEN for review); with ``rounds=2`` also what follows an UPHOLD of
@@ -387,6 +411,18 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
     base = datetime.now(UTC) - timedelta(minutes=10)
     with psycopg.connect(database_url) as conn, conn.transaction():
         sha256 = insert_article_complaint(conn, dispute_id, base)
+        conn.execute(
+            "INSERT INTO extractions (dispute_id, order_id, snapshot_sha256, complaint_sha256,"
+            " outcome, grievance_total, reason, answers, extracted_at)"
+            " VALUES (%s, 'order-1840', %s, %s, 'EXTRACTED', 4, NULL, %s, %s)",
+            (
+                dispute_id,
+                sha256,
+                hashlib.sha256(ARTICLE_COMPLAINT.encode()).hexdigest(),
+                Jsonb(SEEDED_EXTRACTOR_ANSWERS),
+                base + timedelta(seconds=1),
+            ),
+        )
         for g in ARTICLE_GRIEVANCES:
             start, end = _span(g["phrase"])
             conn.execute(
@@ -530,6 +566,7 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
 
 
 _SEEDED_TABLES = (
+    "extractions",
     "grievances",
     "rulings",
     "verdicts",

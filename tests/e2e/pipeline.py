@@ -103,6 +103,17 @@ class Pipeline:
                 raise TimeoutError(f"{dispute_id}: no payout for round {round_} in {timeout_s}s")
             time.sleep(0.2)
 
+    def wait_extraction(self, dispute_id: str, timeout_s: float = 90.0) -> dict[str, Any]:
+        """Poll PostgreSQL until the dispute's ``complaint.extracted`` is recorded."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            extraction = self.story(dispute_id).extraction
+            if extraction is not None:
+                return extraction
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{dispute_id}: no extraction recorded in {timeout_s}s")
+            time.sleep(0.2)
+
     def _standin(self) -> str:
         return self.stack.llm_base_url.removesuffix("/v1")
 

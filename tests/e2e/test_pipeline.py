@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import uuid
@@ -56,6 +57,11 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     assert {
         (r["temperature"], r["served_model"], r["system_fingerprint"]) for r in story.rulings
     } == {(_TEMPERATURE, "standin-judge", SYSTEM_FINGERPRINT)}, "and what drew it"
+    extraction = pipeline.wait_extraction(dispute)
+    assert (extraction["outcome"], extraction["grievance_total"]) == ("EXTRACTED", 4)
+    [answer] = extraction["answers"]
+    assert (answer["problems"], answer["served_model"]) == ([], "standin-extractor")
+    assert len(json.loads(answer["raw_answer"])["grievances"]) == 4, "the answer, kept as it came"
     assert {r["snapshot_sha256"] for r in story.rulings} == {story.dispute["snapshot_sha256"]}  # type: ignore[index]
 
     verdicts = {v["grievance_id"]: v for v in story.verdicts}
@@ -213,6 +219,8 @@ def test_a_complaint_without_a_checkable_grievance_still_gets_a_reply(pipeline: 
     assert story.grievances == []
     assert story.rulings == []
     assert story.priced[0]["decision"] == "NOTHING_TO_PAY"
+    extraction = pipeline.wait_extraction(dispute)
+    assert (extraction["outcome"], len(extraction["answers"])) == ("NOTHING_CHECKABLE", 1)
     assert story.replies
     assert story.payouts == []
     assert story.ledger == [], "the settler reserves a payout's ledger row before its reply"

@@ -443,9 +443,15 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     assert case.count("cannot make an upheld majority") == 2
     # Each ruling of the full benches names what drew it; a served model only where it is
     # not the one asked for.
-    assert case.count("stand-in (served as stand-in-2026-11-01) · fp_seeded") == 4
-    assert case.count("stand-in · fp_seeded") == 8
+    assert case.count("stand-in (served as stand-in-2026-11-01) · fingerprint fp_seeded") == 4
+    assert case.count("stand-in · fingerprint fp_seeded") == 8
     assert case.count("temperature 0.7") == 12
+    # What the extractor made of the complaint: its answers as they came, escaped.
+    assert "<strong>EXTRACTED</strong> · 4 grievances" in case
+    assert "First answer: 1 problem · stand-in · fingerprint fp_extractor · extractor/v3" in case
+    assert "Repair: valid · stand-in · extractor/v3" in case
+    assert "<li>the answer is not JSON: Expecting &#39;,&#39; delimiter</li>" in case
+    assert "{&#34;grievances&#34;: [{&#34;category&#34;: &#34;&lt;LATE&gt;&#34;" in case
 
 
 def test_complaint_text_is_escaped_on_the_case_page(api: ApiServer) -> None:

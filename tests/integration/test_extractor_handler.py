@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from refund_bench.db.orders import OrderReader, upsert_orders
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.domain import OrderRecord
 from refund_bench.errors import InvalidInput
-from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache
+from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache, sha256_hex
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from refund_bench.resources import pg_pool
@@ -37,6 +37,7 @@ from services.extractor.handler import (
     REVIEW_REASON,
     ExtractorHandler,
 )
+from services.llm_standin.app import SYSTEM_FINGERPRINT
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.grievances import complaint_message
 from tests.standin import Standin
@@ -56,10 +57,13 @@ def _handle(
     order_id: str = ARTICLE_ORDER.order_id,
     prompt_version: str = EXTRACTOR_PROMPT_VERSION,
     model: str = "standin-extractor",
+    records: list[Mapping[str, Any]] | None = None,
 ) -> list[Sequence[Emit]]:
-    """What the handler emits for each dispute's complaint (``text``), handled together; answers
-    are cached under ``cache_prefix`` (a fresh one unless given: pass the same one to
-    redeliver). The model is the stand-in's, or ``endpoint``'s."""
+    """What the handler emits for each dispute's complaint (``text``), handled together, but
+    its ``complaint.extracted``: each dispute's last emit, and its only one (checked), whose
+    value is added to ``records``. Answers are cached under ``cache_prefix`` (a fresh one
+    unless given: pass the same one to redeliver). The model is the stand-in's, or
+    ``endpoint``'s."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
@@ -86,7 +90,16 @@ def _handle(
             await redis.aclose()
             await pool.close()
 
-    return asyncio.run(go())
+    flows: list[Sequence[Emit]] = []
+    for dispute, emits in zip(disputes, asyncio.run(go()), strict=True):
+        *flow, last = emits
+        assert last.topic == t.COMPLAINT_EXTRACTED.name, [e.topic for e in emits]
+        assert t.COMPLAINT_EXTRACTED.name not in {e.topic for e in flow}
+        assert last.key == dispute
+        if records is not None:
+            records.append(last.value)
+        flows.append(flow)
+    return flows
 
 
 async def _freeze_articlecomplaint_message(
@@ -718,3 +731,142 @@ def test_a_complaint_longer_than_the_limit_is_invalid_input_before_any_model_cal
         "complaint text is 6600 characters, more than the 5000 MAX_COMPLAINT_CHARS allows"
     )
     assert standin.stats()["by_dispute"].get(dispute, 0) == 0
+
+
+# --------------------------------------------------------------------------- complaint.extracted
+
+
+def _records_of_two_deliveries(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    faults: list[str],
+    text: str = ARTICLE_COMPLAINT,
+) -> tuple[str, list[Mapping[str, Any]], list[Sequence[Emit]]]:
+    """A new dispute's complaint handled and redelivered (one cache), the stand-in's next answers
+    given ``faults``: (the dispute, each delivery's complaint.extracted, each one's other emits)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    standin.faults(next_faults=faults)
+    cache = f"test-extractor-{uuid.uuid4().hex}:"
+    records: list[Mapping[str, Any]] = []
+    flows = [
+        _handle(
+            database, redis_url, standin, dispute, cache_prefix=cache, text=text, records=records
+        )[0]
+        for _ in range(2)
+    ]
+    return dispute, records, flows
+
+
+def _without_time(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "extracted_at"}
+
+
+def test_each_complaint_records_its_answer_and_outcome_on_every_delivery(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    dispute, (first, again), (flow, _) = _records_of_two_deliveries(
+        database, redis_url, standin, []
+    )
+
+    assert (first["dispute_id"], first["order_id"]) == (dispute, ARTICLE_ORDER.order_id)
+    assert first["complaint_sha256"] == sha256_hex(ARTICLE_COMPLAINT)
+    assert first["snapshot_sha256"] == flow[0].value["snapshot_sha256"]
+    assert (first["outcome"], first["grievance_total"], first["reason"]) == ("EXTRACTED", 4, None)
+    [answer] = first["answers"]
+    assert (answer["attempt"], answer["problems"]) == (1, [])
+    assert (answer["model"], answer["prompt_version"]) == (
+        "standin-extractor",
+        EXTRACTOR_PROMPT_VERSION,
+    )
+    assert (answer["served_model"], answer["system_fingerprint"]) == (
+        "standin-extractor",
+        SYSTEM_FINGERPRINT,
+    )
+    assert len(json.loads(answer["raw_answer"])["grievances"]) == 4, "the answer as it came"
+    assert _without_time(again) == _without_time(first), "a redelivery records the same"
+    assert standin.stats()["by_dispute"][dispute] == 1
+
+
+def test_a_repaired_answer_is_recorded_after_the_first_with_its_problems(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    _, (record, again), _ = _records_of_two_deliveries(database, redis_url, standin, ["malformed"])
+
+    assert (record["outcome"], record["grievance_total"]) == ("EXTRACTED", 4)
+    first, repair = record["answers"]
+    assert (first["attempt"], repair["attempt"]) == (1, 2)
+    assert len(first["problems"]) == 1
+    assert first["problems"][0].startswith("the answer is not JSON: ")
+    assert first["raw_answer"] != repair["raw_answer"]
+    assert repair["problems"] == []
+    assert _without_time(again) == _without_time(record)
+
+
+def test_a_complaint_held_after_its_repair_records_both_answers_and_why(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    _, (record, _), (flow, _) = _records_of_two_deliveries(
+        database, redis_url, standin, ["malformed", "malformed"]
+    )
+
+    assert (record["outcome"], record["grievance_total"]) == ("HELD", 0)
+    assert record["reason"] == flow[0].value["reason"]
+    assert [a["attempt"] for a in record["answers"]] == [1, 2]
+    assert all(a["problems"] for a in record["answers"])
+
+
+def test_a_refused_complaint_records_no_answer_and_the_refusal(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    _, (record, again), (flow, _) = _records_of_two_deliveries(
+        database, redis_url, standin, ["400"]
+    )
+
+    assert (record["outcome"], record["answers"]) == ("REFUSED", [])
+    assert record["reason"] == flow[0].value["reason"]
+    assert "HTTP 400" in record["reason"]
+    assert _without_time(again) == _without_time(record)
+
+
+def test_a_refused_repair_records_the_first_answer(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    _, (record, again), _ = _records_of_two_deliveries(
+        database, redis_url, standin, ["malformed", "400"]
+    )
+
+    assert record["outcome"] == "REFUSED"
+    [first] = record["answers"]
+    assert first["attempt"] == 1
+    assert first["problems"][0].startswith("the answer is not JSON: ")
+    assert _without_time(again) == _without_time(record)
+
+
+def test_a_complaint_with_nothing_checkable_records_its_answer(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    text = "I love this app and I will order again tomorrow."
+    _, (record, _), (flow, _) = _records_of_two_deliveries(database, redis_url, standin, [], text)
+
+    assert [e.value["decision"] for e in flow] == ["NOTHING_TO_PAY"]
+    assert (record["outcome"], record["grievance_total"], record["reason"]) == (
+        "NOTHING_CHECKABLE",
+        0,
+        None,
+    )
+    [answer] = record["answers"]
+    assert json.loads(answer["raw_answer"])["grievances"] == []
+    assert record["complaint_sha256"] == sha256_hex(text)
+
+
+def test_a_record_encodes_under_its_contract(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    records: list[Mapping[str, Any]] = []
+    _handle(database, redis_url, standin, f"d-{uuid.uuid4().hex[:12]}", records=records)
+    codec = Codec(FingerprintFraming(), {t.COMPLAINT_EXTRACTED.name: t.COMPLAINT_EXTRACTED.schema})
+    decoded = codec.decode(
+        t.COMPLAINT_EXTRACTED.name, codec.encode(t.COMPLAINT_EXTRACTED.name, records[0])
+    )
+    assert decoded["answers"][0]["raw_answer"] == records[0]["answers"][0]["raw_answer"]

@@ -764,3 +764,62 @@ def test_a_batch_that_ends_as_a_deadlocks_victim_is_written_again(database: str)
         "grievance:g2": "OPEN",
         "payout:round2": "OPEN",
     }
+
+
+def _extracted(dispute_id: str, outcome: str, raw: str) -> Message:
+    record = ev.ComplaintExtracted(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        snapshot_sha256="0" * 64,
+        complaint_sha256="1" * 64,
+        outcome=outcome,
+        grievance_total=0,
+        reason="EXTRACTION: the model endpoint refused the complaint (HTTP 400)",
+        answers=[
+            ev.ExtractorAnswer(
+                attempt=1,
+                raw_answer=raw,
+                problems=["the answer is not JSON: Expecting value"],
+                model="m",
+                prompt_version="extractor/v3",
+                served_model="m-2026-11-01",
+                system_fingerprint=None,
+            )
+        ],
+        extracted_at=AT,
+    )
+    return _message(t.COMPLAINT_EXTRACTED.name, dispute_id, record.to_avro())
+
+
+def test_what_the_extractor_made_of_a_complaint_is_kept_once(database: str) -> None:
+    """The first record of a dispute stays: a redelivery, or another record, changes nothing."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database) as conn:
+        recorder = Recorder(conn)
+        for raw in ('{"grievances": [', "another answer"):
+            recorder.handle(_extracted(dispute, "REFUSED", raw), Context(None))
+            recorder.flush()
+        rows = conn.execute(
+            "SELECT outcome, grievance_total, reason, answers, extracted_at FROM extractions"
+            " WHERE dispute_id = %s",
+            (dispute,),
+        ).fetchall()
+    assert rows == [
+        (
+            "REFUSED",
+            0,
+            "EXTRACTION: the model endpoint refused the complaint (HTTP 400)",
+            [
+                {
+                    "attempt": 1,
+                    "raw_answer": '{"grievances": [',
+                    "problems": ["the answer is not JSON: Expecting value"],
+                    "model": "m",
+                    "prompt_version": "extractor/v3",
+                    "served_model": "m-2026-11-01",
+                    "system_fingerprint": None,
+                }
+            ],
+            AT,
+        )
+    ]

@@ -5,12 +5,17 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from refund_bench.llm.cache import maker_value, read_maker
+from refund_bench.llm.cache import Maker, maker_value, read_maker
+
+_OPTIONAL = st.none() | st.text()
 
 
-@given(st.text(), st.text(), st.text())
-def test_a_maker_reads_back_as_written(model: str, version: str, answer: str) -> None:
-    assert read_maker(maker_value(model, version, answer), answer) == (model, version)
+@given(st.text(), st.text(), _OPTIONAL, _OPTIONAL, st.text())
+def test_a_maker_reads_back_as_written(
+    model: str, version: str, served: str | None, fingerprint: str | None, answer: str
+) -> None:
+    maker = Maker(model, version, served, fingerprint)
+    assert read_maker(maker_value(maker, answer), answer) == maker
 
 
 @given(st.text(), st.text(), st.text(), st.text())
@@ -20,14 +25,18 @@ def test_a_maker_written_for_another_answer_is_not_this_ones(
     """A record that outlived its answer, which another model then drew again, does not name
     that model's answer."""
     assume(answer != other)
-    assert read_maker(maker_value(model, version, other), answer) is None
+    assert read_maker(maker_value(Maker(model, version), other), answer) is None
 
 
 def test_a_maker_of_an_earlier_release_names_no_answer_and_is_read() -> None:
-    assert read_maker('{"model": "m", "prompt_version": "extractor/v1"}', "a") == (
-        "m",
-        "extractor/v1",
+    assert read_maker('{"model": "m", "prompt_version": "extractor/v1"}', "a") == Maker(
+        "m", "extractor/v1", None, None
     )
+
+
+def test_a_served_model_of_another_type_reads_as_unknown() -> None:
+    value = '{"model": "m", "prompt_version": "v", "served_model": 3, "system_fingerprint": []}'
+    assert read_maker(value, "a") == Maker("m", "v", None, None)
 
 
 def test_no_maker_or_another_value_reads_as_unknown() -> None:

@@ -31,6 +31,7 @@ def test_each_flow_topic_is_written_by_its_producers_only() -> None:
     assert {topic.name: writers[topic.name] for topic in t.FLOW_TOPICS} == {
         "complaint.received": {API},
         "grievance.extracted": {"extractor"},
+        "complaint.extracted": {"extractor"},
         "ruling.cast": {"judge"},
         "verdict.decided": {"tally"},
         "review.decided": {API},
