@@ -160,6 +160,18 @@ class ExtractorAnswer(Event):
     served_model: str | None = None
     system_fingerprint: str | None = None
 
+    # Kept in a jsonb column, which cannot hold NUL either: refused here, dead-lettered alone.
+    _storable = field_validator(
+        "raw_answer", "model", "prompt_version", "served_model", "system_fingerprint"
+    )(_without_nul)
+
+    @field_validator("problems")
+    @classmethod
+    def _problems_storable(cls, value: list[str]) -> list[str]:
+        for problem in value:
+            _without_nul(problem)
+        return value
+
 
 class ComplaintExtracted(Event):
     """What the extractor made of one complaint, with the answers it read, for audit."""
@@ -174,6 +186,8 @@ class ComplaintExtracted(Event):
     reason: str | None = None
     answers: list[ExtractorAnswer]
     extracted_at: datetime
+
+    _storable = field_validator("dispute_id", "order_id", "outcome", "reason")(_without_nul)
 
 
 class GrievanceExtracted(Event):

@@ -131,10 +131,11 @@ $$;
 -- response named (null: refused, not named, or cast before rulings carried them). Added once.
 DO $$
 BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_attribute
-        WHERE attrelid = 'rulings'::regclass AND attname = 'served_model' AND NOT attisdropped
-    ) THEN
+    IF (
+        SELECT count(*) FROM pg_attribute
+        WHERE attrelid = 'rulings'::regclass AND NOT attisdropped
+          AND attname IN ('temperature', 'served_model', 'system_fingerprint')
+    ) < 3 THEN
         ALTER TABLE rulings
             ADD COLUMN IF NOT EXISTS temperature double precision,
             ADD COLUMN IF NOT EXISTS served_model text,

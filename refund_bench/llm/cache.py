@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +42,8 @@ refused by the endpoint for what the request carried, or failed by the endpoint 
 while it answered others (:class:`~refund_bench.llm.client.LlmFailedAlone`); counted in
 ``llm_calls`` by ``kind``."""
 OnCall = Callable[[CallOutcome], None]
+
+log = logging.getLogger(__name__)
 
 
 class ResponseCache(Protocol):
@@ -211,14 +215,15 @@ class MadeAnswer:
 
 
 class Maker(NamedTuple):
-    """Who wrote a cached answer: the model and prompt version asked for, and what the
-    endpoint's response said served it (``None`` when it named nothing, or the answer was
-    malformed before it could be read)."""
+    """Who wrote a cached answer: the model and prompt version asked for, what the endpoint's
+    response said served it (``None`` when it named nothing, or the answer was malformed
+    before it could be read), and the sampling temperature (``None``: not recorded)."""
 
     model: str
     prompt_version: str
     served_model: str | None = None
     system_fingerprint: str | None = None
+    temperature: float | None = None
 
 
 def maker_value(maker: Maker, answer: str) -> str:
@@ -226,7 +231,7 @@ def maker_value(maker: Maker, answer: str) -> str:
     ``read_maker(maker_value(m, a), a) == m``. It names the answer it was written for
     (by its sha256), so that a record that outlived its answer, which was then drawn again by
     another model or prompt, is not read as the new answer's maker."""
-    value: dict[str, str] = {
+    value: dict[str, str | float] = {
         "model": maker.model,
         "prompt_version": maker.prompt_version,
         "answer_sha256": sha256_hex(answer),
@@ -235,6 +240,8 @@ def maker_value(maker: Maker, answer: str) -> str:
         value["served_model"] = maker.served_model
     if maker.system_fingerprint is not None:
         value["system_fingerprint"] = maker.system_fingerprint
+    if maker.temperature is not None:
+        value["temperature"] = maker.temperature
     return json.dumps(value, ensure_ascii=True)
 
 
@@ -258,12 +265,49 @@ def read_maker(value: str | None, answer: str) -> Maker | None:
     if written_for is not None and written_for != sha256_hex(answer):
         return None
     served, fingerprint = maker.get("served_model"), maker.get("system_fingerprint")
+    temperature = maker.get("temperature")
     return Maker(
         model,
         version,
         served if isinstance(served, str) else None,
         fingerprint if isinstance(fingerprint, str) else None,
+        _finite(temperature),
     )
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a float if it is a finite JSON number, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+async def keep_maker(cache: ResponseCache, key: str, answer: str, maker: Maker) -> str | None:
+    """Record ``maker`` beside ``answer``, drawn for ``key``, first writer winning; call it
+    where the answer is drawn, before :func:`cached_call` stores the answer, so that a caller
+    that joins the call or stores the answer later finds it. Returns the record stored (this
+    one or an earlier writer's), or ``None`` when the cache is out of reach: the record is only
+    an account of the answer, so the answer is kept without it (logged)."""
+    try:
+        return await cache.put_if_absent(key + MAKER_SUFFIX, maker_value(maker, answer))
+    except TransientError as exc:
+        log.warning("the record of who drew a cached answer was not kept: %s", exc)
+        return None
+
+
+async def maker_of(
+    cache: ResponseCache, key: str, answer: str, recorded: str | None = None
+) -> Maker | None:
+    """Who wrote ``answer``, the answer cached under ``key``: from ``recorded`` (what
+    :func:`keep_maker` returned, when this call drew it) or the record in the cache; ``None``
+    when there is none for this answer (one cached by an earlier release, or a record lost
+    with the cache out of reach)."""
+    stored = recorded if recorded is not None else await cache.get(key + MAKER_SUFFIX)
+    return read_maker(stored, answer)
 
 
 UNWRITTEN_LIMIT = 1_000

@@ -328,18 +328,22 @@ def _answer(raw: bytes) -> LlmAnswer:
             raise MalformedAnswer(
                 "the answer holds a lone surrogate, which is no text", kept or ""
             ) from exc
-    if not completion.choices:
-        raise MalformedAnswer("the completion has no choices", "")
-    choice = completion.choices[0]
-    content = choice.message.content or ""
+    choice = completion.choices[0] if completion.choices else None
+    content = (choice.message.content if choice else None) or ""
+    answer = completion.served(content)
+    served = {"served_model": answer.served_model, "system_fingerprint": answer.system_fingerprint}
+    if choice is None:
+        raise MalformedAnswer("the completion has no choices", "", **served)
     unfinished = UNFINISHED_REASONS.get(choice.finish_reason or "")
     if unfinished is not None:
         raise MalformedAnswer(
-            f"the answer was {unfinished} (finish_reason is {choice.finish_reason!r})", content
+            f"the answer was {unfinished} (finish_reason is {choice.finish_reason!r})",
+            content,
+            **served,
         )
     if not content:
-        raise MalformedAnswer("the answer is empty", content)
-    return completion.served(content)
+        raise MalformedAnswer("the answer is empty", content, **served)
+    return answer
 
 
 def _lenient_completion(raw: bytes) -> _Completion | None:

@@ -103,14 +103,25 @@ REPLY_SCHEMA: Final[Mapping[str, Any]] = {
 class MalformedAnswer(RefundBenchError):  # noqa: N818 - named for the policy, like InvalidInput
     """The model's answer is not what the schema and the contract promise. Not transient.
 
-    ``reason`` says what is wrong; ``raw`` is the answer as received, kept for audit. The caller
-    decides the policy (e.g. dead-letter the record, or redraw once without caching).
+    ``reason`` says what is wrong; ``raw`` is the answer as received, kept for audit;
+    ``served_model`` and ``system_fingerprint`` what the endpoint's response named, when the
+    completion was read that far. The caller decides the policy (e.g. dead-letter the record,
+    or redraw once without caching).
     """
 
-    def __init__(self, reason: str, raw: str) -> None:
+    def __init__(
+        self,
+        reason: str,
+        raw: str,
+        *,
+        served_model: str | None = None,
+        system_fingerprint: str | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.raw = raw
+        self.served_model = served_model
+        self.system_fingerprint = system_fingerprint
 
 
 # --------------------------------------------------------------------------- prompts

@@ -35,7 +35,6 @@ from refund_bench.db.snapshots import DisputeFreezer, DisputeToFreeze, frozen_di
 from refund_bench.domain import Decision, ExtractionOutcome, LineItem, OrderRecord
 from refund_bench.errors import InvalidInput
 from refund_bench.llm.cache import (
-    MAKER_SUFFIX,
     InFlight,
     MadeAnswer,
     Maker,
@@ -44,8 +43,8 @@ from refund_bench.llm.cache import (
     ResponseCache,
     cached_call,
     extractor_cache_key,
-    maker_value,
-    read_maker,
+    keep_maker,
+    maker_of,
     sha256_hex,
 )
 from refund_bench.llm.client import JsonCompleter, LlmAnswer, failed_alone
@@ -269,8 +268,8 @@ class ExtractorHandler:
             except ExtractionInvalid as second:
                 answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
-            answers.append(_kept(2, made, ()))
             left_out = claims_left_out(first.passed, repaired, first.unresolved)
+            answers.append(_kept(2, made, left_out))
             if left_out:
                 return f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}", made
             return repaired, made
@@ -282,34 +281,38 @@ class ExtractorHandler:
         prompt version that wrote it beside it). Raises :class:`RefusedBefore` when the
         endpoint refuses the request, now or before."""
 
-        served: LlmAnswer | None = None
+        recorded: str | None = None
 
         async def compute() -> str:
-            nonlocal served
+            nonlocal recorded
+            served: LlmAnswer | None = None
             try:
                 served = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
+                answer = served.text
             except MalformedAnswer as exc:
-                return exc.raw  # cut short or empty: validation fails, the repair call follows
-            return served.text
+                # Cut short or empty: validation fails, the repair call follows.
+                answer = exc.raw
+                served = LlmAnswer(answer, exc.served_model, exc.system_fingerprint)
+            mine = Maker(
+                self._llm.model,
+                request.prompt_version,
+                served.served_model,
+                served.system_fingerprint,
+            )
+            recorded = await keep_maker(self._cache, key, answer, mine)
+            return answer
 
         answer, from_cache = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
         )
-        maker_key = key + MAKER_SUFFIX
-        if from_cache:
-            stored = await self._cache.get(maker_key)
-        else:
-            mine = Maker(
-                self._llm.model,
-                request.prompt_version,
-                None if served is None else served.served_model,
-                None if served is None else served.system_fingerprint,
-            )
-            stored = await self._cache.put_if_absent(maker_key, maker_value(mine, answer))
-        maker = read_maker(stored, answer)
-        return MadeAnswer(answer) if maker is None else MadeAnswer(answer, *maker)
+        maker = await maker_of(self._cache, key, answer, None if from_cache else recorded)
+        if maker is None:
+            return MadeAnswer(answer)
+        return MadeAnswer(
+            answer, maker.model, maker.prompt_version, maker.served_model, maker.system_fingerprint
+        )
 
     def _unpriced(
         self,

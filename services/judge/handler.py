@@ -32,11 +32,14 @@ from refund_bench.domain import Category, Ruling
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import (
     InFlight,
+    Maker,
     OnCall,
     RefusedBefore,
     ResponseCache,
     cached_call,
     judge_cache_key,
+    keep_maker,
+    maker_of,
 )
 from refund_bench.llm.client import JsonCompleter, failed_alone
 from refund_bench.llm.roles import (
@@ -85,106 +88,51 @@ MAX_RAW_CHARS = 64_000
 verdict of the largest bench (``MAX_JUDGES`` seats), fit one Kafka record whatever the model
 writes: one that did not would be dead-lettered, and its grievance would never be decided."""
 
-_SEALED_PREFIX = "draw="
-_SEED_PREFIX = "seed="
+_SEALED_PREFIX = "seed="
 _UNREADABLE_MARK = " unreadable="
 MAX_UNREADABLE_REASON_CHARS = 1_000
 """A seat's cache value keeps this much of why its last draw could not be read."""
 
 
 class Sealed(NamedTuple):
-    """A seat's draw as its cache value holds it (:func:`seal`, :func:`unseal`)."""
+    """A seat's cache value read back (:func:`unseal`)."""
 
     raw: str
     """The answer of the seat's last draw."""
     seed: int | None
     """The seed it was drawn with; ``None`` in a value cached before values carried it."""
-    unreadable: str | None = None
+    unreadable: str | None
     """Why no draw of the seat could be read (the last one's fault), or ``None`` when the
     last draw was read; always ``None`` in a value cached before values recorded it."""
-    temperature: float | None = None
-    """The temperature it was drawn at; ``None`` in a value cached before values carried it."""
-    served_model: str | None = None
-    """The model the endpoint said served it (:class:`~refund_bench.llm.client.LlmAnswer`);
-    ``None`` when it named none, the draw's answer was malformed before it was read, or the
-    value was cached before values carried it."""
-    system_fingerprint: str | None = None
-    """The endpoint's system fingerprint for it, ``None`` likewise."""
 
 
-def seal(draw: Sealed) -> str:
-    """The cache value of a seat's answer: the answer's text after a one-line header with the
-    seed and temperature it was drawn with and what the endpoint said served it, so that a
-    redelivery served from the cache names the same, and, when every draw of the seat was
+def seal(raw: str, seed: int, unreadable: str | None = None) -> str:
+    """The cache value of a seat's answer: ``raw`` with the seed it was drawn with, so that a
+    redelivery served from the cache names the same seed, and, when every draw of the seat was
     malformed, why the last one was (``unreadable``), so that a redelivery counts it ESCALATE
     too instead of reading the text of an answer cut short."""
-    unreadable = draw.unreadable
-    header = {
-        "seed": draw.seed,
-        "temperature": draw.temperature,
-        "model": draw.served_model,
-        "fingerprint": draw.system_fingerprint,
-        "unreadable": None
-        if unreadable is None
-        else storable(unreadable, MAX_UNREADABLE_REASON_CHARS),
-    }
-    # ASCII JSON holds no line break: the header is the first line, whatever the answer holds.
-    return f"{_SEALED_PREFIX}{json.dumps(header, ensure_ascii=True)}\n{draw.raw}"
+    head = f"{_SEALED_PREFIX}{seed}"
+    if unreadable is not None:
+        reason = storable(unreadable, MAX_UNREADABLE_REASON_CHARS)
+        head += _UNREADABLE_MARK + json.dumps(reason, ensure_ascii=True)
+    return f"{head}\n{raw}"
 
 
 def unseal(value: str) -> Sealed:
     """A cache value read back (:func:`seal`). A value cached before values carried the seed
     (the bare answer, a JSON object) is that answer, with no seed; one cached before values
-    recorded an unreadable draw is read as readable (its text is parsed as it comes); one
-    cached before values carried the temperature and the served model has neither. A header
-    that does not read as one makes the whole value the answer's text (which then reads as
-    no ruling)."""
-    if value.startswith(_SEED_PREFIX):
-        return _unseal_seed_only(value)
+    recorded an unreadable draw is read as readable (its text is parsed as it comes)."""
     if not value.startswith(_SEALED_PREFIX):
-        return Sealed(value, None)
+        return Sealed(value, None, None)
     head, _, raw = value.partition("\n")
-    try:
-        header = json.loads(head.removeprefix(_SEALED_PREFIX))
-    except ValueError:
-        return Sealed(value, None)
-    if not isinstance(header, dict):
-        return Sealed(value, None)
-    seed, temperature = header.get("seed"), header.get("temperature")
-    texts = [header.get(name) for name in ("unreadable", "model", "fingerprint")]
-    if (
-        not (seed is None or (isinstance(seed, int) and not isinstance(seed, bool)))
-        or not (temperature is None or _is_number(temperature))
-        or not all(text is None or isinstance(text, str) for text in texts)
-    ):
-        return Sealed(value, None)
-    unreadable, model, fingerprint = texts
-    return Sealed(
-        raw,
-        seed,
-        unreadable,
-        None if temperature is None else float(temperature),
-        model,
-        fingerprint,
-    )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _unseal_seed_only(value: str) -> Sealed:
-    """A value cached when the header held the seed and, for an unreadable draw, its reason
-    only (``seed=N[ unreadable="..."]``)."""
-    head, _, raw = value.partition("\n")
-    seed_text, marked, reason_json = head.removeprefix(_SEED_PREFIX).partition(_UNREADABLE_MARK)
+    seed_text, marked, reason_json = head.removeprefix(_SEALED_PREFIX).partition(_UNREADABLE_MARK)
     try:
         seed = int(seed_text)
         reason = json.loads(reason_json) if marked else None
-    except ValueError:
-        return Sealed(value, None)
+    except (ValueError, RecursionError):
+        return Sealed(value, None, None)
     if marked and not isinstance(reason, str):
-        return Sealed(value, None)
+        return Sealed(value, None, None)
     return Sealed(raw, seed, reason)
 
 
@@ -253,13 +201,25 @@ class JudgeHandler:
         inputs_sha256: str,
         allowed: _Citable,
     ) -> ev.RulingCast:
+        key = judge_cache_key(
+            grievance.dispute_id,
+            grievance.grievance_id,
+            seat.index,
+            seat.llm.model,
+            grievance.snapshot_sha256,
+            self._prompt.version,
+            inputs_sha256,
+        )
         # The answer as parsed while drawing; a cached answer is parsed below instead.
         drawn: JudgeAnswer | None = None
 
+        # The record of who drew the answer, when this call draws it (kept beside it).
+        recorded: str | None = None
+
         async def draw() -> str:
-            nonlocal drawn
-            temperature = seat.llm.temperature
-            last = Sealed("", seat.seed, None, temperature)
+            nonlocal drawn, recorded
+            raw, seed, unreadable = "", seat.seed, ""
+            served: tuple[str | None, str | None] = (None, None)
             for attempt in range(DRAWS_PER_SEAT):
                 seed = redraw_seed(seat.seed, attempt)
                 try:
@@ -271,49 +231,44 @@ class JudgeHandler:
                         grievance.dispute_id,
                     )
                 except MalformedAnswer as exc:  # cut short, withheld or empty
-                    last = Sealed(exc.raw, seed, exc.reason, temperature)
+                    raw, unreadable = exc.raw, exc.reason
+                    served = (exc.served_model, exc.system_fingerprint)
                     continue
-                last = Sealed(
-                    answer.text,
-                    seed,
-                    None,
-                    temperature,
-                    answer.served_model,
-                    answer.system_fingerprint,
-                )
+                raw, served = answer.text, (answer.served_model, answer.system_fingerprint)
                 try:
-                    drawn = parse_judge_ruling(answer.text)
+                    drawn = parse_judge_ruling(raw)
                 except MalformedAnswer as exc:  # unreadable
-                    last = last._replace(raw=exc.raw, unreadable=exc.reason)
+                    raw, unreadable = exc.raw, exc.reason
                     continue
-                return seal(last)
+                return await kept(seal(raw, seed), served)
             # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
             # one served from the cache, even when the last text would parse (cut short at a
             # closing brace).
-            return seal(last)
+            return await kept(seal(raw, seed, unreadable), served)
 
-        key = judge_cache_key(
-            grievance.dispute_id,
-            grievance.grievance_id,
-            seat.index,
-            seat.llm.model,
-            grievance.snapshot_sha256,
-            self._prompt.version,
-            inputs_sha256,
-        )
+        async def kept(value: str, served: tuple[str | None, str | None]) -> str:
+            """``value``, with who drew it recorded beside it (before it is stored)."""
+            nonlocal recorded
+            maker = Maker(seat.llm.model, self._prompt.version, *served, seat.llm.temperature)
+            recorded = await keep_maker(self._cache, key, value, maker)
+            return value
+
+        maker: Maker | None = None
         try:
             value, from_cache = await cached_call(
                 self._cache, key, draw, self._on_call, keep_refusals=True, in_flight=self._in_flight
             )
         except RefusedBefore as exc:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.
-            sealed, fields = Sealed("", None), _refused_fields(str(exc))
+            sealed, fields = Sealed("", None, None), _refused_fields(str(exc))
         else:
             sealed = unseal(value)
             if sealed.unreadable is not None:
                 fields = _unreadable_fields(sealed.unreadable)
             else:
                 fields = _ruling_fields(sealed.raw, allowed, None if from_cache else drawn)
+            # Kept beside the answer, not in it: a judge of any release reads the answer alike.
+            maker = await maker_of(self._cache, key, value, None if from_cache else recorded)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
             order_id=grievance.order_id,
@@ -330,9 +285,9 @@ class JudgeHandler:
             raw_response=storable(sealed.raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=sealed.seed,
-            temperature=sealed.temperature,
-            served_model=sealed.served_model,
-            system_fingerprint=sealed.system_fingerprint,
+            temperature=None if maker is None else maker.temperature,
+            served_model=None if maker is None else maker.served_model,
+            system_fingerprint=None if maker is None else maker.system_fingerprint,
             **fields,
         )
 

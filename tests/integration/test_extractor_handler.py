@@ -383,12 +383,24 @@ def test_an_answer_cached_without_its_maker_stays_readable_and_names_the_configu
 
     (answer,) = asyncio.run(strip_makers())
     assert len(json.loads(answer)["grievances"]) == 4
+    records: list[Mapping[str, Any]] = []
     (again,) = _handle(
-        database, redis_url, standin, dispute, cache_prefix=cache, model="extractor-after"
+        database,
+        redis_url,
+        standin,
+        dispute,
+        cache_prefix=cache,
+        model="extractor-after",
+        records=records,
     )
     assert standin.stats()["by_dispute"][dispute] == 1, "the endpoint was not asked again"
     makers = {(e.value["extractor_model"], e.value["extractor_prompt_version"]) for e in again}
     assert makers == {("extractor-after", EXTRACTOR_PROMPT_VERSION)}
+    [answer_kept] = records[0]["answers"]
+    assert answer_kept["raw_answer"] == answer
+    assert [answer_kept[k] for k in ("model", "prompt_version", "served_model")] == [None] * 3, (
+        "the record says who wrote the answer only where that is known"
+    )
 
 
 def test_an_answer_drawn_again_after_its_predecessor_left_the_cache_names_its_own_maker(
@@ -565,17 +577,27 @@ def _first_answer_then_repair(
     first: list[dict[str, Any]],
     repaired: list[dict[str, Any]],
     deliveries: int = 1,
+    records: list[Mapping[str, Any]] | None = None,
 ) -> list[Sequence[Emit]]:
     """What the handler emits for a new dispute, on each of ``deliveries`` deliveries, when the
     model's answer holds the grievances ``first`` and its one repair ``repaired``; the model
-    must have been asked twice in all (a redelivery reuses both cached answers)."""
+    must have been asked twice in all (a redelivery reuses both cached answers). Each
+    delivery's ``complaint.extracted`` is added to ``records``."""
     dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
     with FixedAnswerServer(
         completion(json.dumps({"grievances": repaired})),
         before=[completion(json.dumps({"grievances": first}))],
     ) as server:
         emitted = [
-            _handle(database, redis_url, standin, dispute, cache_prefix=cache, endpoint=server)[0]
+            _handle(
+                database,
+                redis_url,
+                standin,
+                dispute,
+                cache_prefix=cache,
+                endpoint=server,
+                records=records,
+            )[0]
             for _ in range(deliveries)
         ]
     assert len(server.requests) == 2, "the answer and its repair, once"
@@ -625,9 +647,15 @@ def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_
     the complaint for review, saying what was left out, on this delivery and the next: a span
     past the text says nothing against the claim its category and text make."""
     first = [LATE, MISSING, RUDE_PAST_THE_END]
+    records: list[Mapping[str, Any]] = []
     deliveries = _first_answer_then_repair(
-        database, redis_url, standin, first, repaired, deliveries=2
+        database, redis_url, standin, first, repaired, deliveries=2, records=records
     )
+    for record in records:  # the repair is recorded with what it left out
+        assert record["outcome"] == "HELD"
+        answer, repair = record["answers"]
+        assert answer["problems"]
+        assert any(left_out in problem for problem in repair["problems"])
     for emits in deliveries:
         assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
         priced = emits[0].value

@@ -262,17 +262,18 @@ def _rulings_for_answer(
 
 
 def _deliveries_answered(
-    redis_url: str, endpoint: FixedAnswerServer, message: Message, deliveries: int
+    redis_url: str, endpoint: FixedAnswerServer, message: Message, deliveries: int, seats: int = 3
 ) -> list[list[Mapping[str, Any]]]:
-    """The rulings a three-seat bench casts for each delivery of ``message`` (one cache for
-    all) when ``endpoint`` gives every seat the same answer."""
+    """The rulings a bench of ``seats`` casts for each delivery of ``message`` (one cache for
+    all) when ``endpoint`` gives every seat the same answer (with one seat, the answers come
+    in the order the endpoint gives them)."""
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
         cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
         llm = endpoint.client(temperature=0.7)
-        seats = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(3)]
-        handler = JudgeHandler(seats, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
+        bench = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(seats)]
+        handler = JudgeHandler(bench, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
         try:
             runs = []
             for _ in range(deliveries):
@@ -371,12 +372,13 @@ def test_the_standins_rulings_name_its_rules_fingerprint(redis_url: str, standin
     assert SYSTEM_FINGERPRINT.startswith("fp_")
 
 
-def test_a_value_cached_before_rulings_named_what_drew_them_is_read(redis_url: str) -> None:
-    """An answer cached by the judge before its values carried the temperature and the served
-    model is served as it was, naming neither."""
+def test_an_answer_cached_before_rulings_named_what_drew_them_is_read(redis_url: str) -> None:
+    """An answer cached by a judge that kept no record of what drew it is served as it was,
+    naming no temperature and no served model; and the answer's value is the one a judge of
+    that release reads (the seed header and the text), so either release reads the other's."""
     message = grievance_message(_dispute())
 
-    async def go() -> list[Mapping[str, Any]]:
+    async def go() -> tuple[list[Any], list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
         prefix = f"test-judge-{uuid.uuid4().hex}:"
         cache = RedisResponseCache(redis, prefix, 600)
@@ -387,21 +389,62 @@ def test_a_value_cached_before_rulings_named_what_drew_them_is_read(redis_url: s
             handler = JudgeHandler(seats, cache, prompt, lambda _: None)
             try:
                 await handler.handle(message, Context(None))
-                keys = [k async for k in redis.scan_iter(match=f"{prefix}*")]
-                assert len(keys) == 3
-                for key in keys:  # as the judge before this release wrote them
-                    await redis.set(key, f"seed=1000\n{READABLE_UPHELD}")
+                answers = sorted(
+                    [k async for k in redis.scan_iter(match=f"{prefix}*") if b":made-by" not in k]
+                )
+                values = [await redis.get(k) for k in answers]
+                for key in answers:  # as the judge before this release left them
+                    await redis.delete(key + b":made-by")
                 again = await handler.handle(message, Context(None))
                 assert len(server.requests) == 3
-                return [e.value for e in again]
+                return values, [e.value for e in again]
             finally:
                 await llm.aclose()
                 await redis.aclose()
 
-    rulings = asyncio.run(go())
+    values, rulings = asyncio.run(go())
+    assert sorted(values) == [
+        f"seed={1000 + seat}\n{READABLE_UPHELD}".encode() for seat in range(3)
+    ], "the value an earlier judge reads"
     assert [(r["ruling"], r["seed"], r["served_model"], r["temperature"]) for r in rulings] == [
-        ("UPHELD", 1000, None, None)
-    ] * 3
+        ("UPHELD", 1000 + seat, None, None) for seat in range(3)
+    ]
+
+
+def test_a_seat_none_of_whose_draws_could_be_read_names_what_served_its_last(
+    redis_url: str,
+) -> None:
+    """Each seat's draws: an unreadable answer, one cut short, then one the parse refuses; the
+    ruling is UNREADABLE and names what served the last draw, on every delivery."""
+    unreadable = completion("not json", model="a", system_fingerprint="fp_a")
+    cut = completion(READABLE_UPHELD, "length", model="b", system_fingerprint="fp_b")
+    last = completion("still not json", model="c", system_fingerprint="fp_c")
+    with FixedAnswerServer(last, before=[unreadable, cut]) as server:
+        first, again = _deliveries_answered(
+            redis_url, server, grievance_message(_dispute()), 2, seats=1
+        )
+
+    assert len(server.requests) == DRAWS_PER_SEAT
+    for rulings in (first, again):
+        assert [
+            (r["model_ruling"], r["served_model"], r["system_fingerprint"], r["temperature"])
+            for r in rulings
+        ] == [("UNREADABLE", "c", "fp_c", 0.7)]
+
+
+def test_a_seat_whose_last_draw_is_cut_short_names_what_served_it(redis_url: str) -> None:
+    """The last draw's answer is cut short: its text is not read, but the response named what
+    served it."""
+    cut = completion(READABLE_UPHELD, "length", model="b", system_fingerprint="fp_b")
+    unreadable = completion("x", model="a")
+    with FixedAnswerServer(cut, before=[unreadable] * (DRAWS_PER_SEAT - 1)) as server:
+        [rulings] = _deliveries_answered(
+            redis_url, server, grievance_message(_dispute()), 1, seats=1
+        )
+
+    assert [(r["model_ruling"], r["served_model"], r["system_fingerprint"]) for r in rulings] == [
+        ("UNREADABLE", "b", "fp_b")
+    ]
 
 
 @pytest.mark.parametrize("finish_reason", ["length", "content_filter"])

@@ -528,13 +528,18 @@ def test_a_complaint_the_endpoint_fails_alone_is_held_for_review_on_every_delive
     emits, deliveries = _deliveries(standin, redis_url, extractor, message)
 
     assert deliveries == 3
-    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
-    priced = emits[0].value
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name, t.COMPLAINT_EXTRACTED.name]
+    priced, record = emits[0].value, emits[1].value
     assert (priced["decision"], priced["lines"]) == ("HELD_FOR_REVIEW", [])
     assert priced["reason"].startswith(f"{NO_ANSWER_REASON} ({FAILED_ALONE}"), priced["reason"]
+    assert (record["outcome"], record["reason"], record["answers"]) == (
+        "REFUSED",
+        priced["reason"],
+        [],
+    )
     calls = standin.stats()["by_dispute"][dispute]
 
-    (again,) = _redelivered(standin, redis_url, extractor, message)
+    again, _ = _redelivered(standin, redis_url, extractor, message)
 
     assert (again.value["decision"], again.value["reason"]) == ("HELD_FOR_REVIEW", priced["reason"])
     assert standin.stats()["by_dispute"][dispute] == calls, "a redelivery asks nothing"

@@ -166,6 +166,23 @@ def test_rulings_cast_before_seeds_keep_their_rows_and_gain_the_columns_once(
     assert again == attnums, "the second start adds nothing"
 
 
+def test_rulings_with_some_of_what_drew_them_gain_the_rest(earlier_database: str) -> None:
+    """A table that holds one of the three columns (added by hand, or a start cut short) gains
+    the other two, not none."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(RULINGS_BEFORE_SEEDS)
+        conn.execute("ALTER TABLE rulings ADD COLUMN served_model text")
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'rulings'::regclass"
+            " AND attname = ANY(%s) AND NOT attisdropped ORDER BY attname",
+            (["temperature", "served_model", "system_fingerprint"],),
+        ).fetchall()
+    assert names == [("served_model",), ("system_fingerprint",), ("temperature",)]
+
+
 PAYOUT_LEDGER_BEFORE_PAID_ELSEWHERE = """
 CREATE TABLE payout_ledger (
     dispute_id       text NOT NULL,

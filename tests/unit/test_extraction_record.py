@@ -26,12 +26,12 @@ def test_an_answer_and_its_problems_are_kept_as_they_came() -> None:
 
 
 def test_a_runaway_answer_is_kept_bounded_and_says_how_much_more_there_was() -> None:
-    answer = "x" * (MAX_KEPT_ANSWER_CHARS + 5_000) + "\u0000"
+    answer = "\u0000" + "x" * (MAX_KEPT_ANSWER_CHARS + 5_000) + "\ud83d"
     problems = [f"problem {n}: " + "y" * 2_000 for n in range(MAX_KEPT_PROBLEMS + 10)]
     kept = _kept(1, MadeAnswer(answer), problems)
 
-    assert kept.raw_answer.startswith("x" * MAX_KEPT_ANSWER_CHARS)
-    assert kept.raw_answer.endswith("[... 5001 more characters not kept]")
+    assert kept.raw_answer.startswith("\ufffd" + "x" * (MAX_KEPT_ANSWER_CHARS - 1))
+    assert kept.raw_answer.endswith("[... 5002 more characters not kept]")
     assert len(kept.problems) == MAX_KEPT_PROBLEMS
     assert kept.problems[-1] == "(and 11 more problems)"
     assert all(len(p) < KEPT_PROBLEM_CHARS + 60 for p in kept.problems)

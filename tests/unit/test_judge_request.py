@@ -106,47 +106,16 @@ def test_each_draw_of_each_seat_has_a_seed_of_its_own() -> None:
 
 
 def test_a_cached_answer_keeps_the_seed_it_was_drawn_with() -> None:
-    from services.judge.handler import Sealed, seal, unseal
+    from services.judge.handler import seal, unseal
 
     raw = '{"ruling": "UPHELD",\n "confidence": 0.9, "evidence_cited": [], "reasoning": "x"}'
-    assert unseal(seal(Sealed(raw, 1_001_003))) == (raw, 1_001_003, None, None, None, None)
-    assert unseal(seal(Sealed("", 1000))) == ("", 1000, None, None, None, None)
-    assert unseal(raw) == (raw, None, None, None, None, None), "cached before values had seeds"
-    assert unseal("seed=x\n{}") == ("seed=x\n{}", None, None, None, None, None)
-    assert unseal(f"seed=1000\n{raw}") == (raw, 1000, None, None, None, None), "before marks"
-    before = f'seed=2000 unreadable="cut short"\n{raw}'
-    assert unseal(before) == (raw, 2000, "cut short", None, None, None), "before provenance"
-
-
-def test_a_cached_answer_keeps_what_drew_it() -> None:
-    """The temperature, and the model and fingerprint the endpoint named, come back from the
-    cache as they were drawn, whatever the text's and the names' characters."""
-    from services.judge.handler import Sealed, seal, unseal
-
-    raw = '{"ruling": "REJECTED",\n "confidence": 0.4, "evidence_cited": [], "reasoning": "y"}'
-    drawn = Sealed(raw, 7, None, 0.7, "gpt-x-2026-11-01\n seed=1", "fp_\u00e9 unreadable=")
-    assert unseal(seal(drawn)) == drawn
-    assert unseal(seal(drawn._replace(temperature=1.0))).temperature == 1.0
-    marked = drawn._replace(unreadable="cut short", served_model=None, system_fingerprint=None)
-    assert unseal(seal(marked)) == marked
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        'draw={"seed": "7"}\n{}',
-        'draw={"seed": true}\n{}',
-        'draw={"seed": 7, "temperature": "hot"}\n{}',
-        'draw={"seed": 7, "model": 3}\n{}',
-        'draw={"seed": 7, "unreadable": ["x"]}\n{}',
-        "draw=[7]\n{}",
-        "draw={seed\n{}",
-    ],
-)
-def test_a_header_that_does_not_read_makes_the_whole_value_the_answer(value: str) -> None:
-    from services.judge.handler import Sealed, unseal
-
-    assert unseal(value) == Sealed(value, None)
+    assert unseal(seal(raw, 1_001_003)) == (raw, 1_001_003, None)
+    assert unseal(seal("", 1000)) == ("", 1000, None)
+    assert unseal(raw) == (raw, None, None), "an answer cached before answers carried their seed"
+    assert unseal("seed=x\n{}") == ("seed=x\n{}", None, None)
+    assert unseal(f"seed=1000\n{raw}") == (raw, 1000, None), "cached before draws were marked"
+    nested = "seed=1 unreadable=" + "[" * 100_000 + "\n{}"
+    assert unseal(nested) == (nested, None, None), "a corrupt value is an answer, not a crash"
 
 
 @pytest.mark.parametrize(
@@ -156,18 +125,11 @@ def test_a_header_that_does_not_read_makes_the_whole_value_the_answer(value: str
 def test_a_cached_answer_keeps_why_no_draw_could_be_read(reason: str) -> None:
     """A seat whose every draw was malformed is cached with why: the text of its last draw,
     which may parse (cut short at its closing brace), is never read as a ruling."""
-    from services.judge.handler import MAX_UNREADABLE_REASON_CHARS, Sealed, seal, unseal
+    from services.judge.handler import MAX_UNREADABLE_REASON_CHARS, seal, unseal
 
     raw = '{"ruling": "UPHELD", "confidence": 0.9, "evidence_cited": [], "reasoning": "x"}'
-    assert unseal(seal(Sealed(raw, 2_001_006, reason))) == (
-        raw,
-        2_001_006,
-        reason,
-        None,
-        None,
-        None,
-    )
-    long = unseal(seal(Sealed(raw, 1000, "x" * 50_000))).unreadable
+    assert unseal(seal(raw, 2_001_006, reason)) == (raw, 2_001_006, reason)
+    long = unseal(seal(raw, 1000, "x" * 50_000)).unreadable
     assert long is not None
     assert long.startswith("x" * MAX_UNREADABLE_REASON_CHARS)
     assert len(long) < MAX_UNREADABLE_REASON_CHARS + 100
