@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -215,15 +214,13 @@ class MadeAnswer:
 
 
 class Maker(NamedTuple):
-    """Who wrote a cached answer: the model and prompt version asked for, what the endpoint's
-    response said served it (``None`` when it named nothing, or the answer was malformed
-    before it could be read), and the sampling temperature (``None``: not recorded)."""
+    """Who wrote a cached answer: the model and prompt version asked for, and what the
+    endpoint's response said served it (``None`` when it named nothing)."""
 
     model: str
     prompt_version: str
     served_model: str | None = None
     system_fingerprint: str | None = None
-    temperature: float | None = None
 
 
 def maker_value(maker: Maker, answer: str) -> str:
@@ -231,7 +228,7 @@ def maker_value(maker: Maker, answer: str) -> str:
     ``read_maker(maker_value(m, a), a) == m``. It names the answer it was written for
     (by its sha256), so that a record that outlived its answer, which was then drawn again by
     another model or prompt, is not read as the new answer's maker."""
-    value: dict[str, str | float] = {
+    value: dict[str, str] = {
         "model": maker.model,
         "prompt_version": maker.prompt_version,
         "answer_sha256": sha256_hex(answer),
@@ -240,8 +237,6 @@ def maker_value(maker: Maker, answer: str) -> str:
         value["served_model"] = maker.served_model
     if maker.system_fingerprint is not None:
         value["system_fingerprint"] = maker.system_fingerprint
-    if maker.temperature is not None:
-        value["temperature"] = maker.temperature
     return json.dumps(value, ensure_ascii=True)
 
 
@@ -265,25 +260,12 @@ def read_maker(value: str | None, answer: str) -> Maker | None:
     if written_for is not None and written_for != sha256_hex(answer):
         return None
     served, fingerprint = maker.get("served_model"), maker.get("system_fingerprint")
-    temperature = maker.get("temperature")
     return Maker(
         model,
         version,
         served if isinstance(served, str) else None,
         fingerprint if isinstance(fingerprint, str) else None,
-        _finite(temperature),
     )
-
-
-def _finite(value: object) -> float | None:
-    """``value`` as a float if it is a finite JSON number, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer too large for a float
-        return None
-    return number if math.isfinite(number) else None
 
 
 async def keep_maker(cache: ResponseCache, key: str, answer: str, maker: Maker) -> str | None:
@@ -306,8 +288,13 @@ async def maker_of(
     :func:`keep_maker` returned, when this call drew it) or the record in the cache; ``None``
     when there is none for this answer (one cached by an earlier release, or a record lost
     with the cache out of reach)."""
-    stored = recorded if recorded is not None else await cache.get(key + MAKER_SUFFIX)
-    return read_maker(stored, answer)
+    if recorded is None:
+        try:
+            recorded = await cache.get(key + MAKER_SUFFIX)
+        except TransientError as exc:  # the answer is stored: no reason to fail its handler
+            log.warning("the record of who drew a cached answer was not read: %s", exc)
+            return None
+    return read_maker(recorded, answer)
 
 
 UNWRITTEN_LIMIT = 1_000

@@ -32,14 +32,11 @@ from refund_bench.domain import Category, Ruling
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import (
     InFlight,
-    Maker,
     OnCall,
     RefusedBefore,
     ResponseCache,
     cached_call,
     judge_cache_key,
-    keep_maker,
-    maker_of,
 )
 from refund_bench.llm.client import JsonCompleter, failed_alone
 from refund_bench.llm.roles import (
@@ -212,12 +209,11 @@ class JudgeHandler:
         )
         # The answer as parsed while drawing; a cached answer is parsed below instead.
         drawn: JudgeAnswer | None = None
-
-        # The record of who drew the answer, when this call draws it (kept beside it).
-        recorded: str | None = None
+        # What the endpoint said served the draw, when this call draws it.
+        drawn_by: tuple[str | None, str | None] | None = None
 
         async def draw() -> str:
-            nonlocal drawn, recorded
+            nonlocal drawn, drawn_by
             raw, seed, unreadable = "", seat.seed, ""
             served: tuple[str | None, str | None] = (None, None)
             for attempt in range(DRAWS_PER_SEAT):
@@ -240,20 +236,15 @@ class JudgeHandler:
                 except MalformedAnswer as exc:  # unreadable
                     raw, unreadable = exc.raw, exc.reason
                     continue
-                return await kept(seal(raw, seed), served)
+                drawn_by = served
+                return seal(raw, seed)
             # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
             # one served from the cache, even when the last text would parse (cut short at a
             # closing brace).
-            return await kept(seal(raw, seed, unreadable), served)
+            drawn_by = served
+            return seal(raw, seed, unreadable)
 
-        async def kept(value: str, served: tuple[str | None, str | None]) -> str:
-            """``value``, with who drew it recorded beside it (before it is stored)."""
-            nonlocal recorded
-            maker = Maker(seat.llm.model, self._prompt.version, *served, seat.llm.temperature)
-            recorded = await keep_maker(self._cache, key, value, maker)
-            return value
-
-        maker: Maker | None = None
+        provenance: tuple[str | None, str | None] | None = None
         try:
             value, from_cache = await cached_call(
                 self._cache, key, draw, self._on_call, keep_refusals=True, in_flight=self._in_flight
@@ -262,13 +253,14 @@ class JudgeHandler:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.
             sealed, fields = Sealed("", None, None), _refused_fields(str(exc))
         else:
+            # Recorded from the draw this call made only: a ruling cast again from the cache
+            # names none (kept beside the answer, they cost the judge a tenth of its throughput).
+            provenance = None if from_cache else drawn_by
             sealed = unseal(value)
             if sealed.unreadable is not None:
                 fields = _unreadable_fields(sealed.unreadable)
             else:
                 fields = _ruling_fields(sealed.raw, allowed, None if from_cache else drawn)
-            # Kept beside the answer, not in it: a judge of any release reads the answer alike.
-            maker = await maker_of(self._cache, key, value, None if from_cache else recorded)
         return ev.RulingCast(
             dispute_id=grievance.dispute_id,
             order_id=grievance.order_id,
@@ -285,9 +277,9 @@ class JudgeHandler:
             raw_response=storable(sealed.raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=sealed.seed,
-            temperature=None if maker is None else maker.temperature,
-            served_model=None if maker is None else maker.served_model,
-            system_fingerprint=None if maker is None else maker.system_fingerprint,
+            temperature=None if provenance is None else seat.llm.temperature,
+            served_model=None if provenance is None else provenance[0],
+            system_fingerprint=None if provenance is None else provenance[1],
             **fields,
         )
 
