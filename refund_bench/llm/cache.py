@@ -268,33 +268,25 @@ def read_maker(value: str | None, answer: str) -> Maker | None:
     )
 
 
-async def keep_maker(cache: ResponseCache, key: str, answer: str, maker: Maker) -> str | None:
-    """Record ``maker`` beside ``answer``, drawn for ``key``, first writer winning; call it
-    where the answer is drawn, before :func:`cached_call` stores the answer, so that a caller
-    that joins the call or stores the answer later finds it. Returns the record stored (this
-    one or an earlier writer's), or ``None`` when the cache is out of reach: the record is only
-    an account of the answer, so the answer is kept without it (logged)."""
-    try:
-        return await cache.put_if_absent(key + MAKER_SUFFIX, maker_value(maker, answer))
-    except TransientError as exc:
-        log.warning("the record of who drew a cached answer was not kept: %s", exc)
-        return None
-
-
-async def maker_of(
-    cache: ResponseCache, key: str, answer: str, recorded: str | None = None
+async def made_by(
+    cache: ResponseCache, key: str, answer: str, mine: Maker | None = None
 ) -> Maker | None:
-    """Who wrote ``answer``, the answer cached under ``key``: from ``recorded`` (what
-    :func:`keep_maker` returned, when this call drew it) or the record in the cache; ``None``
-    when there is none for this answer (one cached by an earlier release, or a record lost
-    with the cache out of reach)."""
-    if recorded is None:
-        try:
-            recorded = await cache.get(key + MAKER_SUFFIX)
-        except TransientError as exc:  # the answer is stored: no reason to fail its handler
-            log.warning("the record of who drew a cached answer was not read: %s", exc)
-            return None
-    return read_maker(recorded, answer)
+    """Who wrote ``answer``, the answer :func:`cached_call` returned for ``key``: ``mine``,
+    recorded beside it under ``key`` plus :data:`MAKER_SUFFIX`, when this call drew and stored
+    it (first writer winning), else the record there. ``None`` when there is none for this
+    answer (one cached by an earlier release, or read before its drawer recorded it) or the
+    cache is out of reach: the record only accounts for the answer, which is stored, so it is
+    no reason to fail the handler (logged)."""
+    maker_key = key + MAKER_SUFFIX
+    try:
+        if mine is None:
+            stored = await cache.get(maker_key)
+        else:
+            stored = await cache.put_if_absent(maker_key, maker_value(mine, answer))
+    except TransientError as exc:
+        log.warning("the record of who drew a cached answer was not kept or read: %s", exc)
+        return None
+    return read_maker(stored, answer)
 
 
 UNWRITTEN_LIMIT = 1_000

@@ -325,8 +325,12 @@ def _answer(raw: bytes) -> LlmAnswer:
         text = completion.choices[0].message.content if completion.choices else None
         kept = None if text is None else text.encode("utf-8", "replace").decode("utf-8")
         if kept != text:  # (the strict parser never gives a lone surrogate)
+            named = completion.served(kept or "")
             raise MalformedAnswer(
-                "the answer holds a lone surrogate, which is no text", kept or ""
+                "the answer holds a lone surrogate, which is no text",
+                named.text,
+                served_model=named.served_model,
+                system_fingerprint=named.system_fingerprint,
             ) from exc
     choice = completion.choices[0] if completion.choices else None
     content = (choice.message.content if choice else None) or ""

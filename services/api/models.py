@@ -167,8 +167,9 @@ class RulingRecord(BaseModel):
     """The answer cites a field of the snapshot that holds no record (as in ``ruling.cast``):
     such an UPHELD never makes an UPHELD majority, and such a REJECTED is counted as ESCALATE."""
     temperature: float | None = None
-    """The draw's sampling temperature; null when the endpoint refused the request, and in
-    rulings cast before rulings carried it."""
+    """The draw's sampling temperature; null when the endpoint refused the request, in rulings
+    another judge process cast again from a cached answer, and in rulings cast before rulings
+    carried it."""
     served_model: str | None = None
     """The model the endpoint's response said served the draw; null when it named none, and as
     ``temperature``."""

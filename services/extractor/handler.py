@@ -43,8 +43,7 @@ from refund_bench.llm.cache import (
     ResponseCache,
     cached_call,
     extractor_cache_key,
-    keep_maker,
-    maker_of,
+    made_by,
     sha256_hex,
 )
 from refund_bench.llm.client import JsonCompleter, LlmAnswer, failed_alone
@@ -281,33 +280,33 @@ class ExtractorHandler:
         prompt version that wrote it beside it). Raises :class:`RefusedBefore` when the
         endpoint refuses the request, now or before."""
 
-        recorded: str | None = None
+        served: LlmAnswer | None = None
 
         async def compute() -> str:
-            nonlocal recorded
-            served: LlmAnswer | None = None
+            nonlocal served
             try:
                 served = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
-                answer = served.text
             except MalformedAnswer as exc:
                 # Cut short or empty: validation fails, the repair call follows.
-                answer = exc.raw
-                served = LlmAnswer(answer, exc.served_model, exc.system_fingerprint)
+                served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
+            return served.text
+
+        answer, from_cache = await cached_call(
+            self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
+        )
+        # Recorded once the answer is stored, by the call that drew it: a record never names
+        # an answer that was not stored, nor blocks the one that was.
+        mine = None
+        if not from_cache and served is not None:
             mine = Maker(
                 self._llm.model,
                 request.prompt_version,
                 served.served_model,
                 served.system_fingerprint,
             )
-            recorded = await keep_maker(self._cache, key, answer, mine)
-            return answer
-
-        answer, from_cache = await cached_call(
-            self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight
-        )
-        maker = await maker_of(self._cache, key, answer, None if from_cache else recorded)
+        maker = await made_by(self._cache, key, answer, mine)
         if maker is None:
             return MadeAnswer(answer)
         return MadeAnswer(

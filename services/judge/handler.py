@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -133,6 +134,37 @@ def unseal(value: str) -> Sealed:
     return Sealed(raw, seed, reason)
 
 
+Provenance = tuple[str | None, str | None, float]
+"""What drew an answer: the served model and system fingerprint the endpoint named, and the
+temperature asked for."""
+
+MAX_DRAWN_KEPT = 20_000
+"""How many answers' :data:`Provenance` a judge process keeps (about 1,700 complaints' worth)."""
+
+
+class DrawnBy:
+    """What drew each answer this process drew, by cache key, the most recent
+    :data:`MAX_DRAWN_KEPT`: a handler retried after one seat failed casts the others' rulings
+    from the cache, and they still name what drew them."""
+
+    def __init__(self, limit: int = MAX_DRAWN_KEPT) -> None:
+        self._limit = limit
+        self._kept: OrderedDict[str, tuple[int, Provenance]] = OrderedDict()
+
+    def keep(self, key: str, value: str, provenance: Provenance) -> None:
+        """``value``, drawn for ``key``, was drawn so."""
+        self._kept[key] = (hash(value), provenance)
+        self._kept.move_to_end(key)
+        while len(self._kept) > self._limit:
+            self._kept.popitem(last=False)
+
+    def get(self, key: str, value: str) -> Provenance | None:
+        """What drew ``value``, the answer cached under ``key``, if this process drew it (not
+        another answer for the key, stored first by another process)."""
+        kept = self._kept.get(key)
+        return kept[1] if kept is not None and kept[0] == hash(value) else None
+
+
 @dataclass(frozen=True)
 class Seat:
     index: int
@@ -155,6 +187,7 @@ class JudgeHandler:
         self._prompt = prompt
         self._on_call = on_call
         self._in_flight = InFlight()
+        self._drawn = DrawnBy()
 
     def spec(self) -> StageSpec:
         return StageSpec.of(JUDGE, self.handle)
@@ -209,11 +242,9 @@ class JudgeHandler:
         )
         # The answer as parsed while drawing; a cached answer is parsed below instead.
         drawn: JudgeAnswer | None = None
-        # What the endpoint said served the draw, when this call draws it.
-        drawn_by: tuple[str | None, str | None] | None = None
 
         async def draw() -> str:
-            nonlocal drawn, drawn_by
+            nonlocal drawn
             raw, seed, unreadable = "", seat.seed, ""
             served: tuple[str | None, str | None] = (None, None)
             for attempt in range(DRAWS_PER_SEAT):
@@ -236,15 +267,17 @@ class JudgeHandler:
                 except MalformedAnswer as exc:  # unreadable
                     raw, unreadable = exc.raw, exc.reason
                     continue
-                drawn_by = served
-                return seal(raw, seed)
+                answer_value = seal(raw, seed)
+                self._drawn.keep(key, answer_value, (*served, seat.llm.temperature))
+                return answer_value
             # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
             # one served from the cache, even when the last text would parse (cut short at a
             # closing brace).
-            drawn_by = served
-            return seal(raw, seed, unreadable)
+            answer_value = seal(raw, seed, unreadable)
+            self._drawn.keep(key, answer_value, (*served, seat.llm.temperature))
+            return answer_value
 
-        provenance: tuple[str | None, str | None] | None = None
+        provenance: Provenance | None = None
         try:
             value, from_cache = await cached_call(
                 self._cache, key, draw, self._on_call, keep_refusals=True, in_flight=self._in_flight
@@ -253,9 +286,10 @@ class JudgeHandler:
             # Cached in the answer's place: a redelivery casts the same ruling, with no call.
             sealed, fields = Sealed("", None, None), _refused_fields(str(exc))
         else:
-            # Recorded from the draw this call made only: a ruling cast again from the cache
-            # names none (kept beside the answer, they cost the judge a tenth of its throughput).
-            provenance = None if from_cache else drawn_by
+            # Known to the process that drew the answer (a retried handler included); a ruling
+            # cast again from the cache elsewhere names none: kept beside the answer in Redis,
+            # they cost the judge a tenth of its throughput.
+            provenance = self._drawn.get(key, value)
             sealed = unseal(value)
             if sealed.unreadable is not None:
                 fields = _unreadable_fields(sealed.unreadable)
@@ -277,7 +311,7 @@ class JudgeHandler:
             raw_response=storable(sealed.raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=sealed.seed,
-            temperature=None if provenance is None else seat.llm.temperature,
+            temperature=None if provenance is None else provenance[2],
             served_model=None if provenance is None else provenance[0],
             system_fingerprint=None if provenance is None else provenance[1],
             **fields,

@@ -262,15 +262,22 @@ def _rulings_for_answer(
 
 
 def _deliveries_answered(
-    redis_url: str, endpoint: FixedAnswerServer, message: Message, deliveries: int, seats: int = 3
+    redis_url: str,
+    endpoint: FixedAnswerServer,
+    message: Message,
+    deliveries: int,
+    seats: int = 3,
+    cache_prefix: str | None = None,
 ) -> list[list[Mapping[str, Any]]]:
-    """The rulings a bench of ``seats`` casts for each delivery of ``message`` (one cache for
-    all) when ``endpoint`` gives every seat the same answer (with one seat, the answers come
-    in the order the endpoint gives them)."""
+    """The rulings a bench of ``seats`` (one handler: one process) casts for each delivery of
+    ``message`` (one cache for all, under ``cache_prefix`` if given) when ``endpoint`` gives
+    every seat the same answer (with one seat, the answers come in the order the endpoint gives
+    them)."""
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
-        cache = RedisResponseCache(redis, f"test-judge-{uuid.uuid4().hex}:", 600)
+        prefix = cache_prefix or f"test-judge-{uuid.uuid4().hex}:"
+        cache = RedisResponseCache(redis, prefix, 600)
         llm = endpoint.client(temperature=0.7)
         bench = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(seats)]
         handler = JudgeHandler(bench, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
@@ -308,24 +315,30 @@ READABLE_UPHELD = json.dumps(
 """A whole, grounded answer: what a model cut short at its closing brace would have written."""
 
 
-def test_a_ruling_names_what_drew_it_and_one_cast_again_from_the_cache_names_none(
-    redis_url: str,
-) -> None:
+def test_a_ruling_names_what_drew_it_in_the_process_that_drew_it(redis_url: str) -> None:
     """Each ruling records the temperature it was drawn at and the model and fingerprint the
-    endpoint's response named (a dated snapshot for the alias asked for). A redelivery served
-    from the cache casts the same ruling, with no call, and names none of them: they are not
-    kept with the answer."""
+    endpoint's response named (a dated snapshot for the alias asked for), and so does a ruling
+    the same process casts again from the cache (a handler retried after another seat failed).
+    Another process casts the same ruling from the cache, with no call, and names none of them:
+    they are not kept with the answer."""
     body = completion(READABLE_UPHELD, model="judge-2026-11-01", system_fingerprint="fp_9b0c")
+    message, prefix = grievance_message(_dispute()), f"test-judge-{uuid.uuid4().hex}:"
     with FixedAnswerServer(body) as server:
-        first, again = _deliveries_answered(redis_url, server, grievance_message(_dispute()), 2)
+        first, again = _deliveries_answered(redis_url, server, message, 2, cache_prefix=prefix)
+        [elsewhere] = _deliveries_answered(redis_url, server, message, 1, cache_prefix=prefix)
 
-    assert len(server.requests) == 3, "the second delivery came from the cache"
-    assert [_ruled(r) for r in again] == [_ruled(r) for r in first]
+    assert len(server.requests) == 3, "every later delivery came from the cache"
+    assert (
+        [_ruled(r) for r in elsewhere] == [_ruled(r) for r in again] == [_ruled(r) for r in first]
+    )
+    for rulings in (first, again):
+        assert [
+            (r["model"], r["served_model"], r["system_fingerprint"], r["temperature"])
+            for r in rulings
+        ] == [("any-model", "judge-2026-11-01", "fp_9b0c", 0.7)] * 3
     assert [
-        (r["model"], r["served_model"], r["system_fingerprint"], r["temperature"]) for r in first
-    ] == [("any-model", "judge-2026-11-01", "fp_9b0c", 0.7)] * 3
-    assert [
-        (r["model"], r["served_model"], r["system_fingerprint"], r["temperature"]) for r in again
+        (r["model"], r["served_model"], r["system_fingerprint"], r["temperature"])
+        for r in elsewhere
     ] == [("any-model", None, None, None)] * 3
 
 
