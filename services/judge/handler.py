@@ -287,8 +287,8 @@ class JudgeHandler:
             sealed, fields = Sealed("", None, None), _refused_fields(str(exc))
         else:
             # Known to the process that drew the answer (a retried handler included); a ruling
-            # cast again from the cache elsewhere names none: kept beside the answer in Redis,
-            # they cost the judge a tenth of its throughput.
+            # cast again from the cache elsewhere names none: keeping them beside the answer in
+            # Redis would cost a write more per draw.
             provenance = self._drawn.get(key, value)
             sealed = unseal(value)
             if sealed.unreadable is not None:
