@@ -1,13 +1,15 @@
 """The topics of the flow, their contracts, and provisioning as code.
 
-Every topic is keyed by dispute_id and has the same partition count, so all events of a dispute
-meet in the same partition number of every topic. Each stage input has a ``<input>.dlq``; state
-stores have compacted ``<stage>.<store>.changelog`` topics. Creating them twice is a no-op.
+Every topic is keyed by dispute_id. Every topic a stage keeps state over, and every topic a
+stage writes beside one, has the same partition count, so all events of a dispute meet in the
+same partition number of each; the one audit record no stage joins has one partition of its own
+(:data:`COMPLAINT_EXTRACTED`). Each stage input has a ``<input>.dlq``; state stores have
+compacted ``<stage>.<store>.changelog`` topics. Creating them twice is a no-op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -24,6 +26,8 @@ class Topic:
 
     name: str
     schema: str
+    partitions: int | None = None
+    """Its own partition count; None: the flow's (``TOPIC_PARTITIONS``)."""
 
     @property
     def dlq(self) -> Topic:
@@ -33,7 +37,13 @@ class Topic:
 
 COMPLAINT_RECEIVED = Topic("complaint.received", "complaint.received")
 GRIEVANCE_EXTRACTED = Topic("grievance.extracted", "grievance.extracted")
-COMPLAINT_EXTRACTED = Topic("complaint.extracted", "complaint.extracted")
+COMPLAINT_EXTRACTED = Topic("complaint.extracted", "complaint.extracted", partitions=1)
+"""One partition: each partition an extractor's transaction writes costs the broker a produce
+request, a check with the transaction coordinator and a commit marker. Spread over the flow's
+twelve, this one record per complaint took about a twentieth of the pipeline's throughput on a
+shared two-core machine (docs/benchmarks.md). No stage joins it: only the recorder reads it,
+keeping the first record of each dispute, so an operator may add partitions later without
+moving anything a stage relies on."""
 RULING_CAST = Topic("ruling.cast", "ruling.cast")
 VERDICT_DECIDED = Topic("verdict.decided", "verdict.decided")
 REVIEW_DECIDED = Topic("review.decided", "review.decided")
@@ -106,11 +116,13 @@ def restore_group(changelog: str) -> str:
 class TopicSpec:
     name: str
     compacted: bool = False
+    partitions: int | None = None
+    """Its own partition count; None: the count :func:`ensure_topics` is given."""
 
 
 def all_topic_specs() -> list[TopicSpec]:
     """Every topic the flow needs: flow topics, one DLQ per stage input, the changelogs."""
-    specs = [TopicSpec(t.name) for t in FLOW_TOPICS]
+    specs = [TopicSpec(t.name, partitions=t.partitions) for t in FLOW_TOPICS]
     specs += [TopicSpec(t.dlq.name) for t in STAGE_INPUTS]
     specs += [TopicSpec(name, compacted=True) for name in CHANGELOGS]
     return specs
@@ -124,13 +136,14 @@ def ensure_topics(
     timeout_s: float = 30.0,
     security: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Idempotent.
+    """Create the topics that do not exist yet, with ``partitions`` each unless their spec
+    names its own; returns the names created. Idempotent: a topic that exists is left as it is.
     ``security``: how to sign in (``StackSettings.kafka_security_config()``)."""
     admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(security or {})})
     new = [
         NewTopic(
             spec.name,
-            num_partitions=partitions,
+            num_partitions=spec.partitions or partitions,
             replication_factor=replication_factor,
             config={
                 **(CHANGELOG_CONFIG if spec.compacted else {}),
@@ -149,18 +162,17 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    _wait_for_metadata(admin, [t.topic for t in new], partitions, timeout_s)
+    _wait_for_metadata(admin, {t.topic: t.num_partitions for t in new}, timeout_s)
     return created
 
 
-def _wait_for_metadata(
-    admin: AdminClient, names: Sequence[str], partitions: int, timeout_s: float
-) -> None:
-    """Block until the broker reports every topic with its partitions (leaders elected)."""
+def _wait_for_metadata(admin: AdminClient, partitions: Mapping[str, int], timeout_s: float) -> None:
+    """Block until the broker reports every topic named with at least its partitions, leaders
+    elected."""
     import time
 
     deadline = time.monotonic() + timeout_s
-    pending = set(names)
+    pending = set(partitions)
     while pending:
         meta = admin.list_topics(timeout=timeout_s)
         for name in list(pending):
@@ -168,7 +180,7 @@ def _wait_for_metadata(
             if (
                 topic is not None
                 and topic.error is None
-                and len(topic.partitions) >= partitions
+                and len(topic.partitions) >= partitions[name]
                 and all(p.leader >= 0 for p in topic.partitions.values())
             ):
                 pending.discard(name)

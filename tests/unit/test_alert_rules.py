@@ -171,8 +171,12 @@ def test_unowned_partition_thresholds_are_the_partitions_of_each_stages_inputs()
         stage: int(limit) for stage, limit in re.findall(r'stage="(\w+)"\}\) < (\d+)', rule["expr"])
     }
     inputs = {
-        "pricing": len(PricingHandler(lambda _sha: {}, cap_minor=0).spec().inputs),
-        "recorder": len(RECORDER.inputs),
+        "pricing": PricingHandler(lambda _sha: {}, cap_minor=0).spec().inputs,
+        "recorder": RECORDER.inputs,
     }
-    assert thresholds == {stage: DEFAULT_PARTITIONS * n for stage, n in inputs.items()}
+    assert thresholds == {
+        stage: sum(topic.partitions or DEFAULT_PARTITIONS for topic in topics)
+        for stage, topics in inputs.items()
+    }
+    assert thresholds["recorder"] == 7 * DEFAULT_PARTITIONS + 1  # complaint.extracted has one
     assert f'stage!~"pricing|recorder"}}) < {DEFAULT_PARTITIONS}' in rule["expr"]
