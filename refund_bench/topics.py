@@ -1,10 +1,10 @@
 """The topics of the flow, their contracts, and provisioning as code.
 
-Every topic is keyed by dispute_id. Every topic a stage keeps state over, and every topic a
-stage writes beside one, has the same partition count, so all events of a dispute meet in the
-same partition number of each; the one audit record no stage joins has one partition of its own
-(:data:`COMPLAINT_EXTRACTED`). Each stage input has a ``<input>.dlq``; state stores have
-compacted ``<stage>.<store>.changelog`` topics. Creating them twice is a no-op.
+Every topic is keyed by dispute_id and has the same partition count, so all events of a
+dispute meet in the same partition number of each; the one exception is an audit record no
+stage joins, with one partition (:data:`COMPLAINT_EXTRACTED`). Each stage input has a
+``<input>.dlq``; state stores have compacted ``<stage>.<store>.changelog`` topics. Creating
+them twice is a no-op.
 """
 
 from __future__ import annotations
