@@ -219,6 +219,10 @@ class ReplyRecord(BaseModel):
     model: str
     prompt_version: str
     created_at: datetime
+    model_answer: str | None = None
+    """The model's answer as it came (its JSON included, at most 16,000 characters) when the
+    template replaced it (``source`` TEMPLATE: the guard refused it, or it was malformed);
+    null when the model's reply was sent, or the model gave no answer."""
 
 
 class LedgerRecord(BaseModel):

@@ -509,6 +509,10 @@ def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1)
             _seed_round(conn, dispute_id, 2, base + timedelta(minutes=5))
 
 
+SEEDED_MODEL_ANSWER = '{"reply": "We are refunding <b>INR 10000</b> & more."}'
+"""The seeded round 1's model answer, which the guard refused."""
+
+
 def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at: datetime) -> None:
     lines = _lines(raita_upheld=round_ >= 2)
     total = sum(line["amount_minor"] for line in lines)
@@ -534,16 +538,20 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
             at,
         ),
     )
+    # Round 1's model answer named another amount: the template went instead.
+    refused = round_ == 1
     conn.execute(
         "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
-        " guard_failures, model, prompt_version) VALUES (%s, %s, %s, %s, 'INR', 'model', %s,"
-        " 'stand-in', 'settle.v1')",
+        " guard_failures, model, prompt_version, model_answer)"
+        " VALUES (%s, %s, %s, %s, 'INR', %s, %s, 'stand-in', 'settle.v1', %s)",
         (
             dispute_id,
             round_,
             f"We are sorry. We are refunding INR {payable // 100}.",
             payable,
-            Jsonb([]),
+            "TEMPLATE" if refused else "MODEL",
+            Jsonb(["names an amount other than INR 689: INR 10000"] if refused else []),
+            SEEDED_MODEL_ANSWER if refused else None,
         ),
     )
     key = f"{dispute_id}:round{round_}"

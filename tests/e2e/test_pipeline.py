@@ -202,6 +202,7 @@ def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeli
         "the model echoed the injected amount; the guard caught it"
     )
     assert any("10000" in failure for failure in reply["guard_failures"])
+    assert "10000" in reply["model_answer"], "the refused answer is kept for audit"
     assert "10000" not in reply["text"]
     assert "INR 60" in reply["text"]
     assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 6000)]

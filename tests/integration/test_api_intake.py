@@ -26,6 +26,7 @@ from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     READ_TOKEN,
+    SEEDED_MODEL_ANSWER,
     SUBMIT_TOKEN,
     ApiServer,
     decoder,
@@ -549,7 +550,10 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
         6000,
     )
     assert [line["status"] for line in first["lines"]] == ["PAY", "PAY", "HELD", "ZERO"]
-    assert [r["round"] for r in story["replies"]] == [1, 2]
+    assert [(r["round"], r["source"], r["model_answer"]) for r in story["replies"]] == [
+        (1, "TEMPLATE", SEEDED_MODEL_ANSWER),
+        (2, "MODEL", None),
+    ]
     assert [(p["round"], p["amount_minor"], p["status"]) for p in story["payouts"]["ledger"]] == [
         (1, 68900, "SUCCEEDED"),
         (2, 6000, "SUCCEEDED"),
