@@ -219,10 +219,15 @@ class ReplyRecord(BaseModel):
     model: str
     prompt_version: str
     created_at: datetime
-    model_answer: str | None = None
-    """The model's answer as it came (its JSON included, at most 16,000 characters) when the
-    template replaced it (``source`` TEMPLATE: the guard refused it, or it was malformed);
-    null when the model's reply was sent, or the model gave no answer."""
+    model_answer: str | None = Field(
+        default=None,
+        description=(
+            "The model's answer as it came (its JSON included, at most 16,000 characters) when"
+            " the template replaced it (source TEMPLATE: the guard refused it, or it could not"
+            " be read); null when the model's reply was sent, the model gave no answer, or the"
+            " reply was stored before replies kept it."
+        ),
+    )
 
 
 class LedgerRecord(BaseModel):

@@ -550,7 +550,9 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
             f"We are sorry. We are refunding INR {payable // 100}.",
             payable,
             "TEMPLATE" if refused else "MODEL",
-            Jsonb(["names an amount other than INR 689: INR 10000"] if refused else []),
+            Jsonb(
+                ["names an amount other than the approved INR 689: 'INR 10000'"] if refused else []
+            ),
             SEEDED_MODEL_ANSWER if refused else None,
         ),
     )

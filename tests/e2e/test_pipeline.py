@@ -202,7 +202,8 @@ def test_instructions_in_the_complaint_cannot_change_any_amount(pipeline: Pipeli
         "the model echoed the injected amount; the guard caught it"
     )
     assert any("10000" in failure for failure in reply["guard_failures"])
-    assert "10000" in reply["model_answer"], "the refused answer is kept for audit"
+    assert reply["model_answer"] is not None, "the refused answer is kept for audit"
+    assert "10000" in reply["model_answer"]
     assert "10000" not in reply["text"]
     assert "INR 60" in reply["text"]
     assert [(p["outcome"], p["amount_minor"]) for p in story.payouts] == [("COMPLETED", 6000)]

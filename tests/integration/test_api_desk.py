@@ -431,8 +431,7 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     )
     assert case.count('class="ruling"') == 3 + 12  # the held bench, then all four benches
     assert "INR 689" in case
-    # Round 1's model answer, which the template replaced, is shown escaped; round 2's sent one
-    # is not repeated.
+    # Round 1's model answer, which the template replaced, is shown once, escaped.
     assert case.count("The model's answer, not sent: the template replaced it") == 1
     assert (
         "{&#34;reply&#34;: &#34;We are refunding &lt;b&gt;INR 10000&lt;/b&gt; &amp; more.&#34;}"
