@@ -199,28 +199,24 @@ MAKER_SUFFIX = ":made-by"
 every version of the code reading it (a rolling update, a rollback)."""
 
 
-@dataclass(frozen=True)
-class MadeAnswer:
-    """An answer, and the model and prompt version that wrote it; ``None`` when that is not
-    known (an answer cached by an earlier release, or read before its writer recorded it).
-    ``served_model`` and ``system_fingerprint``: what the endpoint's response named (see
-    :class:`~refund_bench.llm.client.LlmAnswer`), ``None`` likewise."""
-
-    answer: str
-    model: str | None = None
-    prompt_version: str | None = None
-    served_model: str | None = None
-    system_fingerprint: str | None = None
-
-
 class Maker(NamedTuple):
     """Who wrote a cached answer: the model and prompt version asked for, and what the
-    endpoint's response said served it (``None`` when it named nothing)."""
+    endpoint's response said served it (``None`` when it named nothing; see
+    :class:`~refund_bench.llm.client.LlmAnswer`)."""
 
     model: str
     prompt_version: str
     served_model: str | None = None
     system_fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class MadeAnswer:
+    """An answer, and who wrote it; ``maker`` is ``None`` when that is not known (an answer
+    cached by an earlier release, or read before its writer recorded it)."""
+
+    answer: str
+    maker: Maker | None = None
 
 
 def maker_value(maker: Maker, answer: str) -> str:

@@ -204,6 +204,8 @@ class ExtractorHandler:
                 _record(complaint, snapshot_sha, nothing, 0, None, answers),
             ]
         extracted_at = ev.now()
+        # An answer whose writer is not known is attributed to the model configured now.
+        maker = made.maker or Maker(self._llm.model, self._prompt.version)
         return [
             *(
                 Emit(
@@ -223,8 +225,8 @@ class ExtractorHandler:
                         item_quantity=g.item_quantity,
                         snapshot_sha256=snapshot_sha,
                         snapshot_json=snapshot_json,
-                        extractor_model=made.model or self._llm.model,
-                        extractor_prompt_version=made.prompt_version or self._prompt.version,
+                        extractor_model=maker.model,
+                        extractor_prompt_version=maker.prompt_version,
                         extracted_at=extracted_at,
                     ).to_avro(),
                 )
@@ -306,12 +308,7 @@ class ExtractorHandler:
                 served.served_model,
                 served.system_fingerprint,
             )
-        maker = await made_by(self._cache, key, answer, mine)
-        if maker is None:
-            return MadeAnswer(answer)
-        return MadeAnswer(
-            answer, maker.model, maker.prompt_version, maker.served_model, maker.system_fingerprint
-        )
+        return MadeAnswer(answer, await made_by(self._cache, key, answer, mine))
 
     def _unpriced(
         self,
@@ -351,14 +348,15 @@ def _kept(attempt: int, made: MadeAnswer, problems: Sequence[str]) -> ev.Extract
     kept = [storable(p, KEPT_PROBLEM_CHARS) for p in problems[:MAX_KEPT_PROBLEMS]]
     if len(problems) > MAX_KEPT_PROBLEMS:
         kept[-1] = f"(and {len(problems) - MAX_KEPT_PROBLEMS + 1} more problems)"
+    maker = made.maker
     return ev.ExtractorAnswer(
         attempt=attempt,
         raw_answer=storable(made.answer, MAX_KEPT_ANSWER_CHARS),
         problems=kept,
-        model=made.model,
-        prompt_version=made.prompt_version,
-        served_model=made.served_model,
-        system_fingerprint=made.system_fingerprint,
+        model=None if maker is None else maker.model,
+        prompt_version=None if maker is None else maker.prompt_version,
+        served_model=None if maker is None else maker.served_model,
+        system_fingerprint=None if maker is None else maker.system_fingerprint,
     )
 
 

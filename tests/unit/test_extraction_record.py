@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from refund_bench.llm.cache import MadeAnswer
+from refund_bench.llm.cache import MadeAnswer, Maker
 from services.extractor.handler import (
     KEPT_PROBLEM_CHARS,
     MAX_KEPT_ANSWER_CHARS,
@@ -12,7 +12,7 @@ from services.extractor.handler import (
 
 
 def test_an_answer_and_its_problems_are_kept_as_they_came() -> None:
-    made = MadeAnswer('{"grievances": []}', "m", "extractor/v3", "m-2026", "fp_1")
+    made = MadeAnswer('{"grievances": []}', Maker("m", "extractor/v3", "m-2026", "fp_1"))
     kept = _kept(2, made, ["g1: span outside the text"])
     assert kept.model_dump() == {
         "attempt": 2,
