@@ -348,15 +348,12 @@ def _kept(attempt: int, made: MadeAnswer, problems: Sequence[str]) -> ev.Extract
     kept = [storable(p, KEPT_PROBLEM_CHARS) for p in problems[:MAX_KEPT_PROBLEMS]]
     if len(problems) > MAX_KEPT_PROBLEMS:
         kept[-1] = f"(and {len(problems) - MAX_KEPT_PROBLEMS + 1} more problems)"
-    maker = made.maker
     return ev.ExtractorAnswer(
         attempt=attempt,
         raw_answer=storable(made.answer, MAX_KEPT_ANSWER_CHARS),
         problems=kept,
-        model=None if maker is None else maker.model,
-        prompt_version=None if maker is None else maker.prompt_version,
-        served_model=None if maker is None else maker.served_model,
-        system_fingerprint=None if maker is None else maker.system_fingerprint,
+        # The answer's fields say who wrote it as Maker does; none when that is not known.
+        **({} if made.maker is None else made.maker._asdict()),
     )
 
 

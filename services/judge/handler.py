@@ -268,12 +268,12 @@ class JudgeHandler:
                     raw, unreadable = exc.raw, exc.reason
                     continue
                 answer_value = seal(raw, seed)
-                self._drawn.keep(key, answer_value, (*served, seat.llm.temperature))
-                return answer_value
-            # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
-            # one served from the cache, even when the last text would parse (cut short at a
-            # closing brace).
-            answer_value = seal(raw, seed, unreadable)
+                break
+            else:
+                # Every draw was malformed: the ruling is UNREADABLE, on this delivery and every
+                # one served from the cache, even when the last text would parse (cut short at
+                # a closing brace).
+                answer_value = seal(raw, seed, unreadable)
             self._drawn.keep(key, answer_value, (*served, seat.llm.temperature))
             return answer_value
 
