@@ -134,9 +134,15 @@ def unseal(value: str) -> Sealed:
     return Sealed(raw, seed, reason)
 
 
-Provenance = tuple[str | None, str | None, float]
-"""What drew an answer: the served model and system fingerprint the endpoint named, and the
-temperature asked for."""
+class Provenance(NamedTuple):
+    """What drew an answer: what the endpoint named, and the temperature asked for."""
+
+    served_model: str | None
+    """The model the endpoint said served the answer (``None``: it named none)."""
+    system_fingerprint: str | None
+    """The backend configuration it named (``None``: it named none)."""
+    temperature: float
+
 
 MAX_DRAWN_KEPT = 20_000
 """How many answers' :data:`Provenance` a judge process keeps (about 1,700 complaints' worth)."""
@@ -274,7 +280,7 @@ class JudgeHandler:
                 # one served from the cache, even when the last text would parse (cut short at
                 # a closing brace).
                 answer_value = seal(raw, seed, unreadable)
-            self._drawn.keep(key, answer_value, (*served, seat.llm.temperature))
+            self._drawn.keep(key, answer_value, Provenance(*served, seat.llm.temperature))
             return answer_value
 
         provenance: Provenance | None = None
@@ -311,9 +317,9 @@ class JudgeHandler:
             raw_response=storable(sealed.raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=sealed.seed,
-            temperature=None if provenance is None else provenance[2],
-            served_model=None if provenance is None else provenance[0],
-            system_fingerprint=None if provenance is None else provenance[1],
+            temperature=None if provenance is None else provenance.temperature,
+            served_model=None if provenance is None else provenance.served_model,
+            system_fingerprint=None if provenance is None else provenance.system_fingerprint,
             **fields,
         )
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.judge.handler import DrawnBy
+from services.judge.handler import DrawnBy, Provenance
 
-DRAWN = ("judge-2026-11-01", "fp_1", 0.7)
+DRAWN = Provenance("judge-2026-11-01", "fp_1", 0.7)
 
 
 def test_what_drew_an_answer_is_named_for_that_answer_only() -> None:
