@@ -85,6 +85,12 @@ class FaultUpdate(BaseModel):
     mapping held (``{}`` clears it)."""
 
 
+MAX_DISPUTES_COUNTED = 100_000
+"""``by_dispute`` counts the calls of this many disputes, those called most recently; the one
+called longest ago is forgotten (and counted in ``disputes_forgotten``), so a long run stays
+bounded."""
+
+
 @dataclass
 class Stats:
     """Counters reported by ``GET /stats``; zeroed by ``POST /admin/reset``."""
@@ -94,12 +100,24 @@ class Stats:
     by_dispute: Counter[str] = field(default_factory=Counter)
     faults_injected: Counter[str] = field(default_factory=Counter)
     rejected: int = 0
+    disputes_forgotten: int = 0
+    dispute_limit: int = MAX_DISPUTES_COUNTED
+
+    def count_dispute(self, dispute: str) -> None:
+        """One more call for ``dispute``; the dispute called longest ago is forgotten when a
+        new one would pass :attr:`dispute_limit`."""
+        calls = self.by_dispute.pop(dispute, 0)  # put back last: the most recently called
+        if not calls and len(self.by_dispute) >= self.dispute_limit:
+            del self.by_dispute[next(iter(self.by_dispute))]
+            self.disputes_forgotten += 1
+        self.by_dispute[dispute] = calls + 1
 
     def as_json(self) -> dict[str, Any]:
         return {
             "total_calls": self.total_calls,
             "by_role": dict(self.by_role),
             "by_dispute": dict(self.by_dispute),
+            "disputes_forgotten": self.disputes_forgotten,
             "faults_injected": dict(self.faults_injected),
             "rejected_requests": self.rejected,
         }
@@ -251,7 +269,7 @@ async def complete(state: StandinState, dispute: str | None, body: bytes) -> Ans
     stats = state.stats
     stats.total_calls += 1
     if dispute:
-        stats.by_dispute[dispute] += 1
+        stats.count_dispute(dispute)
     try:
         payload = orjson.loads(body)
     except ValueError as exc:
