@@ -24,6 +24,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from pydantic import SecretStr
 
+from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec, framing_from_registry_url
 from refund_bench.db.migrate import migrate
@@ -36,6 +37,8 @@ from services.api.passwords import MIN_ITERATIONS, hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
 from services.extractor.evidence import freeze
+from services.settler.phrases import describe
+from services.settler.template import template_reply
 from tests.conftest import Stack, unavailable
 
 API_TOKEN = "test-token-" + "a" * 24
@@ -513,6 +516,21 @@ SEEDED_MODEL_ANSWER = '{"reply": "We are refunding <b>INR 10000</b> & more."}'
 """The seeded round 1's model answer, which the guard refused."""
 
 
+def seeded_template(lines: list[dict[str, Any]], payable: int) -> str:
+    """The template reply the settler writes for ``lines`` (as seeded) and ``payable`` INR
+    minor units, the held lines' items being named by held lines only."""
+    priced = [ev.PricedLineEvent(**line) for line in lines]
+    resolved = [line for line in priced if line.status in ("PAY", "ZERO")]
+    held = [line for line in priced if line.status == "HELD"]
+    return template_reply(
+        payable,
+        "INR",
+        [describe(line) for line in resolved],
+        [describe(line) for line in held],
+        held_names=[line.item_name for line in held if line.item_name],
+    )
+
+
 def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at: datetime) -> None:
     lines = _lines(raita_upheld=round_ >= 2)
     total = sum(line["amount_minor"] for line in lines)
@@ -547,7 +565,9 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
         (
             dispute_id,
             round_,
-            f"We are sorry. We are refunding INR {payable // 100}.",
+            seeded_template(lines, payable)
+            if refused
+            else f"We are sorry. We are refunding INR {payable // 100}.",
             payable,
             "TEMPLATE" if refused else "MODEL",
             Jsonb(

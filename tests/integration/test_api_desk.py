@@ -431,6 +431,8 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     )
     assert case.count('class="ruling"') == 3 + 12  # the held bench, then all four benches
     assert "INR 689" in case
+    # Round 1's reply is the template's wording, as the settler writes it for these lines.
+    assert "A colleague will review the packaging of the Raita" in case
     # Round 1's model answer, which the template replaced, is shown once, escaped.
     assert case.count("The model's answer, not sent: the template replaced it") == 1
     assert (

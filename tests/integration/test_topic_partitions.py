@@ -1,5 +1,5 @@
 """Topics are created with the flow's partition count unless their spec names their own, on
-the local broker; and ``complaint.extracted`` is the one flow topic that names its own."""
+the local broker (which topics name their own: ``tests/unit/test_topic_specs.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import uuid
 
 from confluent_kafka.admin import AdminClient
 
-from refund_bench import topics as t
-from refund_bench.topics import TopicSpec, all_topic_specs, ensure_topics
+from refund_bench.topics import TopicSpec, ensure_topics
 
 
 def test_a_spec_with_its_own_count_gets_it_and_the_others_the_flows(kafka: str) -> None:
@@ -21,8 +20,3 @@ def test_a_spec_with_its_own_count_gets_it_and_the_others_the_flows(kafka: str) 
         own: 1,
         flows: 3,
     }
-
-
-def test_only_the_audit_record_no_stage_joins_has_a_count_of_its_own() -> None:
-    own = {spec.name: spec.partitions for spec in all_topic_specs() if spec.partitions is not None}
-    assert own == {t.COMPLAINT_EXTRACTED.name: 1}
