@@ -142,10 +142,11 @@ class Provenance(NamedTuple):
     system_fingerprint: str | None
     """The backend configuration it named (``None``: it named none)."""
     temperature: float
+    """The sampling temperature the request asked for."""
 
 
 MAX_DRAWN_KEPT = 20_000
-"""How many answers' :data:`Provenance` a judge process keeps (about 1,700 complaints' worth)."""
+"""How many answers' :class:`Provenance` a judge process keeps (about 1,700 complaints' worth)."""
 
 
 class DrawnBy:

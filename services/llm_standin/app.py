@@ -19,7 +19,7 @@ import itertools
 import logging
 import random
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -97,20 +97,21 @@ class Stats:
 
     total_calls: int = 0
     by_role: Counter[str] = field(default_factory=Counter)
-    by_dispute: Counter[str] = field(default_factory=Counter)
+    by_dispute: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """Calls per dispute, the one called longest ago first."""
     faults_injected: Counter[str] = field(default_factory=Counter)
     rejected: int = 0
     disputes_forgotten: int = 0
     dispute_limit: int = MAX_DISPUTES_COUNTED
 
     def count_dispute(self, dispute: str) -> None:
-        """One more call for ``dispute``; the dispute called longest ago is forgotten when a
-        new one would pass :attr:`dispute_limit`."""
-        calls = self.by_dispute.pop(dispute, 0)  # put back last: the most recently called
-        if not calls and len(self.by_dispute) >= self.dispute_limit:
-            del self.by_dispute[next(iter(self.by_dispute))]
+        """One more call for ``dispute``; beyond :attr:`dispute_limit` disputes, those called
+        longest ago are forgotten."""
+        self.by_dispute[dispute] = self.by_dispute.get(dispute, 0) + 1
+        self.by_dispute.move_to_end(dispute)
+        while len(self.by_dispute) > self.dispute_limit:
+            self.by_dispute.popitem(last=False)
             self.disputes_forgotten += 1
-        self.by_dispute[dispute] = calls + 1
 
     def as_json(self) -> dict[str, Any]:
         return {

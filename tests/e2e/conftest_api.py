@@ -517,17 +517,19 @@ SEEDED_MODEL_ANSWER = '{"reply": "We are refunding <b>INR 10000</b> & more."}'
 
 
 def seeded_template(lines: list[dict[str, Any]], payable: int) -> str:
-    """The template reply the settler writes for ``lines`` (as seeded) and ``payable`` INR
-    minor units, the held lines' items being named by held lines only."""
+    """The template reply the settler writes for ``lines`` (as seeded: a first round, nothing
+    held by the cap) and ``payable`` INR minor units."""
     priced = [ev.PricedLineEvent(**line) for line in lines]
-    resolved = [line for line in priced if line.status in ("PAY", "ZERO")]
+    resolved = [line for line in priced if line.status != "HELD"]
     held = [line for line in priced if line.status == "HELD"]
+    # As the settler's: the items only held lines name.
+    decided = {line.item_name for line in resolved}
     return template_reply(
         payable,
         "INR",
-        [describe(line) for line in resolved],
+        [describe(line) for line in resolved if line.status in ("PAY", "ZERO")],
         [describe(line) for line in held],
-        held_names=[line.item_name for line in held if line.item_name],
+        held_names=sorted({line.item_name for line in held if line.item_name} - decided),
     )
 
 
