@@ -14,7 +14,7 @@ import functools
 import inspect
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -455,6 +455,29 @@ def test_each_stage_and_the_api_sign_in_to_kafka_as_their_own_user() -> None:
         signed_in[name] = user
     assert signed_in == {name: f"refund-bench-{name}" for name in signed_in}
     assert set(signed_in.values()) == users
+
+
+def test_every_kafka_client_mounts_the_brokers_ca_where_the_config_names_it() -> None:
+    """The shipped sign-in is TLS: each workload finds the CA file ``KAFKA_SSL_CA_LOCATION``
+    names, read-only, from the one Secret the README tells how to fill (optional, for brokers
+    with a public CA)."""
+    ca_file = PurePosixPath(_config_map()["KAFKA_SSL_CA_LOCATION"])
+    assert _config_map()["KAFKA_SECURITY_PROTOCOL"].endswith("SSL")
+    mounted = {}
+    for name, template, container in _workloads():
+        assert isinstance(_settings(container), StackSettings), name
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        sources = {
+            m["mountPath"]: (volumes[m["name"]], m.get("readOnly", False))
+            for m in container["volumeMounts"]
+        }
+        volume, read_only = sources[str(ca_file.parent)]
+        assert read_only, name
+        mounted[name] = volume["secret"]
+    assert ca_file.name == "ca.crt"
+    assert mounted == {
+        name: {"secretName": "refund-bench-kafka-ca", "optional": True} for name in mounted
+    }
 
 
 def test_a_stopping_stage_has_time_to_drain_and_commit_before_it_is_killed() -> None:
