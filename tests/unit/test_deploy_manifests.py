@@ -462,10 +462,13 @@ def test_every_kafka_client_mounts_the_brokers_ca_where_the_config_names_it() ->
     names, read-only, from the one Secret the README tells how to fill (optional, for brokers
     with a public CA)."""
     ca_file = PurePosixPath(_config_map()["KAFKA_SSL_CA_LOCATION"])
-    assert _config_map()["KAFKA_SECURITY_PROTOCOL"].endswith("SSL")
+    assert ca_file.name == "ca.crt"
     mounted = {}
     for name, template, container in _workloads():
-        assert isinstance(_settings(container), StackSettings), name
+        settings = _settings(container)
+        assert isinstance(settings, StackSettings), name
+        assert settings.kafka_security_protocol.endswith("SSL"), name
+        assert PurePosixPath(settings.kafka_ssl_ca_location) == ca_file, name
         volumes = {v["name"]: v for v in template["spec"]["volumes"]}
         sources = {
             m["mountPath"]: (volumes[m["name"]], m.get("readOnly", False))
@@ -474,7 +477,6 @@ def test_every_kafka_client_mounts_the_brokers_ca_where_the_config_names_it() ->
         volume, read_only = sources[str(ca_file.parent)]
         assert read_only, name
         mounted[name] = volume["secret"]
-    assert ca_file.name == "ca.crt"
     assert mounted == {
         name: {"secretName": "refund-bench-kafka-ca", "optional": True} for name in mounted
     }
