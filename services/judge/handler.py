@@ -318,9 +318,8 @@ class JudgeHandler:
             raw_response=storable(sealed.raw, MAX_RAW_CHARS),
             cast_at=ev.now(),
             seed=sealed.seed,
-            temperature=None if provenance is None else provenance.temperature,
-            served_model=None if provenance is None else provenance.served_model,
-            system_fingerprint=None if provenance is None else provenance.system_fingerprint,
+            # The ruling's fields say what drew it as Provenance does; none when not known.
+            **({} if provenance is None else provenance._asdict()),
             **fields,
         )
 

@@ -37,6 +37,7 @@ from services.api.passwords import MIN_ITERATIONS, hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
 from services.extractor.evidence import freeze
+from services.settler.handler import _only_held
 from services.settler.phrases import describe
 from services.settler.template import template_reply
 from tests.conftest import Stack, unavailable
@@ -522,14 +523,12 @@ def seeded_template(lines: list[dict[str, Any]], payable: int) -> str:
     priced = [ev.PricedLineEvent(**line) for line in lines]
     resolved = [line for line in priced if line.status != "HELD"]
     held = [line for line in priced if line.status == "HELD"]
-    # As the settler's: the items only held lines name.
-    decided = {line.item_name for line in resolved}
     return template_reply(
         payable,
         "INR",
         [describe(line) for line in resolved if line.status in ("PAY", "ZERO")],
         [describe(line) for line in held],
-        held_names=sorted({line.item_name for line in held if line.item_name} - decided),
+        held_names=_only_held(held, resolved),
     )
 
 
