@@ -139,6 +139,48 @@ def test_what_is_stored_tells_a_redelivery_from_another_complaint_under_the_same
     assert {(s.order_id, s.complaint_text) for s in stored} == {("order-1840", "the raita leaked")}
 
 
+def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_holds(
+    database: str,
+) -> None:
+    """The statement sends its columns as binary arrays: text an array literal would have to
+    quote or escape (quotes, backslashes, braces, commas, the word NULL, an empty string,
+    characters beyond ASCII) is stored and answered as given."""
+    snapshot = freeze(SAMPLE_ORDERS[0])
+    texts = [
+        'He said "it\'s fine", then {left}, \\ and, NULL',
+        "NULL",
+        "",
+        "राइता बैग में लीक हो गया 😡 — ¼ of it",
+    ]
+    given = [
+        dataclasses.replace(
+            _to_freeze(f"d-store-{uuid.uuid4().hex[:8]}", snapshot.json, snapshot.sha256),
+            complaint_text=text,
+            customer_id=f'cust {{{n}}}, "x"',
+        )
+        for n, text in enumerate(texts)
+    ]
+
+    async def work(pool: AsyncConnectionPool[Any]) -> list[FrozenDispute]:
+        return await freeze_disputes(pool, given)
+
+    stored = _with_pool(database, work)
+    assert [(s.complaint_text, s.customer_id) for s in stored] == [
+        (g.complaint_text, g.customer_id) for g in given
+    ]
+    assert all(s.holds(g) for s, g in zip(stored, given, strict=True))
+    assert {(s.snapshot_json, s.snapshot_sha256) for s in stored} == {
+        (snapshot.json, snapshot.sha256)
+    }
+    with psycopg.connect(database) as conn:
+        kept = conn.execute(
+            "SELECT complaint_text FROM disputes WHERE dispute_id = ANY(%s) ORDER BY received_at,"
+            " array_position(%s::text[], dispute_id)",
+            ([g.dispute_id for g in given], [g.dispute_id for g in given]),
+        ).fetchall()
+    assert [row[0] for row in kept] == texts
+
+
 def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: str) -> None:
     """The race of a rebalance: another instance's uncommitted insert of the same dispute.
 
