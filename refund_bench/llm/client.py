@@ -429,12 +429,9 @@ class _OpenAIClient(openai.AsyncOpenAI):
         self._key_prefix = f"refund-bench-{uuid.uuid4().hex}-"
         self._keys = itertools.count(1)
         self._authenticated = False
-        # A client with a fixed API key (no provider runtime, no key provider): the per-request
-        # hooks that serve the others change nothing for it.
-        self._fixed_key = (
-            getattr(self, "_provider_runtime", None) is None
-            and getattr(self, "_api_key_provider", None) is None
-        )
+        # A client with a fixed API key (no provider runtime, no API-key provider; the base
+        # constructor has set both): the options hook would return its options unchanged.
+        self._fixed_key = self._provider_runtime is None and self._api_key_provider is None
         self._auth: httpx2.Auth | None = None
         self._auth_known = False
 
@@ -451,7 +448,7 @@ class _OpenAIClient(openai.AsyncOpenAI):
     async def _prepare_options(self, options: FinalRequestOptions) -> FinalRequestOptions:
         # The client's hook imports its auth module on every request, to let a provider runtime
         # or an API-key provider rewrite the options; with a fixed key it returns them as they
-        # are (1.6% of the judge's CPU).
+        # are (1.6% of the judge's CPU), so it is not run.
         if self._fixed_key:
             return options
         return await super()._prepare_options(options)
@@ -459,8 +456,8 @@ class _OpenAIClient(openai.AsyncOpenAI):
     @property
     @override
     def custom_auth(self) -> httpx2.Auth | None:
-        # Asked on every request; what it answers depends on how the client authenticates,
-        # which does not change after it is built.
+        # Asked on every request, for any client; what it answers depends on how the client
+        # authenticates, which is set when it is built.
         if not self._auth_known:
             self._auth = super().custom_auth
             self._auth_known = True

@@ -142,9 +142,9 @@ def test_what_is_stored_tells_a_redelivery_from_another_complaint_under_the_same
 def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_holds(
     database: str,
 ) -> None:
-    """The statement sends its columns as binary arrays: text an array literal would have to
-    quote or escape (quotes, backslashes, braces, commas, the word NULL, an empty string,
-    characters beyond ASCII) is stored and answered as given."""
+    """Text an array literal would have to quote or escape (quotes, backslashes, braces, commas,
+    the word NULL, an empty string, characters beyond ASCII) is stored and answered as given,
+    however the statement sends its columns (as binary arrays now, as text literals before)."""
     snapshot = freeze(SAMPLE_ORDERS[0])
     texts = [
         'He said "it\'s fine", then {left}, \\ and, NULL',
@@ -174,8 +174,8 @@ def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_hold
     }
     with psycopg.connect(database) as conn:
         kept = conn.execute(
-            "SELECT complaint_text FROM disputes WHERE dispute_id = ANY(%s) ORDER BY received_at,"
-            " array_position(%s::text[], dispute_id)",
+            "SELECT complaint_text FROM disputes WHERE dispute_id = ANY(%s)"
+            " ORDER BY array_position(%s::text[], dispute_id)",
             ([g.dispute_id for g in given], [g.dispute_id for g in given]),
         ).fetchall()
     assert [row[0] for row in kept] == texts

@@ -1,12 +1,10 @@
-"""The openai client under :class:`~refund_bench.llm.client.LlmClient`: the per-request hooks it
-skips hold for a client with a fixed key, and a client with a key provider still runs them."""
+"""The openai client under :class:`~refund_bench.llm.client.LlmClient`: with a fixed key it
+leaves each request's options as the client's own hook would, and with a key provider it still
+asks the provider before every request."""
 
 from __future__ import annotations
 
 import asyncio
-
-import httpx2
-from openai._constants import RAW_RESPONSE_HEADER
 
 from refund_bench.llm.client import _COMPLETION_POST, _OpenAIClient
 
@@ -14,6 +12,7 @@ BASE_URL = "http://127.0.0.1:9/v1"
 
 
 def test_a_client_with_a_fixed_key_leaves_each_requests_options_as_they_are() -> None:
+    """The options, the key and the (absent) custom auth are what the client's hook gives."""
     client = _OpenAIClient(base_url=BASE_URL, api_key="fixed-key", max_retries=0)
     options = _COMPLETION_POST.model_copy(update={"content": b"{}"})
 
@@ -25,6 +24,7 @@ def test_a_client_with_a_fixed_key_leaves_each_requests_options_as_they_are() ->
 
 
 def test_a_client_with_a_key_provider_asks_it_before_every_request() -> None:
+    """A key that rotates is read again for each request: the hook is not skipped for it."""
     keys = iter(["first-key", "second-key"])
 
     async def provider() -> str:
@@ -40,12 +40,3 @@ def test_a_client_with_a_key_provider_asks_it_before_every_request() -> None:
         return seen
 
     assert asyncio.run(prepare_twice()) == ["first-key", "second-key"]
-
-
-def test_every_answer_is_read_whole_whatever_the_request_asks() -> None:
-    client = _OpenAIClient(base_url=BASE_URL, api_key="fixed-key", max_retries=0)
-    request = httpx2.Request(
-        "POST", f"{BASE_URL}/chat/completions", headers={RAW_RESPONSE_HEADER: "stream"}
-    )
-
-    assert client._should_stream_response_body(request) is False
