@@ -227,6 +227,25 @@ BEGIN
 END
 $$;
 
+-- What the endpoint's response named for the model's answer of the round, sent or replaced by
+-- the template: the model that served it (a dated snapshot where `model` names an alias) and
+-- its system fingerprint. NULL when no answer came, the response named none, the answer was
+-- drawn by another process (a redelivery that found it cached), or the reply was written
+-- before the columns existed. Added once.
+DO $$
+BEGIN
+    IF (
+        SELECT count(*) FROM pg_attribute
+        WHERE attrelid = 'replies'::regclass AND NOT attisdropped
+          AND attname IN ('served_model', 'system_fingerprint')
+    ) < 2 THEN
+        ALTER TABLE replies
+            ADD COLUMN IF NOT EXISTS served_model text,
+            ADD COLUMN IF NOT EXISTS system_fingerprint text;
+    END IF;
+END
+$$;
+
 -- The payout ledger: one row per (dispute, settlement round), written before Stripe is called.
 CREATE TABLE IF NOT EXISTS payout_ledger (
     dispute_id       text NOT NULL,

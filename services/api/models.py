@@ -228,6 +228,23 @@ class ReplyRecord(BaseModel):
             " reply was stored before replies kept it."
         ),
     )
+    served_model: str | None = Field(
+        default=None,
+        description=(
+            "The model the endpoint's response named for the model's answer of the round, sent"
+            " or replaced by the template (a dated snapshot where `model` names an alias), at"
+            " most 200 characters; null when no answer came, the response named none, the"
+            " answer was drawn by another settler process (a redelivery that found it cached),"
+            " or the reply was stored before replies kept it."
+        ),
+    )
+    system_fingerprint: str | None = Field(
+        default=None,
+        description=(
+            "The backend configuration the same response reported (OpenAI's"
+            " `system_fingerprint`), bounded and null as `served_model` is."
+        ),
+    )
 
 
 class LedgerRecord(BaseModel):

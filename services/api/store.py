@@ -720,8 +720,8 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         m.ReplyRecord(**{**r, "guard_failures": _json(r["guard_failures"])})
         for r in await q.all(
             "SELECT round, text, amount_minor, currency, source, guard_failures, model,"
-            " prompt_version, created_at, model_answer FROM replies WHERE dispute_id = %s"
-            " ORDER BY round"
+            " prompt_version, created_at, model_answer, served_model, system_fingerprint"
+            " FROM replies WHERE dispute_id = %s ORDER BY round"
         )
     ]
     ledger = [

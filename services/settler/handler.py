@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -41,7 +41,13 @@ from refund_bench.llm.cache import (
     cached_call,
     settler_cache_key,
 )
-from refund_bench.llm.client import JsonCompleter, LlmFailedAlone, LlmRejected, LlmUnavailable
+from refund_bench.llm.client import (
+    JsonCompleter,
+    LlmAnswer,
+    LlmFailedAlone,
+    LlmRejected,
+    LlmUnavailable,
+)
 from refund_bench.llm.roles import (
     HeldForReply,
     MalformedAnswer,
@@ -91,8 +97,9 @@ Inputs = tuple["StoredReply | None", str, bool]
 whether an earlier round's reply stated a refund (an amount above zero), or is not stored yet."""
 _STORE_REPLY_SQL = """
 INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source, guard_failures,
-                     model, prompt_version, approved_minor, model_answer)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     model, prompt_version, approved_minor, model_answer, served_model,
+                     system_fingerprint)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (dispute_id, round) DO NOTHING
 RETURNING text, amount_minor, currency, source, guard_failures, model, prompt_version, created_at,
           approved_minor
@@ -122,6 +129,24 @@ def _only_held(
     item also on a decided line, "the missing Biryani" held for its quality, it may name)."""
     decided = {line.item_name for line in resolved}
     return sorted({line.item_name for line in held_lines if line.item_name} - decided)
+
+
+class Written(NamedTuple):
+    """A round's reply as written, before it is stored."""
+
+    text: str
+    source: str
+    """``MODEL``: the model's reply passed the guard; ``TEMPLATE``: the template replaced it."""
+    failures: list[str]
+    """Why the template replaced the model's reply (the guard's failures, or no answer)."""
+    model_answer: str | None
+    """The model's answer the template replaced, bounded; ``None`` when none was replaced."""
+    served_model: str | None
+    """What the endpoint's response named for the model's answer (sent or replaced); ``None``
+    when no answer came, it named none, or this call did not draw the answer (a redelivery
+    found it cached, or joined the same round's call under way)."""
+    system_fingerprint: str | None
+    """The backend configuration the same response reported, likewise."""
 
 
 _GUARD_ERROR_CHARS = 200
@@ -263,10 +288,10 @@ class SettlerHandler:
             # "In addition to our earlier refund" only where an earlier reply said refunded: a
             # round approved earlier may have been held back by the ledger and told so.
             earlier_refund = priced.already_paid_minor > 0 and told_refunded
-            text, source, failures, replaced = await self._write(
+            written = await self._write(
                 priced, complaint, says, resolved, held_lines, held, earlier_refund
             )
-            stored = await self._store(priced, says, approved, text, source, failures, replaced)
+            stored = await self._store(priced, says, approved, written)
             stored.check_priced_alike(approved)  # another handler's, priced otherwise, won
         outputs = [Emit(t.REPLY_PUBLISHED.name, priced.dispute_id, stored.event.to_avro())]
         if approved > 0:
@@ -291,10 +316,9 @@ class SettlerHandler:
         held_lines: Sequence[ev.PricedLineEvent],
         held: Sequence[str],
         earlier_refund: bool,
-    ) -> tuple[str, str, list[str], str | None]:
-        """(text, source, guard failures, the model's answer the template replaced): the model's
-        reply if it passes, else the template; ``earlier_refund``: the reply must mention the
-        refund an earlier reply stated."""
+    ) -> Written:
+        """The model's reply if it passes the guard, else the template; ``earlier_refund``: the
+        reply must mention the refund an earlier reply stated."""
         amount_text = format_amount(approved, priced.currency)
         request = build_settler_request(
             complaint,
@@ -316,11 +340,16 @@ class SettlerHandler:
             priced.dispute_id, priced.round, request.inputs_sha256(), self._prompt.version
         )
 
+        # What the endpoint named for the answer, known to the call that drew it; an answer
+        # found in the cache names nothing (no record of it is kept beside the answer).
+        served: LlmAnswer | None = None
+
         async def compute() -> str:
-            answer = await self._llm.complete_json(
+            nonlocal served
+            served = await self._llm.complete_json(
                 request.messages, request.schema_name, request.schema, None, priced.dispute_id
             )
-            return answer.text
+            return served.text
 
         held_names = _only_held(held_lines, resolved)
         failures: list[str]
@@ -342,6 +371,8 @@ class SettlerHandler:
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
+            if served is None:  # the draw itself was unreadable (a parse fails after it)
+                served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
         except (LlmUnavailable, LlmFailedAlone) as exc:
             # The model only: any other transient failure (the answer cache's or the rate
             # limit's Redis) is raised, and the handler retried, rather than putting a template
@@ -351,8 +382,10 @@ class SettlerHandler:
             if not exc.refused_input:
                 raise  # the settings are wrong for every reply: stop, so the alerts fire
             failures = [f"model refused the request: HTTP {exc.status}"]
+        served_model = None if served is None else served.served_model
+        fingerprint = None if served is None else served.system_fingerprint
         if not failures:
-            return text, "MODEL", [], None
+            return Written(text, "MODEL", [], None, served_model, fingerprint)
         replaced = None if raw is None else storable(raw, MAX_MODEL_ANSWER_CHARS)
         done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
         reply = template_reply(
@@ -363,7 +396,7 @@ class SettlerHandler:
             earlier_refund=earlier_refund,
             held_names=held_names,
         )
-        return reply, "TEMPLATE", failures, replaced
+        return Written(reply, "TEMPLATE", failures, replaced, served_model, fingerprint)
 
     async def _read_inputs(self, rounds: list[tuple[str, int]]) -> list[Inputs]:
         """Each round's :data:`Inputs`, in the order asked for (a round asked for twice is read
@@ -401,33 +434,27 @@ class SettlerHandler:
         return None if row is None else _reply(dispute_id, round_, row)
 
     async def _store(
-        self,
-        priced: ev.RefundPriced,
-        says: int,
-        approved: int,
-        text: str,
-        source: str,
-        failures: list[str],
-        model_answer: str | None,
+        self, priced: ev.RefundPriced, says: int, approved: int, written: Written
     ) -> StoredReply:
-        """Insert the reply (stating ``says``, written for ``approved``; ``model_answer``: the
-        model's answer a template replaced) unless one exists; return whichever is stored
-        (first writer wins)."""
+        """Insert the reply (stating ``says``, written for ``approved``) unless one exists;
+        return whichever is stored (first writer wins)."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _STORE_REPLY_SQL,
                 (
                     priced.dispute_id,
                     priced.round,
-                    text,
+                    written.text,
                     says,
                     priced.currency,
-                    source,
-                    Jsonb(failures),
+                    written.source,
+                    Jsonb(written.failures),
                     self._llm.model,
                     self._prompt.version,
                     approved,
-                    model_answer,
+                    written.model_answer,
+                    written.served_model,
+                    written.system_fingerprint,
                 ),
             )
             row = await cur.fetchone()

@@ -557,12 +557,13 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
             at,
         ),
     )
-    # Round 1's model answer named another amount: the template went instead.
+    # Round 1's model answer named another amount: the template went instead. What served it
+    # is known; round 2's reply was written again from a cached answer, and names nothing.
     refused = round_ == 1
     conn.execute(
         "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
-        " guard_failures, model, prompt_version, model_answer)"
-        " VALUES (%s, %s, %s, %s, 'INR', %s, %s, 'stand-in', 'settle.v1', %s)",
+        " guard_failures, model, prompt_version, model_answer, served_model, system_fingerprint)"
+        " VALUES (%s, %s, %s, %s, 'INR', %s, %s, 'stand-in', 'settle.v1', %s, %s, %s)",
         (
             dispute_id,
             round_,
@@ -575,6 +576,8 @@ def _seed_round(conn: psycopg.Connection[Any], dispute_id: str, round_: int, at:
                 ["names an amount other than the approved INR 689: 'INR 10000'"] if refused else []
             ),
             SEEDED_MODEL_ANSWER if refused else None,
+            "stand-in-settler-2026-11-01" if refused else None,
+            "fp_settler" if refused else None,
         ),
     )
     key = f"{dispute_id}:round{round_}"

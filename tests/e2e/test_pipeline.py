@@ -94,6 +94,10 @@ def test_the_articles_complaint_end_to_end(pipeline: Pipeline) -> None:
     [reply] = story.replies
     assert "INR 689" in reply["text"]
     assert reply["amount_minor"] == 68900
+    assert (reply["served_model"], reply["system_fingerprint"]) == (
+        "standin-settler",
+        SYSTEM_FINGERPRINT,
+    ), "the reply names what wrote it"
     assert [i["grievance_id"] for i in story.review_items if i["status"] == "OPEN"] == ["g3"]
     [raita_item] = story.review_items
     assert raita_item["reason"] == (

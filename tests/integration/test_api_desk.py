@@ -454,6 +454,9 @@ def test_queue_and_case_pages_show_what_a_reviewer_needs(api: ApiServer, dispute
     assert case.count("stand-in (served as stand-in-2026-11-01) · fingerprint fp_seeded") == 4
     assert case.count("stand-in · fingerprint fp_seeded") == 8
     assert case.count("temperature 0.7") == 12
+    # The reply names the model configured, what served its model answer, and the prompt.
+    served = "· stand-in (served as stand-in-settler-2026-11-01) · fingerprint fp_settler"
+    assert case.count(f"{served} · settle.v1</div>") == 1
     # What the extractor made of the complaint: its answers as they came, escaped.
     assert "<strong>EXTRACTED</strong> · 4 grievances" in case
     assert "First answer: 1 problem · stand-in · fingerprint fp_extractor · extractor/v3" in case

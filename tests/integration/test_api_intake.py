@@ -554,6 +554,10 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
         (1, "TEMPLATE", SEEDED_MODEL_ANSWER),
         (2, "MODEL", None),
     ]
+    assert [(r["served_model"], r["system_fingerprint"]) for r in story["replies"]] == [
+        ("stand-in-settler-2026-11-01", "fp_settler"),
+        (None, None),
+    ], "what served each reply's model answer, where it is known"
     assert [(p["round"], p["amount_minor"], p["status"]) for p in story["payouts"]["ledger"]] == [
         (1, 68900, "SUCCEEDED"),
         (2, 6000, "SUCCEEDED"),

@@ -341,3 +341,34 @@ def test_replies_written_before_their_approval_was_kept_gain_it_from_their_round
             "SELECT dispute_id, approved_minor FROM replies ORDER BY dispute_id"
         ).fetchall()
     assert rows == [("d-declined", 0), ("d-held", 0), ("d-paid", 68900), ("d-unrecorded", None)]
+
+
+def test_replies_written_before_they_named_what_served_them_gain_the_columns_once(
+    earlier_database: str,
+) -> None:
+    """A reply of an earlier version keeps its row, and names nothing served (NULL)."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(REPLIES_BEFORE_APPROVED_MINOR)
+        conn.execute(
+            "INSERT INTO replies (dispute_id, round, text, amount_minor, currency, source,"
+            " guard_failures, model, prompt_version) VALUES ('d-old', 1, 't', 68900, 'INR',"
+            " 'MODEL', '[]', 'm', 'settler/v1')"
+        )
+
+    migrate(earlier_database)
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        columns = conn.execute(_REPLY_COLUMNS).fetchall()
+    migrate(earlier_database)  # a second start changes nothing
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        assert conn.execute(_REPLY_COLUMNS).fetchall() == columns
+        rows = conn.execute(
+            "SELECT dispute_id, text, model, served_model, system_fingerprint FROM replies"
+        ).fetchall()
+    assert [name for name, _ in columns][-2:] == ["served_model", "system_fingerprint"]
+    assert rows == [("d-old", "t", "m", None, None)]
+
+
+_REPLY_COLUMNS = (
+    "SELECT attname, attnum FROM pg_attribute WHERE attrelid = 'replies'::regclass"
+    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+)

@@ -26,6 +26,7 @@ from refund_bench.resources import pg_pool
 from refund_bench.runtime import Context, Emit, Message
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
+from services.llm_standin.app import SYSTEM_FINGERPRINT
 from services.settler.handler import SettlerHandler
 from tests.ledger_rows import read_round, seed_round
 from tests.records import with_fields
@@ -98,9 +99,12 @@ def _settle(
     message: Message,
     snapshot: FrozenSnapshot,
     complaint: str = ARTICLE_COMPLAINT,
+    cache_prefix: str | None = None,
 ) -> Sequence[Emit]:
     """What the settler emits for ``message``, its dispute and snapshot stored first."""
-    [emits] = _settle_together(database, redis_url, standin, [message], snapshot, complaint)
+    [emits] = _settle_together(
+        database, redis_url, standin, [message], snapshot, complaint, cache_prefix
+    )
     return emits
 
 
@@ -111,16 +115,19 @@ def _settle_together(
     messages: Sequence[Message],
     snapshot: FrozenSnapshot,
     complaint: str = ARTICLE_COMPLAINT,
+    cache_prefix: str | None = None,
 ) -> list[Sequence[Emit]]:
     """What one settler emits for each of ``messages``, handled concurrently (as the records
-    of one batch are), their disputes and the snapshot stored first."""
+    of one batch are), their disputes and the snapshot stored first; its answer cache under
+    ``cache_prefix`` (default: one of its own)."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = redis_client(LlmStageSettings(redis_url=SecretStr(redis_url)))
         llm = standin.client("standin-settler", temperature=0.2)
-        cache = RedisResponseCache(redis, f"test-settler-{uuid.uuid4().hex}:", 600)
+        prefix = cache_prefix or f"test-settler-{uuid.uuid4().hex}:"
+        cache = RedisResponseCache(redis, prefix, 600)
         try:
             for message in messages:
                 await freeze_dispute(
@@ -242,6 +249,48 @@ def test_a_model_reply_too_long_to_check_gets_the_template(
     kept = _model_answer(database, dispute)
     assert kept is not None, "the answer the template replaced is kept for audit"
     assert "7" * 4400 in kept
+    assert _served(database, dispute) == ("standin-settler", "standin-settler", SYSTEM_FINGERPRINT)
+
+
+def test_a_reply_names_what_served_the_models_answer_when_this_process_drew_it(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The reply records the model and fingerprint the endpoint's response named for the
+    answer it sends. Written again from the cached answer (another process, after the first
+    crashed before storing its reply), it names the model configured and nothing served: no
+    record of who drew an answer is kept beside it."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    prefix = f"test-settler-{uuid.uuid4().hex}:"
+    calls_before = standin.stats()["by_dispute"].get(dispute, 0)
+
+    drawn = _settle(
+        database, redis_url, standin, message, freeze(ARTICLE_ORDER), cache_prefix=prefix
+    )
+    assert _reply_event(drawn)["source"] == "MODEL"
+    assert _served(database, dispute) == ("standin-settler", "standin-settler", SYSTEM_FINGERPRINT)
+
+    with psycopg.connect(database) as conn:
+        conn.execute("DELETE FROM replies WHERE dispute_id = %s", (dispute,))
+    again = _settle(
+        database, redis_url, standin, message, freeze(ARTICLE_ORDER), cache_prefix=prefix
+    )
+
+    assert _reply_event(again)["text"] == _reply_event(drawn)["text"]
+    assert standin.stats()["by_dispute"].get(dispute, 0) == calls_before + 1, "one draw in all"
+    assert _served(database, dispute) == ("standin-settler", None, None)
+
+
+def _served(database: str, dispute: str) -> tuple[str, str | None, str | None]:
+    """Round 1's reply: the model configured, and the model and fingerprint served."""
+    with psycopg.connect(database) as conn:
+        row = conn.execute(
+            "SELECT model, served_model, system_fingerprint FROM replies"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchone()
+    assert row is not None, "no reply stored"
+    return row[0], row[1], row[2]
 
 
 def test_a_model_reply_sent_keeps_no_second_copy(
