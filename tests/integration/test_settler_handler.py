@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from pydantic import SecretStr
 
 from refund_bench import events as ev
@@ -281,16 +282,20 @@ def test_a_reply_names_what_served_the_models_answer_when_this_process_drew_it(
     assert _served(database, dispute) == ("standin-settler", None, None)
 
 
-def _served(database: str, dispute: str) -> tuple[str, str | None, str | None]:
+def _served(database: str, dispute: str) -> tuple[Any, ...]:
     """Round 1's reply: the model configured, and the model and fingerprint served."""
+    return _round_one_reply(database, dispute, "model", "served_model", "system_fingerprint")
+
+
+def _round_one_reply(database: str, dispute: str, *columns: str) -> tuple[Any, ...]:
+    """``columns`` of round 1's stored reply."""
+    query = sql.SQL("SELECT {} FROM replies WHERE dispute_id = %s AND round = 1").format(
+        sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
     with psycopg.connect(database) as conn:
-        row = conn.execute(
-            "SELECT model, served_model, system_fingerprint FROM replies"
-            " WHERE dispute_id = %s AND round = 1",
-            (dispute,),
-        ).fetchone()
+        row = conn.execute(query, (dispute,)).fetchone()
     assert row is not None, "no reply stored"
-    return row[0], row[1], row[2]
+    return tuple(row)
 
 
 def test_a_model_reply_sent_keeps_no_second_copy(
@@ -305,12 +310,8 @@ def test_a_model_reply_sent_keeps_no_second_copy(
 
 def _model_answer(database: str, dispute: str) -> str | None:
     """The model answer kept with round 1's reply (``None``: none kept)."""
-    with psycopg.connect(database) as conn:
-        row = conn.execute(
-            "SELECT model_answer FROM replies WHERE dispute_id = %s AND round = 1", (dispute,)
-        ).fetchone()
-    assert row is not None, "no reply stored"
-    return None if row[0] is None else str(row[0])
+    (answer,) = _round_one_reply(database, dispute, "model_answer")
+    return None if answer is None else str(answer)
 
 
 def _round_one_refunded(
