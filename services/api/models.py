@@ -232,10 +232,11 @@ class ReplyRecord(BaseModel):
         default=None,
         description=(
             "The model the endpoint's response named for the model's answer of the round, sent"
-            " or replaced by the template (a dated snapshot where `model` names an alias), at"
-            " most 200 characters; null when no answer came, the response named none, the"
-            " answer was drawn by another settler process (a redelivery that found it cached),"
-            " or the reply was stored before replies kept it."
+            " or replaced by the template (a dated snapshot where `model` names an alias), cut at"
+            " 200 characters with a note of the cut; null when no answer came, the response"
+            " named none, the call that wrote the reply did not draw the answer (a redelivery or"
+            " a retry found it in the cache, or another process's answer won it), or the reply"
+            " was stored before replies kept it."
         ),
     )
     system_fingerprint: str | None = Field(

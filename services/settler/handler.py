@@ -142,9 +142,11 @@ class Written(NamedTuple):
     model_answer: str | None
     """The model's answer the template replaced, bounded; ``None`` when none was replaced."""
     served_model: str | None
-    """What the endpoint's response named for the model's answer (sent or replaced); ``None``
-    when no answer came, it named none, or this call did not draw the answer (a redelivery
-    found it cached, or joined the same round's call under way)."""
+    """What the endpoint's response named for the model's answer (sent or replaced; for an
+    unreadable draw, what it named for that); ``None`` when no answer came, it named none, or
+    this call did not draw the answer it read (a redelivery, or a retry after the cache write
+    failed, found it kept; it joined the same round's call under way; another process's answer
+    won the cache)."""
     system_fingerprint: str | None
     """The backend configuration the same response reported, likewise."""
 
@@ -341,7 +343,8 @@ class SettlerHandler:
         )
 
         # What the endpoint named for the answer, known to the call that drew it; an answer
-        # found in the cache names nothing (no record of it is kept beside the answer).
+        # found in the cache, or drawn by a call this one joined, names nothing (no record of
+        # it is kept beside the answer).
         served: LlmAnswer | None = None
 
         async def compute() -> str:
@@ -355,9 +358,13 @@ class SettlerHandler:
         failures: list[str]
         raw: str | None = None
         try:
-            raw, _ = await cached_call(
+            raw, from_cache = await cached_call(
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
             )
+            if from_cache:
+                # Another process's answer won the cache while this one drew (a rebalance): the
+                # reply is written from that answer, which this draw's provenance is not.
+                served = None
             text = parse_customer_reply(raw).reply
             failures = guard_failures(
                 text,

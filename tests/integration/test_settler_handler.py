@@ -29,6 +29,7 @@ from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
 from services.extractor.evidence import FrozenSnapshot, freeze
 from services.llm_standin.app import SYSTEM_FINGERPRINT
 from services.settler.handler import SettlerHandler
+from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.ledger_rows import read_round, seed_round
 from tests.records import with_fields
 from tests.standin import Standin
@@ -101,10 +102,11 @@ def _settle(
     snapshot: FrozenSnapshot,
     complaint: str = ARTICLE_COMPLAINT,
     cache_prefix: str | None = None,
+    endpoint: FixedAnswerServer | None = None,
 ) -> Sequence[Emit]:
     """What the settler emits for ``message``, its dispute and snapshot stored first."""
     [emits] = _settle_together(
-        database, redis_url, standin, [message], snapshot, complaint, cache_prefix
+        database, redis_url, standin, [message], snapshot, complaint, cache_prefix, endpoint
     )
     return emits
 
@@ -117,16 +119,21 @@ def _settle_together(
     snapshot: FrozenSnapshot,
     complaint: str = ARTICLE_COMPLAINT,
     cache_prefix: str | None = None,
+    endpoint: FixedAnswerServer | None = None,
 ) -> list[Sequence[Emit]]:
     """What one settler emits for each of ``messages``, handled concurrently (as the records
     of one batch are), their disputes and the snapshot stored first; its answer cache under
-    ``cache_prefix`` (default: one of its own)."""
+    ``cache_prefix`` (default: one of its own), its model the stand-in's or ``endpoint``'s."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
         await pool.open()
         redis = redis_client(LlmStageSettings(redis_url=SecretStr(redis_url)))
-        llm = standin.client("standin-settler", temperature=0.2)
+        llm = (
+            standin.client("standin-settler", temperature=0.2)
+            if endpoint is None
+            else endpoint.client(temperature=0.2)
+        )
         prefix = cache_prefix or f"test-settler-{uuid.uuid4().hex}:"
         cache = RedisResponseCache(redis, prefix, 600)
         try:
@@ -280,6 +287,30 @@ def test_a_reply_names_what_served_the_models_answer_when_this_process_drew_it(
     assert _reply_event(again)["text"] == _reply_event(drawn)["text"]
     assert standin.stats()["by_dispute"].get(dispute, 0) == calls_before + 1, "one draw in all"
     assert _served(database, dispute) == ("standin-settler", None, None)
+
+
+def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The model's answer is cut short at the token limit: the template is sent, and the reply
+    names the model and fingerprint the endpoint's response named for the draw."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    body = completion(
+        '{"reply": "We are refunding INR 689',
+        "length",
+        model="settler-2026-11-01",
+        system_fingerprint="fp_cut",
+    )
+    with FixedAnswerServer(body) as server:
+        emits = _settle(
+            database, redis_url, standin, message, freeze(ARTICLE_ORDER), endpoint=server
+        )
+
+    reply = _reply_event(emits)
+    assert reply["source"] == "TEMPLATE"
+    assert reply["guard_failures"][0].startswith("unreadable model answer: the answer was cut")
+    assert _served(database, dispute) == ("any-model", "settler-2026-11-01", "fp_cut")
 
 
 def _served(database: str, dispute: str) -> tuple[Any, ...]:
