@@ -131,6 +131,24 @@ def _only_held(
     return sorted({line.item_name for line in held_lines if line.item_name} - decided)
 
 
+def template_for(
+    approved: int,
+    currency: str,
+    resolved: Sequence[ev.PricedLineEvent],
+    held: Sequence[str],
+    *,
+    held_names: Sequence[str],
+    earlier_refund: bool = False,
+) -> str:
+    """The template reply for a round: ``approved`` refunded for the lines ``resolved`` pays or
+    prices at zero, ``held`` (described) sent to review, ``held_names`` the items only held
+    lines name (:func:`_only_held`)."""
+    done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
+    return template_reply(
+        approved, currency, done, held, earlier_refund=earlier_refund, held_names=held_names
+    )
+
+
 class Written(NamedTuple):
     """A round's reply as written, before it is stored."""
 
@@ -394,14 +412,13 @@ class SettlerHandler:
         if not failures:
             return Written(text, "MODEL", [], None, served_model, fingerprint)
         replaced = None if raw is None else storable(raw, MAX_MODEL_ANSWER_CHARS)
-        done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
-        reply = template_reply(
+        reply = template_for(
             approved,
             priced.currency,
-            done,
+            resolved,
             held,
-            earlier_refund=earlier_refund,
             held_names=held_names,
+            earlier_refund=earlier_refund,
         )
         return Written(reply, "TEMPLATE", failures, replaced, served_model, fingerprint)
 

@@ -37,9 +37,8 @@ from services.api.passwords import MIN_ITERATIONS, hash_password
 from services.api.server import BackgroundServer
 from services.api.settings import ApiSettings
 from services.extractor.evidence import freeze
-from services.settler.handler import _only_held
+from services.settler.handler import _only_held, template_for
 from services.settler.phrases import describe
-from services.settler.template import template_reply
 from tests.conftest import Stack, unavailable
 
 API_TOKEN = "test-token-" + "a" * 24
@@ -523,12 +522,9 @@ def seeded_template(lines: list[dict[str, Any]], payable: int) -> str:
     priced = [ev.PricedLineEvent(**line) for line in lines]
     resolved = [line for line in priced if line.status != "HELD"]
     held = [line for line in priced if line.status == "HELD"]
-    return template_reply(
-        payable,
-        "INR",
-        [describe(line) for line in resolved if line.status in ("PAY", "ZERO")],
-        [describe(line) for line in held],
-        held_names=_only_held(held, resolved),
+    held_names = _only_held(held, resolved)
+    return template_for(
+        payable, "INR", resolved, [describe(line) for line in held], held_names=held_names
     )
 
 
