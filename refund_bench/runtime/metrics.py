@@ -19,6 +19,7 @@ CounterName = Literal[
     "retries",
     "llm_calls",
     "state_expired",
+    "facts_conflicting",
 ]
 HistogramName = Literal["batch_seconds", "handler_seconds", "batch_records"]
 GaugeName = Literal["inflight_handlers", "inflight_llm_calls", "assigned_partitions", "state_keys"]
@@ -59,6 +60,10 @@ _COUNTER_DOCS: dict[CounterName, str] = {
     "retries": "Retries of transient failures",
     "llm_calls": "LLM calls by kind (made, served from cache, refused by the endpoint)",
     "state_expired": "State-store keys deleted because they outlived the store's retention",
+    "facts_conflicting": (
+        "Rows the recorder left out because their key holds a row stating other facts (kind:"
+        " the table); the stored row stands"
+    ),
 }
 _HISTOGRAM_DOCS: dict[HistogramName, tuple[str, tuple[float, ...]]] = {
     "batch_seconds": (

@@ -8,6 +8,7 @@ import psycopg
 from prometheus_client import CollectorRegistry
 
 from refund_bench.config import StageSettings
+from refund_bench.runtime.metrics import PrometheusMetrics
 from refund_bench.service import configure_logging, run_stage
 from services.recorder.handler import Recorder
 
@@ -21,8 +22,10 @@ def main() -> None:
     settings = Settings()
     configure_logging(settings.log_level)
     with psycopg.connect(settings.database_conninfo(), autocommit=True) as conn:
-        recorder = Recorder(conn)
-        run_stage(recorder.spec(), settings, CollectorRegistry())
+        registry = CollectorRegistry()
+        metrics = PrometheusMetrics("recorder", registry)
+        recorder = Recorder(conn, metrics=metrics)
+        run_stage(recorder.spec(), settings, registry, metrics)
 
 
 if __name__ == "__main__":

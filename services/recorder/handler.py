@@ -8,6 +8,13 @@ come first, each table's rows in key order (two replicas that write some of the 
 them in the same order), then the updates in event order (an update may close a review item
 inserted by the same batch); no insert undoes an update, since existing rows are left alone.
 
+A row whose key is stored already is left out (a redelivery). When it states other facts than
+the stored row (:attr:`~services.recorder.projection.Table.facts`: an event priced or ruled
+again differently, say after a replay under new rules), the stored row still stands, and the
+recorder logs the key and the columns that differ and counts it in ``facts_conflicting`` (by
+table): the audit record and the topic then disagree, and someone should look. The check costs a
+query only for a table some of whose rows were left out.
+
 Replicas still update one dispute's rows from different topics, so PostgreSQL may end one
 batch's transaction as a deadlock's victim: that write is retried (it rolled back whole), with
 the shared backoff, instead of stopping the stage. A batch that may open or close a dispute's
@@ -21,13 +28,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors
 
 from refund_bench.retry import RetryPolicy, SyncSleep
 from refund_bench.runtime import Context, Emit, Message, StageSpec
+from refund_bench.runtime.metrics import Metrics, NullMetrics
 from refund_bench.stages import RECORDER
 from services.recorder.projection import (
     REVIEW_ITEMS,
@@ -46,6 +54,16 @@ RETRIED_SQLSTATES = (errors.DeadlockDetected, errors.SerializationFailure)
 """Errors after which the whole transaction rolled back and the same write may succeed."""
 
 
+class Conflict(NamedTuple):
+    """A row left out because its key holds a row that states other facts."""
+
+    table: str
+    key: tuple[Any, ...]
+    """The key's values, in the table's key order."""
+    columns: tuple[str, ...]
+    """The fact columns whose stored value differs from the row's."""
+
+
 class Recorder:
     """Buffers each batch's statements and writes them in one transaction at commit time."""
 
@@ -54,11 +72,13 @@ class Recorder:
         conn: psycopg.Connection[Any],
         retry: RetryPolicy | None = None,
         sleep: SyncSleep = time.sleep,
+        metrics: Metrics | None = None,
     ) -> None:
         self._conn = conn
         self._pending: list[Statement] = []
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
+        self._metrics: Metrics = metrics or NullMetrics()
 
     def handle(self, message: Message, _ctx: Context) -> Sequence[Emit]:
         self._pending.extend(rows_for(message.topic, message.value))
@@ -84,28 +104,59 @@ class Recorder:
             table_rows.sort(key=table.key_of)  # stable: the first row per key stays first
         if REVIEW_ITEMS in rows:
             updates.append(decided_on_the_desk(rows[REVIEW_ITEMS]))
-        self._retry.run(
+        conflicts = self._retry.run(
             lambda: self._write(sorted(locks), rows, updates),
             sleep=self._sleep,
             retry_on=RETRIED_SQLSTATES,
             on_retry=lambda exc: log.warning("recording a batch failed (%s); retrying", exc),
         )
+        for conflict in conflicts:
+            log.warning(
+                "%s keeps the row it holds for %s; a later event's row differs in %s and was"
+                " not recorded",
+                conflict.table,
+                conflict.key,
+                ", ".join(conflict.columns),
+            )
+            self._metrics.incr("facts_conflicting", kind=conflict.table)
 
     def _write(
         self,
         locks: list[str],
         rows: dict[Table, list[tuple[Any, ...]]],
         updates: list[tuple[str, tuple[Any, ...]]],
-    ) -> None:
-        # Pipeline mode: the statements go out without a round trip each.
-        with self._conn.transaction(), self._conn.pipeline(), self._conn.cursor() as cur:
-            if locks:
-                cur.execute(REVIEW_LOCK_SQL, (locks,))
-            for table, table_rows in rows.items():
-                columns = [list(column) for column in zip(*table_rows, strict=True)]
-                cur.execute(table.insert_sql, columns)
-            for sql, params in updates:
-                cur.execute(sql, params)
+    ) -> list[Conflict]:
+        """Write the batch in one transaction; the rows left out that conflict with a stored
+        row."""
+        with self._conn.transaction():
+            # Pipeline mode: the statements go out without a round trip each. A cursor per
+            # table, to read how many of its rows went in once the pipeline is synced.
+            inserted: list[tuple[Table, list[tuple[Any, ...]], psycopg.Cursor[Any]]] = []
+            with self._conn.pipeline(), self._conn.cursor() as cur:
+                if locks:
+                    cur.execute(REVIEW_LOCK_SQL, (locks,))
+                for table, table_rows in rows.items():
+                    columns = [list(column) for column in zip(*table_rows, strict=True)]
+                    table_cur = self._conn.cursor()
+                    table_cur.execute(table.insert_sql, columns)
+                    inserted.append((table, table_rows, table_cur))
+                for sql, params in updates:
+                    cur.execute(sql, params)
+            conflicts: list[Conflict] = []
+            for table, table_rows, table_cur in inserted:
+                left_out = table_cur.rowcount < len(table_rows)
+                table_cur.close()
+                if left_out and table.facts:
+                    conflicts.extend(self._conflicts(table, table_rows))
+        return conflicts
+
+    def _conflicts(self, table: Table, table_rows: list[tuple[Any, ...]]) -> list[Conflict]:
+        compared = [table.compared_of(row) for row in table_rows]
+        columns = [list(column) for column in zip(*compared, strict=True)]
+        with self._conn.cursor() as cur:
+            found = cur.execute(table.conflicts_sql, columns).fetchall()
+        width = len(table.key)
+        return [Conflict(table.name, tuple(row[:width]), tuple(row[width])) for row in found]
 
     def spec(self) -> StageSpec:
         return StageSpec.of(RECORDER, self.handle, before_commit=self.flush)

@@ -3,6 +3,8 @@
 Every insert is keyed by natural ids with ``ON CONFLICT DO NOTHING`` and every update is
 idempotent, so redelivered events change nothing. An event yields rows for a :class:`Table`
 (written set-wise, one statement per table and batch) and, for review decisions, updates.
+A row whose key is stored already keeps the stored row; when the two state different facts
+(:attr:`Table.facts`), :attr:`Table.conflicts_sql` finds it, so that the recorder can say so.
 """
 
 from __future__ import annotations
@@ -32,11 +34,22 @@ class Table:
     """Rows of one shape for table ``name``: the first row per ``key`` is kept.
 
     ``columns`` are (name, SQL type) pairs; a row is a tuple of values in that order.
+    ``facts`` are the columns that state what was decided or done: a later row under a stored
+    key that differs from the stored one in any of them is a conflicting fact, not a
+    redelivery. Times and provenance (what served a model's answer) are no facts: an event cast
+    again after a crash may carry other ones. Empty: rows are not compared (a row that later
+    events update, such as a round's standing payout outcome).
     """
 
     name: str
     columns: tuple[tuple[str, str], ...]
     key: tuple[str, ...]
+    facts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = {name for name, _ in self.columns}
+        if not {*self.key, *self.facts} <= names or set(self.key) & set(self.facts):
+            raise ValueError(f"table {self.name}: key and facts must be distinct columns of it")
 
     @cached_property
     def _key_positions(self) -> tuple[int, ...]:
@@ -62,6 +75,66 @@ class Table:
                 for _, kind in self.columns
             ),
             key=sql.SQL(", ").join(sql.Identifier(name) for name in self.key),
+        )
+        return statement.as_bytes(None)
+
+    @cached_property
+    def _compared(self) -> tuple[tuple[str, str], ...]:
+        kinds = dict(self.columns)
+        return tuple((name, kinds[name]) for name in (*self.key, *self.facts))
+
+    @cached_property
+    def _compared_positions(self) -> tuple[int, ...]:
+        names = [name for name, _ in self.columns]
+        return tuple(names.index(name) for name, _ in self._compared)
+
+    def compared_of(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The values of ``row``'s key and fact columns, in the order of :attr:`conflicts_sql`'s
+        parameters."""
+        return tuple(row[i] for i in self._compared_positions)
+
+    @cached_property
+    def conflicts_sql(self) -> bytes:
+        """Given one array per key and fact column (:meth:`compared_of`), the stored rows whose
+        facts differ from a given row with their key: each as its key's values and then the
+        names of the fact columns that differ. Run after the rows were inserted, in the same
+        transaction: a row inserted there compares equal to itself."""
+        if not self.facts:
+            raise ValueError(f"table {self.name} states no facts to compare")
+        given = sql.Identifier("given")
+        stored = sql.Identifier("stored")
+        differs = [
+            sql.SQL("{s}.{c} IS DISTINCT FROM {g}.{c}").format(
+                s=stored, g=given, c=sql.Identifier(c)
+            )
+            for c in self.facts
+        ]
+        statement = sql.SQL(
+            "SELECT {keys}, array_remove(ARRAY[{names}], NULL)"
+            " FROM unnest({arrays}) AS {given} ({aliases})"
+            " JOIN {table} AS {stored} ON {joined}"
+            " WHERE {any_differs}"
+        ).format(
+            keys=sql.SQL(", ").join(
+                sql.SQL("{}.{}").format(given, sql.Identifier(k)) for k in self.key
+            ),
+            names=sql.SQL(", ").join(
+                sql.SQL("CASE WHEN {} THEN {} END").format(test, sql.Literal(c))
+                for test, c in zip(differs, self.facts, strict=True)
+            ),
+            arrays=sql.SQL(", ").join(
+                sql.SQL("{}::{}[]").format(sql.Placeholder(format=PyFormat.BINARY), sql.SQL(kind))
+                for _, kind in self._compared
+            ),
+            given=given,
+            aliases=sql.SQL(", ").join(sql.Identifier(name) for name, _ in self._compared),
+            table=sql.Identifier(self.name),
+            stored=stored,
+            joined=sql.SQL(" AND ").join(
+                sql.SQL("{s}.{k} = {g}.{k}").format(s=stored, g=given, k=sql.Identifier(k))
+                for k in self.key
+            ),
+            any_differs=sql.SQL(" OR ").join(differs),
         )
         return statement.as_bytes(None)
 
@@ -111,6 +184,16 @@ GRIEVANCES = Table(
         ("extracted_at", "timestamptz"),
     ),
     ("dispute_id", "grievance_id"),
+    (
+        "category",
+        "text",
+        "span_start",
+        "span_end",
+        "item_name",
+        "item_quantity",
+        "grievance_total",
+        "snapshot_sha256",
+    ),
 )
 EXTRACTIONS = Table(
     "extractions",
@@ -126,6 +209,7 @@ EXTRACTIONS = Table(
         ("extracted_at", "timestamptz"),
     ),
     ("dispute_id",),
+    ("order_id", "snapshot_sha256", "complaint_sha256", "outcome", "grievance_total"),
 )
 RULINGS = Table(
     "rulings",
@@ -150,6 +234,16 @@ RULINGS = Table(
         ("system_fingerprint", "text"),
     ),
     ("dispute_id", "grievance_id", "judge_seat"),
+    (
+        "ruling",
+        "model_ruling",
+        "confidence",
+        "evidence_cited",
+        "reasoning",
+        "snapshot_sha256",
+        "raw_response",
+        "cites_missing_evidence",
+    ),
 )
 VERDICTS = Table(
     "verdicts",
@@ -166,6 +260,15 @@ VERDICTS = Table(
         ("decided_at", "timestamptz"),
     ),
     ("dispute_id", "grievance_id"),
+    (
+        "category",
+        "outcome",
+        "votes_upheld",
+        "votes_rejected",
+        "votes_escalate",
+        "split",
+        "unanimous",
+    ),
 )
 PRICED_REFUNDS = Table(
     "priced_refunds",
@@ -186,6 +289,19 @@ PRICED_REFUNDS = Table(
         ("priced_at", "timestamptz"),
     ),
     ("dispute_id", "round"),
+    (
+        "pricing_version",
+        "currency",
+        "order_total_minor",
+        "lines",
+        "total_minor",
+        "already_paid_minor",
+        "payable_minor",
+        "cap_minor",
+        "decision",
+        "held_grievances",
+        "reason",
+    ),
 )
 PAYOUTS_COMPLETED = Table(
     "payout_events",
@@ -228,6 +344,7 @@ PAYOUT_HISTORY = Table(
         ("at", "timestamptz"),
     ),
     ("dispute_id", "round", "revision", "outcome"),
+    ("amount_minor", "stripe_refund_id", "error_code"),
 )
 """Every outcome of a round, as it was reported (``payout_events`` holds the one that stands)."""
 REVIEW_ITEMS = Table(
@@ -241,6 +358,7 @@ REVIEW_ITEMS = Table(
         ("created_at", "timestamptz"),
     ),
     ("dispute_id", "item_key"),
+    ("kind", "grievance_id"),
 )
 
 

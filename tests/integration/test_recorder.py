@@ -3,6 +3,7 @@ new round closes the dispute items of earlier rounds, a declined dispute its gri
 
 from __future__ import annotations
 
+import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -10,11 +11,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry
 
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Message
+from refund_bench.runtime.metrics import PrometheusMetrics
 from services.recorder.handler import Recorder
 from tests.kafka_helpers import wait_for
 from tests.pg_helpers import is_waiting
@@ -823,3 +826,105 @@ def test_what_the_extractor_made_of_a_complaint_is_kept_once(database: str) -> N
             AT,
         )
     ]
+
+
+def _ruling(dispute_id: str, ruling: str, cast_at: datetime, served: str | None) -> Message:
+    cast = ev.RulingCast(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        grievance_id="g1",
+        grievance_total=1,
+        category="LATE_DELIVERY",
+        judge_seat=0,
+        judge_count=3,
+        ruling=ruling,
+        model_ruling=ruling,
+        confidence=0.9,
+        evidence_cited=["delay_minutes"],
+        reasoning="The order came 50 minutes after its promised time.",
+        model="judge-model",
+        prompt_version="judge/v4",
+        snapshot_sha256="0" * 64,
+        raw_response='{"ruling": "' + ruling + '"}',
+        cast_at=cast_at,
+        seed=7,
+        temperature=None if served is None else 0.7,
+        served_model=served,
+    )
+    return _message(t.RULING_CAST.name, dispute_id, cast.to_avro())
+
+
+def _record(database: str, *batches: list[Message]) -> CollectorRegistry:
+    """The recorder's metrics after recording the batches one after another."""
+    registry = CollectorRegistry()
+    with psycopg.connect(database) as conn:
+        recorder = Recorder(conn, metrics=PrometheusMetrics("recorder", registry))
+        for batch in batches:
+            for message in batch:
+                recorder.handle(message, Context(None))
+            recorder.flush()
+    return registry
+
+
+def _conflicts(registry: CollectorRegistry, table: str) -> float | None:
+    return registry.get_sample_value(
+        "refund_bench_facts_conflicting_total", {"stage": "recorder", "topic": "", "kind": table}
+    )
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["two batches", "one batch"])
+def test_a_round_priced_again_otherwise_keeps_its_first_record_and_is_reported(
+    database: str, together: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A round priced again with other amounts (a replay under other rules): the audit record
+    keeps what it recorded first, says which facts the later record states otherwise, and
+    counts it, so that the record and the topic are not left to disagree unnoticed."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    first = _priced(dispute, 1)
+    again = _priced(dispute, 1, "AUTO_APPROVED", [_line("g1", "PAY"), _line("g2", "PAY")])
+    batches = [[first, again]] if together else [[first], [again]]
+    with caplog.at_level(logging.WARNING, logger="services.recorder.handler"):
+        registry = _record(database, *batches)
+    with psycopg.connect(database) as conn:
+        stored = conn.execute(
+            "SELECT decision, jsonb_array_length(lines) FROM priced_refunds"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        ).fetchall()
+    assert stored == [("HELD_FOR_REVIEW", 1)]
+    assert _conflicts(registry, "priced_refunds") == 1.0
+    (warning,) = [r.getMessage() for r in caplog.records if dispute in r.getMessage()]
+    assert warning == (
+        f"priced_refunds keeps the row it holds for ('{dispute}', 1); a later event's row"
+        " differs in lines, decision and was not recorded"
+    )
+
+
+def test_a_fact_delivered_again_or_cast_again_with_other_times_and_provenance_is_no_conflict(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A redelivery changes nothing and reports nothing; neither does a ruling cast again from
+    the cache by another process after a crash, which names another time and no provenance."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    later = datetime(2026, 12, 3, 20, 5, tzinfo=UTC)
+    first = [_priced(dispute, 1), _ruling(dispute, "UPHELD", AT, "judge-model-2026-11-01")]
+    again = [_priced(dispute, 1), _ruling(dispute, "UPHELD", later, None)]
+    with caplog.at_level(logging.WARNING, logger="services.recorder.handler"):
+        registry = _record(database, first, again, [*first, *again])
+    assert _conflicts(registry, "priced_refunds") is None
+    assert _conflicts(registry, "rulings") is None
+    assert not [r for r in caplog.records if dispute in r.getMessage()]
+    with psycopg.connect(database) as conn:
+        stored = conn.execute(
+            "SELECT cast_at, served_model FROM rulings WHERE dispute_id = %s", (dispute,)
+        ).fetchall()
+    assert stored == [(AT, "judge-model-2026-11-01")]
+
+
+def test_a_ruling_cast_again_otherwise_is_reported(database: str) -> None:
+    """The same seat's ruling with another answer (its cached answer lost, and drawn anew)."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    registry = _record(
+        database, [_ruling(dispute, "UPHELD", AT, None)], [_ruling(dispute, "REJECTED", AT, None)]
+    )
+    assert _conflicts(registry, "rulings") == 1.0
