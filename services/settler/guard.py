@@ -31,7 +31,8 @@ MAX_REPLY_CHARS = 2000
 """The longest reply the guard reads (after normalising): a customer reply is a few sentences,
 and a longer one is refused whole, before any other check (the checks' cost grows with it)."""
 _TIMES_AFTER = re.compile(
-    r"\s*(?:each\b|apiece\b|a\s+piece\b|per\b|for\s+(?:each|every)\b|x\s*[0-9]|\u00d7|times\b"
+    r"\s*(?:each\b|every\b|apiece\b|a\s+piece\b|per\b|(?:for|on|to|towards)\s+(?:each|every)\b"
+    r"|x\s*[0-9]|\u00d7|times\b"
     r"|twice\b|thrice\b|again\b|more\b|extra\b|a\s+(?:day|week|month)\b"
     r"|(?:daily|weekly|monthly)\b)",
     re.IGNORECASE,
@@ -42,7 +43,8 @@ _TIMES_BEFORE = re.compile(
     re.IGNORECASE,
 )
 """Around an amount: a multiple, a part or a repetition of it ("3 x INR 689", "INR 689 for
-each item", "half of INR 689", "another 689", "INR 689 again", "INR 689 a day")."""
+each item", "INR 689 on every biryani", "half of INR 689", "another 689", "INR 689 again",
+"INR 689 a day", "INR 689 every week")."""
 OFF_SCRIPT = (
     (
         "points the customer somewhere else",
@@ -319,8 +321,9 @@ def check_reply(
     - no other amount (:func:`~services.settler.amounts.find_amounts`: "seven back",
       "credited #500 to your wallet" included), and no amount in another currency, may appear;
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
-    - no amount may be multiplied, divided or repeated ("INR 689 each", "3 x INR 689", "half of
-      INR 689", "another 689", "INR 689 again", "INR 689 a day"), nor said again without a
+    - no amount may be multiplied, divided or repeated ("INR 689 each", "INR 689 on every
+      biryani", "3 x INR 689", "half of INR 689", "another 689", "INR 689 again", "INR 689 a
+      day"), nor said again without a
       number ("the same again tomorrow", "that amount once more": :func:`_repeats_money`);
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
