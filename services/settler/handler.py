@@ -398,6 +398,8 @@ class SettlerHandler:
             failures = [f"unreadable model answer: {exc.reason}"]
             if served is None:  # the draw itself was unreadable (a parse fails after it)
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
+            if raw is None and exc.raw:  # kept like any answer replaced: what it held
+                raw = exc.raw
         except (LlmUnavailable, LlmFailedAlone) as exc:
             # The model only: any other transient failure (the answer cache's or the rate
             # limit's Redis) is raised, and the handler retried, rather than putting a template

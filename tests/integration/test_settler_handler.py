@@ -293,7 +293,8 @@ def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(
     database: str, redis_url: str, standin: Standin
 ) -> None:
     """The model's answer is cut short at the token limit: the template is sent, and the reply
-    names the model and fingerprint the endpoint's response named for the draw."""
+    keeps the text that came and names the model and fingerprint the endpoint's response named
+    for the draw."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
     body = completion(
@@ -311,6 +312,9 @@ def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(
     assert reply["source"] == "TEMPLATE"
     assert reply["guard_failures"][0].startswith("unreadable model answer: the answer was cut")
     assert _served(database, dispute) == ("any-model", "settler-2026-11-01", "fp_cut")
+    assert _round_one_reply(database, dispute, "model_answer") == (
+        '{"reply": "We are refunding INR 689',
+    )
 
 
 def _served(database: str, dispute: str) -> tuple[Any, ...]:
