@@ -234,9 +234,9 @@ class ReplyRecord(BaseModel):
             "The model the endpoint's response named for the model's answer of the round, sent"
             " or replaced by the template (a dated snapshot where `model` names an alias), cut at"
             " 200 characters with a note of the cut; null when no answer came, the response"
-            " named none, the call that wrote the reply did not draw the answer (a redelivery or"
-            " a retry found it in the cache, or another process's answer won it), or the reply"
-            " was stored before replies kept it."
+            " named none, the process that wrote the reply did not draw the answer (a"
+            " redelivery to another process found it in the cache, or another process's answer"
+            " won it), or the reply was stored before replies kept it."
         ),
     )
     system_fingerprint: str | None = Field(

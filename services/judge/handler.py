@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,6 +39,7 @@ from refund_bench.llm.cache import (
     judge_cache_key,
 )
 from refund_bench.llm.client import JsonCompleter, failed_alone
+from refund_bench.llm.provenance import DrawnBy, Provenance
 from refund_bench.llm.roles import (
     GrievanceForJudge,
     JudgeAnswer,
@@ -134,44 +134,6 @@ def unseal(value: str) -> Sealed:
     return Sealed(raw, seed, reason)
 
 
-class Provenance(NamedTuple):
-    """What drew an answer: what the endpoint named, and the temperature asked for."""
-
-    served_model: str | None
-    """The model the endpoint said served the answer (``None``: it named none)."""
-    system_fingerprint: str | None
-    """The backend configuration it named (``None``: it named none)."""
-    temperature: float
-    """The sampling temperature the request asked for."""
-
-
-MAX_DRAWN_KEPT = 20_000
-"""How many answers' :class:`Provenance` a judge process keeps (about 1,700 complaints' worth)."""
-
-
-class DrawnBy:
-    """What drew each answer this process drew, by cache key, the most recent
-    :data:`MAX_DRAWN_KEPT`: a handler retried after one seat failed casts the others' rulings
-    from the cache, and they still name what drew them."""
-
-    def __init__(self, limit: int = MAX_DRAWN_KEPT) -> None:
-        self._limit = limit
-        self._kept: OrderedDict[str, tuple[int, Provenance]] = OrderedDict()
-
-    def keep(self, key: str, value: str, provenance: Provenance) -> None:
-        """``value``, drawn for ``key``, was drawn so."""
-        self._kept[key] = (hash(value), provenance)
-        self._kept.move_to_end(key)
-        while len(self._kept) > self._limit:
-            self._kept.popitem(last=False)
-
-    def get(self, key: str, value: str) -> Provenance | None:
-        """What drew ``value``, the answer cached under ``key``, if this process drew it (not
-        another answer for the key, stored first by another process)."""
-        kept = self._kept.get(key)
-        return kept[1] if kept is not None and kept[0] == hash(value) else None
-
-
 @dataclass(frozen=True)
 class Seat:
     index: int
@@ -194,6 +156,8 @@ class JudgeHandler:
         self._prompt = prompt
         self._on_call = on_call
         self._in_flight = InFlight()
+        # A handler retried after one seat failed casts the others' rulings from the cache, and
+        # they still name what drew them.
         self._drawn = DrawnBy()
 
     def spec(self) -> StageSpec:

@@ -43,11 +43,11 @@ from refund_bench.llm.cache import (
 )
 from refund_bench.llm.client import (
     JsonCompleter,
-    LlmAnswer,
     LlmFailedAlone,
     LlmRejected,
     LlmUnavailable,
 )
+from refund_bench.llm.provenance import DrawnBy, Provenance
 from refund_bench.llm.roles import (
     HeldForReply,
     MalformedAnswer,
@@ -162,9 +162,8 @@ class Written(NamedTuple):
     served_model: str | None
     """What the endpoint's response named for the model's answer (sent or replaced; for an
     unreadable draw, what it named for that); ``None`` when no answer came, it named none, or
-    this call did not draw the answer it read (a redelivery, or a retry after the cache write
-    failed, found it kept; it joined the same round's call under way; another process's answer
-    won the cache)."""
+    this process did not draw the answer it read (a redelivery to another process, or to this
+    one after it restarted, found it in the cache; another process's answer won the cache)."""
     system_fingerprint: str | None
     """The backend configuration the same response reported, likewise."""
 
@@ -268,6 +267,7 @@ class SettlerHandler:
         self._prompt = prompt
         self._on_call = on_call
         self._in_flight = InFlight()
+        self._drawn = DrawnBy()
         self._snapshots = AsyncSnapshotReader(pool)
         self._inputs: TickBatcher[tuple[str, int], Inputs] = TickBatcher(self._read_inputs)
         """The rounds whose handlers start in one event-loop iteration are read together."""
@@ -360,29 +360,27 @@ class SettlerHandler:
             priced.dispute_id, priced.round, request.inputs_sha256(), self._prompt.version
         )
 
-        # What the endpoint named for the answer, known to the call that drew it; an answer
-        # found in the cache, or drawn by a call this one joined, names nothing (no record of
-        # it is kept beside the answer).
-        served: LlmAnswer | None = None
-
         async def compute() -> str:
-            nonlocal served
-            served = await self._llm.complete_json(
+            drawn = await self._llm.complete_json(
                 request.messages, request.schema_name, request.schema, None, priced.dispute_id
             )
-            return served.text
+            served = Provenance(drawn.served_model, drawn.system_fingerprint, self._llm.temperature)
+            self._drawn.keep(key, drawn.text, served)
+            return drawn.text
+
+        # What the endpoint named for the answer, known to the process that drew it (this call,
+        # one it joined, an earlier attempt whose cache write failed): none for an answer
+        # another process drew, nothing of which is kept beside the answer.
+        served: Provenance | None = None
 
         held_names = _only_held(held_lines, resolved)
         failures: list[str]
         raw: str | None = None
         try:
-            raw, from_cache = await cached_call(
+            raw, _ = await cached_call(
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
             )
-            if from_cache:
-                # Another process's answer won the cache while this one drew (a rebalance): the
-                # reply is written from that answer, which this draw's provenance is not.
-                served = None
+            served = self._drawn.get(key, raw)
             text = parse_customer_reply(raw).reply
             failures = guard_failures(
                 text,
@@ -396,10 +394,9 @@ class SettlerHandler:
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
-            if served is None:  # the draw itself was unreadable (a parse fails after it)
-                served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
-            if raw is None and exc.raw:  # kept like any answer replaced: what it held
-                raw = exc.raw
+            if raw is None:  # the draw itself was unreadable (not the answer after it)
+                served = Provenance(exc.served_model, exc.system_fingerprint, self._llm.temperature)
+                raw = exc.raw or None  # kept like any answer replaced: what it held
         except (LlmUnavailable, LlmFailedAlone) as exc:
             # The model only: any other transient failure (the answer cache's or the rate
             # limit's Redis) is raised, and the handler retried, rather than putting a template

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,10 +120,13 @@ def _settle_together(
     complaint: str = ARTICLE_COMPLAINT,
     cache_prefix: str | None = None,
     endpoint: FixedAnswerServer | None = None,
+    between: Callable[[], None] | None = None,
 ) -> list[Sequence[Emit]]:
     """What one settler emits for each of ``messages``, handled concurrently (as the records
     of one batch are), their disputes and the snapshot stored first; its answer cache under
-    ``cache_prefix`` (default: one of its own), its model the stand-in's or ``endpoint``'s."""
+    ``cache_prefix`` (default: one of its own), its model the stand-in's or ``endpoint``'s.
+    With ``between``, the messages are handled one after another instead, and ``between`` is
+    called after each but the last."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
@@ -151,7 +154,15 @@ def _settle_together(
                     ),
                 )
             handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))
-            return list(await asyncio.gather(*(handler.handle(m, Context(None)) for m in messages)))
+            if between is None:
+                handled = (handler.handle(m, Context(None)) for m in messages)
+                return list(await asyncio.gather(*handled))
+            emitted: list[Sequence[Emit]] = []
+            for number, message in enumerate(messages):
+                if number:
+                    between()
+                emitted.append(await handler.handle(message, Context(None)))
+            return emitted
         finally:
             await llm.aclose()
             await redis.aclose()
@@ -287,6 +298,34 @@ def test_a_reply_names_what_served_the_models_answer_when_this_process_drew_it(
     assert _reply_event(again)["text"] == _reply_event(drawn)["text"]
     assert standin.stats()["by_dispute"].get(dispute, 0) == calls_before + 1, "one draw in all"
     assert _served(database, dispute) == ("standin-settler", None, None)
+
+
+def test_a_reply_written_again_by_the_process_that_drew_its_answer_names_what_served_it(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The same process writes a round's reply again from the cached answer (its first reply
+    was not stored: say the handler was retried after the cache write's reply was lost): the
+    process drew that answer, so the reply names what served it, with no second draw."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    calls_before = standin.stats()["by_dispute"].get(dispute, 0)
+
+    def forget_the_reply() -> None:
+        with psycopg.connect(database) as conn:
+            conn.execute("DELETE FROM replies WHERE dispute_id = %s", (dispute,))
+
+    first, again = _settle_together(
+        database,
+        redis_url,
+        standin,
+        [message, message],
+        freeze(ARTICLE_ORDER),
+        between=forget_the_reply,
+    )
+
+    assert _reply_event(again)["text"] == _reply_event(first)["text"]
+    assert standin.stats()["by_dispute"].get(dispute, 0) == calls_before + 1, "one draw in all"
+    assert _served(database, dispute) == ("standin-settler", "standin-settler", SYSTEM_FINGERPRINT)
 
 
 def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(

@@ -1,8 +1,8 @@
-"""What drew each answer a judge process drew: kept for the answer drawn, the most recent ones."""
+"""What drew each answer a process drew: kept for the answer drawn, the most recent ones."""
 
 from __future__ import annotations
 
-from services.judge.handler import DrawnBy, Provenance
+from refund_bench.llm.provenance import DrawnBy, Provenance
 
 DRAWN = Provenance("judge-2026-11-01", "fp_1", 0.7)
 
