@@ -13,7 +13,7 @@ the stored row (:attr:`~services.recorder.projection.Table.facts`: an event pric
 again differently, say after a replay under new rules), the stored row still stands, and the
 recorder logs the key and the columns that differ and counts it in ``facts_conflicting`` (by
 table): the audit record and the topic then disagree, and someone should look. The check costs a
-query only for a table some of whose rows were left out.
+query, after the batch's commit, only for a table some of whose rows were left out.
 
 Replicas still update one dispute's rows from different topics, so PostgreSQL may end one
 batch's transaction as a deadlock's victim: that write is retried (it rolled back whole), with
@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any, NamedTuple
 
 import psycopg
@@ -104,12 +105,14 @@ class Recorder:
             table_rows.sort(key=table.key_of)  # stable: the first row per key stays first
         if REVIEW_ITEMS in rows:
             updates.append(decided_on_the_desk(rows[REVIEW_ITEMS]))
-        conflicts = self._retry.run(
+        left_out = self._retry.run(
             lambda: self._write(sorted(locks), rows, updates),
             sleep=self._sleep,
             retry_on=RETRIED_SQLSTATES,
             on_retry=lambda exc: log.warning("recording a batch failed (%s); retrying", exc),
         )
+        # After the commit, with no lock held: no statement changes a fact once it is stored.
+        conflicts = [c for table in left_out for c in self._conflicts(table, rows[table])]
         for conflict in conflicts:
             log.warning(
                 "%s keeps the row it holds for %s; a later event's row differs in %s and was"
@@ -125,35 +128,31 @@ class Recorder:
         locks: list[str],
         rows: dict[Table, list[tuple[Any, ...]]],
         updates: list[tuple[str, tuple[Any, ...]]],
-    ) -> list[Conflict]:
-        """Write the batch in one transaction; the rows left out that conflict with a stored
-        row."""
-        with self._conn.transaction():
-            # Pipeline mode: the statements go out without a round trip each. A cursor per
-            # table, to read how many of its rows went in once the pipeline is synced.
-            inserted: list[tuple[Table, list[tuple[Any, ...]], psycopg.Cursor[Any]]] = []
-            with self._conn.pipeline(), self._conn.cursor() as cur:
+    ) -> list[Table]:
+        """Write the batch in one transaction; the tables with facts some of whose rows were
+        left out (their keys held rows already)."""
+        # Pipeline mode: the statements go out without a round trip each. A cursor per table,
+        # to read how many of its rows went in once the pipeline is synced.
+        with self._conn.transaction(), ExitStack() as cursors:
+            inserted: list[tuple[Table, int, psycopg.Cursor[Any]]] = []
+            with self._conn.pipeline():
+                cur = cursors.enter_context(self._conn.cursor())
                 if locks:
                     cur.execute(REVIEW_LOCK_SQL, (locks,))
                 for table, table_rows in rows.items():
                     columns = [list(column) for column in zip(*table_rows, strict=True)]
-                    table_cur = self._conn.cursor()
+                    table_cur = cursors.enter_context(self._conn.cursor())
                     table_cur.execute(table.insert_sql, columns)
-                    inserted.append((table, table_rows, table_cur))
+                    inserted.append((table, len(table_rows), table_cur))
                 for sql, params in updates:
                     cur.execute(sql, params)
-            conflicts: list[Conflict] = []
-            for table, table_rows, table_cur in inserted:
-                left_out = table_cur.rowcount < len(table_rows)
-                table_cur.close()
-                if left_out and table.facts:
-                    conflicts.extend(self._conflicts(table, table_rows))
-        return conflicts
+            return [t for t, given, c in inserted if t.facts and c.rowcount < given]
 
     def _conflicts(self, table: Table, table_rows: list[tuple[Any, ...]]) -> list[Conflict]:
+        """The rows of ``table_rows`` whose keys hold stored rows that state other facts."""
         compared = [table.compared_of(row) for row in table_rows]
         columns = [list(column) for column in zip(*compared, strict=True)]
-        with self._conn.cursor() as cur:
+        with self._conn.transaction(), self._conn.cursor() as cur:
             found = cur.execute(table.conflicts_sql, columns).fetchall()
         width = len(table.key)
         return [Conflict(table.name, tuple(row[:width]), tuple(row[width])) for row in found]

@@ -37,8 +37,10 @@ class Table:
     ``facts`` are the columns that state what was decided or done: a later row under a stored
     key that differs from the stored one in any of them is a conflicting fact, not a
     redelivery. Times and provenance (what served a model's answer) are no facts: an event cast
-    again after a crash may carry other ones. Empty: rows are not compared (a row that later
-    events update, such as a round's standing payout outcome).
+    again after a crash may carry other ones; nor are free-text reasons, nor a JSON document
+    whose shape a release may change (a round's priced lines: their totals are compared).
+    Empty: rows are not compared (a row that later events update, such as a round's standing
+    payout outcome, or one whose key says all it states).
     """
 
     name: str
@@ -293,7 +295,6 @@ PRICED_REFUNDS = Table(
         "pricing_version",
         "currency",
         "order_total_minor",
-        "lines",
         "total_minor",
         "already_paid_minor",
         "payable_minor",
@@ -344,7 +345,9 @@ PAYOUT_HISTORY = Table(
         ("at", "timestamptz"),
     ),
     ("dispute_id", "round", "revision", "outcome"),
-    ("amount_minor", "stripe_refund_id", "error_code"),
+    # Not error_code: a failure's final code is set on the ledger (a refund that waited for the
+    # customer, then failed) without a new revision, and a payout replayed later reports it.
+    ("amount_minor", "stripe_refund_id"),
 )
 """Every outcome of a round, as it was reported (``payout_events`` holds the one that stands)."""
 REVIEW_ITEMS = Table(
@@ -358,7 +361,7 @@ REVIEW_ITEMS = Table(
         ("created_at", "timestamptz"),
     ),
     ("dispute_id", "item_key"),
-    ("kind", "grievance_id"),
+    # No facts: an item's key names its kind and grievance, and its reason is free text.
 )
 
 

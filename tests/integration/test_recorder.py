@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -896,7 +897,7 @@ def test_a_round_priced_again_otherwise_keeps_its_first_record_and_is_reported(
     (warning,) = [r.getMessage() for r in caplog.records if dispute in r.getMessage()]
     assert warning == (
         f"priced_refunds keeps the row it holds for ('{dispute}', 1); a later event's row"
-        " differs in lines, decision and was not recorded"
+        " differs in decision and was not recorded"
     )
 
 
@@ -921,10 +922,80 @@ def test_a_fact_delivered_again_or_cast_again_with_other_times_and_provenance_is
     assert stored == [(AT, "judge-model-2026-11-01")]
 
 
-def test_a_ruling_cast_again_otherwise_is_reported(database: str) -> None:
-    """The same seat's ruling with another answer (its cached answer lost, and drawn anew)."""
-    dispute = f"d-{uuid.uuid4().hex[:12]}"
-    registry = _record(
-        database, [_ruling(dispute, "UPHELD", AT, None)], [_ruling(dispute, "REJECTED", AT, None)]
+def _grievance(dispute_id: str) -> Message:
+    grievance = ev.GrievanceExtracted(
+        dispute_id=dispute_id,
+        order_id="order-1840",
+        grievance_id="g1",
+        grievance_total=1,
+        category="LATE_DELIVERY",
+        text="The order arrived 50 minutes late.",
+        span_start=0,
+        span_end=20,
+        snapshot_sha256="0" * 64,
+        snapshot_json="{}",
+        extractor_model="extractor-model",
+        extractor_prompt_version="extractor/v3",
+        extracted_at=AT,
     )
-    assert _conflicts(registry, "rulings") == 1.0
+    return _message(t.GRIEVANCE_EXTRACTED.name, dispute_id, grievance.to_avro())
+
+
+@pytest.mark.parametrize(
+    ("table", "recorded", "changed", "stored"),
+    [
+        ("grievances", _grievance, {"category": "QUALITY"}, "SELECT category FROM grievances"),
+        (
+            "extractions",
+            lambda d: _extracted(d, "REFUSED", "no"),
+            {"grievance_total": 2},
+            "SELECT grievance_total FROM extractions",
+        ),
+        (
+            "rulings",
+            lambda d: _ruling(d, "UPHELD", AT, None),
+            {"ruling": "REJECTED"},
+            "SELECT ruling FROM rulings",
+        ),
+        (
+            "verdicts",
+            lambda d: _escalated(d, "g2"),
+            {"outcome": "REJECTED"},
+            "SELECT outcome FROM verdicts",
+        ),
+        (
+            "priced_refunds",
+            lambda d: _priced(d, 1),
+            {"payable_minor": 150000},
+            "SELECT payable_minor FROM priced_refunds",
+        ),
+        (
+            "payout_event_history",
+            _payout_completed,
+            {"stripe_refund_id": "re_other"},
+            "SELECT stripe_refund_id FROM payout_event_history",
+        ),
+    ],
+)
+def test_a_fact_stated_otherwise_under_a_stored_key_is_reported_and_the_first_stands(
+    database: str,
+    table: str,
+    recorded: Callable[[str], Message],
+    changed: dict[str, Any],
+    stored: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every table whose rows state facts: a later record under the same key that states one
+    otherwise is counted and logged with the column, and the stored row keeps its value."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    first = recorded(dispute)
+    with caplog.at_level(logging.WARNING, logger="services.recorder.handler"):
+        registry = _record(database, [first], [with_fields(first, **changed)])
+    ((column, value),) = changed.items()
+    with psycopg.connect(database) as conn:
+        (kept,) = conn.execute(f"{stored} WHERE dispute_id = %s", (dispute,)).fetchall()
+    assert kept != (value,)
+    assert _conflicts(registry, table) == 1.0
+    (warning,) = [r.getMessage() for r in caplog.records if dispute in r.getMessage()]
+    assert warning.startswith(f"{table} keeps the row it holds for ('{dispute}'"), warning
+    assert warning.endswith(f"differs in {column} and was not recorded"), warning
