@@ -46,8 +46,22 @@ CREATE TABLE IF NOT EXISTS disputes (
     complaint_text   text NOT NULL,
     received_at      timestamptz NOT NULL,
     snapshot_sha256  text NOT NULL REFERENCES evidence_snapshots (sha256),
-    created_at       timestamptz NOT NULL DEFAULT now()
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    channel          text
 );
+
+-- Where the complaint came from, as its complaint.received event said (api, app, email, ...);
+-- null for a dispute stored before disputes kept it. Added once.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'disputes'::regclass AND attname = 'channel' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE disputes ADD COLUMN channel text;
+    END IF;
+END
+$$;
 
 -- Audit projection of the event flow (written by the recorder, idempotently by natural ids).
 CREATE TABLE IF NOT EXISTS grievances (

@@ -33,6 +33,8 @@ class DisputeToFreeze:
     """Time-zone aware, as every event's timestamps are (naive and aware in one batch fail)."""
     snapshot_json: str
     snapshot_sha256: str
+    channel: str
+    """Where the complaint came from (its event's ``channel``: api, app, email, ...)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ _FREEZE_COLUMNS = (
     "customer_id",
     "complaint_text",
     "received_at",
+    "channel",
 )
 
 # One statement, one round trip, for many disputes: store the snapshots and the disputes that
@@ -139,9 +142,10 @@ _FREEZE_SQL = """
 WITH given AS (
     SELECT * FROM unnest(%(snapshot_sha256)b::text[], %(snapshot_json)b::text[],
                          %(dispute_id)b::text[], %(order_id)b::text[], %(customer_id)b::text[],
-                         %(complaint_text)b::text[], %(received_at)b::timestamptz[])
+                         %(complaint_text)b::text[], %(received_at)b::timestamptz[],
+                         %(channel)b::text[])
         WITH ORDINALITY AS g(sha256, snapshot, dispute_id, order_id, customer_id,
-                             complaint_text, received_at, n)
+                             complaint_text, received_at, channel, n)
 ), snapshots AS (
     SELECT DISTINCT ON (sha256) sha256, snapshot FROM given ORDER BY sha256
 ), stored_snapshot AS (
@@ -150,9 +154,9 @@ WITH given AS (
     ON CONFLICT (sha256) DO NOTHING
 ), stored_dispute AS (
     INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text, received_at,
-                          snapshot_sha256)
+                          snapshot_sha256, channel)
     SELECT DISTINCT ON (dispute_id) dispute_id, order_id, customer_id, complaint_text,
-           received_at, sha256
+           received_at, sha256, channel
     FROM given ORDER BY dispute_id, n
     ON CONFLICT (dispute_id) DO NOTHING
     RETURNING dispute_id, snapshot_sha256, order_id, customer_id, complaint_text

@@ -92,7 +92,13 @@ class Complaint(BaseModel):
     customer_id: str
     text: str
     received_at: datetime
-    channel: str
+    channel: str = Field(
+        description=(
+            "Where the complaint came from: the API's channel for a complaint it took, else what"
+            " its complaint.received event said (app, email, ...); `upstream` for a dispute"
+            " stored before disputes kept it."
+        )
+    )
     accepted_via_api: bool
     published: bool | None = Field(
         description="For complaints taken by this API: whether complaint.received was published."

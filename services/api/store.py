@@ -632,10 +632,20 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _channel(intake: Mapping[str, Any] | None, dispute: Mapping[str, Any] | None) -> str:
+    """Where the complaint came from: the API's record of it, else what its event said (kept
+    with the dispute), else ``upstream`` (a dispute stored before disputes kept it)."""
+    if intake is not None:
+        return str(intake["channel"])
+    if dispute is not None and dispute["channel"] is not None:
+        return str(dispute["channel"])
+    return "upstream"
+
+
 async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
     dispute = await q.one(
         "SELECT d.order_id, d.customer_id, d.complaint_text, d.received_at, d.created_at,"
-        " d.snapshot_sha256, s.snapshot, s.created_at AS snapshot_created_at"
+        " d.channel, d.snapshot_sha256, s.snapshot, s.created_at AS snapshot_created_at"
         " FROM disputes d LEFT JOIN evidence_snapshots s ON s.sha256 = d.snapshot_sha256"
         " WHERE d.dispute_id = %s"
     )
@@ -651,7 +661,7 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         customer_id=base["customer_id"],
         text=base["complaint_text"],
         received_at=base["received_at"],
-        channel=intake["channel"] if intake else "upstream",
+        channel=_channel(intake, dispute),
         accepted_via_api=intake is not None,
         published=intake["published"] if intake else None,
         extracted_at=dispute["created_at"] if dispute else None,

@@ -149,6 +149,7 @@ class ExtractorHandler:
             received_at=complaint.received_at,
             snapshot_json=fresh.json,
             snapshot_sha256=fresh.sha256,
+            channel=complaint.channel,
         )
         stored = await self._disputes.freeze(dispute)
         if not stored.holds(dispute):

@@ -378,7 +378,7 @@ def insert_article_complaint(
     )
     conn.execute(
         "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
-        " received_at, snapshot_sha256) VALUES (%s, %s, %s, %s, %s, %s)",
+        " received_at, snapshot_sha256, channel) VALUES (%s, %s, %s, %s, %s, %s, 'app')",
         (dispute_id, "order-1840", "cust-77", ARTICLE_COMPLAINT, received_at, frozen.sha256),
     )
     return frozen.sha256

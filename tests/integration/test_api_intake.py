@@ -503,6 +503,23 @@ def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:
     assert story["complaint"]["text"] == body(key)["text"]
 
 
+def test_a_dispute_stored_before_disputes_kept_their_channel_came_from_upstream(
+    api: ApiServer,
+) -> None:
+    """No API record of the complaint and no channel stored with it (an earlier release)."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    try:
+        with psycopg.connect(api.database_url) as conn:
+            conn.execute("UPDATE disputes SET channel = NULL WHERE dispute_id = %s", (dispute_id,))
+        with api.client() as client:
+            answer = client.get(f"/disputes/{dispute_id}", headers=api.auth())
+        assert answer.status_code == 200, answer.text
+    finally:
+        delete_dispute(api.database_url, dispute_id)
+    assert answer.json()["complaint"]["channel"] == "upstream"
+
+
 def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
     dispute_id = f"d-test-{uuid.uuid4().hex}"
     seed_article_dispute(api.database_url, dispute_id, rounds=2)
@@ -522,6 +539,7 @@ def test_the_whole_story_of_a_dispute(api: ApiServer) -> None:
     }
     assert story["complaint"]["text"] == ARTICLE_COMPLAINT
     assert story["complaint"]["accepted_via_api"] is False
+    assert story["complaint"]["channel"] == "app", "as its complaint.received said"
     evidence = story["evidence"]
     assert evidence["snapshot"]["order"]["order_id"] == "order-1840"
     assert hashlib.sha256(evidence["snapshot_json"].encode()).hexdigest() == evidence["sha256"]

@@ -117,6 +117,7 @@ async def _freeze_articlecomplaint_message(
             received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
             snapshot_json=snapshot_json,
             snapshot_sha256=sha256,
+            channel="app",
         ),
     )
 

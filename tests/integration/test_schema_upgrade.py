@@ -355,20 +355,60 @@ def test_replies_written_before_they_named_what_served_them_gain_the_columns_onc
             " 'MODEL', '[]', 'm', 'settler/v1')"
         )
 
-    migrate(earlier_database)
+    columns = _columns_after_two_starts(earlier_database, "replies")
     with psycopg.connect(earlier_database, autocommit=True) as conn:
-        columns = conn.execute(_REPLY_COLUMNS).fetchall()
-    migrate(earlier_database)  # a second start changes nothing
-    with psycopg.connect(earlier_database, autocommit=True) as conn:
-        assert conn.execute(_REPLY_COLUMNS).fetchall() == columns
         rows = conn.execute(
             "SELECT dispute_id, text, model, served_model, system_fingerprint FROM replies"
         ).fetchall()
-    assert [name for name, _ in columns][-2:] == ["served_model", "system_fingerprint"]
+    assert columns[-2:] == ["served_model", "system_fingerprint"]
     assert rows == [("d-old", "t", "m", None, None)]
 
 
-_REPLY_COLUMNS = (
-    "SELECT attname, attnum FROM pg_attribute WHERE attrelid = 'replies'::regclass"
-    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
-)
+DISPUTES_BEFORE_CHANNEL = """
+CREATE TABLE evidence_snapshots (
+    sha256      text PRIMARY KEY,
+    snapshot    text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE disputes (
+    dispute_id       text PRIMARY KEY,
+    order_id         text NOT NULL,
+    customer_id      text NOT NULL,
+    complaint_text   text NOT NULL,
+    received_at      timestamptz NOT NULL,
+    snapshot_sha256  text NOT NULL REFERENCES evidence_snapshots (sha256),
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO evidence_snapshots (sha256, snapshot) VALUES ('s1', '{}');
+INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text, received_at,
+                      snapshot_sha256) VALUES ('d-old', 'o-1', 'c-1', 'late', now(), 's1');
+"""
+
+
+def test_disputes_stored_before_they_kept_their_channel_gain_the_column_once(
+    earlier_database: str,
+) -> None:
+    """A dispute of an earlier version keeps its row, with no channel (NULL)."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(DISPUTES_BEFORE_CHANNEL)
+    columns = _columns_after_two_starts(earlier_database, "disputes")
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        rows = conn.execute("SELECT dispute_id, complaint_text, channel FROM disputes").fetchall()
+    assert columns[-1] == "channel"
+    assert rows == [("d-old", "late", None)]
+
+
+def _columns_after_two_starts(conninfo: str, table: str) -> list[str]:
+    """``table``'s columns, in order, after the schema is applied; a second start changes
+    nothing."""
+    query = sql.SQL(
+        "SELECT attname, attnum FROM pg_attribute WHERE attrelid = {}::regclass"
+        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    ).format(sql.Literal(table))
+    migrate(conninfo)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        columns = conn.execute(query).fetchall()
+    migrate(conninfo)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert conn.execute(query).fetchall() == columns, "a second start changed the table"
+    return [str(name) for name, _ in columns]

@@ -151,6 +151,7 @@ def _settle_together(
                         received_at=AT,
                         snapshot_json=snapshot.json,
                         snapshot_sha256=snapshot.sha256,
+                        channel="app",
                     ),
                 )
             handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))

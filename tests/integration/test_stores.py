@@ -59,6 +59,7 @@ def _to_freeze(dispute_id: str, snapshot_json: str, sha256: str) -> DisputeToFre
         received_at=datetime(2026, 12, 2, 19, 0, tzinfo=UTC),
         snapshot_json=snapshot_json,
         snapshot_sha256=sha256,
+        channel="app",
     )
 
 
@@ -144,7 +145,8 @@ def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_hold
 ) -> None:
     """Text an array literal would have to quote or escape (quotes, backslashes, braces, commas,
     the word NULL, an empty string, characters beyond ASCII) is stored and answered as given,
-    however the statement sends its columns (as binary arrays now, as text literals before)."""
+    however the statement sends its columns (as binary arrays now, as text literals before);
+    so is the channel the complaint came from."""
     snapshot = freeze(SAMPLE_ORDERS[0])
     texts = [
         'He said "it\'s fine", then {left}, \\ and, NULL',
@@ -157,6 +159,7 @@ def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_hold
             _to_freeze(f"d-store-{uuid.uuid4().hex[:8]}", snapshot.json, snapshot.sha256),
             complaint_text=text,
             customer_id=f'cust {{{n}}}, "x"',
+            channel=text or "app",
         )
         for n, text in enumerate(texts)
     ]
@@ -174,11 +177,11 @@ def test_a_complaint_is_stored_and_read_back_exactly_whatever_characters_it_hold
     }
     with psycopg.connect(database) as conn:
         kept = conn.execute(
-            "SELECT complaint_text FROM disputes WHERE dispute_id = ANY(%s)"
+            "SELECT complaint_text, channel FROM disputes WHERE dispute_id = ANY(%s)"
             " ORDER BY array_position(%s::text[], dispute_id)",
             ([g.dispute_id for g in given], [g.dispute_id for g in given]),
         ).fetchall()
-    assert [row[0] for row in kept] == texts
+    assert kept == [(text, text or "app") for text in texts]
 
 
 def test_a_dispute_stored_concurrently_by_another_writer_is_read_back(database: str) -> None:
