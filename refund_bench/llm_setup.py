@@ -273,7 +273,8 @@ REDIS_HEALTH_CHECK_SECONDS = 30
 def redis_client(settings: LlmStageSettings) -> Redis:
     """A client whose pool waits for a free connection instead of failing when hundreds of
     calls are in flight at once, and rides out a short Redis outage: a command whose connection
-    breaks or times out is sent again on a fresh one (:data:`REDIS_RETRIES`, after
+    breaks or times out, or whose write a replica refused (``READONLY``: a failover under way), is
+    sent again on a fresh one (:data:`REDIS_RETRIES`, after
     :data:`REDIS_BACKOFF`), and an idle connection is checked before use. What that does not
     heal reaches the cache and the rate limiter as a redis-py error, which they raise as
     ``TransientError(dependency="redis")``. Query arguments of ``REDIS_URL``

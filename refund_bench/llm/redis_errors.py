@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from redis.exceptions import AuthenticationError, AuthorizationError, RedisError
+from redis.exceptions import AuthenticationError, AuthorizationError, ReadOnlyError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,10 +23,17 @@ from refund_bench.errors import TransientError
 REDIS_DEPENDENCY = "redis"
 """The ``dependency`` (and ``kind`` of ``refund_bench_retries_total``) of Redis failures."""
 
-REDIS_UNREACHABLE: tuple[type[RedisError], ...] = (RedisConnectionError, RedisTimeoutError)
+REDIS_UNREACHABLE: tuple[type[RedisError], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+)
 """What redis-py raises when Redis cannot be reached or does not answer in time: a refused or
 broken connection, a connection the server closed, no pooled connection free in time, a Redis
-still loading its data after a restart (``BusyLoadingError``), a socket timeout."""
+still loading its data after a restart (``BusyLoadingError``), a socket timeout; and a write
+answered ``READONLY``: the connection leads to a replica, the primary it reached before a
+failover (redis-py drops that connection, and the next one reaches whatever the address leads
+to now: the new primary, once the failover has moved it)."""
 
 SIGN_IN_REFUSED: tuple[type[RedisError], ...] = (AuthenticationError, AuthorizationError)
 """Connection errors that no retry heals (wrong user name or password, an ACL that refuses

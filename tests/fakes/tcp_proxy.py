@@ -52,6 +52,11 @@ class TcpProxy:
         """Forward new connections again."""
         self._cut = False
 
+    def retarget(self, host: str, port: int) -> None:
+        """Forward new connections to ``host:port``; the open ones keep theirs, as a client's
+        connections to a Redis primary do when a failover moves its address to another."""
+        self._upstream = (host, port)
+
     def _close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()

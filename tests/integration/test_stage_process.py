@@ -22,20 +22,13 @@ from refund_bench.stages import TALLY, StageTopics
 from tests.conftest import Stack
 from tests.fakes.registry_proxy import Answer, RegistryProxy
 from tests.kafka_helpers import REPO, wait_for
+from tests.ports import free_port
 
 pytestmark = pytest.mark.stack
 
 GRACE_S = 30
 """Kubernetes' default grace period: a stage must have stopped this long after SIGTERM."""
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-
-def _free_port() -> int:
-    """A loopback port nobody listens on now, for a stage's metrics and health server."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _tail(log_path: Path) -> str:
@@ -58,7 +51,7 @@ def test_a_stage_serves_probes_and_metrics_and_stops_cleanly_on_sigterm(
     port, so that it disturbs nothing else on the shared stack. Its registry answers the first
     request 503: the retry is counted on ``/metrics``."""
     instance = f"tally-probe-{uuid.uuid4().hex[:6]}"  # its group and its transactional id
-    port = _free_port()
+    port = free_port()
     start_at_the_end(stack.kafka, [StageTopics(instance, TALLY.inputs, ())])
     failed: list[str] = []
 
@@ -200,7 +193,7 @@ def _run_stage(
         "KAFKA_BOOTSTRAP_SERVERS": stack.kafka,
         "SCHEMA_REGISTRY_URL": stack.registry_url,
         "METRICS_HOST": "127.0.0.1",
-        "METRICS_PORT": str(_free_port()),
+        "METRICS_PORT": str(free_port()),
         "TRANSACTIONAL_ID": group,
         "CONSUMER_GROUP": group,
         setting: value,

@@ -1,0 +1,111 @@
+"""The LLM answer cache and rate limiter through a Redis failover, on two Redis servers of the
+test's own: a primary and its replica.
+
+During a failover the client's pooled connections still lead to the old primary, now a replica,
+which answers every write ``READONLY``. That is Redis out of reach for writes, not a fault of
+the stage: it is raised as ``TransientError(dependency="redis")`` (the runtime retries the
+handler, as for Redis gone), and redis-py drops each connection that answered so; once the
+address leads to the new primary, the next write reaches it, with no restart of the stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pytest
+from pydantic import SecretStr
+from redis import Redis as SyncRedis
+from redis.exceptions import RedisError
+
+from refund_bench import llm_setup
+from refund_bench.errors import TransientError
+from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.llm_setup import LlmStageSettings
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.kafka_helpers import wait_for
+from tests.ports import free_port
+
+pytestmark = pytest.mark.stack
+
+WAIT_SECONDS = 30.0
+"""The longest any condition of these tests is waited for."""
+
+
+class RedisPair(NamedTuple):
+    primary: int
+    replica: int
+    """The ports of a primary and of its replica, which answers writes ``READONLY``."""
+
+
+def _answers(port: int) -> bool:
+    try:
+        return bool(SyncRedis(port=port, socket_timeout=1).ping())
+    except (OSError, RedisError):  # not listening yet, or still loading
+        return False
+
+
+def _in_sync(replica: int) -> bool:
+    info = SyncRedis(port=replica, socket_timeout=1).info("replication")
+    return info.get("master_link_status") == "up"
+
+
+@pytest.fixture
+def redis_pair() -> Iterator[RedisPair]:
+    """A primary and a replica of it, each a ``redis-server`` of the test's own (no data kept
+    on disk), stopped after the test."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (the stack's Redis comes from it)")
+    pair = RedisPair(free_port(), free_port())
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+    replica_of = ["--replicaof", "127.0.0.1", str(pair.primary)]
+    servers = [
+        subprocess.Popen([binary, "--port", str(pair.primary), *common]),
+        subprocess.Popen([binary, "--port", str(pair.replica), *replica_of, *common]),
+    ]
+    try:
+        wait_for(lambda: _answers(pair.primary), WAIT_SECONDS, "the primary to answer")
+        wait_for(lambda: _answers(pair.replica), WAIT_SECONDS, "the replica to answer")
+        wait_for(lambda: _in_sync(pair.replica), WAIT_SECONDS, "the replica to sync")
+        yield pair
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=WAIT_SECONDS)
+
+
+def test_writes_a_replica_refuses_in_a_failover_are_transient_until_the_new_primary_takes_them(
+    redis_pair: RedisPair,
+) -> None:
+    async def go() -> None:
+        async with TcpProxy("127.0.0.1", redis_pair.replica) as proxy:
+            settings = LlmStageSettings(redis_url=SecretStr(f"redis://127.0.0.1:{proxy.port}/0"))
+            redis = llm_setup.redis_client(settings)
+            cache = RedisResponseCache(redis, "failover:", 600)
+            bucket = RedisTokenBucket(redis, "failover-bucket", 100.0, 10)
+            try:
+                assert await cache.get("answer") is None, "a replica answers reads"
+                with pytest.raises(TransientError) as refused:
+                    await cache.put_if_absent("answer", "UPHELD")
+                assert refused.value.dependency == "redis"
+                assert "ReadOnlyError" in str(refused.value)
+                with pytest.raises(TransientError):
+                    await bucket.acquire()
+
+                # The failover moves the address to the new primary; the connections made
+                # before still lead to the replica.
+                proxy.retarget("127.0.0.1", redis_pair.primary)
+                assert await cache.put_if_absent("answer", "UPHELD") == "UPHELD"
+                await bucket.acquire()
+            finally:
+                await redis.aclose()
+
+    asyncio.run(go())
+    stored = SyncRedis(port=redis_pair.primary).get("failover:answer")
+    assert stored == b"UPHELD"
