@@ -31,7 +31,7 @@ MAX_REPLY_CHARS = 2000
 """The longest reply the guard reads (after normalising): a customer reply is a few sentences,
 and a longer one is refused whole, before any other check (the checks' cost grows with it)."""
 _TIMES_AFTER = re.compile(
-    r"\s*(?:each\b|every\b|apiece\b|a\s+piece\b|per\b|(?:for|on|to|towards)\s+(?:each|every)\b"
+    r"\s*(?:/-\s*)?(?:each\b|every\b|apiece\b|a\s+piece\b|per\b|(?:for|on|to|towards)\s+(?:each|every)\b"
     r"|x\s*[0-9]|\u00d7|times\b"
     r"|twice\b|thrice\b|again\b|more\b|extra\b|a\s+(?:day|week|month)\b"
     r"|(?:daily|weekly|monthly)\b)",
@@ -44,7 +44,14 @@ _TIMES_BEFORE = re.compile(
 )
 """Around an amount: a multiple, a part or a repetition of it ("3 x INR 689", "INR 689 for
 each item", "INR 689 on every biryani", "half of INR 689", "another 689", "INR 689 again",
-"INR 689 a day", "INR 689 every week")."""
+"INR 689 a day", "INR 689 every week"; after the rupees' "/-" too: "INR 689/- each")."""
+_SPREAD = re.compile(
+    r"\b(?:(?:for|on)\s+(?:each|every)|(?:each|every)\s+(?:single\s+)?(?:day|week|month|time)"
+    r"|daily|weekly|monthly)\b",
+    re.IGNORECASE,
+)
+"""Anywhere in an amount's sentence, what spreads it over items or time ("For every biryani we
+have refunded INR 689", "Every week we will credit INR 689", "INR 689 to your card weekly")."""
 OFF_SCRIPT = (
     (
         "points the customer somewhere else",
@@ -252,6 +259,13 @@ SOLE_SIGNS = {"INR": "₹", "EUR": "€"}
 Nepalese and Sri Lankan rupees are written so too)."""
 
 
+def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """Where the sentence holding ``text[start:end]`` begins and ends."""
+    begins = max((found.end() for found in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    after = _SENTENCE_END.search(text, end)
+    return begins, len(text) if after is None else after.start()
+
+
 def _states(text: str, stated: str, currency: str) -> bool:
     """Whether ``text`` states ``stated`` (``"INR 689"``) as written, or with its currency's
     sole sign ("₹689", "₹ 689"), its digits exactly those: no other grouping or decimals, and
@@ -323,7 +337,9 @@ def check_reply(
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
     - no amount may be multiplied, divided or repeated ("INR 689 each", "INR 689 on every
       biryani", "3 x INR 689", "half of INR 689", "another 689", "INR 689 again", "INR 689 a
-      day"), nor said again without a
+      day"), or spread over items or time anywhere in its sentence ("For every biryani we have
+      refunded INR 689", "Every week we will credit INR 689", "INR 689 to your card weekly"),
+      nor said again without a
       number ("the same again tomorrow", "that amount once more": :func:`_repeats_money`);
     - no currency word or symbol outside such an amount ("six hundred rupees");
     - no number in words of ten or more, unless a time or a count ("fifty", "five hundred");
@@ -376,7 +392,8 @@ def check_reply(
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
         before = _TIMES_BEFORE.search(text, max(0, start - MONEY_BEFORE_WINDOW), start)
-        if before or _TIMES_AFTER.match(text, end):
+        spread = _SPREAD.search(text, *_sentence_around(text, start, end))
+        if before or spread or _TIMES_AFTER.match(text, end):
             failures.append(f"multiplies, divides or repeats an amount: {mention.text!r}")
     for word in SUM_WORDS.finditer(text):
         inside = any(start <= word.start() < end for start, end, _ in located)
