@@ -37,8 +37,10 @@ class Table:
     ``facts`` are the columns that state what was decided or done: a later row under a stored
     key that differs from the stored one in any of them is a conflicting fact, not a
     redelivery. Times and provenance (what served a model's answer) are no facts: an event cast
-    again after a crash may carry other ones; nor are free-text reasons, nor a JSON document
-    whose shape a release may change (a round's priced lines: their totals are compared).
+    again after a crash may carry other ones; nor is prose the code writes (a round's reason, a
+    ruling's reasoning, which add the code's notes to the model's words: the model's answer is
+    compared as it came), nor a JSON document whose shape a release may change (a round's
+    priced lines: their totals are compared).
     Empty: rows are not compared (a row that later events update, such as a round's standing
     payout outcome, or one whose key says all it states).
     """
@@ -99,8 +101,8 @@ class Table:
     def conflicts_sql(self) -> bytes:
         """Given one array per key and fact column (:meth:`compared_of`), the stored rows whose
         facts differ from a given row with their key: each as its key's values and then the
-        names of the fact columns that differ. Run after the rows were inserted, in the same
-        transaction: a row inserted there compares equal to itself."""
+        names of the fact columns that differ. Run after the rows were inserted (and committed):
+        a row the batch inserted compares equal to itself."""
         if not self.facts:
             raise ValueError(f"table {self.name} states no facts to compare")
         given = sql.Identifier("given")
@@ -241,7 +243,6 @@ RULINGS = Table(
         "model_ruling",
         "confidence",
         "evidence_cited",
-        "reasoning",
         "snapshot_sha256",
         "raw_response",
         "cites_missing_evidence",
@@ -301,7 +302,6 @@ PRICED_REFUNDS = Table(
         "cap_minor",
         "decision",
         "held_grievances",
-        "reason",
     ),
 )
 PAYOUTS_COMPLETED = Table(

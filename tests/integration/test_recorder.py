@@ -922,6 +922,39 @@ def test_a_fact_delivered_again_or_cast_again_with_other_times_and_provenance_is
     assert stored == [(AT, "judge-model-2026-11-01")]
 
 
+def _reworded(message: Message) -> Message:
+    """``message``'s round with its reason and its lines' rules worded otherwise."""
+    lines = [{**line, "rule": f"{line['rule']} (reworded)"} for line in message.value["lines"]]
+    return with_fields(message, reason="reworded by a later release", lines=lines)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "again"),
+    [
+        (lambda d: _priced(d, 1), lambda d: _reworded(_priced(d, 1))),
+        (
+            lambda d: _ruling(d, "UPHELD", AT, None),
+            lambda d: with_fields(_ruling(d, "UPHELD", AT, None), reasoning="worded otherwise"),
+        ),
+        # Stripe's final word on a refund that waited for the customer: the same revision.
+        (_payout_failed, lambda d: _payout_failed(d, "refund_failed", "the refund failed")),
+    ],
+    ids=["a round's reason and rules", "a ruling's reasoning", "a failure's final code"],
+)
+def test_what_a_release_may_reword_or_a_later_report_may_refine_is_no_conflict(
+    database: str,
+    recorded: Callable[[str], Message],
+    again: Callable[[str], Message],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    with caplog.at_level(logging.WARNING, logger="services.recorder.handler"):
+        registry = _record(database, [recorded(dispute)], [again(dispute)])
+    assert not [r.getMessage() for r in caplog.records if dispute in r.getMessage()]
+    for table in ("priced_refunds", "rulings", "payout_event_history", "review_items"):
+        assert _conflicts(registry, table) is None, table
+
+
 def _grievance(dispute_id: str) -> Message:
     grievance = ev.GrievanceExtracted(
         dispute_id=dispute_id,
