@@ -243,9 +243,9 @@ $$;
 
 -- What the endpoint's response named for the model's answer of the round, sent or replaced by
 -- the template: the model that served it (a dated snapshot where `model` names an alias) and
--- its system fingerprint. NULL when no answer came, the response named none, the call that
--- wrote the reply did not draw the answer (it found it in the cache), or the reply was written
--- before the columns existed. Added once.
+-- its system fingerprint. NULL when no answer came, the response named none, the process that
+-- wrote the reply did not draw the answer (another process's, found in the cache), or the reply
+-- was written before the columns existed. Added once.
 DO $$
 BEGIN
     IF (

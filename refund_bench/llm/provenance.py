@@ -4,7 +4,8 @@ An answer in the cache is just its text: a call that reads it there (a handler r
 a cache write failed, one that joined the call drawing it, a redelivery to the same process)
 learns what the endpoint named for it only from the process that drew it. :class:`DrawnBy`
 keeps that, keyed by cache key and the answer's text, so that another process's answer stored
-first under the same key is never named by this one's draw.
+first under the same key is not named by this one's draw: unless the two are word for word
+the same (a deterministic model), when the answer that counts is named as this draw was.
 """
 
 from __future__ import annotations

@@ -364,8 +364,11 @@ class SettlerHandler:
             drawn = await self._llm.complete_json(
                 request.messages, request.schema_name, request.schema, None, priced.dispute_id
             )
-            served = Provenance(drawn.served_model, drawn.system_fingerprint, self._llm.temperature)
-            self._drawn.keep(key, drawn.text, served)
+            self._drawn.keep(
+                key,
+                drawn.text,
+                Provenance(drawn.served_model, drawn.system_fingerprint, self._llm.temperature),
+            )
             return drawn.text
 
         # What the endpoint named for the answer, known to the process that drew it (this call,
