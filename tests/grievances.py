@@ -46,7 +46,10 @@ def grievance_message(
 
 
 def complaint_message(
-    dispute_id: str, text: str = ARTICLE_COMPLAINT, order_id: str = ARTICLE_ORDER.order_id
+    dispute_id: str,
+    text: str = ARTICLE_COMPLAINT,
+    order_id: str = ARTICLE_ORDER.order_id,
+    channel: str = "api",
 ) -> Message:
     """A complaint about ``order_id`` by the article's customer (the article's, by default),
     as ``complaint.received`` delivers it."""
@@ -56,5 +59,6 @@ def complaint_message(
         customer_id=ARTICLE_ORDER.customer_id,
         text=text,
         received_at=datetime(2026, 12, 3, 19, 0, tzinfo=UTC),
+        channel=channel,
     ).to_avro()
     return Message(t.COMPLAINT_RECEIVED.name, 0, 0, dispute_id, value, {}, 0)

@@ -95,8 +95,9 @@ class Complaint(BaseModel):
     channel: str = Field(
         description=(
             "Where the complaint came from: the API's channel for a complaint it took, else what"
-            " its complaint.received event said (app, email, ...); `upstream` for a dispute"
-            " stored before disputes kept it."
+            " its complaint.received event said (app, email, ...; at most 64 characters kept);"
+            " `upstream` for an event that named none (its contract's default, `api`) and for a"
+            " dispute stored before disputes kept it."
         )
     )
     accepted_via_api: bool

@@ -634,10 +634,12 @@ def _json(value: Any) -> Any:
 
 def _channel(intake: Mapping[str, Any] | None, dispute: Mapping[str, Any] | None) -> str:
     """Where the complaint came from: the API's record of it, else what its event said (kept
-    with the dispute), else ``upstream`` (a dispute stored before disputes kept it)."""
+    with the dispute), else ``upstream``: for a dispute stored before disputes kept it, and for
+    an event that named none (its contract's default, ``api``, which no complaint the API
+    never took can truly say)."""
     if intake is not None:
         return str(intake["channel"])
-    if dispute is not None and dispute["channel"] is not None:
+    if dispute is not None and dispute["channel"] not in (None, "api"):
         return str(dispute["channel"])
     return "upstream"
 

@@ -78,6 +78,8 @@ LEFT_OUT_REASON = (
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NO_ANSWER_REASON = "EXTRACTION: the model endpoint gave no answer to the complaint"
 NOTHING_REASON = "no checkable grievance in the complaint"
+MAX_CHANNEL_CHARS = 64
+"""A dispute keeps this much of the channel its complaint names (a label: api, app, email)."""
 DEFAULT_MAX_COMPLAINT_CHARS = 5000
 """The API's default limit too: a complaint the intake would take is never refused here."""
 MAX_KEPT_ANSWER_CHARS = 20_000
@@ -149,7 +151,7 @@ class ExtractorHandler:
             received_at=complaint.received_at,
             snapshot_json=fresh.json,
             snapshot_sha256=fresh.sha256,
-            channel=complaint.channel,
+            channel=storable(complaint.channel, MAX_CHANNEL_CHARS),
         )
         stored = await self._disputes.freeze(dispute)
         if not stored.holds(dispute):

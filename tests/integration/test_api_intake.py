@@ -503,15 +503,21 @@ def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:
     assert story["complaint"]["text"] == body(key)["text"]
 
 
-def test_a_dispute_stored_before_disputes_kept_their_channel_came_from_upstream(
-    api: ApiServer,
+@pytest.mark.parametrize(
+    "stored", [None, "api"], ids=["stored before disputes kept it", "the contract's default"]
+)
+def test_a_complaint_the_api_never_took_that_names_no_channel_came_from_upstream(
+    api: ApiServer, stored: str | None
 ) -> None:
-    """No API record of the complaint and no channel stored with it (an earlier release)."""
+    """No API record of the complaint, and no channel its event named: none stored with it (an
+    earlier release), or the contract's default, which only the API's own complaints have."""
     dispute_id = f"d-test-{uuid.uuid4().hex}"
     seed_article_dispute(api.database_url, dispute_id)
     try:
         with psycopg.connect(api.database_url) as conn:
-            conn.execute("UPDATE disputes SET channel = NULL WHERE dispute_id = %s", (dispute_id,))
+            conn.execute(
+                "UPDATE disputes SET channel = %s WHERE dispute_id = %s", (stored, dispute_id)
+            )
         with api.client() as client:
             answer = client.get(f"/disputes/{dispute_id}", headers=api.auth())
         assert answer.status_code == 200, answer.text

@@ -33,6 +33,7 @@ from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, snapshot_sha256
 from services.extractor.handler import (
     LEFT_OUT_REASON,
+    MAX_CHANNEL_CHARS,
     REFUSED_REASON,
     REVIEW_REASON,
     ExtractorHandler,
@@ -58,6 +59,7 @@ def _handle(
     prompt_version: str = EXTRACTOR_PROMPT_VERSION,
     model: str = "standin-extractor",
     records: list[Mapping[str, Any]] | None = None,
+    channel: str = "api",
 ) -> list[Sequence[Emit]]:
     """What the handler emits for each dispute's complaint (``text``), handled together, but
     its ``complaint.extracted``: each dispute's last emit, and its only one (checked), whose
@@ -81,7 +83,7 @@ def _handle(
         try:
             return await asyncio.gather(
                 *(
-                    handler.handle(complaint_message(d, text, order_id), Context(None))
+                    handler.handle(complaint_message(d, text, order_id, channel), Context(None))
                     for d in disputes
                 )
             )
@@ -173,6 +175,29 @@ def test_grievances_carry_the_snapshot_the_dispute_keeps(
     assert {(g["snapshot_sha256"], g["snapshot_json"]) for g in new} == {
         (current.sha256, current.json)
     }
+
+
+@pytest.mark.parametrize(
+    ("channel", "kept"),
+    [
+        ("email", "email"),
+        (
+            "x" * 500,
+            f"{'x' * MAX_CHANNEL_CHARS} [... {500 - MAX_CHANNEL_CHARS} more characters not kept]",
+        ),
+    ],
+    ids=["a label", "a label far too long"],
+)
+def test_a_dispute_keeps_the_channel_its_complaint_came_from(
+    database: str, redis_url: str, standin: Standin, channel: str, kept: str
+) -> None:
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    _handle(database, redis_url, standin, dispute, channel=channel)
+    with psycopg.connect(database) as conn:
+        stored = conn.execute(
+            "SELECT channel FROM disputes WHERE dispute_id = %s", (dispute,)
+        ).fetchall()
+    assert stored == [(kept,)]
 
 
 @pytest.mark.parametrize(
