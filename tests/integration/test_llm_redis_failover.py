@@ -14,6 +14,7 @@ import asyncio
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -55,14 +56,15 @@ def _in_sync(replica: int) -> bool:
 
 
 @pytest.fixture
-def redis_pair() -> Iterator[RedisPair]:
-    """A primary and a replica of it, each a ``redis-server`` of the test's own (no data kept
-    on disk), stopped after the test."""
+def redis_pair(tmp_path: Path) -> Iterator[RedisPair]:
+    """A primary and a replica of it, each a ``redis-server`` of the test's own, stopped after
+    the test (the replica keeps the copy it syncs in ``tmp_path``)."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed (the stack's Redis comes from it)")
     pair = RedisPair(free_port(), free_port())
     common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"]
+    common += ["--dir", str(tmp_path)]
     replica_of = ["--replicaof", "127.0.0.1", str(pair.primary)]
     servers = [
         subprocess.Popen([binary, "--port", str(pair.primary), *common]),
