@@ -47,11 +47,13 @@ each item", "INR 689 on every biryani", "half of INR 689", "another 689", "INR 6
 "INR 689 a day", "INR 689 every week"; after the rupees' "/-" too: "INR 689/- each")."""
 _SPREAD = re.compile(
     r"\b(?:(?:for|on)\s+(?:each|every)|(?:each|every)\s+(?:single\s+)?(?:day|week|month|time)"
-    r"|daily|weekly|monthly)\b",
+    r"|daily|weekly|monthly|(?<!as\s)per\s+(?!cent\b)\w+)\b",
     re.IGNORECASE,
 )
-"""Anywhere in an amount's sentence, what spreads it over items or time ("For every biryani we
-have refunded INR 689", "Every week we will credit INR 689", "INR 689 to your card weekly")."""
+"""Anywhere in an amount's clause, what spreads it over items or time ("For every biryani we
+have refunded INR 689", "Every week we will credit INR 689", "INR 689 to your card weekly",
+"INR 689 to your card per week"; not "as per our policy"). Capitalised after the clause's
+first word, it is part of a name ("the missing Daily Special Thali"), not counted."""
 OFF_SCRIPT = (
     (
         "points the customer somewhere else",
@@ -259,11 +261,17 @@ SOLE_SIGNS = {"INR": "₹", "EUR": "€"}
 Nepalese and Sri Lankan rupees are written so too)."""
 
 
-def _sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
-    """Where the sentence holding ``text[start:end]`` begins and ends."""
-    begins = max((found.end() for found in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    after = _SENTENCE_END.search(text, end)
-    return begins, len(text) if after is None else after.start()
+def _spreads(text: str, start: int, end: int) -> bool:
+    """Whether the clause (:data:`_CLAUSE_BREAK`) holding the amount ``text[start:end]`` spreads
+    it over items or time (:data:`_SPREAD`)."""
+    begins = max((found.end() for found in _CLAUSE_BREAK.finditer(text, 0, start)), default=0)
+    after = _CLAUSE_BREAK.search(text, end)
+    ends = len(text) if after is None else after.start()
+    first = len(text) - len(text[begins:].lstrip()) if text[begins:].strip() else begins
+    return any(
+        found.start() == first or not found.group(0)[0].isupper()
+        for found in _SPREAD.finditer(text, begins, ends)
+    )
 
 
 def _states(text: str, stated: str, currency: str) -> bool:
@@ -337,7 +345,7 @@ def check_reply(
     - the approved amount is stated at most once ("INR 689 ... and INR 689" is twice the money);
     - no amount may be multiplied, divided or repeated ("INR 689 each", "INR 689 on every
       biryani", "3 x INR 689", "half of INR 689", "another 689", "INR 689 again", "INR 689 a
-      day"), or spread over items or time anywhere in its sentence ("For every biryani we have
+      day"), or spread over items or time anywhere in its clause ("For every biryani we have
       refunded INR 689", "Every week we will credit INR 689", "INR 689 to your card weekly"),
       nor said again without a
       number ("the same again tomorrow", "that amount once more": :func:`_repeats_money`);
@@ -392,8 +400,7 @@ def check_reply(
         elif mention.minor != approved_minor:
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
         before = _TIMES_BEFORE.search(text, max(0, start - MONEY_BEFORE_WINDOW), start)
-        spread = _SPREAD.search(text, *_sentence_around(text, start, end))
-        if before or spread or _TIMES_AFTER.match(text, end):
+        if before or _spreads(text, start, end) or _TIMES_AFTER.match(text, end):
             failures.append(f"multiplies, divides or repeats an amount: {mention.text!r}")
     for word in SUM_WORDS.finditer(text):
         inside = any(start <= word.start() < end for start, end, _ in located)

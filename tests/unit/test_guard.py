@@ -234,6 +234,7 @@ def test_money_without_an_amount_it_may_state_fails(words: str) -> None:
         "Every week we will credit INR 689 to your card.",
         "We will credit INR 689 to your card weekly.",
         "We have refunded INR 689 to your card for each missing biryani.",
+        "We have refunded INR 689 to your card per week.",
         "We have refunded INR 689 each.",
         "We have refunded INR 689. Also, 3 x INR 689 more.",
         "We have refunded INR 689, two times INR 689 in all.",
@@ -1396,6 +1397,11 @@ def test_the_whole_order_may_be_said_refunded_when_the_amount_is_its_whole_price
         "We check every order with care, and we have refunded INR 689 to your card.",
         "For each issue you raised we are sorry. We have refunded INR 689 to your card.",
         "We have refunded INR 689/- to your original payment method.",
+        "We have refunded INR 689 to your card, and we check every day that refunds go through.",
+        "We know you order from us every day, and we have refunded INR 689 to your card.",
+        "We have refunded INR 689 to your card, which you can track daily in the app.",
+        "We have refunded INR 689 for the missing Daily Special Thali.",
+        "We have refunded INR 689 for the Every Day Value Meal that did not arrive.",
     ],
 )
 def test_ordinary_words_near_the_amount_still_pass(plain: str) -> None:
