@@ -95,7 +95,7 @@ class Complaint(BaseModel):
     channel: str = Field(
         description=(
             "Where the complaint came from: the API's channel for a complaint it took, else what"
-            " its complaint.received event said (app, email, ...; at most 64 characters kept);"
+            " its complaint.received event said (app, email, ...; its first 64 characters kept);"
             " `upstream` for an event that named none (its contract's default, `api`) and for a"
             " dispute stored before disputes kept it."
         )
