@@ -261,15 +261,18 @@ SOLE_SIGNS = {"INR": "₹", "EUR": "€"}
 Nepalese and Sri Lankan rupees are written so too)."""
 
 
+_NON_SPACE = re.compile(r"\S")
+
+
 def _spreads(text: str, start: int, end: int) -> bool:
     """Whether the clause (:data:`_CLAUSE_BREAK`) holding the amount ``text[start:end]`` spreads
     it over items or time (:data:`_SPREAD`)."""
     begins = max((found.end() for found in _CLAUSE_BREAK.finditer(text, 0, start)), default=0)
     after = _CLAUSE_BREAK.search(text, end)
     ends = len(text) if after is None else after.start()
-    first = len(text) - len(text[begins:].lstrip()) if text[begins:].strip() else begins
+    first = _NON_SPACE.search(text, begins, ends)
     return any(
-        found.start() == first or not found.group(0)[0].isupper()
+        (first is not None and found.start() == first.start()) or not found.group(0)[0].isupper()
         for found in _SPREAD.finditer(text, begins, ends)
     )
 

@@ -20,6 +20,7 @@ from refund_bench.errors import InvalidInput
 from refund_bench.runtime import Context, Message
 from refund_bench.runtime.metrics import PrometheusMetrics
 from services.recorder.handler import Recorder
+from tests.grievances import grievance_message
 from tests.kafka_helpers import wait_for
 from tests.pg_helpers import is_waiting
 from tests.records import with_fields
@@ -955,29 +956,15 @@ def test_what_a_release_may_reword_or_a_later_report_may_refine_is_no_conflict(
         assert _conflicts(registry, table) is None, table
 
 
-def _grievance(dispute_id: str) -> Message:
-    grievance = ev.GrievanceExtracted(
-        dispute_id=dispute_id,
-        order_id="order-1840",
-        grievance_id="g1",
-        grievance_total=1,
-        category="LATE_DELIVERY",
-        text="The order arrived 50 minutes late.",
-        span_start=0,
-        span_end=20,
-        snapshot_sha256="0" * 64,
-        snapshot_json="{}",
-        extractor_model="extractor-model",
-        extractor_prompt_version="extractor/v3",
-        extracted_at=AT,
-    )
-    return _message(t.GRIEVANCE_EXTRACTED.name, dispute_id, grievance.to_avro())
-
-
 @pytest.mark.parametrize(
     ("table", "recorded", "changed", "stored"),
     [
-        ("grievances", _grievance, {"category": "QUALITY"}, "SELECT category FROM grievances"),
+        (
+            "grievances",
+            grievance_message,
+            {"category": "QUALITY"},
+            "SELECT category FROM grievances",
+        ),
         (
             "extractions",
             lambda d: _extracted(d, "REFUSED", "no"),
