@@ -52,6 +52,10 @@ class StackSettings(BaseSettings):
     """PostgreSQL's ``statement_timeout`` on the services' connections (0: none). A statement
     stuck behind a lock or a sick disk fails instead of holding its batch, and the batch is
     redelivered; an ``options`` in ``DATABASE_URL`` that sets it wins."""
+    pg_migration_lock_timeout_ms: int = Field(default=5_000, ge=0)
+    """How long ``provision``'s schema migration waits for a table lock (PostgreSQL's
+    ``lock_timeout``, 0: no limit) before it rolls back and tries again
+    (:func:`refund_bench.db.migrate.migrate`)."""
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         """The fields as printed: a URL setting (``*_URL``, or a list: ``*_URLS``) without user

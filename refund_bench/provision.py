@@ -12,7 +12,7 @@ import psycopg
 import typer
 
 from refund_bench.config import StackSettings
-from refund_bench.db.migrate import migrate
+from refund_bench.db.migrate import DEFAULT_LOCK_TIMEOUT_MS, MigrationBlockedError, migrate
 from refund_bench.db.orders import upsert_orders
 from refund_bench.kafka_acls import apply_acls
 from refund_bench.samples import SAMPLE_ORDERS
@@ -29,6 +29,7 @@ def provision_stack(
     replication_factor: int = 1,
     seed: bool = True,
     kafka_security: Mapping[str, str] | None = None,
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
 ) -> tuple[int, int]:
     """Create missing topics, apply the schema, seed the sample orders; returns
     (topics created, orders seeded). Idempotent."""
@@ -39,7 +40,7 @@ def provision_stack(
         replication_factor=replication_factor,
         security=kafka_security,
     )
-    migrate(conninfo)
+    migrate(conninfo, lock_timeout_ms=lock_timeout_ms)
     seeded = 0
     if seed:
         with psycopg.connect(conninfo) as conn:
@@ -67,18 +68,23 @@ def provision(
     ] = False,
 ) -> None:
     """Create missing topics, apply the schema and (by default) seed the sample orders."""
-    settings = StackSettings()
-    created, seeded = provision_stack(
-        settings.kafka_bootstrap_servers,
-        settings.database_url.get_secret_value(),
-        partitions=settings.topic_partitions,
-        replication_factor=settings.topic_replication_factor,
-        seed=seed,
-        kafka_security=settings.kafka_security_config(),
-    )
-    typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
     if prune_acls and not acl_principal_prefix:
         raise typer.BadParameter("--prune-acls needs --acl-principal-prefix")
+    settings = StackSettings()
+    try:
+        created, seeded = provision_stack(
+            settings.kafka_bootstrap_servers,
+            settings.database_url.get_secret_value(),
+            partitions=settings.topic_partitions,
+            replication_factor=settings.topic_replication_factor,
+            seed=seed,
+            kafka_security=settings.kafka_security_config(),
+            lock_timeout_ms=settings.pg_migration_lock_timeout_ms,
+        )
+    except MigrationBlockedError as exc:
+        typer.echo(f"provision failed: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    typer.echo(f"provisioned: {created} topics created, schema applied, {seeded} orders seeded")
     if acl_principal_prefix:
         changes = apply_acls(
             settings.kafka_bootstrap_servers,

@@ -3,6 +3,7 @@ widen once, and the rows already there stay."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -11,7 +12,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from refund_bench.db.migrate import SCHEMA_DIR, migrate
+from refund_bench.db.migrate import SCHEMA_DIR, MigrationBlockedError, migrate
+from refund_bench.retry import RetryPolicy
+from tests.kafka_helpers import wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -412,3 +415,94 @@ def _columns_after_two_starts(conninfo: str, table: str) -> list[str]:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         assert conn.execute(query).fetchall() == columns, "a second start changed the table"
     return [str(name) for name, _ in columns]
+
+
+def _channel_column(conninfo: str) -> object:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT attnum FROM pg_attribute WHERE attrelid = 'disputes'::regclass"
+            " AND attname = 'channel' AND NOT attisdropped"
+        ).fetchone()
+
+
+def _holding_disputes(conninfo: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection in a transaction that read ``disputes``, as a long report would: it holds
+    the table's weakest lock, which an ``ALTER TABLE`` must wait for, until it ends."""
+    conn = psycopg.connect(conninfo)
+    conn.execute("SELECT count(*) FROM disputes")
+    return conn
+
+
+def test_a_migration_behind_a_long_transaction_gives_up_and_changes_nothing(
+    earlier_database: str,
+) -> None:
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(DISPUTES_BEFORE_CHANNEL)
+    waits: list[float] = []
+    with (
+        _holding_disputes(earlier_database),
+        pytest.raises(MigrationBlockedError, match="3 attempts each waited 200 ms"),
+    ):
+        migrate(
+            earlier_database,
+            lock_timeout_ms=200,
+            retry=RetryPolicy(attempts=3, jitter_seconds=0),
+            sleep=waits.append,
+        )
+    assert waits == [1.0, 2.0], "it waits between attempts, with the shared backoff"
+    assert _channel_column(earlier_database) is None, "no attempt changed anything"
+
+
+def test_a_migration_behind_a_long_transaction_applies_once_it_ends(
+    earlier_database: str,
+) -> None:
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(DISPUTES_BEFORE_CHANNEL)
+    with _holding_disputes(earlier_database) as holder:
+        migrate(
+            earlier_database,
+            lock_timeout_ms=200,
+            retry=RetryPolicy(attempts=3),
+            sleep=lambda _: holder.commit(),  # the long transaction ends during the first wait
+        )
+    assert _channel_column(earlier_database) is not None
+
+
+def test_queries_queued_behind_a_waiting_migration_wait_no_longer_than_its_lock_timeout(
+    earlier_database: str,
+) -> None:
+    """The reason for the timeout: while an ``ALTER TABLE`` waits for its lock, every later
+    query on the table queues behind it. Without a limit the table stops as long as the long
+    transaction lasts; with one, the migration steps aside and the queue moves."""
+    with psycopg.connect(earlier_database, autocommit=True) as conn:
+        conn.execute(DISPUTES_BEFORE_CHANNEL)
+    failures: list[BaseException] = []
+
+    def run_migration() -> None:
+        try:
+            migrate(earlier_database, lock_timeout_ms=1_500, retry=RetryPolicy(attempts=1))
+        except BaseException as exc:  # reported to the test's thread
+            failures.append(exc)
+
+    with (
+        _holding_disputes(earlier_database),
+        psycopg.connect(earlier_database, autocommit=True) as other,
+    ):
+        migration = threading.Thread(target=run_migration)
+        migration.start()
+
+        def migration_waits() -> bool:
+            waiting = other.execute(
+                "SELECT count(*) FROM pg_locks WHERE relation = 'disputes'::regclass"
+                " AND mode = 'AccessExclusiveLock' AND NOT granted"
+            ).fetchone()
+            return waiting == (1,) or not migration.is_alive()
+
+        wait_for(migration_waits, 10.0, "the migration to wait for its lock")
+        other.execute("SET statement_timeout = '10s'")
+        # Queued behind the migration's lock request, this read runs once the migration gives
+        # up (or fails with the statement timeout, 10 s, if it never does).
+        assert other.execute("SELECT count(*) FROM disputes").fetchone() == (1,)
+        migration.join(10.0)
+    assert [type(exc) for exc in failures] == [MigrationBlockedError]
+    assert _channel_column(earlier_database) is None
