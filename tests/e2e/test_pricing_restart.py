@@ -24,8 +24,9 @@ def _copy_dispute(database_url: str, source: str, copy: str) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute(
             "INSERT INTO disputes (dispute_id, order_id, customer_id, complaint_text,"
-            " received_at, snapshot_sha256)"
-            " SELECT %s, order_id, customer_id, complaint_text, received_at, snapshot_sha256"
+            " received_at, snapshot_sha256, channel)"
+            " SELECT %s, order_id, customer_id, complaint_text, received_at, snapshot_sha256,"
+            " channel"
             " FROM disputes WHERE dispute_id = %s",
             (copy, source),
         )
