@@ -52,6 +52,7 @@ from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
     NOT_REFUNDED_STATUSES,
     REFUNDED_STATUSES,
+    UNMENDABLE_FAILURES,
     WAITING_FOR_CUSTOMER,
     not_refunded_code,
     payout_again_item,
@@ -274,6 +275,7 @@ SELECT status, error_code, error_message, stripe_refund_id, amount_minor, curren
 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
 """
 _WAITING = WAITING_FOR_CUSTOMER
+_WAITING_ADVICE = UNMENDABLE_FAILURES[_WAITING][0].upper() + UNMENDABLE_FAILURES[_WAITING][1:]
 _FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
 _LEDGER_REFUNDED = """
 UPDATE payout_ledger SET status = 'SUCCEEDED', stripe_refund_id = %s, error_code = NULL,
@@ -329,11 +331,19 @@ def _refunded_message(refund_id: str) -> str:
 
 
 def _error_message(report: RefundFailureReport) -> str:
+    """The failure's reason, as the review item and ``payout.failed`` carry it: what happened,
+    and what a payment operator may do about it."""
     why = f" ({report.failure_reason})" if report.failure_reason else ""
+    reported = f"Stripe reported refund {report.stripe_refund_id} {report.refund_status}{why}"
+    if not_refunded_code(report.refund_status) == _WAITING:
+        # It may still go through: paying another way now could pay the customer twice.
+        return (
+            f"{reported} after it had taken the refund on: no money has gone back for this"
+            f" round yet, though the customer's reply said it would. {_WAITING_ADVICE}."
+        )
     return (
-        f"Stripe reported refund {report.stripe_refund_id} {report.refund_status}{why} after it"
-        " had taken the refund on: no money went back for this round, though the customer's"
-        " reply said it would. Pay it another way or contact the customer."
+        f"{reported} after it had taken the refund on: no money went back for this round,"
+        " though the customer's reply said it would. Pay it another way or contact the customer."
     )
 
 

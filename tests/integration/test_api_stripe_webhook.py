@@ -154,6 +154,14 @@ def test_a_canceled_or_stuck_refund_is_a_failure_too(
     )
     assert (answer.status_code, answer.json()["outcome"]) == (200, "recorded")
     assert read_round(api.database_url, dispute) == ("FAILED", 1, f"refund_{status}")
+    # The reason reaches the payment operator's review item: a refund that waits for the
+    # customer may still go through, so paying another way meanwhile could pay twice.
+    reason = ledger_row(api.database_url, dispute)["error_message"]
+    if status == "requires_action":
+        assert "another way meanwhile could refund twice" in reason, reason
+        assert "Pay it another way" not in reason, reason
+    else:
+        assert "Pay it another way" in reason, reason
 
 
 @pytest.mark.parametrize("reported", ["by an earlier event", "by Stripe's answer to the payout"])
