@@ -133,10 +133,13 @@ class PayoutLedger:
         return LedgerRow(**row)
 
     async def record_attempt(self, dispute_id: str, round_: int) -> None:
-        """Count one more provider call for a round that was already open."""
+        """Count one more provider call for a round that was already open; a round whose calls
+        were all counted as never begun (:meth:`forget_refused_call`, by a concurrent handler)
+        gets this call's time as its first."""
         async with self._pool.connection() as conn:
             await conn.execute(
-                "UPDATE payout_ledger SET attempts = attempts + 1, updated_at = now()"
+                "UPDATE payout_ledger SET attempts = attempts + 1,"
+                " first_call_at = COALESCE(first_call_at, now()), updated_at = now()"
                 " WHERE dispute_id = %s AND round = %s",
                 (dispute_id, round_),
             )

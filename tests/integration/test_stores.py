@@ -473,3 +473,36 @@ def test_a_ledger_round_is_opened_once_and_keeps_its_first_outcome(database: str
     assert (opened.opened, again.opened) == (True, False), "only the first open inserts"
     assert (paid.status, paid.stripe_refund_id, paid.error_code) == ("SUCCEEDED", "re_1", None)
     assert late_failure == paid
+
+
+def test_a_call_counted_after_another_handler_forgot_its_refused_one_starts_the_keys_hours(
+    database: str,
+) -> None:
+    """Two handlers pay one round (a redelivery during a rebalance): A opens it and Stripe
+    refuses A's key (401), so A counts its call as never begun; B, which found the round open
+    before that, counts its own call after. The round's 23 hours count from B's call, not from
+    the settler's reservation (which could fail a round Stripe never took as stale)."""
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+
+    async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, ...]:
+        ledger = PayoutLedger(pool)
+        for _handler in ("A", "B"):
+            await ledger.open_round(
+                dispute_id=dispute,
+                round_=1,
+                amount_minor=68900,
+                currency="INR",
+                payment_reference=f"pi_{dispute}",
+                idempotency_key=f"{dispute}-key",
+            )
+        await ledger.forget_refused_call(dispute, 1)  # A's call, refused
+        await ledger.record_attempt(dispute, 1)  # B's call
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT attempts, first_call_at IS NOT NULL FROM payout_ledger"
+                " WHERE dispute_id = %s",
+                (dispute,),
+            )
+            return tuple(await cur.fetchone() or ())
+
+    assert _with_pool(database, work) == (1, True)
