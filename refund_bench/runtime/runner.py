@@ -290,7 +290,8 @@ class StageRunner:
         self._polled_at = time.monotonic()
         self._put_back_in_a_row = 0
         """Commits that failed and were put back in a row (:meth:`_put_back`), none made
-        since (:meth:`_transaction` sets it back to 0 on each commit)."""
+        since (:meth:`_commit` sets it back to 0 on each commit of offsets: a commit of none,
+        after a poll that only said the group was left, is no progress)."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -476,7 +477,6 @@ class StageRunner:
             self.metrics.incr("transactions", kind="aborted")
             raise
         self.metrics.incr("transactions", kind="committed")
-        self._put_back_in_a_row = 0
 
     def _decode_all(self, msgs: Sequence[Any]) -> list[_Decoded]:
         """Each polled record with its decoded message, or the reason it cannot be decoded."""
@@ -1022,6 +1022,7 @@ class StageRunner:
                 raise KafkaException(errors[0] if errors else "delivery timed out")
             if tps:
                 consumer.commit(offsets=tps, asynchronous=False)
+                self._put_back_in_a_row = 0
             return
         # One deadline for the whole commit, so that a broker that keeps timing out cannot
         # hold the loop (and a stopping pod) past it: then the batch is aborted and the process
@@ -1039,6 +1040,8 @@ class StageRunner:
                 on_retry=count_retry,
             )
         retry_transactional(producer.commit_transaction, deadline, on_retry=count_retry)
+        if tps:
+            self._put_back_in_a_row = 0
 
     def _abort_quietly(self) -> None:
         producer = self._producer

@@ -19,14 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
 
 from refund_bench.codec import Codec, Framing
 from refund_bench.errors import DlqLimitExceeded, Fenced
 from refund_bench.runtime.dlq import DlqBudget
 from refund_bench.runtime.health import Heartbeat
 from refund_bench.runtime.messages import Context, Emit, Message
-from refund_bench.runtime.runner import RuntimeConfig, StageRunner, StageSpec
+from refund_bench.runtime.metrics import PrometheusMetrics
+from refund_bench.runtime.runner import (
+    MAX_PUT_BACK_IN_A_ROW,
+    RuntimeConfig,
+    StageRunner,
+    StageSpec,
+)
 from refund_bench.runtime.selftest import counter_spec, passthrough_spec
 from refund_bench.topics import Topic
 from tests.conftest import Stack, TopicFactory
@@ -762,6 +770,66 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
         assert set(counts.values()) == {1}
     else:  # the records put back came out before the commit failed, and again after it
         assert set(counts.values()) == {1, 2}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_batch_that_always_outlasts_the_poll_interval_stops_the_stage_after_its_put_backs(
+    stack: Stack, framing: Framing, new_topic: TopicFactory, kind: str
+) -> None:
+    """Every commit of the batch waits until the group has dropped the stage (a flush stuck
+    for longer than ``max.poll.interval.ms``, each time). Each failed commit is put back; the
+    poll that rejoins the group says only that it was left, and commits nothing, which is no
+    progress: after :data:`MAX_PUT_BACK_IN_A_ROW` put-backs the stage stops (a restart, counted
+    and alerted on), instead of rejoining and failing the same batch for ever."""
+    source, sink = new_topic("always-late-in", 1), new_topic("always-late-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(5), codec)
+    out = Topic(sink, "bench.record")
+    group = f"always-late-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": stack.kafka})
+    handled: list[int] = []
+
+    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        handled.append(message.offset)
+        return [Emit(out.name, message.key or "", message.value)]
+
+    async def async_handler(message: Message, ctx: Context) -> Sequence[Emit]:
+        return handler(message, ctx)
+
+    def group_dropped_the_stage() -> bool:
+        (described,) = admin.describe_consumer_groups([group]).values()
+        return bool(described.result(10).state == ConsumerGroupState.EMPTY)
+
+    def stuck_flush() -> None:
+        wait_for(group_dropped_the_stage, 60, "the group to drop the stage")
+
+    spec = StageSpec(
+        "always-late", (Topic(source, "bench.record"),), (out,),
+        handler if kind == "sync" else async_handler,
+        before_commit=stuck_flush,
+    )  # fmt: skip
+    config = _config(
+        stack.kafka,
+        group,
+        session_timeout_ms=2000,
+        consumer_overrides={"heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000},
+        batch_max_records=5,
+    )
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics("always-late", registry)
+    stage = StageThread(StageRunner(spec, config, framing, metrics=metrics)).start()
+    try:
+        error = stage.join(120)
+    finally:
+        if stage.alive:
+            stage.stop()
+    assert isinstance(error, KafkaException), error
+    put_back = {"stage": "always-late", "topic": "", "kind": "rebalance"}
+    assert registry.get_sample_value("refund_bench_retries_total", put_back) == (
+        MAX_PUT_BACK_IN_A_ROW
+    ), "three failed commits put back, and the fourth stops the stage"
+    assert set(handled) == set(range(5))
+    assert read_stopped(stack, codec, sink, at_least=0) == [], "no batch was committed"
 
 
 def test_batches_put_back_are_polled_again_from_their_first_record_of_each_partition(
