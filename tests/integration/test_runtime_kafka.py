@@ -679,6 +679,47 @@ def test_handler_crash_aborts_the_batch_and_a_restart_processes_it_once(
     assert sorted(r.value["seq"] for r in after) == list(range(20))
 
 
+def _slow_committing_stage(
+    stack: Stack,
+    name: str,
+    group: str,
+    source: str,
+    out: Topic,
+    kind: str,
+    before_commit: Callable[[], None],
+    *,
+    handled: list[int] | None = None,
+    **config: object,
+) -> tuple[StageSpec, RuntimeConfig]:
+    """A ``kind`` (sync or async) stage ``name`` copying ``source`` to ``out`` in batches of 5,
+    which runs ``before_commit`` (a slow flush) in each commit, with ``max.poll.interval.ms``
+    2 s; its session stays alive meanwhile (heartbeats every 300 ms, from librdkafka's own
+    thread).
+    ``handled``: gets the offset of each record handled."""
+
+    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        if handled is not None:
+            handled.append(message.offset)
+        return [Emit(out.name, message.key or "", message.value)]
+
+    async def async_handler(message: Message, ctx: Context) -> Sequence[Emit]:
+        return handler(message, ctx)
+
+    spec = StageSpec(
+        name, (Topic(source, "bench.record"),), (out,),
+        handler if kind == "sync" else async_handler,
+        before_commit=before_commit,
+    )  # fmt: skip
+    return spec, _config(
+        stack.kafka,
+        group,
+        session_timeout_ms=2000,
+        consumer_overrides={"heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000},
+        batch_max_records=5,
+        **config,
+    )
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
 def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_on(
@@ -699,32 +740,15 @@ def test_a_batch_whose_commit_lost_the_group_is_polled_again_and_the_stage_goes_
     out = Topic(sink, "bench.record")
     committing, release = threading.Event(), threading.Event()
 
-    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
-        return [Emit(out.name, message.key or "", message.value)]
-
-    async def async_handler(message: Message, ctx: Context) -> Sequence[Emit]:
-        return handler(message, ctx)
-
     def slow_first_commit() -> None:
         if not committing.is_set():
             committing.set()
             release.wait(60)  # until the group has moved on without this instance
 
     group = f"lost-group-{uuid.uuid4().hex[:8]}"
-    spec = StageSpec(
-        "lost-group", (Topic(source, "bench.record"),), (out,),
-        handler if kind == "sync" else async_handler,
-        before_commit=slow_first_commit,
-    )  # fmt: skip
-    # Batches of 5: an async stage has polled batches behind the one whose commit fails. The
-    # session stays alive (heartbeats every 300 ms, from librdkafka's own thread).
-    config = _config(
-        stack.kafka,
-        group,
-        session_timeout_ms=2000,
-        consumer_overrides={"heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000},
-        guarantee=guarantee,
-        batch_max_records=5,
+    # An async stage has polled batches behind the one whose commit fails.
+    spec, config = _slow_committing_stage(
+        stack, "lost-group", group, source, out, kind, slow_first_commit, guarantee=guarantee
     )
     runner = StageRunner(spec, config, framing)
     stage = StageThread(runner).start()
@@ -789,13 +813,6 @@ def test_a_batch_that_always_outlasts_the_poll_interval_stops_the_stage_after_it
     admin = AdminClient({"bootstrap.servers": stack.kafka})
     handled: list[int] = []
 
-    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
-        handled.append(message.offset)
-        return [Emit(out.name, message.key or "", message.value)]
-
-    async def async_handler(message: Message, ctx: Context) -> Sequence[Emit]:
-        return handler(message, ctx)
-
     def group_dropped_the_stage() -> bool:
         (described,) = admin.describe_consumer_groups([group]).values()
         return bool(described.result(10).state == ConsumerGroupState.EMPTY)
@@ -803,17 +820,8 @@ def test_a_batch_that_always_outlasts_the_poll_interval_stops_the_stage_after_it
     def stuck_flush() -> None:
         wait_for(group_dropped_the_stage, 60, "the group to drop the stage")
 
-    spec = StageSpec(
-        "always-late", (Topic(source, "bench.record"),), (out,),
-        handler if kind == "sync" else async_handler,
-        before_commit=stuck_flush,
-    )  # fmt: skip
-    config = _config(
-        stack.kafka,
-        group,
-        session_timeout_ms=2000,
-        consumer_overrides={"heartbeat.interval.ms": 300, "max.poll.interval.ms": 2000},
-        batch_max_records=5,
+    spec, config = _slow_committing_stage(
+        stack, "always-late", group, source, out, kind, stuck_flush, handled=handled
     )
     registry = CollectorRegistry()
     metrics = PrometheusMetrics("always-late", registry)
