@@ -523,6 +523,9 @@ class StageRunner:
         outgoing: list[_Outgoing] = []
         with self._transaction():
             for record in records:
+                # Liveness measures progress: a batch slow in all (a slow database) but moving
+                # is not restarted only to be polled again, and as slowly.
+                self.heartbeat.beat()
                 msg, item = record.msg, record.item
                 offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
                 ctx = Context(

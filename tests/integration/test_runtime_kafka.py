@@ -1285,6 +1285,37 @@ def test_a_stage_is_not_ready_while_it_restores_its_state(
     assert all(after), "not ready again after the restore"
 
 
+def test_a_synchronous_batch_slower_than_the_liveness_limit_stays_alive_while_it_moves(
+    stack: Stack, framing: Framing, new_topic: TopicFactory
+) -> None:
+    """A batch that takes longer in all than the liveness limit, each record well within it (a
+    slow database): ``/healthz`` holds throughout, so the kubelet does not restart a stage that
+    makes progress, only for it to poll the same batch again, as slowly."""
+    total = 12
+    source, sink = new_topic("slow-batch-in", 1), new_topic("slow-batch-out", 1)
+    codec = bench_codec(framing, source, sink)
+    produce_values(stack.kafka, source, _records(total), codec)
+    out = Topic(sink, "bench.record")
+    heartbeat = Heartbeat(liveness_timeout_s=1.0)
+    alive: list[bool] = []
+    slow_database = threading.Event()  # never set: each record takes its 0.25 s
+
+    def handler(message: Message, _ctx: Context) -> Sequence[Emit]:
+        slow_database.wait(0.25)
+        alive.append(heartbeat.alive())
+        return [Emit(out.name, message.key or "", message.value)]
+
+    spec = StageSpec("slow-batch", (Topic(source, "bench.record"),), (out,), handler)
+    config = _config(stack.kafka, f"slow-batch-{uuid.uuid4().hex[:8]}", batch_max_records=total)
+    stage = StageThread(StageRunner(spec, config, framing, heartbeat=heartbeat)).start()
+    try:
+        read_sink(stack, codec, sink, at_least=total, timeout_s=60)
+    finally:
+        assert stage.stop() is None
+    assert len(alive) == total
+    assert all(alive), f"liveness failed during the batch: {alive}"
+
+
 def _dead_letters(stack: Stack, framing: Framing, dlq: str, at_least: int) -> list[Read]:
     """The committed, decoded envelopes of ``dlq`` once there are ``at_least``."""
     dlq_codec = Codec(framing, {dlq: "dead_letter"})
