@@ -80,8 +80,9 @@ UNMENDABLE_FAILURES = {
 
 WAITING_FOR_CUSTOMER = not_refunded_code("requires_action")
 """A round whose refund waits for the customer at Stripe: never paid another way meanwhile.
-The only FAILED round that turns back: SUCCEEDED once Stripe's webhook reports its refund
-succeeded (:mod:`services.api.refund_failures`), and the desk then closes its item."""
+Like every round of :data:`MAY_HAVE_REFUNDED`, it turns back: SUCCEEDED once Stripe's webhook
+reports its refund succeeded (:mod:`services.api.refund_failures`), and the desk then closes
+its item."""
 
 
 CONFLICT_NOT_REPAYABLE = (
@@ -130,9 +131,11 @@ MAY_HAVE_REFUNDED = frozenset(
 )
 """Error codes of a FAILED round under which money may still have gone back: such a round holds
 the order's other disputes for a payment operator, as a paid one does (the database function
-``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE). A
-round waiting for the customer that Stripe then refunds turns SUCCEEDED, and holds them as
-every paid round does."""
+``payout_failure_may_have_refunded`` says the same; so does a round settled PAID_ELSEWHERE).
+Stripe's word on the round's own refund settles it (:mod:`services.api.refund_failures`):
+refunded, the round turns SUCCEEDED and holds them as every paid round does; failed or
+canceled, it takes that code (``refund_failed``, ``refund_canceled``), and may be paid
+again."""
 
 
 PRICING_KEEPS_PAID_S = 35 * 24 * 3600.0
@@ -162,8 +165,8 @@ def why_not_repayable(
     a reviewer reads it.
 
     A round is never paid again after its refund went back: a FAILED row turns back only while
-    its refund waits for the customer (:data:`WAITING_FOR_CUSTOMER`, never repayable), to
-    SUCCEEDED when Stripe refunds it, and a repayable FAILED row stays FAILED."""
+    its refund may still go through (:data:`MAY_HAVE_REFUNDED`, never repayable), to SUCCEEDED
+    when Stripe reports that refund succeeded, and a repayable FAILED row stays FAILED."""
     if status != "FAILED":
         held = "not in the payout ledger" if status is None else f"{status} in the payout ledger"
         return f"it is {held}, and only a FAILED refund can be paid again"

@@ -14,13 +14,19 @@ Stripe and acts on the status Stripe holds now.
   transaction; that row is the outbox of a ``payout.failed`` for the round (error code
   ``refund_<status>``, as the payout stage uses for a refund refused at once). The recorder puts
   it in the review queue for a payment operator. One failure is recorded and published once.
-- A refund that waited for the customer may still refund, so the desk does not pay its round
-  again. When Stripe later holds that refund failed or canceled, the ledger's error code says so
-  instead, and the desk offers REPAY; when Stripe holds it succeeded (or pending), the money
-  went back: the round turns SUCCEEDED, a ``refund_completions`` row is written in the same
-  transaction (the outbox of the round's ``payout.completed``, so that the audit record and
-  analysts see it paid again), and the desk lets the operator close its item. That is the only
-  way a FAILED round turns back; a round FAILED for any other reason stays FAILED.
+- A round FAILED with a code of :data:`~refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED` may
+  still refund: its refund waits for the customer, or the payout stage could not tell whether
+  Stripe made it (``STALE_PENDING``, ``IdempotencyError``, ``STRIPE_SAVED_SERVER_ERROR``). The
+  desk does not pay such a round again, and Stripe's word on the round's refund settles it.
+  When Stripe holds that refund failed or canceled, no money went back: the ledger's error code
+  says so instead, and the desk offers REPAY on the round's open item; a round a payment
+  operator settled another way meanwhile (PAID_ELSEWHERE, its item decided) has its
+  ``payout.failed`` queued again, naming an item of its own, so that the operator learns that
+  the refund they may have counted on failed. When Stripe holds it succeeded (or pending), the
+  money went back: the round turns SUCCEEDED, a ``refund_completions`` row is written in the
+  same transaction (the outbox of the round's ``payout.completed``, so that the audit record
+  and analysts see it paid again), and the desk lets the operator close its item. Those are
+  the only FAILED rounds that turn back; a round FAILED for any other reason stays FAILED.
 - Succeeded or pending for a round the ledger counts paid: nothing changes.
 - Anything, for a round the payout stage has not settled yet (PENDING): nothing changes, and
   Stripe is asked to deliver the event again (the payout may yet settle the round FAILED from
@@ -50,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
+    MAY_HAVE_REFUNDED,
     NOT_REFUNDED_STATUSES,
     REFUNDED_STATUSES,
     UNMENDABLE_FAILURES,
@@ -165,9 +172,10 @@ class Outcome(enum.StrEnum):
     ALREADY_FAILED = "already_failed"
     """The round was FAILED before (by an earlier event, or by the payout stage itself)."""
     NOW_FINAL = "now_final"
-    """The round was FAILED with its refund waiting for the customer, which may still have
-    refunded; Stripe now reports that refund failed or canceled: no money went back, so the
-    ledger says so, and a payment operator may pay the round again."""
+    """The round was FAILED with a code under which its refund may still have refunded
+    (:data:`~refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED`: waiting for the customer, or
+    not known to exist); Stripe now reports that refund failed or canceled: no money went back,
+    so the ledger says so, and a payment operator may pay the round again."""
     NOT_SETTLED = "not_settled"
     """The payout stage has not recorded the refund yet (the round is PENDING), whatever Stripe
     holds: Stripe should deliver again later. A refund Stripe holds succeeded may be one the
@@ -178,12 +186,13 @@ class Outcome(enum.StrEnum):
     OTHER_REFUND = "other_refund"
     """The ledger paid the round with another refund: this one was made by someone else."""
     NOW_REFUNDED = "now_refunded"
-    """The round was FAILED with its refund waiting for the customer; Stripe now holds that
-    refund succeeded (or pending): the money went back, so the round is SUCCEEDED, its
+    """The round was FAILED with a code under which its refund may still have refunded
+    (:data:`~refund_bench.db.payout_rounds.MAY_HAVE_REFUNDED`); Stripe now holds that refund
+    succeeded (or pending): the money went back, so the round is SUCCEEDED, its
     ``payout.completed`` is queued, and a payment operator closes its review item."""
     ALREADY_PAID = "already_paid"
     """Stripe holds the refund succeeded or pending, and the ledger counts the round paid, or
-    FAILED for another reason than waiting for the customer: nothing changes."""
+    FAILED for a reason under which no refund was made: nothing changes."""
     REFUND_NOT_FOUND = "refund_not_found"
     """Stripe has no refund of that id, and the round is FAILED with none (no refund was made
     for it): nothing changes."""
@@ -208,6 +217,11 @@ class Outcome(enum.StrEnum):
     operator had meanwhile settled another way (PAID_ELSEWHERE): the customer may have been paid
     twice; no review item opens for it, and an alert (``RefundBenchRefundNeedsOperator``) asks
     a payment operator to check."""
+    FAILED_AFTER_SETTLED = "failed_after_settled"
+    """As :attr:`NOW_FINAL`, for a round a payment operator had meanwhile settled another way
+    (PAID_ELSEWHERE), perhaps counting on the refund that has now failed: the round's
+    ``payout.failed`` is queued again, naming the review item ``payout:round<n>:again``, so that
+    the operator finds out what the customer has been paid."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +289,7 @@ SELECT status, error_code, error_message, stripe_refund_id, amount_minor, curren
 FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
 """
 _WAITING = WAITING_FOR_CUSTOMER
+_MAY_HAVE_REFUNDED = sorted(MAY_HAVE_REFUNDED)
 _WAITING_ADVICE = UNMENDABLE_FAILURES[_WAITING][0].upper() + UNMENDABLE_FAILURES[_WAITING][1:]
 _FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
 _LEDGER_REFUNDED = """
@@ -286,6 +301,12 @@ RETURNING revision
 _LEDGER_FINAL = """
 UPDATE payout_ledger SET error_code = %s, error_message = %s, updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
+"""
+_LEDGER_FINAL_AGAIN = """
+UPDATE payout_ledger SET error_code = %s, error_message = %s, revision = revision + 1,
+                         updated_at = now()
+WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
+RETURNING revision
 """
 _LEDGER_FAIL = """
 UPDATE payout_ledger SET status = 'FAILED', error_code = %s, error_message = %s,
@@ -322,11 +343,27 @@ to SUCCEEDED once (only from waiting for the customer, which nothing returns it 
 ever do so again, its row is brought up to date and queued again."""
 
 
-def _refunded_message(refund_id: str) -> str:
+def _refunded_message(refund_id: str, error_code: str) -> str:
+    """The ledger's note on a round of ``error_code`` (one of :data:`MAY_HAVE_REFUNDED`) that
+    turned SUCCEEDED when Stripe reported its refund succeeded."""
+    if error_code == _WAITING:
+        after = f"after it had waited for the customer ({_WAITING})"
+    else:
+        after = (
+            f"after the round had failed with {error_code}, the payout not knowing whether"
+            " Stripe had made it"
+        )
     return (
-        f"Stripe reported refund {refund_id} succeeded after it had waited for the customer"
-        " (refund_requires_action): the money went back, and the round is paid. Close its"
-        " review item as settled; do not pay it another way."
+        f"Stripe reported refund {refund_id} succeeded {after}: the money went back, and the"
+        " round is paid. Close its review item as settled; do not pay it another way."
+    )
+
+
+def _turned_back(ledger: Mapping[str, Any], refund_id: str) -> bool:
+    """Whether the SUCCEEDED round ``ledger`` is paid only since Stripe reported its refund
+    ``refund_id`` succeeded after the round had failed (:meth:`RefundFailures._refunded`)."""
+    return any(
+        ledger["error_message"] == _refunded_message(refund_id, code) for code in _MAY_HAVE_REFUNDED
     )
 
 
@@ -401,18 +438,23 @@ class RefundFailures:
         conn: Any, ledger: Mapping[str, Any], report: RefundFailureReport, at: datetime
     ) -> Outcome:
         code, message = not_refunded_code(report.refund_status), _error_message(report)
+        where = (report.dispute_id, report.round)
         if ledger["status"] == "FAILED":
-            if ledger["error_code"] != _WAITING or report.refund_status not in _FINAL_STATUSES:
+            was = ledger["error_code"]
+            if was not in MAY_HAVE_REFUNDED or report.refund_status not in _FINAL_STATUSES:
                 return Outcome.ALREADY_FAILED
-            await conn.execute(
-                _LEDGER_FINAL, (code, message, report.dispute_id, report.round, _WAITING)
-            )
-            return Outcome.NOW_FINAL
-        if ledger["status"] != "SUCCEEDED":
+            if not ledger["paid_elsewhere"]:  # its item is open: the desk reads the ledger
+                await conn.execute(_LEDGER_FINAL, (code, message, *where, was))
+                return Outcome.NOW_FINAL
+            # Settled another way, perhaps counting on this refund: the operator must know.
+            failed = await conn.execute(_LEDGER_FINAL_AGAIN, (code, message, *where, was))
+            again = True
+        elif ledger["status"] == "SUCCEEDED":
+            # SUCCEEDED only since Stripe refunded it after it failed: its item was decided then.
+            again = _turned_back(ledger, report.stripe_refund_id)
+            failed = await conn.execute(_LEDGER_FAIL, (code, message, *where))
+        else:
             return Outcome.NOT_SETTLED
-        # SUCCEEDED only since Stripe refunded it after a wait: its item was decided then.
-        again = ledger["error_message"] == _refunded_message(report.stripe_refund_id)
-        failed = await conn.execute(_LEDGER_FAIL, (code, message, report.dispute_id, report.round))
         (revision,) = await _one(failed)
         queued = await conn.execute(
             _INSERT,
@@ -440,6 +482,8 @@ class RefundFailures:
                 f"{report.dispute_id} round {report.round} has a refund failure recorded for"
                 f" another refund than {report.stripe_refund_id}"
             )
+        if ledger["status"] == "FAILED":
+            return Outcome.FAILED_AFTER_SETTLED
         return Outcome.FAILED_AGAIN if again else Outcome.RECORDED
 
     @staticmethod
@@ -453,7 +497,8 @@ class RefundFailures:
             return Outcome.NOT_SETTLED
         if ledger["status"] != "FAILED":
             return Outcome.ALREADY_PAID
-        if ledger["error_code"] != _WAITING:
+        was = ledger["error_code"]
+        if was not in MAY_HAVE_REFUNDED:
             log.warning(
                 "Stripe holds refund %s paid, and %s is FAILED (%s): a payment operator should"
                 " check it before paying the round another way",
@@ -465,7 +510,7 @@ class RefundFailures:
         refund_id = event.stripe_refund_id
         refunded = await conn.execute(
             _LEDGER_REFUNDED,
-            (refund_id, _refunded_message(refund_id), event.dispute_id, event.round, _WAITING),
+            (refund_id, _refunded_message(refund_id, was), event.dispute_id, event.round, was),
         )
         (revision,) = await _one(refunded)
         queued = await conn.execute(
@@ -489,10 +534,11 @@ class RefundFailures:
             )
         if ledger["paid_elsewhere"]:
             log.error(
-                "Stripe reported refund %s succeeded after it waited for the customer, and %s"
-                " was settled another way meanwhile: the customer may have been paid twice",
+                "Stripe reported refund %s succeeded after %s had failed (%s), and it was settled"
+                " another way meanwhile: the customer may have been paid twice",
                 refund_id,
                 where,
+                was,
             )
             return Outcome.REFUNDED_AFTER_SETTLED
         return Outcome.NOW_REFUNDED

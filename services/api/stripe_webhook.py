@@ -189,15 +189,23 @@ def stripe_webhook_router(
         counted.labels(outcome.value).inc()
         if outcome is Outcome.NOW_FINAL:
             log.warning(
-                "Stripe reported refund %s %s after it waited for the customer: %s may be paid"
+                "Stripe reported refund %s %s, which might still have refunded: %s may be paid"
                 " again",
+                refund_id,
+                status,
+                where,
+            )
+        if outcome is Outcome.FAILED_AFTER_SETTLED:
+            log.warning(
+                "Stripe reported refund %s %s, which might still have refunded, after %s was"
+                " settled another way: sent to review as an item of its own",
                 refund_id,
                 status,
                 where,
             )
         if outcome is Outcome.NOW_REFUNDED:
             log.info(
-                "Stripe reported refund %s %s after it waited for the customer: %s is paid",
+                "Stripe reported refund %s %s, which might still have refunded: %s is paid",
                 refund_id,
                 status,
                 where,
@@ -219,7 +227,7 @@ def stripe_webhook_router(
             )
         # After the answer: the round is recorded, and Stripe's delivery must not wait for
         # Kafka. What this does not publish, the outbox's next drain does.
-        if outcome in (Outcome.RECORDED, Outcome.FAILED_AGAIN):
+        if outcome in (Outcome.RECORDED, Outcome.FAILED_AGAIN, Outcome.FAILED_AFTER_SETTLED):
             background.add_task(publish, outbox, refund_id, where)
         if outcome in (Outcome.NOW_REFUNDED, Outcome.REFUNDED_AFTER_SETTLED):
             background.add_task(publish, completions, refund_id, where)
@@ -234,19 +242,23 @@ _DETAIL = {
     " payout.failed sends it to review",
     Outcome.ALREADY_FAILED: "Stripe holds refund {refund} {status}: {where} was already FAILED"
     " in the ledger",
-    Outcome.NOW_FINAL: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
-    " the customer; the ledger now records that no money went back, and the desk offers to pay"
-    " it again",
-    Outcome.NOW_REFUNDED: "Stripe holds refund {refund} {status}: {where} was FAILED waiting for"
-    " the customer; the ledger now records it paid, payout.completed says so, and the desk"
-    " closes its review item",
+    Outcome.NOW_FINAL: "Stripe holds refund {refund} {status}: {where} was FAILED with a refund"
+    " that might still go through; the ledger now records that no money went back, and the desk"
+    " offers to pay it again",
+    Outcome.FAILED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
+    " with a refund that might still go through, and settled another way meanwhile; the ledger"
+    " now records that no money went back, and its payout.failed is published again and sends"
+    " it to review as an item of its own",
+    Outcome.NOW_REFUNDED: "Stripe holds refund {refund} {status}: {where} was FAILED with a"
+    " refund that might still go through; the ledger now records it paid, payout.completed says"
+    " so, and the desk closes its review item",
     Outcome.FAILED_AGAIN: "Stripe holds refund {refund} {status}: {where} was refunded after"
     " waiting for the customer and is FAILED again; its payout.failed is published again and"
     " sends it to review as an item of its own",
     Outcome.REFUNDED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
-    " waiting for the customer and settled another way meanwhile; the ledger now records it"
-    " paid, payout.completed says so, and an alert asks a payment operator to check for a"
-    " double payment",
+    " with a refund that might still go through, and settled another way meanwhile; the ledger"
+    " now records it paid, payout.completed says so, and an alert asks a payment operator to"
+    " check for a double payment",
     Outcome.ALREADY_PAID: "Stripe holds refund {refund} {status}: nothing to change for {where}",
     Outcome.REFUND_NOT_FOUND: "Stripe has no refund {refund}: nothing to change for {where}",
     Outcome.IGNORED: "Stripe holds refund {refund} {status}, neither paid nor failed: nothing to"

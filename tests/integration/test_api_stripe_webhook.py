@@ -31,7 +31,14 @@ from pydantic import SecretStr
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec
-from refund_bench.db.payout_rounds import idempotency_key, why_not_repayable
+from refund_bench.db.payout_rounds import (
+    IDEMPOTENCY_REFUSED,
+    SAVED_SERVER_ERROR,
+    STALE_PENDING,
+    WAITING_FOR_CUSTOMER,
+    idempotency_key,
+    why_not_repayable,
+)
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     ApiServer,
@@ -542,6 +549,106 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
     ]
     again = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert again.json()["outcome"] == "already_failed", "a redelivery publishes nothing more"
+
+
+UNKNOWN_REFUND = [STALE_PENDING, IDEMPOTENCY_REFUSED, SAVED_SERVER_ERROR]
+"""Codes of a round the payout failed not knowing whether Stripe made its refund."""
+
+
+@pytest.mark.parametrize("code", UNKNOWN_REFUND)
+@pytest.mark.parametrize("holds", ["succeeded", "pending"])
+def test_a_round_failed_not_knowing_of_its_refund_is_paid_once_stripe_reports_it_refunded(
+    api: ApiServer, fake: FakeStripeServer, code: str, holds: str
+) -> None:
+    """The payout failed the round not knowing whether Stripe had made its refund, and the desk
+    tells the operator to look for one before paying by hand. Stripe then reports the round's
+    own refund (its metadata names the round) refunded: the money went back, so the ledger
+    records the round paid, with the refund, and payout.completed says so; the desk no longer
+    lets anyone pay it."""
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    fake.fake.hold(refund_id, holds)
+    answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status=holds))
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "now_refunded"), answer.text
+    row = ledger_row(api.database_url, dispute)
+    assert (row["status"], row["error_code"], row["stripe_refund_id"]) == (
+        "SUCCEEDED",
+        None,
+        refund_id,
+    )
+    assert code in row["error_message"]
+    assert "do not pay it another way" in row["error_message"]
+    wait_for(
+        lambda: completion_rows(api.database_url, dispute) == [(refund_id, 1, True)],
+        30,
+        "the round's payout.completed to be published",
+    )
+    assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == (
+        "already_paid"
+    )
+
+
+@pytest.mark.parametrize("code", UNKNOWN_REFUND)
+def test_a_round_failed_not_knowing_of_its_refund_may_be_paid_again_once_stripe_reports_it_failed(
+    api: ApiServer, fake: FakeStripeServer, code: str
+) -> None:
+    """Stripe reports the round's own refund failed: no money went back through it, so the
+    ledger says so, and the desk offers REPAY on the round's item, still open. Nothing more is
+    published: the item is in the queue already."""
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    assert why_not_repayable("FAILED", code) is not None
+    fake.fake.hold(refund_id, "failed", failure_reason="lost_or_stolen_card")
+    answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "now_final"), answer.text
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+    assert why_not_repayable("FAILED", "refund_failed") is None
+    assert published_rows(api.database_url, dispute) == []
+    again = deliver(api, refund_event(refund_id, dispute_id=dispute))
+    assert again.json()["outcome"] == "already_failed"
+
+
+@pytest.mark.parametrize("code", [WAITING_FOR_CUSTOMER, *UNKNOWN_REFUND])
+def test_a_refund_that_fails_after_its_round_was_settled_another_way_goes_back_to_review(
+    api: ApiServer, fake: FakeStripeServer, stack: Stack, codec: Codec, code: str
+) -> None:
+    """A payment operator settled the round another way (PAID_ELSEWHERE) while its refund might
+    still go through, perhaps counting on that refund. Stripe then reports it canceled: the
+    customer may have been paid nothing, and the round's item is decided, so its payout.failed
+    is published again, naming an item of its own, once however often Stripe delivers."""
+    start = end_offsets(stack.kafka, TOPIC)
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="FAILED", error_code=code, paid_elsewhere=True)
+    fake.fake.hold(refund_id, "canceled")
+    canceled = refund_event(refund_id, dispute_id=dispute, status="canceled")
+    answer = deliver(api, canceled)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "failed_after_settled")
+    assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_canceled")
+    reason = why_not_repayable("FAILED", "refund_canceled", paid_elsewhere=True)
+    assert reason is not None
+    assert "what the customer has been paid" in reason
+    wait_for(
+        lambda: published_rows(api.database_url, dispute) == [(refund_id, "refund_canceled", True)],
+        30,
+        "the round's payout.failed to be published",
+    )
+    assert deliver(api, canceled).json()["outcome"] == "already_failed"
+    events = dispute_events(stack.kafka, codec, TOPIC, start, dispute, settle_s=0.5)
+    assert [(e["error_code"], e["revision"], e["item_key"]) for e in events] == [
+        ("refund_canceled", 1, "payout:round1:again")
+    ]
+
+
+@pytest.mark.parametrize("code", UNKNOWN_REFUND)
+def test_a_refund_that_succeeds_after_its_unknown_round_was_paid_another_way_raises_the_alarm(
+    api: ApiServer, fake: FakeStripeServer, code: str
+) -> None:
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="FAILED", error_code=code, paid_elsewhere=True)
+    fake.fake.hold(refund_id, "succeeded")
+    answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status="succeeded"))
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "refunded_after_settled")
+    assert read_round(api.database_url, dispute) == ("SUCCEEDED", 1, None)
 
 
 def test_a_refund_that_succeeded_after_its_round_was_paid_another_way_raises_the_alarm(
