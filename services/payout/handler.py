@@ -117,7 +117,11 @@ class PayoutHandler:
             refund_id = await self._retry.run_async(call, on_retry=self._on_retry)
         except PaymentRejected as exc:
             return await self._ledger.settle(
-                request.dispute_id, request.round, error_code=exc.code, error_message=exc.message
+                request.dispute_id,
+                request.round,
+                refund_id=exc.refund_id,
+                error_code=exc.code,
+                error_message=exc.message,
             )
         except PaymentsRefusedUs:
             if row.opened and calls == 1:

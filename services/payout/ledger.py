@@ -165,11 +165,15 @@ class PayoutLedger:
         error_code: str | None = None,
         error_message: str | None = None,
     ) -> LedgerRow:
-        """Move a PENDING round to SUCCEEDED (with ``refund_id``) or FAILED; returns the row.
+        """Move a PENDING round to SUCCEEDED (with ``refund_id``) or, with an ``error_code``,
+        FAILED (with the ``refund_id`` Stripe made and answered as not refunded, if any: the
+        webhook then knows Stripe's later reports of it as the round's own); returns the row.
 
         A round that is no longer PENDING keeps its first outcome.
         """
-        status: Status = "SUCCEEDED" if refund_id is not None else "FAILED"
+        if error_code is None and refund_id is None:
+            raise ValueError("a round is settled with a refund, an error code, or both")
+        status: Status = "FAILED" if error_code is not None else "SUCCEEDED"
         async with self._pool.connection() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(

@@ -26,12 +26,14 @@ from refund_bench.errors import RefundBenchError, TransientError
 
 
 class PaymentRejected(RefundBenchError):  # noqa: N818
-    """The provider refused the refund for good (card, request or idempotency error)."""
+    """The provider refused the refund for good (card, request or idempotency error), or made
+    it and answered it as not refunded: then ``refund_id`` names it."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, refund_id: str | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.refund_id = refund_id
 
 
 class PaymentsRefusedUs(RefundBenchError):  # noqa: N818 - named for what happened
@@ -212,13 +214,14 @@ def _replayed(exc: stripe.StripeError) -> bool:
 
 
 def _accepted(refund: stripe.Refund) -> str:
-    """The id of a refund Stripe took on; :class:`PaymentRejected` (``refund_<status>``, for a
-    person to follow up) for one it answered as not refunded."""
+    """The id of a refund Stripe took on; :class:`PaymentRejected` (``refund_<status>``, naming
+    the refund, for a person to follow up) for one it answered as not refunded."""
     status = str(refund.status)
     if status in NOT_REFUNDED_STATUSES:
         why = f": {refund.failure_reason}" if getattr(refund, "failure_reason", None) else ""
         raise PaymentRejected(
             not_refunded_code(status),
             f"Stripe answered refund {refund.id} with status {status}{why}",
+            refund_id=str(refund.id),
         )
     return str(refund.id)

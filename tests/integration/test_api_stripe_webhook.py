@@ -896,17 +896,28 @@ def test_a_refund_stripe_does_not_know_changes_nothing(
     assert published_rows(api.database_url, dispute) == []
 
 
-@pytest.mark.parametrize("round_is", ["paid with it", "still being paid"])
+@pytest.mark.parametrize("round_is", ["paid with it", "failed with it", "still being paid"])
 def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     api: ApiServer, fake: FakeStripeServer, caplog: pytest.LogCaptureFixture, round_is: str
 ) -> None:
     """Stripe, read with the API's key, does not know a refund of a round the ledger paid with
-    it, or is paying (PENDING: the payout has not recorded its refund yet): the key is of
-    another account or mode than the payout's. Stripe is asked to deliver again (503), and the
-    error says what to check, so the round's failure is not dropped."""
+    it, failed with it (Stripe answered the payout's call with it waiting for the customer),
+    or is paying (PENDING: the payout has not recorded its refund yet): the key is of another
+    account or mode than the payout's. Stripe is asked to deliver again (503), and the error
+    says what to check, so the round's outcome is not dropped."""
     if round_is == "paid with it":
         dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
         status = "SUCCEEDED"
+    elif round_is == "failed with it":
+        dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(
+            api.database_url,
+            dispute,
+            status="FAILED",
+            error_code=WAITING_FOR_CUSTOMER,
+            refund_id=refund_id,
+        )
+        status = "FAILED"
     else:
         dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
         seed_round(api.database_url, dispute, status="PENDING")

@@ -358,7 +358,8 @@ def test_a_refund_stripe_answers_as_not_refunded_fails_once_and_goes_to_review(
 ) -> None:
     """Stripe creates the refund but answers it with a status that moved no money: the round
     is a payout failure for a person to follow up, not a completed payout the customer is told
-    about."""
+    about. The ledger keeps the refund's id, so that Stripe's later reports of it are known as
+    the round's own."""
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     reference = f"pi_{dispute}"
     fake.fake.refund_status[reference] = status
@@ -374,6 +375,11 @@ def test_a_refund_stripe_answers_as_not_refunded_fails_once_and_goes_to_review(
     assert first[0].value["reason"] == f"Stripe answered refund {refund_id} with status {status}"
     assert fake.fake.requests == 1
     assert _ledger_statuses(database, dispute) == ["FAILED"]
+    with psycopg.connect(database) as conn:
+        kept = conn.execute(
+            "SELECT stripe_refund_id FROM payout_ledger WHERE dispute_id = %s", (dispute,)
+        ).fetchone()
+    assert kept == (refund_id,)
 
 
 def test_a_pending_refund_is_a_completed_payout(database: str, fake: FakeStripeServer) -> None:
