@@ -46,11 +46,14 @@ from services.api.refund_failures import (
 )
 from services.api.sessions import DESK_PREFIX, SessionMiddleware, SessionSigner
 from services.api.settings import TOKEN_SCOPES, ApiSettings, unscoped_with_colon
-from services.api.store import DECISIONS, Store
+from services.api.store import DATABASE_UNAVAILABLE, DECISIONS, Store
 from services.api.stripe_webhook import stripe_webhook_router
 from services.payout.payments import StripePayments
 
 log = logging.getLogger(__name__)
+
+DATABASE_RETRY_AFTER_S = 5
+"""The ``Retry-After`` of a 503 answered while PostgreSQL is out of reach or too busy."""
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -67,7 +70,7 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
         },
     )
 
-    def pool(name: str, max_size: int) -> AsyncConnectionPool[Any]:
+    def pool(name: str, max_size: int, wait_s: float) -> AsyncConnectionPool[Any]:
         return AsyncConnectionPool(
             settings.database_conninfo(),
             min_size=1,
@@ -75,6 +78,7 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
             open=False,
             kwargs={"autocommit": True},
             name=name,
+            timeout=wait_s,
         )
 
     publisher = KafkaPublisher(
@@ -85,8 +89,8 @@ def build_deps(settings: ApiSettings, registry: CollectorRegistry | None = None)
     )
     key = settings.stripe_api_key.get_secret_value()
     return Deps(
-        pool=pool("api", settings.db_pool_max),
-        publish_pool=pool("api-publish", settings.db_publish_pool_max),
+        pool=pool("api", settings.db_pool_max, settings.db_pool_wait_s),
+        publish_pool=pool("api-publish", settings.db_publish_pool_max, settings.publish_wait_s),
         publisher=publisher,
         registry=registry or CollectorRegistry(),
         refunds=StripePayments(key, settings.stripe_api_base, settings.stripe_timeout_s)
@@ -358,6 +362,39 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         body = m.Problem(detail=f"invalid request: {summary}", errors=errors)
         return JSONResponse(jsonable_encoder(body), status_code=422)
 
+    async def on_database_unavailable(request: Request, exc: BaseException) -> Response:
+        """PostgreSQL out of reach, too busy or too slow: 503 with ``Retry-After`` (the desk's
+        page, or the API's problem), not a bare 500."""
+        log.warning(
+            "%s %s: the database is out of reach or too busy (%s: %s); answered 503",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            exc,
+        )
+        if is_desk(request):
+            response = desk_message(
+                request,
+                503,
+                "Try again shortly",
+                "The desk cannot reach its database just now. Try again in a minute.",
+            )
+        else:
+            body = m.Problem(detail="the database is out of reach or too busy; retry later")
+            response = JSONResponse(body.model_dump(), status_code=503)
+        response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        return response
+
+    for unavailable in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(unavailable, on_database_unavailable)
+
+    async def desk_unavailable(
+        scope: Scope, receive: Receive, send: Send, failure: BaseException
+    ) -> None:
+        """The answer to a desk request whose session's sign-out could not be checked."""
+        response = await on_database_unavailable(Request(scope, receive), failure)
+        await response(scope, receive, send)
+
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
         if is_desk(request) and exc.status_code == 404:
@@ -388,6 +425,8 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         signer=signer,
         secure=settings.session_cookie_secure,
         revoked=ctx.store.session_revoked,
+        unavailable=DATABASE_UNAVAILABLE,
+        when_unavailable=desk_unavailable,
     )
     app.add_middleware(BodyLimitMiddleware, limit=body_limit(settings.max_complaint_chars))
     app.add_middleware(HttpMetricsMiddleware, metrics=metrics)

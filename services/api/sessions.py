@@ -91,12 +91,18 @@ def _cookie(header: str, name: str) -> str | None:
     return cookie_parser(header).get(name)
 
 
+UnavailableAnswer = Callable[[Scope, Receive, Send, BaseException], Awaitable[None]]
+"""Answers a request whose session could not be checked, given what the check raised."""
+
+
 class SessionMiddleware:
     """Loads ``scope["session"]`` for desk paths and writes it back on the response.
 
     Like Starlette's own session middleware (which needs ``itsdangerous``), but stdlib-only
     and restricted to :data:`DESK_PREFIX`. A session whose :data:`SESSION_ID_KEY` the
-    ``revoked`` check names (signed out) loads as empty, and its cookie is cleared.
+    ``revoked`` check names (signed out) loads as empty, and its cookie is cleared. When that
+    check fails with one of ``unavailable`` (its database out of reach), the request is
+    neither served signed in nor signed out: ``when_unavailable`` answers it (a 503 page).
     """
 
     def __init__(
@@ -107,6 +113,8 @@ class SessionMiddleware:
         cookie_name: str = "rb_review_session",
         secure: bool = False,
         revoked: RevocationCheck | None = None,
+        unavailable: tuple[type[BaseException], ...] = (),
+        when_unavailable: UnavailableAnswer | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
@@ -114,6 +122,8 @@ class SessionMiddleware:
         self._cookie = cookie_name
         self._secure = secure
         self._revoked = revoked
+        self._unavailable = unavailable
+        self._when_unavailable = when_unavailable
         self._clock = clock
 
     async def _is_revoked(self, session: dict[str, Any]) -> bool:
@@ -138,7 +148,14 @@ class SessionMiddleware:
                     loaded = self._signer.loads(token, self._clock())
                     if loaded is not None:
                         had_session = True
-                        if not await self._is_revoked(loaded):
+                        try:
+                            revoked = await self._is_revoked(loaded)
+                        except self._unavailable as exc:
+                            if self._when_unavailable is None:
+                                raise
+                            await self._when_unavailable(scope, receive, send, exc)
+                            return
+                        if not revoked:
                             scope["session"] = loaded
 
         async def send_with_cookie(message: Message) -> None:

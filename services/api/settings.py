@@ -88,8 +88,9 @@ class ApiSettings(StackSettings):
     db_pool_max: int = Field(default=10, ge=1)
     """PostgreSQL connections for the desk, the status API and the intake's own queries."""
     db_pool_wait_s: float = Field(default=2.0, gt=0)
-    """How long a complaint's own queries (its idempotency key, its order, its claim) wait for
-    one of those connections before the complaint is answered 503 with ``Retry-After``."""
+    """How long a request's queries (a complaint's key, order and claim, a desk page, a dispute's
+    story, a Stripe event) wait for one of those connections before the request is answered 503
+    with ``Retry-After``: PostgreSQL busy or out of reach."""
     db_publish_pool_max: int = Field(default=4, ge=1)
     """PostgreSQL connections held while an event is published (each until Kafka answers):
     a separate pool, so that waiting for Kafka never takes the connections of the rest."""

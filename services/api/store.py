@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -129,6 +130,16 @@ class PublishersBusy(Exception):  # noqa: N818 - reads as the condition
 class DatabaseBusy(Exception):  # noqa: N818 - reads as the condition
     """Every connection of the main pool stayed taken for ``pool_wait_s``: nothing was read or
     written; the request may be retried."""
+
+
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    DatabaseBusy,
+    PoolTimeout,
+    psycopg.OperationalError,
+)
+"""What a query raises when PostgreSQL is out of reach, too busy, or too slow (a connection
+lost or refused, no connection free in time, a statement or lock timeout): the request may be
+retried, and is answered 503 with ``Retry-After``."""
 
 
 @dataclass(frozen=True)
@@ -594,8 +605,9 @@ class Store:
             )
 
     async def session_revoked(self, session_id: str) -> bool:
-        """True when the session ``session_id`` was signed out."""
-        async with self._pool.connection() as conn:
+        """True when the session ``session_id`` was signed out; :class:`DatabaseBusy` when no
+        connection comes free in time (every desk request asks this first)."""
+        async with self._connection() as conn:
             cur = await conn.execute(
                 "SELECT 1 FROM desk_revoked_sessions WHERE session_id = %s", (session_id,)
             )

@@ -2,15 +2,17 @@
 
 Put in front of Redis, it is Redis going away for a while (a restart, a failover) and coming
 back: :meth:`TcpProxy.cut` closes every connection through it and closes each new one at once,
-until :meth:`TcpProxy.restore`.
+until :meth:`TcpProxy.restore`. :class:`ThreadedTcpProxy` is the same for a synchronous test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 
 class TcpProxy:
@@ -92,3 +94,47 @@ class TcpProxy:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+
+class ThreadedTcpProxy:
+    """A :class:`TcpProxy` on an event loop of its own, in a thread: for a server under test
+    that runs in another thread (the API), from a synchronous test. Use as ``with``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._proxy = TcpProxy(host, port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._proxy.port
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        self._call(self._proxy.__aenter__())
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._call(self._proxy.__aexit__(kind, exc, tb))
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def cut(self) -> None:
+        """:meth:`TcpProxy.cut`, done when this returns."""
+        self._call(self._run(self._proxy.cut))
+
+    def restore(self) -> None:
+        """:meth:`TcpProxy.restore`, done when this returns."""
+        self._call(self._run(self._proxy.restore))
+
+    @staticmethod
+    async def _run(action: Callable[[], None]) -> None:
+        action()
+
+    def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(30)
