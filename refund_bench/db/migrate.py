@@ -74,6 +74,7 @@ def _apply(conninfo: str, lock_timeout_ms: int) -> None:
     # A transaction-scoped advisory lock keeps concurrent starters from racing on DDL; it is
     # taken before the lock timeout applies, so a second starter waits for the first to finish.
     with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('lock_timeout', '0', true)")  # whatever the URL sets
         conn.execute("SELECT pg_advisory_xact_lock(4242)")
         conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
         for path in schema_files():

@@ -135,11 +135,13 @@ class PayoutLedger:
     async def record_attempt(self, dispute_id: str, round_: int) -> None:
         """Count one more provider call for a round that was already open; a round whose calls
         were all counted as never begun (:meth:`forget_refused_call`, by a concurrent handler)
-        gets this call's time as its first."""
+        gets this call's time as its first. A round with calls counted keeps its first call's
+        time, even none (a row of a release that did not record it: its age then counts from
+        its opening, never from a later call)."""
         async with self._pool.connection() as conn:
             await conn.execute(
-                "UPDATE payout_ledger SET attempts = attempts + 1,"
-                " first_call_at = COALESCE(first_call_at, now()), updated_at = now()"
+                "UPDATE payout_ledger SET attempts = attempts + 1, first_call_at = CASE"
+                " WHEN attempts = 0 THEN now() ELSE first_call_at END, updated_at = now()"
                 " WHERE dispute_id = %s AND round = %s",
                 (dispute_id, round_),
             )

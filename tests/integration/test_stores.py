@@ -31,6 +31,7 @@ from refund_bench.resources import pg_pool
 from refund_bench.samples import SAMPLE_ORDERS, own_copy
 from services.extractor.evidence import freeze
 from services.payout.ledger import PayoutLedger
+from tests.ledger_rows import seed_round
 from tests.pg_helpers import WAITING_ON_SQL
 
 pytestmark = pytest.mark.stack
@@ -506,3 +507,28 @@ def test_a_call_counted_after_another_handler_forgot_its_refused_one_starts_the_
             return tuple(await cur.fetchone() or ())
 
     assert _with_pool(database, work) == (1, True)
+
+
+def test_a_call_counted_on_a_round_whose_earlier_calls_have_no_time_keeps_none(
+    database: str,
+) -> None:
+    """A round an earlier release called Stripe for without recording when: a later call must
+    not become its first, or the round's 23 hours would start again, and a call after Stripe
+    forgot the key could refund twice. Its age counts from its opening."""
+    dispute = f"d-store-{uuid.uuid4().hex[:8]}"
+    seed_round(database, dispute, status="PENDING", attempts=2, age="20 hours")
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE payout_ledger SET first_call_at = NULL WHERE dispute_id = %s", (dispute,)
+        )
+
+    async def work(pool: AsyncConnectionPool[Any]) -> tuple[Any, ...]:
+        await PayoutLedger(pool).record_attempt(dispute, 1)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT attempts, first_call_at FROM payout_ledger WHERE dispute_id = %s",
+                (dispute,),
+            )
+            return tuple(await cur.fetchone() or ())
+
+    assert _with_pool(database, work) == (3, None)
