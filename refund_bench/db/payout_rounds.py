@@ -102,10 +102,13 @@ def how_to_close(
     status: str | None = None,
     repaid_on: str | None = None,
     settled_on: str | None = None,
+    *,
+    paid_elsewhere: bool = False,
 ) -> str:
     """What the desk tells a payment operator to do with a round paying again cannot mend
     (``status``: the round's status in the ledger; ``repaid_on``, ``settled_on``: the round's
-    other item a REPAY, or a PAID_ELSEWHERE, was recorded on, if any)."""
+    other item a REPAY, or a PAID_ELSEWHERE, was recorded on, if any; ``paid_elsewhere``: the
+    ledger's mark of a round settled another way before)."""
     if repaid_on is not None:
         return (
             f"It was paid again from {repaid_on}, so nothing is left to pay for it: do not pay"
@@ -122,6 +125,11 @@ def how_to_close(
         return (
             "Do not pay the customer another way while it waits; once Stripe reports the refund"
             " succeeded, the ledger records the round paid, and you close it here"
+        )
+    if paid_elsewhere and status == "FAILED":
+        return (
+            "It was settled another way before its refund failed: find out what the customer"
+            " has been paid, pay by hand only what is still owed, then close it here"
         )
     return "Settle it with the customer another way, then close it here"
 
@@ -218,7 +226,8 @@ def payout_item(settlement_round: int) -> str:
 
 def payout_again_item(settlement_round: int) -> str:
     """The key of the review item this round opens when its refund fails again after Stripe
-    had refunded it following a wait for the customer: the round's own item
+    had refunded it following a failure that might still have refunded, or fails after a
+    payment operator settled the round another way: the round's own item
     (:func:`payout_item`) may have been decided then, and an item takes one decision."""
     return f"{payout_item(settlement_round)}:again"
 

@@ -151,11 +151,12 @@ BEGIN
 END
 $$;
 
--- Refunds that waited for the customer (their round FAILED, refund_requires_action) and that
--- Stripe then reported refunded (its webhook): one row per payout round, written in the
--- transaction that turns the round SUCCEEDED in payout_ledger. A round turns back that way at
--- most once. Also the outbox of payout.completed for those rounds: rows with published = false
--- are (re-)published at startup and periodically.
+-- Refunds of rounds FAILED while the refund might still go through (refund_requires_action,
+-- STALE_PENDING, IdempotencyError, STRIPE_SAVED_SERVER_ERROR) that Stripe then reported
+-- refunded (its webhook): one row per payout round, written in the transaction that turns the
+-- round SUCCEEDED in payout_ledger; a round that turns back again updates its row. Also the
+-- outbox of payout.completed for those rounds: rows with published = false are
+-- (re-)published at startup and periodically.
 CREATE TABLE IF NOT EXISTS refund_completions (
     dispute_id       text NOT NULL,
     round            integer NOT NULL,

@@ -164,7 +164,9 @@ def failed_round(
     return {
         "ledger": row,
         "why_not": why_not,
-        "how_to_close": how_to_close(row.error_code, row.status, repaid_on, settled_on),
+        "how_to_close": how_to_close(
+            row.error_code, row.status, repaid_on, settled_on, paid_elsewhere=row.paid_elsewhere
+        ),
         "conflict": False,
         "repaid_on": repaid_on,
         "settled_on": settled_on,

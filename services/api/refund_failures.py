@@ -206,8 +206,9 @@ class Outcome(enum.StrEnum):
     IGNORED = "ignored"
     """Not about a payout round, or a refund status that is neither paid nor failed."""
     FAILED_AGAIN = "failed_again"
-    """The round's refund waited for the customer, was then refunded (:attr:`NOW_REFUNDED`),
-    and now failed after all: the round is FAILED again and its ``payout.failed`` is published
+    """The round failed with a refund that might still go through, was then refunded
+    (:attr:`NOW_REFUNDED`), and now failed after all: the round is FAILED again and its
+    ``payout.failed`` is published
     again, naming the review item ``payout:round<n>:again``: the round's own item may have been
     decided when Stripe refunded it, and the desk takes one decision per item, so the failure
     reaches a payment operator's queue as an item of its own (if the round's own item is still
@@ -217,6 +218,11 @@ class Outcome(enum.StrEnum):
     operator had meanwhile settled another way (PAID_ELSEWHERE): the customer may have been paid
     twice; no review item opens for it, and an alert (``RefundBenchRefundNeedsOperator``) asks
     a payment operator to check."""
+    NOW_WAITING = "now_waiting"
+    """The round was FAILED not knowing whether Stripe had made its refund
+    (``STALE_PENDING``, ``IdempotencyError``, ``STRIPE_SAVED_SERVER_ERROR``); Stripe now holds
+    that refund waiting for the customer: the ledger records it so (with the refund's id), and
+    the desk tells the operator to wait instead of looking for a refund."""
     FAILED_AFTER_SETTLED = "failed_after_settled"
     """As :attr:`NOW_FINAL`, for a round a payment operator had meanwhile settled another way
     (PAID_ELSEWHERE), perhaps counting on the refund that has now failed: the round's
@@ -291,7 +297,6 @@ FROM payout_ledger WHERE dispute_id = %s AND round = %s FOR UPDATE
 _WAITING = WAITING_FOR_CUSTOMER
 _MAY_HAVE_REFUNDED = sorted(MAY_HAVE_REFUNDED)
 _WAITING_ADVICE = UNMENDABLE_FAILURES[_WAITING][0].upper() + UNMENDABLE_FAILURES[_WAITING][1:]
-_FINAL_STATUSES = NOT_REFUNDED_STATUSES - {"requires_action"}
 _LEDGER_REFUNDED = """
 UPDATE payout_ledger SET status = 'SUCCEEDED', stripe_refund_id = %s, error_code = NULL,
                          error_message = %s, revision = revision + 1, updated_at = now()
@@ -299,11 +304,15 @@ WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
 RETURNING revision
 """
 _LEDGER_FINAL = """
-UPDATE payout_ledger SET error_code = %s, error_message = %s, updated_at = now()
+UPDATE payout_ledger SET error_code = %s, error_message = %s,
+                         stripe_refund_id = COALESCE(stripe_refund_id, %s), updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
 """
+"""A round whose refund might still go through, now known: Stripe's status of it, and its id
+(a round the payout failed not knowing whether the refund exists kept none)."""
 _LEDGER_FINAL_AGAIN = """
-UPDATE payout_ledger SET error_code = %s, error_message = %s, revision = revision + 1,
+UPDATE payout_ledger SET error_code = %s, error_message = %s,
+                         stripe_refund_id = COALESCE(stripe_refund_id, %s), revision = revision + 1,
                          updated_at = now()
 WHERE dispute_id = %s AND round = %s AND status = 'FAILED' AND error_code = %s
 RETURNING revision
@@ -339,8 +348,9 @@ WHERE refund_completions.stripe_refund_id = EXCLUDED.stripe_refund_id
 RETURNING stripe_refund_id
 """  # noqa: S608 - the column list is a constant
 """Returns the row written, none if the round's row names another refund. A round turns back
-to SUCCEEDED once (only from waiting for the customer, which nothing returns it to); should it
-ever do so again, its row is brought up to date and queued again."""
+to SUCCEEDED from a failure that might still have refunded (:data:`MAY_HAVE_REFUNDED`); should
+it do so again (Stripe reported the refund waiting for the customer after it had succeeded, and
+then succeeded again), its row is brought up to date and queued again."""
 
 
 def _refunded_message(refund_id: str, error_code: str) -> str:
@@ -367,11 +377,18 @@ def _turned_back(ledger: Mapping[str, Any], refund_id: str) -> bool:
     )
 
 
-def _error_message(report: RefundFailureReport) -> str:
+def _error_message(report: RefundFailureReport, *, settled_elsewhere: bool = False) -> str:
     """The failure's reason, as the review item and ``payout.failed`` carry it: what happened,
-    and what a payment operator may do about it."""
+    and what a payment operator may do about it (``settled_elsewhere``: the round was settled
+    another way while its refund might still go through)."""
     why = f" ({report.failure_reason})" if report.failure_reason else ""
     reported = f"Stripe reported refund {report.stripe_refund_id} {report.refund_status}{why}"
+    if settled_elsewhere:
+        return (
+            f"{reported} after a payment operator had settled this round another way while the"
+            " refund might still go through: no money went back through it. Find out what the"
+            " customer has been paid, and pay by hand only what is still owed."
+        )
     if not_refunded_code(report.refund_status) == _WAITING:
         # It may still go through: paying another way now could pay the customer twice.
         return (
@@ -400,17 +417,21 @@ class RefundFailures:
         one after the other, each on a status read after the other's change.
 
         A status in :data:`NOT_REFUNDED_STATUSES`: mark the round FAILED and queue its
-        ``payout.failed`` if the ledger paid it with this refund; record a refund that waited
-        for the customer as failed for good (:attr:`Outcome.NOW_FINAL`, no second
-        ``payout.failed``: the desk reads the ledger). A status in :data:`REFUNDED_STATUSES`:
-        turn a round FAILED waiting for the customer SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`)
-        and queue its ``payout.completed``. A round the payout has not settled (PENDING),
-        whatever Stripe holds: :attr:`Outcome.NOT_SETTLED`. Otherwise change nothing. Each
-        change that queues an event counts up the round's ``revision``, which the event carries.
-        Stripe's errors propagate (the transaction rolls back):
-        ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
+        ``payout.failed`` if the ledger paid it with this refund. For a round FAILED with a
+        refund that might still go through (:data:`MAY_HAVE_REFUNDED`), record what Stripe
+        holds: waiting for the customer (:attr:`Outcome.NOW_WAITING`), or failed for good
+        (:attr:`Outcome.NOW_FINAL`; no second ``payout.failed``: the desk reads the ledger; but
+        :attr:`Outcome.FAILED_AFTER_SETTLED`, one naming an item of its own, when the round was
+        settled another way meanwhile). A status in :data:`REFUNDED_STATUSES`: turn such a
+        round SUCCEEDED (:attr:`Outcome.NOW_REFUNDED`, or
+        :attr:`Outcome.REFUNDED_AFTER_SETTLED`) and queue its ``payout.completed``. A round the
+        payout has not settled (PENDING), whatever Stripe holds: :attr:`Outcome.NOT_SETTLED`.
+        Otherwise change nothing. Each change that queues an event counts up the round's
+        ``revision``, which the event carries. Stripe's errors propagate (the transaction rolls
+        back): ``TransientError`` and ``PaymentsRefusedUs``; a refund Stripe does not know is
         :attr:`Outcome.REFUND_NOT_FOUND`, or :attr:`Outcome.OWN_REFUND_NOT_FOUND` when the
-        ledger paid the round with it or is paying it."""
+        ledger paid or failed the round with it, is paying it, or failed it with a refund that
+        may still go through."""
         async with self._pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_LEDGER_ROW, (event.dispute_id, event.round))
@@ -423,7 +444,11 @@ class RefundFailures:
             try:
                 retrieved = await refunds.retrieve_refund(event.stripe_refund_id)
             except RefundNotFound:
-                if paid_with is not None or ledger["status"] == "PENDING":
+                if (
+                    paid_with is not None
+                    or ledger["status"] == "PENDING"
+                    or ledger["error_code"] in MAY_HAVE_REFUNDED
+                ):
                     return Outcome.OWN_REFUND_NOT_FOUND, None
                 return Outcome.REFUND_NOT_FOUND, None
             if retrieved.status in NOT_REFUNDED_STATUSES:
@@ -439,15 +464,22 @@ class RefundFailures:
     ) -> Outcome:
         code, message = not_refunded_code(report.refund_status), _error_message(report)
         where = (report.dispute_id, report.round)
+        refund_id = report.stripe_refund_id
         if ledger["status"] == "FAILED":
             was = ledger["error_code"]
-            if was not in MAY_HAVE_REFUNDED or report.refund_status not in _FINAL_STATUSES:
+            if was not in MAY_HAVE_REFUNDED or code == was:
                 return Outcome.ALREADY_FAILED
+            if code == _WAITING:  # it exists, and waits: the desk's advice is to wait
+                await conn.execute(_LEDGER_FINAL, (code, message, refund_id, *where, was))
+                return Outcome.NOW_WAITING
             if not ledger["paid_elsewhere"]:  # its item is open: the desk reads the ledger
-                await conn.execute(_LEDGER_FINAL, (code, message, *where, was))
+                await conn.execute(_LEDGER_FINAL, (code, message, refund_id, *where, was))
                 return Outcome.NOW_FINAL
             # Settled another way, perhaps counting on this refund: the operator must know.
-            failed = await conn.execute(_LEDGER_FINAL_AGAIN, (code, message, *where, was))
+            message = _error_message(report, settled_elsewhere=True)
+            failed = await conn.execute(
+                _LEDGER_FINAL_AGAIN, (code, message, refund_id, *where, was)
+            )
             again = True
         elif ledger["status"] == "SUCCEEDED":
             # SUCCEEDED only since Stripe refunded it after it failed: its item was decided then.

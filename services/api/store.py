@@ -11,10 +11,11 @@ publishers of one row from both publishing it.
 A publisher holds its connection until the broker answers (up to ``PUBLISH_TIMEOUT_S``), so
 those connections come from a pool of their own: with Kafka down, waiting publishers take at
 most that pool, and the desk and the status API keep theirs. A publisher that gets no connection
-within ``PUBLISH_WAIT_S`` raises :class:`PublishersBusy` (its row stays unpublished). The
-intake's own queries wait at most ``DB_POOL_WAIT_S`` for a connection of the main pool and
-raise :class:`DatabaseBusy` then, so that a complaint is answered 503 at once instead of after
-the pool's own 30 s.
+within ``PUBLISH_WAIT_S`` raises :class:`PublishersBusy` (its row stays unpublished). Queries
+wait at most ``DB_POOL_WAIT_S`` for a connection of the main pool (the pool's own timeout,
+which the API sets so; the intake's and the session check's raise :class:`DatabaseBusy`, the
+others psycopg's ``PoolTimeout``), so that a request is answered 503 at once
+(:data:`DATABASE_UNAVAILABLE`).
 """
 
 from __future__ import annotations
@@ -225,8 +226,9 @@ class Store:
     """Queries over two async connection pools (owned by the caller): ``pool`` for everything
     but publishing, ``publish_pool`` for the rows locked while their event is published.
 
-    The intake's queries wait ``pool_wait_s`` at most for a connection of ``pool``
-    (:class:`DatabaseBusy`), the others the pool's own timeout."""
+    The intake's queries and the session check wait ``pool_wait_s`` at most for a connection
+    of ``pool`` (:class:`DatabaseBusy`), the others the pool's own timeout (the API sets it to
+    the same)."""
 
     def __init__(
         self,
@@ -522,7 +524,13 @@ class Store:
             settled_on=settled_on,
         )
         if why is not None:
-            close = how_to_close(error_code, status, repaid_on, settled_on)
+            close = how_to_close(
+                error_code,
+                status,
+                repaid_on,
+                settled_on,
+                paid_elsewhere=bool(row and row["paid_elsewhere"]),
+            )
             raise NotDecidable(
                 f"Round {round_} cannot be paid again: {why}. {close} (PAID_ELSEWHERE)."
             )

@@ -12,15 +12,16 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
 
 - 200: taken; ``outcome`` says what it changed (see :class:`services.api.refund_failures.Outcome`;
   ``ignored`` for events that are not about a payout round's refund). What a change publishes
-  (``payout.failed``, or ``payout.completed`` for a round refunded after a wait for the
-  customer) goes out after the answer, through its outbox.
+  (``payout.failed``, or ``payout.completed`` for a round refunded after it failed with a
+  refund that might still go through) goes out after the answer, through its outbox.
 - 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
 - 503: not configured (no secret or no API key); the round's refund is not recorded yet; Stripe
   could not be read (unreachable, 429, 5xx: ``stripe_unavailable``) or refused our key (401,
   403: ``stripe_key_refused``, logged as an error), or does not know the refund of a round the
-  ledger paid with it or is paying (``own_refund_not_found``: our key is of another account or
-  mode, logged as an error). Nothing was changed. Any other failure (the
-  database unreachable) answers 500. Stripe delivers again; nothing is lost.
+  ledger paid or failed with it, is paying, or failed with a refund that may still go through
+  (``own_refund_not_found``: our key is of another account or mode, logged as an error); the
+  database out of reach or too busy. Nothing was changed. Stripe delivers again; nothing is
+  lost.
 """
 
 from __future__ import annotations
@@ -195,6 +196,14 @@ def stripe_webhook_router(
                 status,
                 where,
             )
+        if outcome is Outcome.NOW_WAITING:
+            log.warning(
+                "Stripe reported refund %s %s: %s, failed not knowing whether Stripe had made"
+                " it, waits for the customer",
+                refund_id,
+                status,
+                where,
+            )
         if outcome is Outcome.FAILED_AFTER_SETTLED:
             log.warning(
                 "Stripe reported refund %s %s, which might still have refunded, after %s was"
@@ -212,8 +221,9 @@ def stripe_webhook_router(
             )
         if outcome is Outcome.FAILED_AGAIN:
             log.warning(
-                "Stripe reported refund %s %s after it had refunded it following a wait for the"
-                " customer: %s is FAILED again, sent to review as an item of its own",
+                "Stripe reported refund %s %s after it had refunded it following a failure that"
+                " might still have refunded: %s is FAILED again, sent to review as an item of its"
+                " own",
                 refund_id,
                 status,
                 where,
@@ -245,6 +255,9 @@ _DETAIL = {
     Outcome.NOW_FINAL: "Stripe holds refund {refund} {status}: {where} was FAILED with a refund"
     " that might still go through; the ledger now records that no money went back, and the desk"
     " offers to pay it again",
+    Outcome.NOW_WAITING: "Stripe holds refund {refund} {status}: {where} was FAILED not knowing"
+    " whether Stripe had made it; the ledger now records it waiting for the customer, and the"
+    " desk says not to pay it another way meanwhile",
     Outcome.FAILED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
     " with a refund that might still go through, and settled another way meanwhile; the ledger"
     " now records that no money went back, and its payout.failed is published again and sends"
@@ -253,8 +266,8 @@ _DETAIL = {
     " refund that might still go through; the ledger now records it paid, payout.completed says"
     " so, and the desk closes its review item",
     Outcome.FAILED_AGAIN: "Stripe holds refund {refund} {status}: {where} was refunded after"
-    " waiting for the customer and is FAILED again; its payout.failed is published again and"
-    " sends it to review as an item of its own",
+    " a failure that might still have refunded, and is FAILED again; its payout.failed is"
+    " published again and sends it to review as an item of its own",
     Outcome.REFUNDED_AFTER_SETTLED: "Stripe holds refund {refund} {status}: {where} was FAILED"
     " with a refund that might still go through, and settled another way meanwhile; the ledger"
     " now records it paid, payout.completed says so, and an alert asks a payment operator to"

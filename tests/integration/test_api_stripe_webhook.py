@@ -36,6 +36,7 @@ from refund_bench.db.payout_rounds import (
     SAVED_SERVER_ERROR,
     STALE_PENDING,
     WAITING_FOR_CUSTOMER,
+    how_to_close,
     idempotency_key,
     why_not_repayable,
 )
@@ -602,6 +603,7 @@ def test_a_round_failed_not_knowing_of_its_refund_may_be_paid_again_once_stripe_
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
     assert (answer.status_code, answer.json()["outcome"]) == (200, "now_final"), answer.text
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_failed")
+    assert ledger_row(api.database_url, dispute)["stripe_refund_id"] == refund_id
     assert why_not_repayable("FAILED", "refund_failed") is None
     assert published_rows(api.database_url, dispute) == []
     again = deliver(api, refund_event(refund_id, dispute_id=dispute))
@@ -627,6 +629,8 @@ def test_a_refund_that_fails_after_its_round_was_settled_another_way_goes_back_t
     reason = why_not_repayable("FAILED", "refund_canceled", paid_elsewhere=True)
     assert reason is not None
     assert "what the customer has been paid" in reason
+    close = how_to_close("refund_canceled", "FAILED", paid_elsewhere=True)
+    assert "pay by hand only what is still owed" in close
     wait_for(
         lambda: published_rows(api.database_url, dispute) == [(refund_id, "refund_canceled", True)],
         30,
@@ -637,6 +641,35 @@ def test_a_refund_that_fails_after_its_round_was_settled_another_way_goes_back_t
     assert [(e["error_code"], e["revision"], e["item_key"]) for e in events] == [
         ("refund_canceled", 1, "payout:round1:again")
     ]
+    # The item says what to do about a round settled by hand: not to pay it again blindly.
+    assert "pay by hand only what is still owed" in events[0]["reason"]
+    assert "Pay it another way" not in events[0]["reason"]
+
+
+@pytest.mark.parametrize("code", UNKNOWN_REFUND)
+def test_a_round_failed_not_knowing_of_its_refund_waits_once_stripe_reports_it_waiting(
+    api: ApiServer, fake: FakeStripeServer, code: str
+) -> None:
+    """The desk told the operator to look for the round's refund at Stripe, and to pay by hand
+    only if there is none. Stripe reports it waiting for the customer: it exists and may still
+    go through, so the ledger records the round waiting (with the refund's id), and the desk
+    says to wait, not to pay it another way."""
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    fake.fake.hold(refund_id, "requires_action")
+    waiting = refund_event(refund_id, dispute_id=dispute, status="requires_action")
+    answer = deliver(api, waiting)
+    assert (answer.status_code, answer.json()["outcome"]) == (200, "now_waiting"), answer.text
+    row = ledger_row(api.database_url, dispute)
+    assert (row["status"], row["error_code"], row["stripe_refund_id"]) == (
+        "FAILED",
+        WAITING_FOR_CUSTOMER,
+        refund_id,
+    )
+    assert "another way meanwhile could refund twice" in row["error_message"]
+    assert "Do not pay the customer another way" in how_to_close(WAITING_FOR_CUSTOMER, "FAILED")
+    assert deliver(api, waiting).json()["outcome"] == "already_failed"
+    assert published_rows(api.database_url, dispute) == []
 
 
 @pytest.mark.parametrize("code", UNKNOWN_REFUND)
@@ -896,7 +929,9 @@ def test_a_refund_stripe_does_not_know_changes_nothing(
     assert published_rows(api.database_url, dispute) == []
 
 
-@pytest.mark.parametrize("round_is", ["paid with it", "failed with it", "still being paid"])
+@pytest.mark.parametrize(
+    "round_is", ["paid with it", "failed with it", "failed not knowing of it", "still being paid"]
+)
 def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     api: ApiServer, fake: FakeStripeServer, caplog: pytest.LogCaptureFixture, round_is: str
 ) -> None:
@@ -908,6 +943,10 @@ def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     if round_is == "paid with it":
         dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
         status = "SUCCEEDED"
+    elif round_is == "failed not knowing of it":
+        dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
+        seed_round(api.database_url, dispute, status="FAILED", error_code=STALE_PENDING)
+        status = "FAILED"
     elif round_is == "failed with it":
         dispute, refund_id = f"d-test-{uuid.uuid4().hex}", f"re_{uuid.uuid4().hex[:16]}"
         seed_round(
