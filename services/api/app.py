@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 DATABASE_RETRY_AFTER_S = 5
 """The ``Retry-After`` of a 503 answered while PostgreSQL is out of reach or too busy."""
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 

@@ -208,11 +208,11 @@ class Outcome(enum.StrEnum):
     FAILED_AGAIN = "failed_again"
     """The round failed with a refund that might still go through, was then refunded
     (:attr:`NOW_REFUNDED`), and now failed after all: the round is FAILED again and its
-    ``payout.failed`` is published
-    again, naming the review item ``payout:round<n>:again``: the round's own item may have been
-    decided when Stripe refunded it, and the desk takes one decision per item, so the failure
-    reaches a payment operator's queue as an item of its own (if the round's own item is still
-    open, both are, and the desk tells the operator to decide the round on one of them)."""
+    ``payout.failed`` is published again, naming the review item ``payout:round<n>:again``: the
+    round's own item may have been decided when Stripe refunded it, and the desk takes one
+    decision per item, so the failure reaches a payment operator's queue as an item of its own
+    (if the round's own item is still open, both are, and the desk tells the operator to decide
+    the round on one of them)."""
     REFUNDED_AFTER_SETTLED = "refunded_after_settled"
     """As :attr:`NOW_REFUNDED` (its ``payout.completed`` queued too), for a round a payment
     operator had meanwhile settled another way (PAID_ELSEWHERE): the customer may have been paid
