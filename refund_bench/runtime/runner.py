@@ -1015,18 +1015,29 @@ class StageRunner:
         return _Outgoing(dlq, letter.key, envelope, letter.headers, None)
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit the batch's outputs and ``offsets``: the transaction (exactly-once), or the
+        deliveries and then the offsets (at-least-once). A commit that carries offsets is
+        progress: the count of batches put back in a row starts again."""
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if self._eos:
+            self._commit_transaction(tps)
+        else:
+            self._commit_delivered(tps)
+        if tps:
+            self._put_back_in_a_row = 0
+
+    def _commit_delivered(self, tps: list[TopicPartition]) -> None:
+        producer = cast(Producer, self._producer)
+        remaining = producer.flush(self.config.commit_timeout_s)
+        if remaining or self._delivery_errors:
+            errors, self._delivery_errors = self._delivery_errors, []
+            raise KafkaException(errors[0] if errors else "delivery timed out")
+        if tps:
+            cast(Consumer, self._consumer).commit(offsets=tps, asynchronous=False)
+
+    def _commit_transaction(self, tps: list[TopicPartition]) -> None:
         producer = cast(Producer, self._producer)
         consumer = cast(Consumer, self._consumer)
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        if not self._eos:
-            remaining = producer.flush(self.config.commit_timeout_s)
-            if remaining or self._delivery_errors:
-                errors, self._delivery_errors = self._delivery_errors, []
-                raise KafkaException(errors[0] if errors else "delivery timed out")
-            if tps:
-                consumer.commit(offsets=tps, asynchronous=False)
-                self._put_back_in_a_row = 0
-            return
         # One deadline for the whole commit, so that a broker that keeps timing out cannot
         # hold the loop (and a stopping pod) past it: then the batch is aborted and the process
         # exits, and the batch is redelivered.
@@ -1043,8 +1054,6 @@ class StageRunner:
                 on_retry=count_retry,
             )
         retry_transactional(producer.commit_transaction, deadline, on_retry=count_retry)
-        if tps:
-            self._put_back_in_a_row = 0
 
     def _abort_quietly(self) -> None:
         producer = self._producer
