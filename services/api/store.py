@@ -13,8 +13,8 @@ those connections come from a pool of their own: with Kafka down, waiting publis
 most that pool, and the desk and the status API keep theirs. A publisher that gets no connection
 within ``PUBLISH_WAIT_S`` raises :class:`PublishersBusy` (its row stays unpublished). Queries
 wait at most ``DB_POOL_WAIT_S`` for a connection of the main pool (the pool's own timeout,
-which the API sets so; the intake's and the session check's raise :class:`DatabaseBusy`, the
-others psycopg's ``PoolTimeout``), so that a request is answered 503 at once
+which the API sets so; the intake's raise :class:`DatabaseBusy`, the others psycopg's
+``PoolTimeout``), so that a request is answered 503 at once
 (:data:`DATABASE_UNAVAILABLE`).
 """
 
@@ -226,9 +226,8 @@ class Store:
     """Queries over two async connection pools (owned by the caller): ``pool`` for everything
     but publishing, ``publish_pool`` for the rows locked while their event is published.
 
-    The intake's queries and the session check wait ``pool_wait_s`` at most for a connection
-    of ``pool`` (:class:`DatabaseBusy`), the others the pool's own timeout (the API sets it to
-    the same)."""
+    The intake's queries wait ``pool_wait_s`` at most for a connection of ``pool``
+    (:class:`DatabaseBusy`), the others the pool's own timeout (the API sets it to the same)."""
 
     def __init__(
         self,
@@ -613,9 +612,8 @@ class Store:
             )
 
     async def session_revoked(self, session_id: str) -> bool:
-        """True when the session ``session_id`` was signed out; :class:`DatabaseBusy` when no
-        connection comes free in time (every desk request asks this first)."""
-        async with self._connection() as conn:
+        """True when the session ``session_id`` was signed out."""
+        async with self._pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT 1 FROM desk_revoked_sessions WHERE session_id = %s", (session_id,)
             )
