@@ -99,6 +99,22 @@ def new_dispute() -> str:
     return f"d-test-{uuid.uuid4().hex}"
 
 
+def failed_round(
+    api: ApiServer, error_code: str, *, paid_elsewhere: bool = False
+) -> tuple[str, str]:
+    """A new dispute whose round 1 the payout failed with ``error_code`` (keeping no refund id),
+    and the id of a refund of it that Stripe may report: (dispute, refund id)."""
+    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
+    seed_round(
+        api.database_url,
+        dispute,
+        status="FAILED",
+        error_code=error_code,
+        paid_elsewhere=paid_elsewhere,
+    )
+    return dispute, refund_id
+
+
 def published_rows(database: str, dispute_id: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(database) as conn:
         return conn.execute(
@@ -188,8 +204,7 @@ def test_a_refund_that_waited_for_the_customer_and_then_failed_may_be_paid_again
         assert deliver(api, waiting).json()["outcome"] == "recorded"
         queued = [(refund_id, "refund_requires_action")]
     else:  # the payout stage failed the round itself, keeping no refund id
-        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
+        dispute, refund_id = failed_round(api, "refund_requires_action")
         queued = []
     assert read_round(api.database_url, dispute) == ("FAILED", 1, "refund_requires_action")
     assert why_not_repayable("FAILED", "refund_requires_action") is not None
@@ -399,8 +414,7 @@ def test_a_refund_that_waited_for_the_customer_and_then_succeeded_pays_its_round
         )
         assert deliver(api, waiting).json()["outcome"] == "recorded"
     else:  # the payout stage failed the round itself, keeping no refund id
-        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
+        dispute, refund_id = failed_round(api, "refund_requires_action")
         waiting = refund_event(
             refund_id, dispute_id=dispute, status="requires_action", event_type="refund.updated"
         )
@@ -458,15 +472,8 @@ def test_a_refund_that_succeeded_after_waiting_is_published_as_completed_once(
         assert (failure["error_code"], failure["revision"]) == ("refund_requires_action", 1)
         revision, outcome = 2, "now_refunded"
     else:  # the payout stage failed the round itself (revision 0), keeping no refund id
-        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
         settled = reported.endswith("meanwhile")
-        seed_round(
-            api.database_url,
-            dispute,
-            status="FAILED",
-            error_code="refund_requires_action",
-            paid_elsewhere=settled,
-        )
+        dispute, refund_id = failed_round(api, "refund_requires_action", paid_elsewhere=settled)
         revision = 1
         outcome = "refunded_after_settled" if settled else "now_refunded"
     fake.fake.hold(refund_id, "succeeded")
@@ -525,8 +532,7 @@ def test_a_refund_that_succeeded_after_waiting_and_then_failed_fails_its_round_a
             "the first payout.failed to be published",
         )
     else:  # the payout stage failed the round itself, keeping no refund id
-        dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-        seed_round(api.database_url, dispute, status="FAILED", error_code="refund_requires_action")
+        dispute, refund_id = failed_round(api, "refund_requires_action")
     fake.fake.hold(refund_id, "succeeded")
     assert deliver(api, refund_event(refund_id, dispute_id=dispute)).json()["outcome"] == (
         "now_refunded"
@@ -566,8 +572,7 @@ def test_a_round_failed_not_knowing_of_its_refund_is_paid_once_stripe_reports_it
     own refund (its metadata names the round) refunded: the money went back, so the ledger
     records the round paid, with the refund, and payout.completed says so; the desk no longer
     lets anyone pay it."""
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    dispute, refund_id = failed_round(api, code)
     fake.fake.hold(refund_id, holds)
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status=holds))
     assert (answer.status_code, answer.json()["outcome"]) == (200, "now_refunded"), answer.text
@@ -596,8 +601,7 @@ def test_a_round_failed_not_knowing_of_its_refund_may_be_paid_again_once_stripe_
     """Stripe reports the round's own refund failed: no money went back through it, so the
     ledger says so, and the desk offers REPAY on the round's item, still open. Nothing more is
     published: the item is in the queue already."""
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    dispute, refund_id = failed_round(api, code)
     assert why_not_repayable("FAILED", code) is not None
     fake.fake.hold(refund_id, "failed", failure_reason="lost_or_stolen_card")
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute))
@@ -619,8 +623,7 @@ def test_a_refund_that_fails_after_its_round_was_settled_another_way_goes_back_t
     customer may have been paid nothing, and the round's item is decided, so its payout.failed
     is published again, naming an item of its own, once however often Stripe delivers."""
     start = end_offsets(stack.kafka, TOPIC)
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="FAILED", error_code=code, paid_elsewhere=True)
+    dispute, refund_id = failed_round(api, code, paid_elsewhere=True)
     fake.fake.hold(refund_id, "canceled")
     canceled = refund_event(refund_id, dispute_id=dispute, status="canceled")
     answer = deliver(api, canceled)
@@ -654,8 +657,7 @@ def test_a_round_failed_not_knowing_of_its_refund_waits_once_stripe_reports_it_w
     only if there is none. Stripe reports it waiting for the customer: it exists and may still
     go through, so the ledger records the round waiting (with the refund's id), and the desk
     says to wait, not to pay it another way."""
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="FAILED", error_code=code)
+    dispute, refund_id = failed_round(api, code)
     fake.fake.hold(refund_id, "requires_action")
     waiting = refund_event(refund_id, dispute_id=dispute, status="requires_action")
     answer = deliver(api, waiting)
@@ -676,8 +678,7 @@ def test_a_round_failed_not_knowing_of_its_refund_waits_once_stripe_reports_it_w
 def test_a_refund_that_succeeds_after_its_unknown_round_was_paid_another_way_raises_the_alarm(
     api: ApiServer, fake: FakeStripeServer, code: str
 ) -> None:
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(api.database_url, dispute, status="FAILED", error_code=code, paid_elsewhere=True)
+    dispute, refund_id = failed_round(api, code, paid_elsewhere=True)
     fake.fake.hold(refund_id, "succeeded")
     answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status="succeeded"))
     assert (answer.status_code, answer.json()["outcome"]) == (200, "refunded_after_settled")
@@ -690,14 +691,7 @@ def test_a_refund_that_succeeded_after_its_round_was_paid_another_way_raises_the
     """A payment operator settled the waiting round another way (PAID_ELSEWHERE); then Stripe
     refunded it after all. The ledger records the refund, and the outcome says the customer
     may have been paid twice, which the alert RefundBenchRefundNeedsOperator counts."""
-    dispute, refund_id = new_dispute(), f"re_{uuid.uuid4().hex[:16]}"
-    seed_round(
-        api.database_url,
-        dispute,
-        status="FAILED",
-        error_code="refund_requires_action",
-        paid_elsewhere=True,
-    )
+    dispute, refund_id = failed_round(api, "refund_requires_action", paid_elsewhere=True)
     fake.fake.hold(refund_id, "succeeded")
     paid = refund_event(refund_id, dispute_id=dispute, status="succeeded")
     answer = deliver(api, paid)
