@@ -78,8 +78,9 @@ STAGE_INPUTS: tuple[Topic, ...] = (
     PAYOUT_REQUESTED,
     PAYOUT_COMPLETED,
     PAYOUT_FAILED,
-    REPLY_PUBLISHED,
 )
+"""The topics a stage reads (each has a ``<topic>.dlq``). ``reply.published`` is read by no
+stage (analysts and the customer-facing services consume it), so it has no dead-letter topic."""
 
 CHANGELOGS: tuple[str, ...] = ("tally.benches.changelog", "pricing.disputes.changelog")
 

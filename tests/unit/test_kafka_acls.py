@@ -26,6 +26,11 @@ def test_every_topic_a_client_may_use_is_one_the_flow_creates() -> None:
     assert {topic.dlq.name for s in STAGES for topic in s.inputs} <= created
 
 
+def test_the_flow_creates_a_dead_letter_topic_for_each_topic_a_stage_reads_and_no_other() -> None:
+    created = {spec.name for spec in t.all_topic_specs() if spec.name.endswith(".dlq")}
+    assert created == {topic.dlq.name for s in STAGES for topic in s.inputs}
+
+
 def test_each_flow_topic_is_written_by_its_producers_only() -> None:
     writers = _topics(Operation.WRITE)
     assert {topic.name: writers[topic.name] for topic in t.FLOW_TOPICS} == {
