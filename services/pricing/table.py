@@ -6,7 +6,13 @@ ever taken from a model's output. Safety bounds, in order:
 
 - a line pays only when its (reviewed) outcome is UPHELD; ESCALATE lines are HELD and pay 0;
   so is an UPHELD line whose rule needs evidence the order does not record (a late delivery
-  without its times), until a reviewer's UPHOLD, which pays it (the flat amount);
+  without its times), until a reviewer's UPHOLD, which pays it (the flat amount), and one
+  priced by an item that names none (packaging "everything leaked": which item's price is for a
+  person to say; a reviewer's UPHOLD of it pays 0, and the reviewer approves or declines the
+  dispute knowing that);
+- a line naming an item without a quantity claims all the units ordered (the extractor's
+  contract: an item named without a number is all its units);
+- QUALITY pays half, rounded down to a whole minor unit, of the units it covers;
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
 - QUALITY pays half of the units no other line refunded in full (MISSING_ITEM, WRONG_ITEM,
@@ -46,7 +52,7 @@ from refund_bench.domain import (
 from refund_bench.errors import InvalidInput, error_summary
 from refund_bench.events import validation_reason
 
-PRICING_VERSION = "2026-12-07.v4"
+PRICING_VERSION = "2026-12-07.v5"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -229,13 +235,15 @@ class _Rule:
 
 
 def _item_rule(verdict: GrievanceVerdict, item: LineItem | None, units_open: int) -> _Rule:
-    """A line naming an item: the units claimed, at most those ordered, at the unit price;
-    QUALITY pays half, and only for units still open (``units_open``: neither refunded in full
-    nor compensated for quality by a line priced before)."""
+    """A line naming an item: the units claimed (all those ordered when it names no quantity),
+    at most those ordered, at the unit price; QUALITY pays half, rounded down, and only for
+    units still open (``units_open``: neither refunded in full nor compensated for quality by a
+    line priced before). A line naming no item has no price the order records: unrecorded."""
     category = verdict.category
     if item is None:
-        return _Rule(0, f"{category}: no item named, 0")
-    claimed = 1 if verdict.item_quantity is None else verdict.item_quantity
+        # Which item's price applies is for a person to say, never a price of 0 by itself.
+        return _Rule(0, f"{category}: no item named", unrecorded=True)
+    claimed = item.quantity if verdict.item_quantity is None else verdict.item_quantity
     quantity = max(0, min(claimed, item.quantity))
     note = "" if quantity == claimed else f" (claimed {claimed}, ordered {item.quantity})"
     if category is Category.QUALITY and quantity > units_open:

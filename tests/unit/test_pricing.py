@@ -87,7 +87,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v4"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v5"
 
 
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
@@ -124,12 +124,11 @@ def test_the_snapshot_read_back_from_json_prices_the_same() -> None:
     ("category", "kw", "amount", "rule"),
     [
         (Category.WRONG_ITEM, {"item": BIRYANI, "quantity": 9}, 128000, "claimed 9, ordered 4"),
-        (Category.MISSING_ITEM, {"item": BIRYANI}, 32000, "1 x 32000"),
+        (Category.MISSING_ITEM, {"item": BIRYANI, "quantity": 1}, 32000, "1 x 32000"),
         (Category.WRONG_ITEM, {"item": RAITA}, 6000, "WRONG_ITEM: 1 x 6000 (Raita)"),
         (Category.WRONG_ITEM, {"item": BIRYANI, "quantity": 3}, 96000, "3 x 32000"),
         (Category.PACKAGING, {"item": BIRYANI, "quantity": 2}, 64000, "2 x 32000"),
-        (Category.PACKAGING, {}, 0, "no item named"),
-        (Category.QUALITY, {"item": BIRYANI}, 16000, "half of 1 x 32000"),
+        (Category.QUALITY, {"item": BIRYANI, "quantity": 1}, 16000, "half of 1 x 32000"),
         (Category.QUALITY, {"item": RAITA}, 3000, "= 3000"),
         (Category.PARTNER_CONDUCT, {}, 0, "no monetary compensation"),
         (Category.BILLING, {}, 0, "not above the expected total"),
@@ -140,6 +139,32 @@ def test_pricing_rules(category: Category, kw: dict[str, Any], amount: int, rule
     assert line.amount_minor == amount
     assert line.status is (LineStatus.PAY if amount else LineStatus.ZERO)
     assert rule in line.rule
+
+
+def test_an_item_named_without_a_quantity_claims_every_unit_ordered() -> None:
+    # The extractor's contract: "the biryanis were cold" is all four of them, not one.
+    line = one(Category.QUALITY, item=BIRYANI).lines[0]
+    assert (line.status, line.amount_minor, line.quantity) == (LineStatus.PAY, 64000, 4)
+    assert line.rule == "QUALITY: half of 4 x 32000 (Hyderabadi Biryani) = 64000"
+
+
+@pytest.mark.parametrize("category", [Category.PACKAGING, Category.QUALITY])
+def test_an_upheld_line_priced_by_an_item_that_names_none_is_held_for_a_reviewer(
+    category: Category,
+) -> None:
+    # "The bag was soaked and everything leaked": which item's price applies is a person's call.
+    priced = one(category)
+    line = priced.lines[0]
+    assert (line.outcome, line.status, line.amount_minor) == (U, LineStatus.HELD, 0)
+    assert line.rule == f"{category}: no item named: held for a reviewer"
+    assert priced.held_grievances == ("g1",)
+    assert priced.decision is Decision.HELD_FOR_REVIEW
+
+    upheld = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g1")
+    reviewed = price_refund([verdict("g1", category)], SNAPSHOT, overrides=upheld)
+    assert (reviewed.lines[0].status, reviewed.lines[0].amount_minor) == (LineStatus.ZERO, 0)
+    assert reviewed.lines[0].rule == f"{category}: no item named"
+    assert reviewed.held_grievances == ()
 
 
 def test_quality_halves_with_floor_division() -> None:
@@ -313,7 +338,7 @@ def test_lines_naming_one_item_never_pay_more_than_its_line_total() -> None:
         [
             verdict("g1", Category.MISSING_ITEM, item=BIRYANI, quantity=3),
             verdict("g2", Category.QUALITY, item=BIRYANI, quantity=4),
-            verdict("g3", Category.PACKAGING, E, item=BIRYANI),
+            verdict("g3", Category.PACKAGING, E, item=BIRYANI, quantity=1),
         ],
         EMPTY_BAG,
         cap_minor=200_000,
