@@ -57,6 +57,7 @@ from refund_bench.llm.roles import (
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import EXTRACTOR
 from refund_bench.storable import storable
+from services.extractor import not_whole
 from services.extractor.evidence import freeze, load_snapshot
 from services.extractor.validation import (
     ExtractedGrievance,
@@ -77,6 +78,8 @@ LEFT_OUT_REASON = (
 )
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NO_ANSWER_REASON = "EXTRACTION: the model endpoint gave no answer to the complaint"
+NOT_WHOLE_REASON = "EXTRACTION: the first answer was not whole, and its repair names no grievance"
+NOT_WHOLE_PROBLEM = "names no grievance, where the first answer, not whole, had text"
 NOTHING_REASON = "no checkable grievance in the complaint"
 MAX_CHANNEL_CHARS = 64
 """A dispute keeps this much of the channel its complaint names (a label: api, app, email)."""
@@ -261,21 +264,35 @@ class ExtractorHandler:
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
         made = await self._call(key, request, complaint.dispute_id)
+        answer = not_whole.read(made.answer)
         try:
-            grievances = validate_extraction(_json(made.answer), complaint.text, items)
+            grievances = validate_extraction(
+                _document(answer), complaint.text, items, not_whole=answer.not_whole
+            )
         except ExtractionInvalid as first:
             answers.append(_kept(1, made, first.problems))
-            repair = _repair_request(request, made.answer, first.problems)
+            repair = _repair_request(request, answer.text, first.problems)
             made = await self._call(f"{key}:repair", repair, complaint.dispute_id)
+            repair_answer = not_whole.read(made.answer)
+            if repair_answer.not_whole is not None:
+                answers.append(_kept(2, made, [repair_answer.not_whole]))
+                return f"{REVIEW_REASON}: {repair_answer.not_whole}", made
             try:
-                repaired = validate_extraction(_json(made.answer), complaint.text, items)
+                repaired = validate_extraction(_json(repair_answer.text), complaint.text, items)
             except ExtractionInvalid as second:
                 answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
             left_out = claims_left_out(first.passed, repaired, first.unresolved)
+            if not left_out and not repaired and answer.not_whole and answer.text.strip():
+                # Cut short or withheld as it named grievances (or before it could): what came
+                # after its fault is unknown, and "none" is no repair of it.
+                left_out = (NOT_WHOLE_PROBLEM,)
+                reason = f"{NOT_WHOLE_REASON} ({answer.not_whole})"
+            else:
+                reason = f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}"
             answers.append(_kept(2, made, left_out))
             if left_out:
-                return f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}", made
+                return reason, made
             return repaired, made
         answers.append(_kept(1, made, ()))
         return grievances, made
@@ -294,8 +311,9 @@ class ExtractorHandler:
                     request.messages, request.schema_name, request.schema, None, dispute_id
                 )
             except MalformedAnswer as exc:
-                # Cut short or empty: validation fails, the repair call follows.
+                # Cut short, withheld or empty: never read as an answer; the repair follows.
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
+                return not_whole.mark(exc.raw, exc.reason)
             return served.text
 
         answer, from_cache = await cached_call(
@@ -347,13 +365,14 @@ class ExtractorHandler:
 
 
 def _kept(attempt: int, made: MadeAnswer, problems: Sequence[str]) -> ev.ExtractorAnswer:
-    """``made`` as ``complaint.extracted`` keeps it, with the problems code found in it."""
+    """``made`` as ``complaint.extracted`` keeps it (the model's text, without the cache's mark
+    of an answer that is not whole), with the problems code found in it."""
     kept = [storable(p, KEPT_PROBLEM_CHARS) for p in problems[:MAX_KEPT_PROBLEMS]]
     if len(problems) > MAX_KEPT_PROBLEMS:
         kept[-1] = f"(and {len(problems) - MAX_KEPT_PROBLEMS + 1} more problems)"
     return ev.ExtractorAnswer(
         attempt=attempt,
-        raw_answer=storable(made.answer, MAX_KEPT_ANSWER_CHARS),
+        raw_answer=storable(not_whole.read(made.answer).text, MAX_KEPT_ANSWER_CHARS),
         problems=kept,
         # The answer's fields say who wrote it as Maker does; none when that is not known.
         **({} if made.maker is None else made.maker._asdict()),
@@ -405,6 +424,14 @@ def _problems_in_short(problems: Sequence[str]) -> str:
     more = len(problems) - PROBLEMS_SHOWN
     text = "; ".join(shown[:PROBLEMS_SHOWN])
     return text + (f" (and {more} more)" if more > 0 else "")
+
+
+def _document(answer: not_whole.CachedAnswer) -> object:
+    """The first answer's document: parsed (:func:`_json`), or, for one that is not whole, the
+    grievances it holds whole before its fault, which its repair must keep."""
+    if answer.not_whole is None:
+        return _json(answer.text)
+    return {"grievances": not_whole.whole_grievances(answer.text)}
 
 
 def _json(raw: str) -> object:

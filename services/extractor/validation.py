@@ -169,8 +169,39 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(_singular(word) for word in _word_list(name_key(text)))
 
 
+_COUNTS = frozenset(
+    {
+        *("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"),
+        *("eleven", "twelve", "dozen", "half", "halve", "couple", "pair"),
+    }
+)
+"""Words that say how many: with the digits, a count in a claimed item's name."""
+
+
+def _holds_digit(word: str) -> bool:
+    return any(char.isdigit() for char in word)
+
+
+def counts_named(claimed: str, item: LineItem) -> list[str]:
+    """The words of ``claimed`` (an item's name as a claim gives it) that say how many of
+    ``item`` it claims ("2 biryanis", "biryani x2", "two of the biryanis", "half the naans"):
+    words with digits and number words, but those of the item's own name ("7 Up", "Two-Cheese
+    Pizza", "Cola 500ml")."""
+    own = _words(item.name)
+    return [
+        word
+        for word in _word_list(name_key(claimed))
+        if (_holds_digit(word) or _singular(word) in _COUNTS) and _singular(word) not in own
+    ]
+
+
 def _claim_words(text: str) -> frozenset[str]:
-    return frozenset(word for word in _words(text) if word not in _FILLER and not word.isdigit())
+    """The words of a claimed name that may name the item: not its filler, nor its count."""
+    return frozenset(
+        word
+        for word in _words(text)
+        if word not in _FILLER and word not in _COUNTS and not _holds_digit(word)
+    )
 
 
 def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem | None, str]:
@@ -181,9 +212,10 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     words all in the claim ("the Raita container" -> "Raita"), and only one item may match,
     unless exactly one of them is named by the claim's words and no more ("the biryanis" ->
     "Biryani", not "Chicken Biryani").
-    The claim's numbers and filler words ("the", "my", "both of") are left out. Parts of words
-    never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced Tea" still
-    resolves to an order's only "Tea": the judges and the item's price bound what follows.
+    The claim's counts ("2", "x2", "two", "half") and filler words ("the", "my", "both of")
+    are left out. Parts of words never match: "Steak" is not "Tea". A claim may add words to a
+    name, so "Iced Tea" still resolves to an order's only "Tea": the judges and the item's
+    price bound what follows.
     """
     wanted = name_key(claimed)
     if not wanted:
@@ -293,6 +325,15 @@ def _check_one(
     elif category in NEEDS_ITEM:
         about_item.append(f"{where}: {category} needs the item_name of a line item")
 
+    if quantity is None and item is not None and isinstance(item_name, str):
+        counts = counts_named(item_name, item)
+        if counts:
+            # Left to the contract's "named without a number", it would claim all the units.
+            about_item.append(
+                f"{where}: item_name {item_name!r} says how many ({', '.join(counts)}) but"
+                " item_quantity is null: give the item's name alone and the count as"
+                " item_quantity"
+            )
     if quantity is not None and not _is_int(quantity):
         about_item.append(f"{where}: item_quantity must be an integer or null")
     elif quantity is not None:
@@ -335,12 +376,16 @@ def validate_extraction(
     line_items: Sequence[LineItem],
     *,
     max_grievances: int = DEFAULT_MAX_GRIEVANCES,
+    not_whole: str | None = None,
 ) -> tuple[ExtractedGrievance, ...]:
     """Validate the parsed answer ``{"grievances": [...]}``; ids g1..gN follow span order.
 
     Returns the grievances (possibly none: nothing checkable was said), or raises
     :class:`ExtractionInvalid` listing every problem found. Keys other than the six of the
-    contract (e.g. a model-chosen ``grievance_id``) are ignored.
+    contract (e.g. a model-chosen ``grievance_id``) are ignored. ``not_whole``: why the answer
+    is not the model's whole answer (cut short, withheld), if it is not; it is then invalid
+    whatever it holds, with that as its first problem, and the grievances it holds are what a
+    repair must keep, as for any invalid answer.
     """
     if not isinstance(answer, Mapping):
         raise ExtractionInvalid(
@@ -352,7 +397,7 @@ def validate_extraction(
     if not isinstance(items, list):
         raise ExtractionInvalid([f"'grievances' is not a list (got {type(items).__name__})"])
 
-    problems: list[str] = []
+    problems: list[str] = [] if not_whole is None else [not_whole]
     if len(items) > max_grievances:
         problems.append(f"{len(items)} grievances is more than the limit of {max_grievances}")
 

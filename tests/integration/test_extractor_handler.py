@@ -34,6 +34,7 @@ from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, 
 from services.extractor.handler import (
     LEFT_OUT_REASON,
     MAX_CHANNEL_CHARS,
+    NOT_WHOLE_REASON,
     REFUSED_REASON,
     REVIEW_REASON,
     ExtractorHandler,
@@ -609,11 +610,30 @@ def _first_answer_then_repair(
     model's answer holds the grievances ``first`` and its one repair ``repaired``; the model
     must have been asked twice in all (a redelivery reuses both cached answers). Each
     delivery's ``complaint.extracted`` is added to ``records``."""
-    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
-    with FixedAnswerServer(
+    return _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        completion(json.dumps({"grievances": first})),
         completion(json.dumps({"grievances": repaired})),
-        before=[completion(json.dumps({"grievances": first}))],
-    ) as server:
+        deliveries,
+        records,
+    )
+
+
+def _answers_then_repair(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    first: bytes,
+    repaired: bytes,
+    deliveries: int = 1,
+    records: list[Mapping[str, Any]] | None = None,
+) -> list[Sequence[Emit]]:
+    """As :func:`_first_answer_then_repair`, with the endpoint's two answers as they come
+    (:func:`~tests.fakes.chat_completion.completion`)."""
+    dispute, cache = f"d-{uuid.uuid4().hex[:12]}", f"test-extractor-{uuid.uuid4().hex}:"
+    with FixedAnswerServer(repaired, before=[first]) as server:
         emitted = [
             _handle(
                 database,
@@ -707,6 +727,134 @@ def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
         ("LATE_DELIVERY", None),
         ("MISSING_ITEM", "Hyderabadi Biryani"),
     ]
+
+
+RUDE = _article_grievance("the delivery guy was rude", "PARTNER_CONDUCT")
+CUT_AFTER_TWO = json.dumps({"grievances": [LATE, MISSING, RUDE]})[:-40]
+"""An answer cut short in its third grievance: the first two are whole."""
+
+
+def _held_reason(emits: Sequence[Emit]) -> str:
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    priced = emits[0].value
+    assert (priced["decision"], priced["payable_minor"], priced["lines"]) == (
+        "HELD_FOR_REVIEW",
+        0,
+        [],
+    )
+    return str(priced["reason"])
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
+@pytest.mark.parametrize(
+    "repaired",
+    [pytest.param([], id="no grievance at all"), pytest.param([LATE], id="one of the two")],
+)
+def test_a_repair_that_leaves_out_what_an_answer_cut_short_held_whole_sends_it_to_review(
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    finish_reason: str,
+    repaired: list[dict[str, Any]],
+) -> None:
+    """The first answer stops in its third grievance (at the token limit, or a content filter
+    withheld the rest), with two whole. It used to give the repair nothing to be checked
+    against: a repair naming fewer, or none, closed the complaint (nothing to pay, no review)
+    and the partner's conduct was never judged. The grievances it holds whole are now what
+    the repair must keep, on this delivery and the next; the record keeps the model's text."""
+    records: list[Mapping[str, Any]] = []
+    deliveries = _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        completion(CUT_AFTER_TWO, finish_reason=finish_reason),
+        completion(json.dumps({"grievances": repaired})),
+        deliveries=2,
+        records=records,
+    )
+    for emits in deliveries:
+        reason = _held_reason(emits)
+        assert reason.startswith(f"{LEFT_OUT_REASON}: "), reason
+        assert BIRYANIS_LEFT_OUT in reason
+    for record in records:
+        answer, _repair = record["answers"]
+        assert answer["raw_answer"] == CUT_AFTER_TWO
+        assert answer["problems"][0].startswith("the answer was ")
+
+
+def test_a_repair_of_an_answer_cut_short_that_keeps_what_it_held_is_judged(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    (emits,) = _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        completion(CUT_AFTER_TWO, finish_reason="length"),
+        completion(json.dumps({"grievances": [LATE, MISSING, RUDE]})),
+    )
+    assert [e.value["category"] for e in emits] == [
+        "LATE_DELIVERY",
+        "MISSING_ITEM",
+        "PARTNER_CONDUCT",
+    ]
+
+
+def test_an_answer_cut_short_before_its_first_grievance_is_not_repaired_to_nothing(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """Cut short in its first grievance, the answer holds none whole; a repair naming none is
+    not taken as "nothing checkable" (a reply, no review): a person reads the complaint."""
+    cut = json.dumps({"grievances": [LATE]})[:30]
+    (emits,) = _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        completion(cut, finish_reason="length"),
+        completion(json.dumps({"grievances": []})),
+    )
+    assert _held_reason(emits) == (
+        f"{NOT_WHOLE_REASON} (the answer was cut short (finish_reason is 'length'))"
+    )
+
+
+def test_an_answer_withheld_by_a_content_filter_is_repaired_even_when_it_reads(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A filter may withhold a claim from an answer that still parses: it used to be taken as
+    the whole answer after one call. It now gets the repair, which must keep what it held."""
+    withheld = completion(json.dumps({"grievances": [LATE, MISSING]}), "content_filter")
+    (emits,) = _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        withheld,
+        completion(json.dumps({"grievances": [LATE, MISSING, RUDE]})),
+    )
+    assert [e.value["category"] for e in emits] == [
+        "LATE_DELIVERY",
+        "MISSING_ITEM",
+        "PARTNER_CONDUCT",
+    ]
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
+def test_a_repair_that_is_not_whole_sends_the_complaint_to_review(
+    database: str, redis_url: str, standin: Standin, finish_reason: str
+) -> None:
+    """A repair cut short or withheld is not read either, even when its text parses: a person
+    reads the complaint, on this delivery and the next."""
+    deliveries = _answers_then_repair(
+        database,
+        redis_url,
+        standin,
+        completion(json.dumps({"grievances": [RUDE_PAST_THE_END]})),
+        completion(json.dumps({"grievances": [RUDE]}), finish_reason=finish_reason),
+        deliveries=2,
+    )
+    for emits in deliveries:
+        reason = _held_reason(emits)
+        assert reason.startswith(f"{REVIEW_REASON}: the answer was "), reason
+        assert f"(finish_reason is {finish_reason!r})" in reason
 
 
 GARLIC_BREAD = _article_grievance(

@@ -15,6 +15,7 @@ from services.extractor.validation import (
     ExtractedGrievance,
     ExtractionInvalid,
     claims_left_out,
+    counts_named,
     resolve_item,
     validate_extraction,
 )
@@ -220,6 +221,62 @@ def test_an_item_named_without_a_number_is_all_its_units() -> None:
     }
     (missing,) = validate_extraction(answer, ARTICLE_COMPLAINT, ITEMS)
     assert (missing.item_name, missing.item_quantity) == (BIRYANI, 4)
+
+
+@pytest.mark.parametrize("item_name", ["2 biryanis", "two of the biryanis", "biryani x2"])
+def test_an_item_named_with_a_number_but_no_quantity_is_a_claim_to_repair(item_name: str) -> None:
+    """The model put the count in the name and left item_quantity null: read as "named
+    without a number", it would claim all four biryanis where the customer said two. The repair
+    gives the count; the claim on the biryanis is one it must keep."""
+    missing = grievance(
+        "Two of the four were missing completely", "MISSING_ITEM", item_name=item_name
+    )
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction({"grievances": [missing]}, ARTICLE_COMPLAINT, ITEMS)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"grievance 1: item_name {item_name!r} says how many (")
+    assert caught.value.passed == (((Category.MISSING_ITEM, BIRYANI),),)
+    with_count = {**missing, "item_quantity": 2}
+    (kept,) = validate_extraction({"grievances": [with_count]}, ARTICLE_COMPLAINT, ITEMS)
+    assert (kept.item_name, kept.item_quantity) == (BIRYANI, 2)
+
+
+@pytest.mark.parametrize(
+    ("claimed", "name", "counts"),
+    [
+        ("2 biryanis", BIRYANI, ["2"]),
+        ("half the biryanis", BIRYANI, ["half"]),
+        ("one of my biryanis", BIRYANI, ["one"]),
+        ("the biryanis", BIRYANI, []),
+        ("7 Up", "7 Up", []),
+        ("two 7 Ups", "7 Up", ["two"]),
+        ("Cola 500ml", "Cola 500ml", []),
+        ("Two-Cheese Pizza", "Two-Cheese Pizza", []),
+    ],
+)
+def test_the_count_a_claimed_name_gives_is_what_the_items_own_name_does_not(
+    claimed: str, name: str, counts: list[str]
+) -> None:
+    assert counts_named(claimed, LineItem(name=name, quantity=4, unit_price_minor=100)) == counts
+
+
+def test_an_answer_that_is_not_whole_is_invalid_and_what_it_holds_is_kept() -> None:
+    """Cut short or withheld, an answer is not the model's whole answer however it reads: it
+    is repaired, and the claims it holds are what the repair must keep."""
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    why = "the answer was cut short (finish_reason is 'length')"
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction(
+            {"grievances": [late, missing]}, ARTICLE_COMPLAINT, ITEMS, not_whole=why
+        )
+    assert caught.value.problems == (why,)
+    assert caught.value.passed == (
+        ((Category.LATE_DELIVERY, None),),
+        ((Category.MISSING_ITEM, BIRYANI),),
+    )
+    with pytest.raises(ExtractionInvalid) as empty:
+        validate_extraction({"grievances": []}, ARTICLE_COMPLAINT, ITEMS, not_whole=why)
+    assert (empty.value.problems, empty.value.passed) == ((why,), ())
 
 
 def test_quantity_without_an_item_is_a_problem() -> None:
