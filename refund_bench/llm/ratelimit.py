@@ -9,10 +9,13 @@ acquisitions of one event-loop iteration share one such call
 
 A token may be taken on credit: when the bucket is empty, the caller still gets a token but is
 told to wait until it has been earned (the bucket goes negative, by at most
-``rate_per_second * max_wait_seconds`` tokens). Waiters are thereby served in order and each
-acquisition costs at most one round trip, instead of every waiter polling Redis. Once that credit is
-used up the script takes nothing and returns the wait; :meth:`RedisTokenBucket.acquire` sleeps
-it and tries again.
+``rate_per_second * max_wait_seconds`` tokens). Within that credit, waiters are thereby served
+in the order they asked and each acquisition costs one round trip, instead of every waiter
+polling Redis. Once the credit is used up the script takes nothing and returns the wait until
+a token is free again; :meth:`RedisTokenBucket.acquire` sleeps it and tries again, and all those
+turned away then race again with the callers that came since (across replicas too): past the
+credit, order is not kept, and a call may wait longer than others that asked after it. The rate
+holds either way; size ``max_wait_seconds`` for the demand above the rate you expect.
 
 Redis out of reach is ``TransientError(dependency="redis")``: the LLM client retries it, like a
 failed call, before its next attempt. A take redis-py sent again after a broken connection may
