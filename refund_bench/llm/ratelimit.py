@@ -15,7 +15,7 @@ polling Redis. Once the credit is used up the script takes nothing and returns t
 a token is free again; :meth:`RedisTokenBucket.acquire` sleeps it and tries again, and all those
 turned away then race again with the callers that came since (across replicas too): past the
 credit, order is not kept, and a call may wait longer than others that asked after it. The rate
-holds either way; size ``max_wait_seconds`` for the demand above the rate you expect.
+holds either way.
 
 Redis out of reach is ``TransientError(dependency="redis")``: the LLM client retries it, like a
 failed call, before its next attempt. A take redis-py sent again after a broken connection may
