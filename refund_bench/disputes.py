@@ -1,11 +1,16 @@
 """Reading one dispute's story back from PostgreSQL: for the demo, tests and benchmarks.
 
 A dispute is *final* for its latest settlement round when that round is priced, its reply is
-stored and, if it approved money, the payout of that round has completed or failed.
+stored and, if it approved money, the payout of that round has completed or failed, and the
+story of each grievance it priced is recorded whole: the grievance, its verdict and every
+ruling the verdict counted. The recorder reads each topic on its own, so a priced round may be
+in PostgreSQL before the rulings that led to it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +48,24 @@ class Story:
             return False
         if not any(r["round"] == target["round"] for r in self.replies):
             return False
-        if target["decision"] in _PAYING and target["payable_minor"] > 0:
-            return any(p["round"] == target["round"] for p in self.payouts)
+        paying = target["decision"] in _PAYING and target["payable_minor"] > 0
+        if paying and not any(p["round"] == target["round"] for p in self.payouts):
+            return False
+        return self._grievances_recorded(line["grievance_id"] for line in target["lines"])
+
+    def _grievances_recorded(self, grievance_ids: Iterable[str]) -> bool:
+        """Whether each of ``grievance_ids`` has its grievance, its verdict and as many rulings
+        as the verdict counted votes."""
+        grievances = {g["grievance_id"] for g in self.grievances}
+        verdicts = {v["grievance_id"]: v for v in self.verdicts}
+        rulings = Counter(r["grievance_id"] for r in self.rulings)
+        for grievance_id in grievance_ids:
+            verdict = verdicts.get(grievance_id)
+            if grievance_id not in grievances or verdict is None:
+                return False
+            votes = verdict["votes_upheld"] + verdict["votes_rejected"] + verdict["votes_escalate"]
+            if rulings[grievance_id] < votes:
+                return False
         return True
 
     @property

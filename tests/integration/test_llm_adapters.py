@@ -460,8 +460,9 @@ def test_a_retry_after_beyond_the_cap_waits_the_cap(
 
 
 def test_a_retry_after_on_another_status_or_unreadable_is_backoff_only() -> None:
-    assert _retried_after(500, "5", QUICK) < 1.0
-    assert _retried_after(429, "soon", QUICK) < 1.0
+    # Obeyed, "5" would take 5 s: a bound well under it, with room for a busy machine.
+    assert _retried_after(500, "5", QUICK) < 3.0
+    assert _retried_after(429, "soon", QUICK) < 3.0
 
 
 def test_server_errors_are_transient_and_retried(standin: Standin) -> None:

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -168,7 +173,17 @@ def test_a_stage_that_cannot_reach_its_store_stops_at_start_saying_why(
         finished = _run_stage(stack, stage, setting.split()[0], unreachable, group)
     assert finished.returncode != 0
     assert reason in finished.stdout + finished.stderr
+    # A stage that joined its group and left would leave it EMPTY (committed or not): DEAD is
+    # a group no member ever joined.
+    assert _group_state(stack.kafka, group) == ConsumerGroupState.DEAD, "it joined its group"
     assert _committed(stack.kafka, group) == [], "it consumed before its store answered"
+
+
+def _group_state(kafka: str, group: str) -> ConsumerGroupState:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    (described,) = admin.describe_consumer_groups([group], request_timeout=30).values()
+    state: ConsumerGroupState = described.result(30).state
+    return state
 
 
 def _committed(kafka: str, group: str) -> list[TopicPartition]:
