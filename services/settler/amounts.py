@@ -104,10 +104,40 @@ def unread_numerals(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(c for c in text if c.isnumeric() and not c.isdecimal()))
 
 
+JOINERS = "\u200c\u200d"
+"""Zero-width non-joiner and joiner: Indic and Persian text needs them to render some words, so
+a reply may hold them; the guard reads the reply without them ("689\u200d0" is 6890)."""
+
+
+def _hidden(char: str, previous: str) -> bool:
+    code = ord(char)
+    return (
+        (unicodedata.category(char) == "Cf" and char not in JOINERS)
+        or 0xFE00 <= code <= 0xFE0F  # variation selectors
+        or 0xE0100 <= code <= 0xE01EF
+        or code in (0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0)  # grapheme joiner, fillers
+        or 0x180B <= code <= 0x180F  # Mongolian variation selectors and vowel separator
+        or (unicodedata.category(char)[0] == "M" and previous.isdigit())  # "6⃣", "9́"
+    )
+
+
+def hidden_characters(text: str) -> tuple[str, ...]:
+    """The characters of ``text`` that do not show, or change a digit, each once: format
+    characters (zero-width space, word joiner, soft hyphen, byte order mark, direction
+    overrides), variation selectors, fillers, and marks on a digit. A reply holding one is
+    refused: "INR 689\u200b0" shows INR 6890 where the guard would read INR 689 and a 0, and
+    "refu\u00adnded" hides a promise from every word it looks for. :data:`JOINERS` are not."""
+    if text.isascii():
+        return ()
+    return tuple(
+        dict.fromkeys(c for at, c in enumerate(text) if _hidden(c, text[at - 1] if at else ""))
+    )
+
+
 def normalised(text: str) -> str:
     """``text`` as the guard reads it: NFKC (full-width digits and signs become plain ones),
-    every other decimal digit as its ASCII one ("५००" is 500), every currency sign not in
-    :data:`SYMBOLS` as ``¤``."""
+    without :data:`JOINERS`, every other decimal digit as its ASCII one ("५००" is 500), every
+    currency sign not in :data:`SYMBOLS` as ``¤``."""
     normal = unicodedata.normalize("NFKC", text)
     if normal.isascii():  # the usual reply: no other digit, and "$" is one of SYMBOLS
         return normal
@@ -116,6 +146,8 @@ def normalised(text: str) -> str:
         if c.isdecimal() and not c.isascii()
         else _OTHER_SIGN
         if c not in SYMBOLS and unicodedata.category(c) == "Sc"
+        else ""
+        if c in JOINERS
         else c
         for c in normal
     )

@@ -22,6 +22,7 @@ from services.settler.amounts import (
     currency_tag,
     currency_word_re,
     format_amount,
+    hidden_characters,
     located_amounts,
     normalised,
     unread_numerals,
@@ -120,12 +121,12 @@ _EARLIER = re.compile(
 )
 """A mention of the refund an earlier reply told of ("our earlier refund", "our previous reply")."""
 _CLAUSE_BREAK = re.compile(
-    r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
+    r"[()\[\]\n\r\u2028\u2029]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
     r"|until|once(?!\s+(?:more|again)\b)|after|before|which|who|that|what|where|when)\b",
     re.IGNORECASE,
 )
-"""Where a clause ends: a bracket, a punctuation mark before a space (not the point of
+"""Where a clause ends: a bracket, a line break, a punctuation mark before a space (not the point of
 "689.50"), a dash between spaces, or a conjunction or relative word ("and", "but", "which",
 "that", ...). Negation and review are read per clause."""
 _NEGATION = r"(?:\b(?:not|no|nothing|never|none|neither|nor|without|cannot|unable)\b|n['\u2019]t\b)"
@@ -317,7 +318,10 @@ def check_reply(
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
-      :func:`~services.settler.amounts.unread_numerals`);
+      :func:`~services.settler.amounts.unread_numerals`), and no character that does not show
+      or changes a digit (a zero-width space, a soft hyphen, a direction override, a variation
+      selector, a keycap: :func:`~services.settler.amounts.hidden_characters`), which would
+      let the customer read what the guard does not;
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
       the biryanis and the Raita", "We will refund the Raita as well"), other than in a later
@@ -376,6 +380,10 @@ def check_reply(
     numerals = unread_numerals(written + text)
     if numerals:
         failures.append(f"writes a number in characters it cannot read: {''.join(numerals)!r}")
+    hidden = hidden_characters(written)
+    if hidden:
+        named = ", ".join(f"U+{ord(c):04X}" for c in hidden)
+        failures.append(f"holds characters that do not show, or change a digit: {named}")
     stated = format_amount(approved_minor, currency)
     located = located_amounts(text, currency)
     own = currency_tag(currency)
@@ -667,7 +675,9 @@ _RESTATED = re.compile(
 """Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
 (₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one. Words
 that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*")
+"""Where a sentence ends: a full stop, a question or exclamation mark or a semicolon before a
+space, or a line break (a reply laid out in lines ends its sentences there, stop or not)."""
 _COVERS_ALL = re.compile(
     r"\b(?:every\s?thing|all\s+of\s+(?:it|them|your|the)|all\s+(?:your|the)\b|in\s+full"
     r"|full\s+refund|whole|entire|all\s+(?:items|issues|grievances|claims|problems|complaints?"

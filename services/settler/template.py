@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from services.settler.amounts import SUM_WORDS, SYMBOLS, currency_word_re, format_amount, normalised
+from services.settler.amounts import (
+    SUM_WORDS,
+    SYMBOLS,
+    currency_word_re,
+    format_amount,
+    hidden_characters,
+    normalised,
+)
 from services.settler.guard import MONEY_TALK, OFF_SCRIPT, STRONG_PROMISES, check_reply
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
@@ -25,15 +32,18 @@ _BANNED_STEMS = re.compile(
 
 def safe_phrase(phrase: str, currency: str) -> str:
     """``phrase`` with everything the guard reacts to removed: digits and other numerals,
-    currency signs, codes and names, wording that promises money ("pay back", "reimburse",
-    :data:`~services.settler.guard.STRONG_PROMISES`), money words ("refund", "credit",
-    "voucher", ...), numbers in words ("fifty", "lakh"), "/-", apology stems and what
-    :data:`~services.settler.guard.OFF_SCRIPT` forbids (links, credentials, free things). Read
-    as the guard reads it (:func:`~services.settler.amounts.normalised`); whitespace
-    collapsed. What it leaves may still trip a check in the template's sentence (a negation
-    next to "review", say): :func:`template_reply` checks itself for that."""
+        currency signs, codes and names, wording that promises money ("pay back", "reimburse",
+        :data:`~services.settler.guard.STRONG_PROMISES`), money words ("refund", "credit",
+        "voucher", ...), numbers in words ("fifty", "lakh"), "/-", characters that do not show
+    (:func:`~services.settler.amounts.hidden_characters`), apology stems and what
+        :data:`~services.settler.guard.OFF_SCRIPT` forbids (links, credentials, free things). Read
+        as the guard reads it (:func:`~services.settler.amounts.normalised`); whitespace
+        collapsed. What it leaves may still trip a check in the template's sentence (a negation
+        next to "review", say): :func:`template_reply` checks itself for that."""
     codes = currency_word_re(currency)
-    cleaned = "".join(c for c in normalised(phrase) if c not in SYMBOLS and not c.isnumeric())
+    read = normalised(phrase)
+    hidden = set(hidden_characters(read))
+    cleaned = "".join(c for c in read if c not in SYMBOLS and not c.isnumeric() and c not in hidden)
     while True:
         stripped = cleaned
         for promise in STRONG_PROMISES:

@@ -1411,3 +1411,59 @@ def test_ordinary_words_near_the_amount_still_pass(plain: str) -> None:
 def test_an_amount_that_matches_what_was_paid_for_is_no_second_amount() -> None:
     reply = "We have refunded INR 689, which matches the price of the missing biryanis."
     assert check_reply(reply, 68900, "INR", []) == ()
+
+
+HIDDEN = ["\u200b", "\u2060", "\u00ad", "\ufeff", "\u202e", "\ufe0f"]
+"""A zero-width space, word joiner, soft hyphen, byte order mark, right-to-left override and
+variation selector."""
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_a_character_that_does_not_show_fails_the_reply_wherever_it_hides(hidden: str) -> None:
+    """The customer sees "INR 6890" where the guard would read INR 689 and a count of 0, and
+    "refu-nded" hides a promise from every word the guard looks for."""
+    for text, approved in [
+        (f"We have refunded INR 689{hidden}0 to your original payment method.", 68900),
+        (f"We have refu{hidden}nded the full amount of your order.", 0),
+        (f"{GOOD[:30]}{hidden}{GOOD[30:]}", 68900),
+    ]:
+        failures = check_reply(text, approved, "INR", ["the raita"])
+        assert any(f.startswith("holds characters that do not show") for f in failures), text
+    assert check_reply(GOOD, 68900, "INR", ["the raita"]) == ()
+
+
+@pytest.mark.parametrize("mark", ["\u20e3", "\u0301", "\ufe0f\u20e3"])
+def test_a_mark_on_a_digit_fails_the_reply(mark: str) -> None:
+    """A keycap ("6⃣") or an accent on a digit: a number the customer may read otherwise."""
+    failures = check_reply(f"We have refunded INR 689{mark}0 to your card.", 68900, "INR", [])
+    assert any(f.startswith("holds characters that do not show") for f in failures), failures
+
+
+def test_joiners_that_indic_words_need_are_kept_and_read_past() -> None:
+    """Zero-width joiners may be part of a word in an Indic script; the guard reads past them,
+    so that they cannot split a number either."""
+    named = GOOD.replace("the missing biryanis", "the missing क्\u200dष")
+    assert check_reply(named, 68900, "INR", ["the raita"]) == ()
+    split = GOOD.replace("INR 689", "INR 689\u200d0")
+    assert any(
+        f.startswith("does not state the approved")
+        for f in check_reply(split, 68900, "INR", ["the raita"])
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "We have refunded INR 689 to your original payment method\nThe delivery fee will also be"
+        " refunded separately",
+        "Hi,\n\nWe have refunded INR 689 to your card.\n\nYour delivery fee will be refunded as"
+        " well",
+    ],
+)
+def test_a_promise_on_a_line_of_its_own_is_read_as_its_own_sentence(text: str) -> None:
+    failures = check_reply(text, 68900, "INR", [])
+    assert any(f.startswith("promises money besides the approved") for f in failures), failures
+
+
+def test_a_phrase_the_template_quotes_loses_its_hidden_characters() -> None:
+    assert safe_phrase("the Rai\u200bta\u00ad box", "INR") == "the Raita box"
