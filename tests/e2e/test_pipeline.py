@@ -263,16 +263,19 @@ def _paid_more_by_a_redraw(story: Story, latest: dict[str, Any], owed: int) -> b
 
 
 def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) -> None:
-    """A storm of 429s first (the next 40 calls), then random faults of every kind.
+    """A storm of 429s first (the next 40 calls), one fault of each other kind, then random
+    faults of every kind (from a fixed seed; the order of the requests still varies).
 
     No dispute is lost. A dispute paid less than its fault-free amount shows why: a seat's
     answer that could not be read (ESCALATE), or an extraction sent to a human, and what was
     not paid waits in the review queue. A dispute paid more owes all of the excess to a seat
     that was redrawn after an unreadable answer and upheld a silent-evidence claim.
     """
-    injected_before = Counter(pipeline.llm_stats()["faults_injected"])
+    before = pipeline.llm_stats()
+    injected_before = Counter(before["faults_injected"])
     pipeline.set_llm_faults(
-        next_faults=["429"] * 40,
+        next_faults=["429"] * 40 + ["timeout", "5xx", "malformed"],
+        seed=20261207,
         rate_429=0.25,
         rate_5xx=0.1,
         rate_malformed=0.1,
@@ -286,6 +289,7 @@ def test_a_failing_llm_slows_the_pipeline_but_loses_nothing(pipeline: Pipeline) 
     finally:
         pipeline.set_llm_faults(
             next_faults=[],
+            seed=before["seed"],
             rate_429=0.0,
             rate_5xx=0.0,
             rate_malformed=0.0,
