@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from refund_bench.money import decimals, format_minor
@@ -132,6 +133,42 @@ def hidden_characters(text: str) -> tuple[str, ...]:
     return tuple(
         dict.fromkeys(c for at, c in enumerate(text) if _hidden(c, text[at - 1] if at else ""))
     )
+
+
+def _name_pattern(name: str) -> re.Pattern[str] | None:
+    """Where a reply quotes an item's name holding a digit and a letter ("Chicken 65", "Momos
+    (10 pcs)"), as the guard reads both; ``None`` for a name with no digit, or no letter (a
+    name of digits alone would hide an amount)."""
+    read = normalised(name)
+    if not any(c.isdigit() for c in read) or not any(c.isalpha() for c in read):
+        return None
+    words = r"\s+".join(re.escape(word) for word in read.split())
+    return re.compile(rf"(?<!\w){words}(?!\w)", re.IGNORECASE)
+
+
+def name_spans(text: str, names: Sequence[str]) -> list[tuple[int, int]]:
+    """Where ``text`` (as the guard reads it) quotes one of the items ``names`` whose name holds
+    a digit: the digits there are the item's name, not an amount."""
+    spans: list[tuple[int, int]] = []
+    for name in names:
+        pattern = _name_pattern(name)
+        if pattern is not None:
+            spans += [found.span() for found in pattern.finditer(text)]
+    return spans
+
+
+def masked_names(text: str, names: Sequence[str]) -> str:
+    """``text`` (as the guard reads it) with each digit of a quoted item name (:func:`name_spans`)
+    replaced by ``x``, keeping every offset: "the missing Chicken 65" is not an amount of 65."""
+    spans = name_spans(text, names)
+    if not spans:
+        return text
+    chars = list(text)
+    for start, end in spans:
+        for at in range(start, end):
+            if chars[at].isdigit():
+                chars[at] = "x"
+    return "".join(chars)
 
 
 def normalised(text: str) -> str:

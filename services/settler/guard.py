@@ -24,6 +24,7 @@ from services.settler.amounts import (
     format_amount,
     hidden_characters,
     located_amounts,
+    masked_names,
     normalised,
     unread_numerals,
 )
@@ -311,10 +312,13 @@ def check_reply(
     earlier_refund: bool = False,
     held_names: Sequence[str] = (),
     whole_order: bool = False,
+    item_names: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """The guard's failures for one reply; empty means it may be sent. ``whole_order``: the
     approved amount with what earlier rounds refunded is the order's whole price, which the
-    reply may then say is refunded.
+    reply may then say is refunded. ``item_names``: the items the round's lines name; where the
+    reply quotes one whose name holds a digit ("Chicken 65", "Momos (10 pcs)"), those digits
+    are the item's name, not an amount (:func:`~services.settler.amounts.masked_names`).
 
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
@@ -373,7 +377,7 @@ def check_reply(
     scripts' digits, other currency signs). It returns failures for any text and never raises.
     """
     written = text
-    text = normalised(text)
+    text = masked_names(normalised(text), item_names)
     if len(text) > MAX_REPLY_CHARS:
         return (f"is {len(text)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
     failures: list[str] = []

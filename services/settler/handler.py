@@ -139,13 +139,20 @@ def template_for(
     *,
     held_names: Sequence[str],
     earlier_refund: bool = False,
+    item_names: Sequence[str] = (),
 ) -> str:
     """The template reply for a round: ``approved`` refunded for the lines ``resolved`` pays or
     prices at zero, ``held`` (described) sent to review, ``held_names`` the items only held
-    lines name (:func:`_only_held`)."""
+    lines name (:func:`_only_held`), ``item_names`` those the round's lines name."""
     done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
     return template_reply(
-        approved, currency, done, held, earlier_refund=earlier_refund, held_names=held_names
+        approved,
+        currency,
+        done,
+        held,
+        earlier_refund=earlier_refund,
+        held_names=held_names,
+        item_names=item_names,
     )
 
 
@@ -184,6 +191,7 @@ def guard_failures(
     held_names: Sequence[str],
     where: str,
     whole_order: bool = False,
+    item_names: Sequence[str] = (),
     check: Callable[..., Sequence[str]] = check_reply,
 ) -> list[str]:
     """``check``'s failures (the guard, :func:`check_reply`) for the model's ``text``. An error
@@ -201,6 +209,7 @@ def guard_failures(
                 earlier_refund=earlier_refund,
                 held_names=held_names,
                 whole_order=whole_order,
+                item_names=item_names,
             )
         )
     except Exception as exc:  # any fault of the guard's, on any model answer
@@ -377,6 +386,7 @@ class SettlerHandler:
         served: Provenance | None = None
 
         held_names = _only_held(held_lines, resolved)
+        item_names = sorted({line.item_name for line in priced.lines if line.item_name})
         failures: list[str]
         raw: str | None = None
         try:
@@ -394,6 +404,7 @@ class SettlerHandler:
                 held_names=held_names,
                 where=f"{priced.dispute_id} round {priced.round}",
                 whole_order=approved + priced.already_paid_minor >= priced.order_total_minor > 0,
+                item_names=item_names,
             )
         except MalformedAnswer as exc:
             failures = [f"unreadable model answer: {exc.reason}"]
@@ -421,6 +432,7 @@ class SettlerHandler:
             held,
             held_names=held_names,
             earlier_refund=earlier_refund,
+            item_names=item_names,
         )
         return Written(reply, "TEMPLATE", failures, replaced, served_model, fingerprint)
 

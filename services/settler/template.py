@@ -17,6 +17,7 @@ from services.settler.amounts import (
     currency_word_re,
     format_amount,
     hidden_characters,
+    name_spans,
     normalised,
 )
 from services.settler.guard import MONEY_TALK, OFF_SCRIPT, STRONG_PROMISES, check_reply
@@ -30,20 +31,27 @@ _BANNED_STEMS = re.compile(
 )
 
 
-def safe_phrase(phrase: str, currency: str) -> str:
+def safe_phrase(phrase: str, currency: str, item_names: Sequence[str] = ()) -> str:
     """``phrase`` with everything the guard reacts to removed: digits and other numerals,
-        currency signs, codes and names, wording that promises money ("pay back", "reimburse",
-        :data:`~services.settler.guard.STRONG_PROMISES`), money words ("refund", "credit",
-        "voucher", ...), numbers in words ("fifty", "lakh"), "/-", characters that do not show
+    currency signs, codes and names, wording that promises money ("pay back", "reimburse",
+    :data:`~services.settler.guard.STRONG_PROMISES`), money words ("refund", "credit",
+    "voucher", ...), numbers in words ("fifty", "lakh"), "/-", characters that do not show
     (:func:`~services.settler.amounts.hidden_characters`), apology stems and what
-        :data:`~services.settler.guard.OFF_SCRIPT` forbids (links, credentials, free things). Read
-        as the guard reads it (:func:`~services.settler.amounts.normalised`); whitespace
-        collapsed. What it leaves may still trip a check in the template's sentence (a negation
-        next to "review", say): :func:`template_reply` checks itself for that."""
+    :data:`~services.settler.guard.OFF_SCRIPT` forbids (links, credentials, free things). Read
+    as the guard reads it (:func:`~services.settler.amounts.normalised`); whitespace
+    collapsed. The digits of an item's name it quotes (``item_names``: "the missing Chicken 65")
+    are kept, as the guard reads them as a name. What it leaves may still trip a check in the
+    template's sentence (a negation next to "review", say): :func:`template_reply` checks
+    itself for that."""
     codes = currency_word_re(currency)
     read = normalised(phrase)
     hidden = set(hidden_characters(read))
-    cleaned = "".join(c for c in read if c not in SYMBOLS and not c.isnumeric() and c not in hidden)
+    named = {at for start, end in name_spans(read, item_names) for at in range(start, end)}
+    cleaned = "".join(
+        c
+        for at, c in enumerate(read)
+        if c not in SYMBOLS and (not c.isnumeric() or at in named) and c not in hidden
+    )
     while True:
         stripped = cleaned
         for promise in STRONG_PROMISES:
@@ -58,8 +66,8 @@ def safe_phrase(phrase: str, currency: str) -> str:
     return " ".join(cleaned.split())
 
 
-def _listing(phrases: Sequence[str], currency: str) -> str:
-    kept = [p for p in (safe_phrase(p, currency) for p in phrases) if p]
+def _listing(phrases: Sequence[str], currency: str, item_names: Sequence[str]) -> str:
+    kept = [p for p in (safe_phrase(p, currency, item_names) for p in phrases) if p]
     if len(kept) <= 1:
         return "".join(kept)
     return f"{', '.join(kept[:-1])} and {kept[-1]}"
@@ -73,6 +81,7 @@ def template_reply(
     *,
     earlier_refund: bool = False,
     held_names: Sequence[str] = (),
+    item_names: Sequence[str] = (),
 ) -> str:
     """A plain, deterministic reply that passes :func:`~services.settler.guard.check_reply`,
     with the same ``held_names`` (the items only held lines name) as the reply's own check.
@@ -87,9 +96,11 @@ def template_reply(
     everything).
     ``held_names``: a resolved item whose name holds one ("the missing Boondi Raita" with
     "Raita" held) would read as covering the held item: the resolved items are then not named.
+    ``item_names``: the items the round's lines name, whose digits the guard reads as names
+    (:func:`safe_phrase` keeps them).
     """
-    done = _listing(resolved, currency)
-    waiting = _listing(held, currency)
+    done = _listing(resolved, currency, item_names)
+    waiting = _listing(held, currency, item_names)
     for named_done, named_waiting in ((done, waiting), ("", waiting), (done, "")):
         reply = _template(
             approved_minor, currency, named_done, named_waiting, bool(held), earlier_refund
@@ -102,6 +113,7 @@ def template_reply(
                 held,
                 earlier_refund=earlier_refund,
                 held_names=held_names,
+                item_names=item_names,
             )
         except Exception:  # noqa: BLE001 - a guard fault on an item name: use plainer words
             refused = ("unreadable",)

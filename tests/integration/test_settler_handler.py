@@ -4,6 +4,7 @@ says is waiting, when a payout is requested, and which model failures stop the s
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from pydantic import SecretStr
 from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
+from refund_bench.domain import LineItem
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import RedisResponseCache
 from refund_bench.llm.client import LlmRejected
@@ -698,3 +700,52 @@ def test_a_round_delivered_again_is_answered_as_before(
         [e.value for e in emits if e.topic == t.PAYOUT_REQUESTED.name] for emits in (first, again)
     ]
     assert [[r["amount_minor"] for r in found] for found in requests] == [[68900], [68900]]
+
+
+def test_a_reply_may_quote_an_item_whose_name_holds_digits(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """ "Chicken 65", a dish common on Indian menus: its digits are the item's name. A model
+    reply naming it used to fail the guard as an amount other than the approved one, and the
+    template then cut the name to "the missing Chicken"."""
+    order = ARTICLE_ORDER.model_copy(
+        update={
+            "line_items": (
+                *ARTICLE_ORDER.line_items,
+                LineItem(name="Chicken 65", quantity=1, unit_price_minor=28900),
+            ),
+            "charged_total_minor": ARTICLE_ORDER.charged_total_minor + 28900,
+        }
+    )
+    snapshot = freeze(order)
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    line = ev.PricedLineEvent(
+        grievance_id="g1",
+        category="MISSING_ITEM",
+        outcome="UPHELD",
+        status="PAY",
+        amount_minor=28900,
+        proposed_minor=28900,
+        rule="MISSING_ITEM: 1 x 28900 (Chicken 65)",
+        item_name="Chicken 65",
+        quantity=1,
+    )
+    message = _priced(dispute, "AUTO_APPROVED", 28900, snapshot=snapshot)
+    priced = ev.parse(ev.RefundPriced, message.value).model_copy(
+        update={
+            "lines": [line],
+            "total_minor": 28900,
+            "held_grievances": [],
+            "payment_reference": f"pi_{dispute}",
+            "order_total_minor": order.charged_total_minor,
+        }
+    )
+    message = Message(t.REFUND_PRICED.name, 0, 0, dispute, priced.to_avro(), {}, 0)
+    written = (
+        "We have refunded INR 289 to your original payment method for the missing Chicken 65;"
+        " it should reach you within three working days. We are sorry it did not arrive."
+    )
+    with FixedAnswerServer(completion(json.dumps({"reply": written}))) as server:
+        emits = _settle(database, redis_url, standin, message, snapshot, endpoint=server)
+    reply = _reply_event(emits)
+    assert (reply["text"], reply["source"], reply["guard_failures"]) == (written, "MODEL", [])

@@ -601,7 +601,8 @@ names = st.text(max_size=40) | st.lists(_TRICKY, min_size=1, max_size=6).map(" "
 phrases = st.lists(names, max_size=4)
 currencies = st.sampled_from(["INR", "USD", "EUR", "GBP", "JPY", "KWD"]) | st.from_regex(
     r"[A-Z]{3}", fullmatch=True
-)
+).filter(lambda code: code not in ("ONE", "TWO", "SIX", "TEN"))
+"""Currency codes: ISO 4217 names none that is a number word, which the guard reads as one."""
 
 
 @given(
@@ -1467,3 +1468,38 @@ def test_a_promise_on_a_line_of_its_own_is_read_as_its_own_sentence(text: str) -
 
 def test_a_phrase_the_template_quotes_loses_its_hidden_characters() -> None:
     assert safe_phrase("the Rai\u200bta\u00ad box", "INR") == "the Raita box"
+
+
+CHICKEN_65 = (
+    "We have refunded INR 289 to your original payment method for the missing Chicken 65. "
+    "We're sorry about your evening."
+)
+
+
+def test_the_digits_of_an_item_the_round_names_are_its_name_not_an_amount() -> None:
+    """ "Chicken 65" is a dish: named by the round's lines, the reply may quote it."""
+    assert check_reply(CHICKEN_65, 28900, "INR", [], item_names=["Chicken 65"]) == ()
+    unnamed = check_reply(CHICKEN_65, 28900, "INR", [])
+    assert any(f.startswith("names an amount other than") for f in unnamed), unnamed
+    spaced = CHICKEN_65.replace("Chicken 65", "chicken  65")
+    assert check_reply(spaced, 28900, "INR", [], item_names=["Chicken 65"]) == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("We have refunded INR 289, and INR 65 for the Chicken.", ["Chicken 65"]),
+        ("We have refunded INR 289 for the Chicken 650.", ["Chicken 65"]),
+        ("We have refunded INR 289 and 65 more.", ["65"]),
+    ],
+)
+def test_an_item_name_hides_no_amount_beside_it(text: str, names: list[str]) -> None:
+    """Only the name as a whole, and only one with a letter in it, is read as a name."""
+    assert check_reply(text, 28900, "INR", [], item_names=names) != ()
+
+
+def test_the_template_quotes_an_item_name_with_its_digits() -> None:
+    reply = template_reply(28900, "INR", ["the missing Chicken 65"], [], item_names=["Chicken 65"])
+    assert "the missing Chicken 65" in reply
+    assert check_reply(reply, 28900, "INR", [], item_names=["Chicken 65"]) == ()
+    assert "Chicken 65" not in template_reply(28900, "INR", ["the missing Chicken 65"], [])
