@@ -316,9 +316,11 @@ class ResolvedForReply(_Frozen):
 
 
 class HeldForReply(_Frozen):
-    """A grievance that goes to human review, as the settler sees it."""
+    """A grievance that goes to human review, as the settler sees it; ``category`` ``None``
+    for the whole claim of a complaint a person reads before anything was judged (its
+    extraction failed)."""
 
-    category: Category
+    category: Category | None
     text: str
 
 

@@ -361,7 +361,10 @@ class SettlerHandler:
             [
                 HeldForReply(category=Category(line.category), text=describe(line))
                 for line in held_lines
-            ],
+            ]
+            # A complaint held before anything was judged: its whole claim, as the guard
+            # expects the reply to send to review.
+            or [HeldForReply(category=None, text=text) for text in held],
             prompt=self._prompt,
             earlier_refund=earlier_refund,
         )

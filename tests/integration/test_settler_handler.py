@@ -749,3 +749,20 @@ def test_a_reply_may_quote_an_item_whose_name_holds_digits(
         emits = _settle(database, redis_url, standin, message, snapshot, endpoint=server)
     reply = _reply_event(emits)
     assert (reply["text"], reply["source"], reply["guard_failures"]) == (written, "MODEL", [])
+
+
+def test_a_complaint_held_before_anything_was_judged_gets_the_models_reply(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The extractor held the complaint (its answer could not be validated): no lines. The
+    model used to be told nothing was held, so its reply never said a colleague would look,
+    failed the guard, and every such complaint got the template after a call paid for."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "HELD_FOR_REVIEW", 0)
+    priced = ev.parse(ev.RefundPriced, message.value).model_copy(
+        update={"lines": [], "total_minor": 0, "held_grievances": []}
+    )
+    message = Message(t.REFUND_PRICED.name, 0, 0, dispute, priced.to_avro(), {}, 0)
+    reply = _reply_event(_settle(database, redis_url, standin, message, freeze(ARTICLE_ORDER)))
+    assert (reply["source"], reply["guard_failures"]) == ("MODEL", []), reply
+    assert "review" in reply["text"].lower()
