@@ -620,6 +620,7 @@ currencies = st.sampled_from(["INR", "USD", "EUR", "GBP", "JPY", "KWD"]) | st.fr
 @example(0, "INR", [], ["Pay Back Combo"])
 @example(1, "CVC", [], [])
 @example(0, "INR", ["Paid Back Pizza"], ["Paid Back Pizza", "Reimburse Roll"])
+@example(28900, "INR", ["the missing Chicken 65"], ["Momos (10 pcs)", "65"])
 def test_template_reply_always_passes_the_guard(
     approved: int, currency: str, resolved: list[str], held: list[str]
 ) -> None:
@@ -627,6 +628,15 @@ def test_template_reply_always_passes_the_guard(
         reply = template_reply(approved, currency, resolved, held, earlier_refund=earlier)
         assert check_reply(reply, approved, currency, held, earlier_refund=earlier) == ()
         assert reply == template_reply(approved, currency, resolved, held, earlier_refund=earlier)
+        # The same phrases as the names of the round's items, whose digits it may quote.
+        items = [*resolved, *held]
+        named = template_reply(
+            approved, currency, resolved, held, earlier_refund=earlier, item_names=items
+        )
+        assert (
+            check_reply(named, approved, currency, held, earlier_refund=earlier, item_names=items)
+            == ()
+        )
 
 
 _ITEM_WORDS = st.sampled_from(
@@ -1503,3 +1513,26 @@ def test_the_template_quotes_an_item_name_with_its_digits() -> None:
     assert "the missing Chicken 65" in reply
     assert check_reply(reply, 28900, "INR", [], item_names=["Chicken 65"]) == ()
     assert "Chicken 65" not in template_reply(28900, "INR", ["the missing Chicken 65"], [])
+
+
+@given(
+    st.integers(min_value=1, max_value=10**9),
+    st.integers(min_value=1, max_value=10**9),
+    st.sampled_from(["INR", "USD", "EUR", "GBP", "JPY", "KWD"]),
+    st.sampled_from(["{said}", "{said} more", "another {said}", "{said} as a voucher"]),
+)
+def test_a_reply_naming_any_other_amount_fails_whatever_items_the_round_names(
+    approved: int, other: int, currency: str, wording: str
+) -> None:
+    """The approved amount alone passes; any other amount beside it fails, even where an item
+    the round names holds that amount's digits ("Chicken 65" does not hide "INR 65")."""
+    stated, said = format_amount(approved, currency), format_amount(other, currency)
+    alone = f"We have refunded {stated} to your original payment method."
+    digits = said.split()[-1]
+    names = [f"Chicken {digits}", digits]
+    assert check_reply(alone, approved, currency, [], item_names=names) == ()
+    if other == approved:
+        return
+    text = f"{alone} You may also get {wording.format(said=said)} later."
+    failures = check_reply(text, approved, currency, [], item_names=names)
+    assert any(f.startswith("names an amount other than") for f in failures), failures
