@@ -22,7 +22,7 @@ from refund_bench import events as ev
 from refund_bench import topics as t
 from refund_bench.codec import Codec
 from refund_bench.runtime import Context, Message
-from services.api.store import DecisionRecord, Store
+from services.api.store import AlreadyDecided, DecisionRecord, Store
 from services.recorder.handler import Recorder
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
@@ -125,6 +125,71 @@ def test_two_reviewers_at_once_make_one_decision_and_one_event(
     finally:
         for client in clients.values():
             client.close()
+        delete_dispute(api.database_url, dispute_id)
+
+
+def _decision(dispute_id: str, reviewer: str) -> DecisionRecord:
+    return DecisionRecord(
+        review_id=f"r-{uuid.uuid4().hex}",
+        dispute_id=dispute_id,
+        item_key="grievance:g3",
+        kind="",
+        grievance_id=None,
+        decision="UPHOLD",
+        reviewer=reviewer,
+        note=f"{reviewer}: the bag leak is plausible",
+        decided_at=datetime.now(UTC),
+    )
+
+
+async def _record(database_url: str, record: DecisionRecord, check: Any) -> DecisionRecord:
+    """``record`` recorded by a store on a connection of its own, as one API request does."""
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        database_url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open(wait=True)
+    try:
+        return await Store(pool, pool, publish_wait_s=1.0).record_decision(record, check)
+    finally:
+        await pool.close()
+
+
+def test_of_two_decisions_that_both_read_the_item_open_the_second_to_insert_is_refused(
+    api: ApiServer,
+) -> None:
+    """Made to meet, not hoped to: alice's decision has read the item OPEN (its row held FOR
+    SHARE, which does not hold back another reader) when bob's reads it OPEN too, records and
+    commits. Alice's insert then meets the UNIQUE (dispute, item) constraint: she is told bob
+    decided, and one decision is stored."""
+    dispute_id = f"d-test-{uuid.uuid4().hex}"
+    seed_article_dispute(api.database_url, dispute_id)
+    alice, bob = _decision(dispute_id, "alice"), _decision(dispute_id, "bob")
+    recorded: dict[str, DecisionRecord] = {}
+
+    def bob_decides_meanwhile(kind: str) -> None:
+        """Runs in alice's transaction, after her read of the item."""
+        assert kind == "GRIEVANCE"
+        thread = threading.Thread(
+            target=lambda: recorded.update(
+                bob=asyncio.run(_record(api.database_url, bob, lambda _kind: None))
+            )
+        )
+        thread.start()
+        thread.join(30)
+        assert "bob" in recorded, "bob's decision did not commit while alice's was open"
+
+    try:
+        with pytest.raises(AlreadyDecided) as refused:
+            asyncio.run(_record(api.database_url, alice, bob_decides_meanwhile))
+        assert refused.value.existing is not None
+        assert (refused.value.existing.review_id, refused.value.existing.reviewer) == (
+            bob.review_id,
+            "bob",
+        )
+        assert [(r[0], r[3]) for r in rows(api.database_url, dispute_id)] == [
+            (bob.review_id, "bob")
+        ]
+    finally:
         delete_dispute(api.database_url, dispute_id)
 
 
