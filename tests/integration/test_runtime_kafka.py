@@ -1263,7 +1263,8 @@ def test_a_stage_is_not_ready_while_it_restores_its_state(
     ) -> None:
         stage = StageThread(StageRunner(spec, config, framing, heartbeat=heartbeat)).start()
         try:
-            before = len(read_sink(stack, codec, sink, at_least=0, timeout_s=5))
+            # Every output so far (nothing new was sent yet): those of the run before.
+            before = len(read_to_end(stack.kafka, sink, timeout_s=30))
             values = [(k, {"id": f"{k}-{before}", "seq": 0, "payload": ""}) for k in keys]
             produce_values(stack.kafka, source, values, codec)
             read_sink(stack, codec, sink, at_least=before + len(keys), timeout_s=60)
