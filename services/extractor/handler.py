@@ -63,6 +63,7 @@ from services.extractor.validation import (
     ExtractedGrievance,
     ExtractionInvalid,
     claims_left_out,
+    quantities_changed,
     validate_extraction,
 )
 from services.pricing.table import (
@@ -282,7 +283,10 @@ class ExtractorHandler:
             except ExtractionInvalid as second:
                 answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
-            left_out = claims_left_out(first.passed, repaired, first.unresolved)
+            left_out = (
+                *claims_left_out(first.passed, repaired, first.unresolved),
+                *quantities_changed(first.quantities, repaired),
+            )
             if not left_out and not repaired and answer.not_whole and answer.text.strip():
                 # Cut short or withheld as it named grievances (or before it could): what came
                 # after its fault is unknown, and "none" is no repair of it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,8 +60,11 @@ class ExtractionInvalid(InvalidInput):
     length or its quantity (its item is on the order, or it needs none); the claims one text is
     said as about one item are one group (the repair keeps either), and about two items, two;
     in an answer over the grievance limit, all are one group (the repair drops some, not all).
-    ``unresolved``: the grievances whose item could not be placed (not on the order,
-    ambiguous, or none named where the category needs one); for each, the repair must make a
+    ``quantities``: the units each claim on an item without fault, made once, claims (all
+    the units ordered for an item named without a number): a repair that makes the claim keeps
+    them (:func:`quantities_changed`). ``unresolved``: the grievances whose item could not be
+    placed (not on the order, ambiguous, or none named where the category needs one); for
+    each, the repair must make a
     claim of its category about an item no claim of ``passed`` names, or, where its category
     needs no item, a claim of it about none, since what the customer said is still a grievance
     even when the model could not place it on the order (none in an answer over the limit).
@@ -73,8 +77,10 @@ class ExtractionInvalid(InvalidInput):
         problems: Sequence[str],
         passed: Sequence[Sequence[Claim]] = (),
         unresolved: Sequence[Unresolved] = (),
+        quantities: Mapping[Claim, int] | None = None,
     ) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
+        self.quantities: dict[Claim, int] = dict(quantities or {})
         groups = (tuple(dict.fromkeys(group)) for group in passed if group)
         self.passed: tuple[tuple[Claim, ...], ...] = tuple(dict.fromkeys(groups))
         self.unresolved: tuple[Unresolved, ...] = tuple(unresolved)
@@ -115,6 +121,23 @@ def claims_left_out(
         if len(new) < len(wanted):
             left_out += [f"{category} {said}" for said in wanted]
     return tuple(left_out)
+
+
+def quantities_changed(
+    quantities: Mapping[Claim, int], grievances: Sequence[ExtractedGrievance]
+) -> tuple[str, ...]:
+    """The claims of ``grievances`` (the answer repairing one) that claim other units of their
+    item than the same claim without fault did in the answer repaired (``quantities``:
+    :attr:`ExtractionInvalid.quantities`), in readable words. A repair mends what was wrong;
+    two of four biryanis become four only by reading the complaint anew, which is for a
+    person."""
+    return tuple(
+        f"{g.category} for {g.item_name!r}: {quantities[claim]} units in the first answer,"
+        f" {g.item_quantity} in the repair"
+        for g in grievances
+        if (claim := (g.category, g.item_name)) in quantities
+        and g.item_quantity != quantities[claim]
+    )
 
 
 def _norm_statement(text: str) -> str:
@@ -454,7 +477,13 @@ def validate_extraction(
         if len(items) > max_grievances:  # the repair drops some: one of them all is kept
             groups = [[claim for group in groups for claim in group]]
             unresolved = {}
-        raise ExtractionInvalid(problems, groups, list(unresolved.values()))
+        made = Counter((f["category"], f["item_name"]) for _, f in cleaned)
+        quantities = {
+            (f["category"], f["item_name"]): f["item_quantity"]
+            for _, f in cleaned
+            if f["item_name"] is not None and made[(f["category"], f["item_name"])] == 1
+        }
+        raise ExtractionInvalid(problems, groups, list(unresolved.values()), quantities)
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])

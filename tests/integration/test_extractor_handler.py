@@ -729,6 +729,28 @@ def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
     ]
 
 
+def test_a_repair_that_changes_the_units_of_a_claim_without_fault_sends_it_to_review(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The first answer claims two of the four biryanis missing, without fault; its repair
+    (of another grievance's span) names the biryanis without a number, which claims all four.
+    It used to be judged so; the repair read the complaint anew, which is for a person."""
+    two_missing = {**MISSING, "item_quantity": 2}
+    (emits,) = _first_answer_then_repair(
+        database,
+        redis_url,
+        standin,
+        [LATE, two_missing, RUDE_PAST_THE_END],
+        [LATE, MISSING, {**RUDE_PAST_THE_END, "span_end": 200}],
+    )
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    priced = emits[0].value
+    assert priced["decision"] == "HELD_FOR_REVIEW"
+    assert priced["reason"] == (
+        f"{LEFT_OUT_REASON}: {BIRYANIS_LEFT_OUT}: 2 units in the first answer, 4 in the repair"
+    )
+
+
 RUDE = _article_grievance("the delivery guy was rude", "PARTNER_CONDUCT")
 CUT_AFTER_TWO = json.dumps({"grievances": [LATE, MISSING, RUDE]})[:-40]
 """An answer cut short in its third grievance: the first two are whole."""

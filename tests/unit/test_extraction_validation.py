@@ -16,6 +16,7 @@ from services.extractor.validation import (
     ExtractionInvalid,
     claims_left_out,
     counts_named,
+    quantities_changed,
     resolve_item,
     validate_extraction,
 )
@@ -277,6 +278,28 @@ def test_an_answer_that_is_not_whole_is_invalid_and_what_it_holds_is_kept() -> N
     with pytest.raises(ExtractionInvalid) as empty:
         validate_extraction({"grievances": []}, ARTICLE_COMPLAINT, ITEMS, not_whole=why)
     assert (empty.value.problems, empty.value.passed) == ((why,), ())
+
+
+def test_a_repair_keeps_the_units_of_each_claim_without_fault() -> None:
+    late, missing = ARTICLE_ANSWER["grievances"][1], ARTICLE_ANSWER["grievances"][2]
+    two = {**missing, "item_quantity": 2}
+    bad_span = {**late, "span_end": 10_000}
+    with pytest.raises(ExtractionInvalid) as caught:
+        validate_extraction({"grievances": [bad_span, two]}, ARTICLE_COMPLAINT, ITEMS)
+    assert caught.value.quantities == {(Category.MISSING_ITEM, BIRYANI): 2}
+    kept = validate_extraction({"grievances": [late, two]}, ARTICLE_COMPLAINT, ITEMS)
+    assert quantities_changed(caught.value.quantities, kept) == ()
+    unnumbered = {**missing, "item_quantity": None}  # all the units ordered: four
+    all_four = validate_extraction({"grievances": [late, unnumbered]}, ARTICLE_COMPLAINT, ITEMS)
+    assert quantities_changed(caught.value.quantities, all_four) == (
+        f"MISSING_ITEM for {BIRYANI!r}: 2 units in the first answer, 4 in the repair",
+    )
+    # A claim made twice says no one quantity: the repair merges them as it will.
+    with pytest.raises(ExtractionInvalid) as twice:
+        validate_extraction(
+            {"grievances": [two, {**two, "text": "Two naans."}]}, ARTICLE_COMPLAINT, ITEMS
+        )
+    assert twice.value.quantities == {}
 
 
 def test_quantity_without_an_item_is_a_problem() -> None:
