@@ -112,10 +112,12 @@ a reply may hold them; the guard reads the reply without them ("689\u200d0" is 6
 
 def _hidden(char: str, previous: str) -> bool:
     code = ord(char)
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+        # A variation selector: the emoji form of a symbol ("❤️", "🌶️"), or nothing the
+        # customer sees, inside a word or a number.
+        return not previous or unicodedata.category(previous) != "So"
     return (
         (unicodedata.category(char) == "Cf" and char not in JOINERS)
-        or 0xFE00 <= code <= 0xFE0F  # variation selectors
-        or 0xE0100 <= code <= 0xE01EF
         or code in (0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0)  # grapheme joiner, fillers
         or 0x180B <= code <= 0x180F  # Mongolian variation selectors and vowel separator
         or (unicodedata.category(char)[0] == "M" and previous.isdigit())  # "6⃣", "9́"
@@ -125,7 +127,8 @@ def _hidden(char: str, previous: str) -> bool:
 def hidden_characters(text: str) -> tuple[str, ...]:
     """The characters of ``text`` that do not show, or change a digit, each once: format
     characters (zero-width space, word joiner, soft hyphen, byte order mark, direction
-    overrides), variation selectors, fillers, and marks on a digit. A reply holding one is
+    overrides), variation selectors but after a symbol (the emoji form of "❤"), fillers, and
+    marks on a digit. A reply holding one is
     refused: "INR 689\u200b0" shows INR 6890 where the guard would read INR 689 and a 0, and
     "refu\u00adnded" hides a promise from every word it looks for. :data:`JOINERS` are not."""
     if text.isascii():

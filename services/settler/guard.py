@@ -122,12 +122,12 @@ _EARLIER = re.compile(
 )
 """A mention of the refund an earlier reply told of ("our earlier refund", "our previous reply")."""
 _CLAUSE_BREAK = re.compile(
-    r"[()\[\]\n\r\u2028\u2029]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
+    r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
     r"|until|once(?!\s+(?:more|again)\b)|after|before|which|who|that|what|where|when)\b",
     re.IGNORECASE,
 )
-"""Where a clause ends: a bracket, a line break, a punctuation mark before a space (not the point of
+"""Where a clause ends: a bracket, a punctuation mark before a space (not the point of
 "689.50"), a dash between spaces, or a conjunction or relative word ("and", "but", "which",
 "that", ...). Negation and review are read per clause."""
 _NEGATION = r"(?:\b(?:not|no|nothing|never|none|neither|nor|without|cannot|unable)\b|n['\u2019]t\b)"
@@ -324,7 +324,8 @@ def check_reply(
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
       :func:`~services.settler.amounts.unread_numerals`), and no character that does not show
       or changes a digit (a zero-width space, a soft hyphen, a direction override, a variation
-      selector, a keycap: :func:`~services.settler.amounts.hidden_characters`), which would
+      selector but an emoji's, a keycap: :func:`~services.settler.amounts.hidden_characters`),
+      which would
       let the customer read what the guard does not;
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
@@ -405,7 +406,7 @@ def check_reply(
         # "INR 689 for the biryanis and INR 689 for the delay" reads as twice the money.
         failures.append(f"states the approved amount {statements} times (at most once)")
     if held_items:
-        failures.extend(_covers_held(text, held_names))
+        failures.extend(_covers_held(text, held_names, item_names))
     repeat = _repeats_money(text, currency) if approved_minor > 0 else None
     if repeat is not None:
         failures.append(f"repeats the amount without a number: {repeat!r}")
@@ -542,11 +543,12 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
     ``whole_order``), or when it names a
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
     sentence that states the amount, only a clause after the amount is read so ("We have
-    refunded the overcharge on your delivery fee: INR 49" is the amount's own clause). A
+    refunded the overcharge on your delivery fee: INR 49" is the amount's own clause); a line
+    break ends the amount's sentence here (:data:`_LINE_END`). A
     promise with neither is taken as about the stated refund ("It should reach your card
     within a week", "Refunds are usually credited within 5-7 working days", "The refund will be
     credited to your wallet balance")."""
-    for sentence in _SENTENCE_END.split(text):
+    for sentence in _LINE_END.split(text):  # a line after the amount's is read whole
         amount_at = _stated_at(sentence, stated, currency)
         at = 0
         for clause in _clauses(sentence):
@@ -679,9 +681,11 @@ _RESTATED = re.compile(
 """Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
 (₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one. Words
 that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*")
-"""Where a sentence ends: a full stop, a question or exclamation mark or a semicolon before a
-space, or a line break (a reply laid out in lines ends its sentences there, stop or not)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_LINE_END = re.compile(r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*")
+"""Where a sentence ends, or a line: what :func:`_more_money` reads apart. A line break does
+not end a sentence for the other checks, which read a list laid out in lines ("for:\n- the
+Biryani\n- the Raita") as the one sentence it is."""
 _COVERS_ALL = re.compile(
     r"\b(?:every\s?thing|all\s+of\s+(?:it|them|your|the)|all\s+(?:your|the)\b|in\s+full"
     r"|full\s+refund|whole|entire|all\s+(?:items|issues|grievances|claims|problems|complaints?"
@@ -695,7 +699,7 @@ _COVERS_TALK = re.compile(rf"{MONEY_TALK.pattern}|\b(?:cover\w*|includ\w*)\b", r
 """Wording that says something is paid for: a refund, a credit, "covers", "including"."""
 
 
-def _covers_held(text: str, held_names: Sequence[str]) -> list[str]:
+def _covers_held(text: str, held_names: Sequence[str], item_names: Sequence[str] = ()) -> list[str]:
     """Failures for a sentence, anywhere in ``text``, that claims a held item, or everything,
     as refunded or covered ("INR 689 for everything, including the raita", "This covers the
     biryanis and the Raita", "We will refund the Raita as well"): one holding refund, credit or
@@ -703,11 +707,15 @@ def _covers_held(text: str, held_names: Sequence[str]) -> list[str]:
     clause about a review, or left to a review earlier in the sentence) and a held name or
     :data:`_COVERS_ALL`. A held name only in clauses that send it to review, after every
     claim, is not claimed ("We have refunded INR 689 for the biryanis and the Raita is under
-    review"; not "A colleague will review the Raita and we will refund it")."""
+    review"; not "A colleague will review the Raita and we will refund it"). ``text`` is read
+    as :func:`check_reply` reads it, and so is each held name (normalised, the digits of an
+    item name in ``item_names`` masked), so that "Chicken 65" and a name with a joiner are found.
+    """
     failures = []
     names = [
-        (name, re.compile(rf"(?<!{LETTER}){re.escape(name)}(?!{LETTER})", re.IGNORECASE))
+        (name, re.compile(rf"(?<!{LETTER}){re.escape(read)}(?!{LETTER})", re.IGNORECASE))
         for name in held_names
+        if (read := masked_names(normalised(name), item_names).strip())
     ]
     for sentence in _SENTENCE_END.split(text):
         named = [(name, pattern) for name, pattern in names if pattern.search(sentence)]

@@ -1450,6 +1450,14 @@ def test_a_mark_on_a_digit_fails_the_reply(mark: str) -> None:
     assert any(f.startswith("holds characters that do not show") for f in failures), failures
 
 
+def test_an_emoji_in_its_emoji_form_is_no_hidden_character() -> None:
+    """A variation selector after a symbol picks its emoji form ("❤️", "🌶️"): it shows."""
+    hearts = GOOD.replace("We're sorry", "\u2764\ufe0f We're sorry").replace(
+        "biryanis", "\U0001f336\ufe0f biryanis"
+    )
+    assert check_reply(hearts, 68900, "INR", ["the raita"]) == ()
+
+
 def test_joiners_that_indic_words_need_are_kept_and_read_past() -> None:
     """Zero-width joiners may be part of a word in an Indic script; the guard reads past them,
     so that they cannot split a number either."""
@@ -1474,6 +1482,53 @@ def test_joiners_that_indic_words_need_are_kept_and_read_past() -> None:
 def test_a_promise_on_a_line_of_its_own_is_read_as_its_own_sentence(text: str) -> None:
     failures = check_reply(text, 68900, "INR", [])
     assert any(f.startswith("promises money besides the approved") for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    ("text", "held", "failure"),
+    [
+        ("We will credit INR 689 to your wallet\nfor every item in the order.", [], "multiplies"),
+        ("We will credit INR 689 to your wallet\ndaily until it is fixed.", [], "multiplies"),
+        ("We have refunded INR 689 to your card\nagain, as we did last week.", [], "repeats"),
+        (
+            "We have refunded INR 689 to your original payment method for:\n- the missing"
+            " Biryani\n- the Raita.\nA colleague will review your other concerns.",
+            ["the Raita"],
+            "covers",
+        ),
+        (
+            "We have refunded INR 689, which covers:\n- everything you ordered.\nA colleague"
+            " will review the Raita.",
+            ["the Raita"],
+            "covers",
+        ),
+    ],
+)
+def test_a_line_break_does_not_part_what_a_sentence_says_together(
+    text: str, held: list[str], failure: str
+) -> None:
+    """A list laid out in lines is one sentence: the amount spread over items or days, said
+    again, or covering a held item, on the line after it, is read as before."""
+    failures = check_reply(text, 68900, "INR", held, held_names=["Raita"] if held else [])
+    assert any(failure in f for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    ("text", "approved", "held"),
+    [
+        ("We are not able to\nrefund this order. We are sorry.", 0, []),
+        (
+            "We have refunded INR 689 for the missing Biryani, and the Raita\nis under review.",
+            68900,
+            ["the Raita"],
+        ),
+    ],
+)
+def test_a_reply_wrapped_mid_sentence_reads_as_one_line(
+    text: str, approved: int, held: list[str]
+) -> None:
+    names = ["Raita"] if held else []
+    assert check_reply(text, approved, "INR", held, held_names=names) == ()
 
 
 def test_a_phrase_the_template_quotes_loses_its_hidden_characters() -> None:
@@ -1506,6 +1561,23 @@ def test_the_digits_of_an_item_the_round_names_are_its_name_not_an_amount() -> N
 def test_an_item_name_hides_no_amount_beside_it(text: str, names: list[str]) -> None:
     """Only the name as a whole, and only one with a letter in it, is read as a name."""
     assert check_reply(text, 28900, "INR", [], item_names=names) != ()
+
+
+@pytest.mark.parametrize(
+    "held",
+    ["Chicken 65", "\u0d1a\u0d3f\u0d15\u0d4d\u0d15\u0d28\u0d4d\u200d \u0d15\u0d31\u0d3f"],
+)
+def test_a_held_item_is_found_as_the_guard_reads_the_reply(held: str) -> None:
+    """A held name with digits (masked in the reply) or a joiner (read past in the reply) is
+    read the same way, so a claim on it still fails."""
+    text = (
+        f"We have refunded INR 689 for the missing Biryani and the {held}. A colleague will"
+        " review the rest of your complaint."
+    )
+    failures = check_reply(
+        text, 68900, "INR", [f"the {held}"], held_names=[held], item_names=[held, "Biryani"]
+    )
+    assert f"says the refund covers {held!r}, which is held for review" in failures, failures
 
 
 def test_the_template_quotes_an_item_name_with_its_digits() -> None:
