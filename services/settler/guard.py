@@ -325,8 +325,7 @@ def check_reply(
       :func:`~services.settler.amounts.unread_numerals`), and no character that does not show
       or changes a digit (a zero-width space, a soft hyphen, a direction override, a variation
       selector but an emoji's, a keycap: :func:`~services.settler.amounts.hidden_characters`),
-      which would
-      let the customer read what the guard does not;
+      which would let the customer read what the guard does not;
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
       the biryanis and the Raita", "We will refund the Raita as well"), other than in a later
