@@ -9,6 +9,7 @@ Spans are offsets in the complaint as a Python ``str`` (code points), ``span_end
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections import Counter
@@ -209,22 +210,30 @@ def counts_named(claimed: str, item: LineItem) -> list[str]:
     """The words of ``claimed`` (an item's name as a claim gives it) that say how many of
     ``item`` it claims ("2 biryanis", "biryani x2", "two of the biryanis", "half the naans"):
     words with digits and number words, but those of the item's own name ("7 Up", "Two-Cheese
-    Pizza", "Cola 500ml")."""
+    Pizza", "Cola 500ml", and "500ml" of "Cola (500 ml)")."""
     own = _words(item.name)
+    listed = _word_list(name_key(item.name))
+    joined = {first + second for first, second in itertools.pairwise(listed)}
     return [
         word
         for word in _word_list(name_key(claimed))
-        if (_holds_digit(word) or _singular(word) in _COUNTS) and _singular(word) not in own
+        if (_holds_digit(word) or _singular(word) in _COUNTS)
+        and _singular(word) not in own
+        and word not in joined
     ]
 
 
 def _claim_words(text: str) -> frozenset[str]:
-    """The words of a claimed name that may name the item: not its filler, nor its count."""
-    return frozenset(
-        word
-        for word in _words(text)
-        if word not in _FILLER and word not in _COUNTS and not _holds_digit(word)
-    )
+    """The words of a claimed name that may name the item: not its filler, nor a number."""
+    return frozenset(word for word in _words(text) if word not in _FILLER and not word.isdigit())
+
+
+def _matching(words: frozenset[str], line_items: Sequence[LineItem]) -> list[LineItem]:
+    return [
+        item
+        for item in line_items
+        if words and (named := _words(item.name)) and (words <= named or named <= words)
+    ]
 
 
 def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem | None, str]:
@@ -235,10 +244,12 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     words all in the claim ("the Raita container" -> "Raita"), and only one item may match,
     unless exactly one of them is named by the claim's words and no more ("the biryanis" ->
     "Biryani", not "Chicken Biryani").
-    The claim's counts ("2", "x2", "two", "half") and filler words ("the", "my", "both of")
-    are left out. Parts of words never match: "Steak" is not "Tea". A claim may add words to a
-    name, so "Iced Tea" still resolves to an order's only "Tea": the judges and the item's
-    price bound what follows.
+    The claim's numbers and filler words ("the", "my", "both of") are left out, and when no
+    item matches, its counts too ("two of the biryanis", "biryani x2"), but not before: "half
+    tandoori chicken" is the "Tandoori Chicken (Half)" of an order that has a "(Full)" too.
+    Parts of words never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced
+    Tea" still resolves to an order's only "Tea": the judges and the item's price bound what
+    follows.
     """
     wanted = name_key(claimed)
     if not wanted:
@@ -247,11 +258,10 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     if len(exact) == 1:
         return exact[0], ""
     words = _claim_words(claimed)
-    matches = [
-        item
-        for item in line_items
-        if words and (named := _words(item.name)) and (words <= named or named <= words)
-    ]
+    matches = _matching(words, line_items)
+    if not matches:  # a count the claim wraps around the name: "two of the biryanis"
+        uncounted = frozenset(w for w in words if w not in _COUNTS and not _holds_digit(w))
+        words, matches = uncounted, _matching(uncounted, line_items)
     if len(matches) == 1:
         return matches[0], ""
     same = [item for item in matches if _words(item.name) == words]

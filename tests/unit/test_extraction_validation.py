@@ -261,6 +261,27 @@ def test_the_count_a_claimed_name_gives_is_what_the_items_own_name_does_not(
     assert counts_named(claimed, LineItem(name=name, quantity=4, unit_price_minor=100)) == counts
 
 
+@pytest.mark.parametrize(
+    ("claimed", "names", "expected"),
+    [
+        ("half tandoori chicken", ["Tandoori Chicken (Half)", "Tandoori Chicken (Full)"], 0),
+        ("the half chicken", ["Half Chicken", "Chicken Biryani"], 0),
+        ("the couple combo", ["Couple Combo", "Family Combo"], 0),
+        ("the coke 500ml", ["Coke 500ml", "Coke 1.25L"], 0),
+        ("Coca-Cola 500ml", ["Coca-Cola (500 ml)", "Raita"], 0),
+    ],
+)
+def test_a_count_word_of_the_items_own_name_still_tells_items_apart(
+    claimed: str, names: list[str], expected: int
+) -> None:
+    """Menus name portions and sizes with the words a count is said in: they are read as the
+    name while they pick out one item, and not taken for a count the claim gives."""
+    items = [LineItem(name=name, quantity=2, unit_price_minor=100) for name in names]
+    item, problem = resolve_item(claimed, items)
+    assert (item, problem) == (items[expected], "")
+    assert counts_named(claimed, items[expected]) == []
+
+
 def test_an_answer_that_is_not_whole_is_invalid_and_what_it_holds_is_kept() -> None:
     """Cut short or withheld, an answer is not the model's whole answer however it reads: it
     is repaired, and the claims it holds are what the repair must keep."""
