@@ -318,7 +318,7 @@ class ExtractorHandler:
                 # Cut short, withheld or empty: never read as an answer; the repair follows.
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
                 return not_whole.mark(exc.raw, exc.reason)
-            return served.text
+            return not_whole.whole(served.text)
 
         answer, from_cache = await cached_call(
             self._cache, key, compute, self._on_call, keep_refusals=True, in_flight=self._in_flight

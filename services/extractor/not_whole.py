@@ -18,6 +18,8 @@ from typing import NamedTuple
 from refund_bench.storable import storable
 
 _PREFIX = "not-whole="
+_WHOLE = "whole:\n"
+"""Before a whole answer that begins as a marked one would (:func:`whole`)."""
 MAX_REASON_CHARS = 500
 """A cached answer keeps this much of why it is not whole."""
 
@@ -36,6 +38,12 @@ class CachedAnswer(NamedTuple):
     every answer cached before answers recorded it)."""
 
 
+def whole(text: str) -> str:
+    """The cache value of ``text``, a whole answer: itself, unless it begins as a marked one
+    (or as one escaped so), which a model can be made to write: then escaped."""
+    return _WHOLE + text if text.startswith((_PREFIX, _WHOLE)) else text
+
+
 def mark(text: str, reason: str) -> str:
     """The cache value of ``text``, an answer that is not whole for ``reason``."""
     return f"{_PREFIX}{json.dumps(storable(reason, MAX_REASON_CHARS), ensure_ascii=True)}\n{text}"
@@ -43,7 +51,10 @@ def mark(text: str, reason: str) -> str:
 
 def read(value: str) -> CachedAnswer:
     """A cache value read back: ``read(mark(t, r)) == (t, r)`` for a reason ``storable`` keeps
-    whole; any other value (a whole answer, a JSON object) is that answer, whole."""
+    whole, ``read(whole(t)) == (t, None)``; any other value (an answer cached before answers
+    were marked, a JSON object) is that answer, whole."""
+    if value.startswith(_WHOLE):
+        return CachedAnswer(value.removeprefix(_WHOLE), None)
     if not value.startswith(_PREFIX):
         return CachedAnswer(value, None)
     head, newline, text = value.partition("\n")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.extractor.not_whole import CachedAnswer, mark, read, whole_grievances
+from services.extractor.not_whole import CachedAnswer, mark, read, whole, whole_grievances
 
 LATE = {"text": "It came late.", "category": "LATE_DELIVERY", "span_start": 0, "span_end": 4}
 MISSING = {"text": "Two biryanis were missing.", "category": "MISSING_ITEM", "item_quantity": 2}
@@ -56,3 +56,11 @@ def test_an_answer_with_no_grievance_whole_holds_none(text: str) -> None:
 def test_a_grievance_nested_too_deep_to_read_ends_what_is_held() -> None:
     deep = '{"grievances": [' + json.dumps(LATE) + ", " + "[" * 100_000
     assert whole_grievances(deep) == [LATE]
+
+
+@pytest.mark.parametrize(
+    "text", [WHOLE, 'not-whole="cut short"\n{"grievances": []}', "whole:\nwhole:\n", ""]
+)
+def test_a_whole_answer_reads_back_whole_whatever_it_begins_with(text: str) -> None:
+    """A model can be made to begin its answer as a marked one: it is escaped, not misread."""
+    assert read(whole(text)) == CachedAnswer(text, None)
