@@ -123,13 +123,15 @@ _EARLIER = re.compile(
 """A mention of the refund an earlier reply told of ("our earlier refund", "our previous reply")."""
 _CLAUSE_BREAK = re.compile(
     r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
+    r"|[\n\r\u2028\u2029](?![ \t]*+(?-i:[a-z]))"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
     r"|until|once(?!\s+(?:more|again)\b)|after|before|which|who|that|what|where|when)\b",
     re.IGNORECASE,
 )
 """Where a clause ends: a bracket, a punctuation mark before a space (not the point of
-"689.50"), a dash between spaces, or a conjunction or relative word ("and", "but", "which",
-"that", ...). Negation and review are read per clause."""
+"689.50"), a dash between spaces, a line break but one that wraps a sentence (the next line
+begins with a small letter), or a conjunction or relative word ("and", "but", "which", "that",
+...). Negation and review are read per clause."""
 _NEGATION = r"(?:\b(?:not|no|nothing|never|none|neither|nor|without|cannot|unable)\b|n['\u2019]t\b)"
 _LIGHT = (
     r"a|an|the|any|your|our|its|this|that|such|some|further|more|additional|extra|full|partial"
@@ -543,11 +545,11 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
     sentence that states the amount, only a clause after the amount is read so ("We have
     refunded the overcharge on your delivery fee: INR 49" is the amount's own clause); a line
-    break ends the amount's sentence here (:data:`_LINE_END`). A
+    break ends the amount's sentence as :data:`_SENTENCE_END` says. A
     promise with neither is taken as about the stated refund ("It should reach your card
     within a week", "Refunds are usually credited within 5-7 working days", "The refund will be
     credited to your wallet balance")."""
-    for sentence in _LINE_END.split(text):  # a line after the amount's is read whole
+    for sentence in _SENTENCE_END.split(text):
         amount_at = _stated_at(sentence, stated, currency)
         at = 0
         for clause in _clauses(sentence):
@@ -680,11 +682,14 @@ _RESTATED = re.compile(
 """Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
 (₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one. Words
 that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
-_LINE_END = re.compile(r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*")
-"""Where a sentence ends, or a line: what :func:`_more_money` reads apart. A line break does
-not end a sentence for the other checks, which read a list laid out in lines ("for:\n- the
-Biryani\n- the Raita") as the one sentence it is."""
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*+(?![a-z]|[-*\u2022\u2013\u2014]\s)"
+)
+"""Where a sentence ends: a full stop, a question or exclamation mark or a semicolon before a
+space, or a line break, unless the next line goes on with the sentence: it begins with a small
+letter (a line wrapped: "we are not able to\nrefund this order") or is an item of a list
+("for:\n- the Biryani\n- the Raita"). A reply laid out in lines ("Hi Priya\nWe have
+refunded INR 689\nThe delivery fee will be refunded too") ends its sentences there."""
 _COVERS_ALL = re.compile(
     r"\b(?:every\s?thing|all\s+of\s+(?:it|them|your|the)|all\s+(?:your|the)\b|in\s+full"
     r"|full\s+refund|whole|entire|all\s+(?:items|issues|grievances|claims|problems|complaints?"

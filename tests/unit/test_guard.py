@@ -1514,6 +1514,62 @@ def test_a_line_break_does_not_part_what_a_sentence_says_together(
 
 
 @pytest.mark.parametrize(
+    ("text", "approved", "held", "failure"),
+    [
+        (
+            "The amount approved for this order is INR 0\nWe will refund your delivery fee by"
+            " Friday",
+            0,
+            [],
+            "promises money",
+        ),
+        (
+            "We have reviewed your complaint\nYour refund of the order value is on the way",
+            0,
+            [],
+            "promises money",
+        ),
+        (
+            "Sorry, we are not able to find an issue\nRefund approved for your Raita",
+            0,
+            [],
+            "promises money",
+        ),
+        (
+            "We have refunded INR 689 for the missing Biryani.\nA colleague will review your"
+            " order\nThis covers the Raita as well",
+            68900,
+            ["the Raita"],
+            "covers",
+        ),
+    ],
+)
+def test_a_line_of_its_own_is_not_excused_by_the_line_before(
+    text: str, approved: int, held: list[str], failure: str
+) -> None:
+    """A zero amount, a review or a negation on one line says nothing of the next line's
+    promise: a line that begins a new sentence is read as one."""
+    failures = check_reply(text, approved, "INR", held, held_names=["Raita"] if held else [])
+    assert any(failure in f for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "We have refunded INR 689 for the Biryani\nThe Raita is under review",
+        "Hi Priya\nWe have refunded INR 689 for the missing Biryani\nA colleague will review"
+        " the Raita\nWarm regards,\nRefund team",
+        "We have refunded INR 689 to your card\nThank you again for your patience\nA colleague"
+        " will review the Raita",
+    ],
+)
+def test_a_reply_laid_out_in_lines_passes(text: str) -> None:
+    # (A list, "for:\n- the Biryani\n- the Raita", is one sentence: a refund in one item and a
+    # held name in the next fail it, even where the item says "under review".)
+    assert check_reply(text, 68900, "INR", ["the Raita"], held_names=["Raita"]) == ()
+
+
+@pytest.mark.parametrize(
     ("text", "approved", "held"),
     [
         ("We are not able to\nrefund this order. We are sorry.", 0, []),
