@@ -77,6 +77,9 @@ REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one
 LEFT_OUT_REASON = (
     "EXTRACTION: the repaired answer leaves out grievances the first answer had without fault"
 )
+CHANGED_REASON = (
+    "EXTRACTION: the repaired answer claims other units than the first answer did without fault"
+)
 REFUSED_REASON = "EXTRACTION: the model endpoint refused the complaint"
 NO_ANSWER_REASON = "EXTRACTION: the model endpoint gave no answer to the complaint"
 NOT_WHOLE_REASON = "EXTRACTION: the first answer was not whole, and its repair names no grievance"
@@ -283,19 +286,21 @@ class ExtractorHandler:
             except ExtractionInvalid as second:
                 answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
-            left_out = (
-                *claims_left_out(first.passed, repaired, first.unresolved),
-                *quantities_changed(first.quantities, repaired),
-            )
-            if not left_out and not repaired and answer.not_whole and answer.text.strip():
+            left_out = claims_left_out(first.passed, repaired, first.unresolved)
+            changed = quantities_changed(first.quantities, repaired)
+            problems: tuple[str, ...] = (*left_out, *changed)
+            reason = ""
+            if left_out:
+                reason = f"{LEFT_OUT_REASON}: {_problems_in_short(problems)}"
+            elif changed:
+                reason = f"{CHANGED_REASON}: {_problems_in_short(changed)}"
+            elif not repaired and answer.not_whole and answer.text.strip():
                 # Cut short or withheld as it named grievances (or before it could): what came
                 # after its fault is unknown, and "none" is no repair of it.
-                left_out = (NOT_WHOLE_PROBLEM,)
+                problems = (NOT_WHOLE_PROBLEM,)
                 reason = f"{NOT_WHOLE_REASON} ({answer.not_whole})"
-            else:
-                reason = f"{LEFT_OUT_REASON}: {_problems_in_short(left_out)}"
-            answers.append(_kept(2, made, left_out))
-            if left_out:
+            answers.append(_kept(2, made, problems))
+            if problems:
                 return reason, made
             return repaired, made
         answers.append(_kept(1, made, ()))

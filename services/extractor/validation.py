@@ -236,6 +236,18 @@ def _matching(words: frozenset[str], line_items: Sequence[LineItem]) -> list[Lin
     ]
 
 
+def _pick(
+    words: frozenset[str], line_items: Sequence[LineItem]
+) -> tuple[LineItem | None, list[LineItem]]:
+    """The one item ``words`` name (:func:`resolve_item`), if one, and every item they match."""
+    matches = _matching(words, line_items)
+    if len(matches) == 1:
+        return matches[0], matches
+    same = [item for item in matches if _words(item.name) == words]
+    # "my biryanis" on an order of "Biryani" and "Chicken Biryani": the name it states.
+    return (same[0] if len(same) == 1 else None), matches
+
+
 def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem | None, str]:
     """Resolve a claimed item name to one line item, or ``(None, problem)``.
 
@@ -244,9 +256,10 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     words all in the claim ("the Raita container" -> "Raita"), and only one item may match,
     unless exactly one of them is named by the claim's words and no more ("the biryanis" ->
     "Biryani", not "Chicken Biryani").
-    The claim's numbers and filler words ("the", "my", "both of") are left out, and when no
-    item matches, its counts too ("two of the biryanis", "biryani x2"), but not before: "half
-    tandoori chicken" is the "Tandoori Chicken (Half)" of an order that has a "(Full)" too.
+    The claim's numbers and filler words ("the", "my", "both of") are left out, and when they
+    pick out no one item, its counts too ("two of the biryanis", "two diet cokes" from "Coke"
+    and "Diet Coke"), but not before: "half tandoori chicken" is the "Tandoori Chicken (Half)"
+    of an order that has a "(Full)" too.
     Parts of words never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced
     Tea" still resolves to an order's only "Tea": the judges and the item's price bound what
     follows.
@@ -258,16 +271,13 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     if len(exact) == 1:
         return exact[0], ""
     words = _claim_words(claimed)
-    matches = _matching(words, line_items)
-    if not matches:  # a count the claim wraps around the name: "two of the biryanis"
+    item, matches = _pick(words, line_items)
+    if item is None:  # a count the claim wraps around the name: "two of the biryanis"
         uncounted = frozenset(w for w in words if w not in _COUNTS and not _holds_digit(w))
-        words, matches = uncounted, _matching(uncounted, line_items)
-    if len(matches) == 1:
-        return matches[0], ""
-    same = [item for item in matches if _words(item.name) == words]
-    if len(same) == 1:
-        # "my biryanis" on an order of "Biryani" and "Chicken Biryani": the name it states.
-        return same[0], ""
+        item, without = _pick(uncounted, line_items) if uncounted != words else (None, [])
+        matches = matches or without
+    if item is not None:
+        return item, ""
     if len(matches) > 1:
         listed = ", ".join(repr(item.name) for item in matches)
         return None, f"item_name {claimed!r} is ambiguous: it matches {listed}"
@@ -487,7 +497,9 @@ def validate_extraction(
         if len(items) > max_grievances:  # the repair drops some: one of them all is kept
             groups = [[claim for group in groups for claim in group]]
             unresolved = {}
+        # A claim made twice, whole or at fault, says no one quantity: a repair merges them.
         made = Counter((f["category"], f["item_name"]) for _, f in cleaned)
+        made.update((fault.category, fault.item_name) for fault in faults if fault.placed)
         quantities = {
             (f["category"], f["item_name"]): f["item_quantity"]
             for _, f in cleaned

@@ -32,6 +32,7 @@ from refund_bench.runtime import Context, Emit
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER, own_copy
 from services.extractor.evidence import FrozenSnapshot, canonical_json, freeze, snapshot_sha256
 from services.extractor.handler import (
+    CHANGED_REASON,
     LEFT_OUT_REASON,
     MAX_CHANNEL_CHARS,
     NOT_WHOLE_REASON,
@@ -747,7 +748,7 @@ def test_a_repair_that_changes_the_units_of_a_claim_without_fault_sends_it_to_re
     priced = emits[0].value
     assert priced["decision"] == "HELD_FOR_REVIEW"
     assert priced["reason"] == (
-        f"{LEFT_OUT_REASON}: {BIRYANIS_LEFT_OUT}: 2 units in the first answer, 4 in the repair"
+        f"{CHANGED_REASON}: {BIRYANIS_LEFT_OUT}: 2 units in the first answer, 4 in the repair"
     )
 
 

@@ -262,24 +262,29 @@ def test_the_count_a_claimed_name_gives_is_what_the_items_own_name_does_not(
 
 
 @pytest.mark.parametrize(
-    ("claimed", "names", "expected"),
+    ("claimed", "names", "expected", "counts"),
     [
-        ("half tandoori chicken", ["Tandoori Chicken (Half)", "Tandoori Chicken (Full)"], 0),
-        ("the half chicken", ["Half Chicken", "Chicken Biryani"], 0),
-        ("the couple combo", ["Couple Combo", "Family Combo"], 0),
-        ("the coke 500ml", ["Coke 500ml", "Coke 1.25L"], 0),
-        ("Coca-Cola 500ml", ["Coca-Cola (500 ml)", "Raita"], 0),
+        ("half tandoori chicken", ["Tandoori Chicken (Half)", "Tandoori Chicken (Full)"], 0, []),
+        ("the half chicken", ["Half Chicken", "Chicken Biryani"], 0, []),
+        ("the couple combo", ["Couple Combo", "Family Combo"], 0, []),
+        ("the coke 500ml", ["Coke 500ml", "Coke 1.25L"], 0, []),
+        ("Coca-Cola 500ml", ["Coca-Cola (500 ml)", "Raita"], 0, []),
+        ("two diet cokes", ["Coke", "Diet Coke"], 1, ["two"]),
+        ("diet coke x2", ["Coke", "Diet Coke"], 1, ["x2"]),
+        ("half butter naan", ["Naan", "Butter Naan"], 1, ["half"]),
+        ("two pizzas", ["Pizza", "Two-Cheese Pizza"], 0, ["two"]),
     ],
 )
-def test_a_count_word_of_the_items_own_name_still_tells_items_apart(
-    claimed: str, names: list[str], expected: int
+def test_count_words_tell_items_apart_as_names_and_are_counts_only_when_they_name_none(
+    claimed: str, names: list[str], expected: int, counts: list[str]
 ) -> None:
     """Menus name portions and sizes with the words a count is said in: they are read as the
-    name while they pick out one item, and not taken for a count the claim gives."""
+    name while they pick out one item; a count the claim wraps around a name is left out
+    when it does not, and is then a count the claim gives."""
     items = [LineItem(name=name, quantity=2, unit_price_minor=100) for name in names]
     item, problem = resolve_item(claimed, items)
     assert (item, problem) == (items[expected], "")
-    assert counts_named(claimed, items[expected]) == []
+    assert counts_named(claimed, items[expected]) == counts
 
 
 def test_an_answer_that_is_not_whole_is_invalid_and_what_it_holds_is_kept() -> None:
@@ -315,7 +320,15 @@ def test_a_repair_keeps_the_units_of_each_claim_without_fault() -> None:
     assert quantities_changed(caught.value.quantities, all_four) == (
         f"MISSING_ITEM for {BIRYANI!r}: 2 units in the first answer, 4 in the repair",
     )
-    # A claim made twice says no one quantity: the repair merges them as it will.
+    # A claim made twice, whole or at fault for its span, says no one quantity: the repair
+    # merges them as it will.
+    with pytest.raises(ExtractionInvalid) as merged:
+        validate_extraction(
+            {"grievances": [two, {**two, "text": "One more.", "span_end": 10_000}]},
+            ARTICLE_COMPLAINT,
+            ITEMS,
+        )
+    assert merged.value.quantities == {}
     with pytest.raises(ExtractionInvalid) as twice:
         validate_extraction(
             {"grievances": [two, {**two, "text": "Two naans."}]}, ARTICLE_COMPLAINT, ITEMS
