@@ -40,8 +40,10 @@ class Story:
     def latest_round(self) -> dict[str, Any] | None:
         return self.priced[-1] if self.priced else None
 
-    def is_final(self, round_: int | None = None) -> bool:
-        """True when the given (default: latest) priced round has reached its end state."""
+    def is_final(self, round_: int | None = None, *, whole: bool = True) -> bool:
+        """True when the given (default: latest) priced round has reached its end state;
+        ``whole``: and the grievances it priced are recorded whole (:func:`_grievances_recorded`;
+        ``False`` for a dispute whose verdicts were written without rulings, as a test may)."""
         rounds = {p["round"]: p for p in self.priced}
         target = rounds.get(round_) if round_ is not None else self.latest_round
         if target is None:
@@ -51,7 +53,9 @@ class Story:
         paying = target["decision"] in _PAYING and target["payable_minor"] > 0
         if paying and not any(p["round"] == target["round"] for p in self.payouts):
             return False
-        return self._grievances_recorded(line["grievance_id"] for line in target["lines"])
+        return not whole or self._grievances_recorded(
+            line["grievance_id"] for line in target["lines"]
+        )
 
     def _grievances_recorded(self, grievance_ids: Iterable[str]) -> bool:
         """Whether each of ``grievance_ids`` has its grievance, its verdict and as many rulings

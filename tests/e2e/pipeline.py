@@ -81,13 +81,19 @@ class Pipeline:
             return load_story(conn, dispute_id)
 
     def wait_final(
-        self, dispute_id: str, timeout_s: float = 90.0, round_: int | None = None
+        self,
+        dispute_id: str,
+        timeout_s: float = 90.0,
+        round_: int | None = None,
+        *,
+        whole: bool = True,
     ) -> Story:
-        """Poll PostgreSQL until the dispute's (latest or given) round is final."""
+        """Poll PostgreSQL until the dispute's (latest or given) round is final (``whole``:
+        :meth:`~refund_bench.disputes.Story.is_final`)."""
         deadline = time.monotonic() + timeout_s
         while True:
             story = self.story(dispute_id)
-            if story.is_final(round_):
+            if story.is_final(round_, whole=whole):
                 return story
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{dispute_id} not final after {timeout_s}s: {story.priced}")

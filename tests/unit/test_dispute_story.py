@@ -35,6 +35,8 @@ def test_a_round_is_not_final_before_the_rulings_and_verdicts_that_led_to_it_are
     assert not _story(rulings=2).is_final()
     assert not _story(verdict=False).is_final()
     assert not _story(grievance=False).is_final()
+    # Verdicts written with no rulings (a test's): final without them when asked so.
+    assert _story(rulings=0).is_final(whole=False)
 
 
 def test_a_round_with_nothing_to_judge_needs_only_its_reply() -> None:

@@ -528,13 +528,11 @@ def test_valid_answers_get_ids_g1_to_gn_in_span_order(
     assert all(0 <= s < e <= len(complaint) for s, e in spans)
 
 
-@given(
-    st.recursive(
-        st.none() | st.integers() | st.text(max_size=5),
-        lambda c: st.lists(c) | st.dictionaries(st.text(max_size=12), c),
-        max_leaves=12,
-    )
-)
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner) | st.dictionaries(st.text(max_size=12), inner)
+
+
+@given(st.recursive(st.none() | st.integers() | st.text(max_size=5), _nested, max_leaves=12))
 def test_arbitrary_json_never_crashes_only_validates_or_lists_problems(answer: object) -> None:
     problems: tuple[str, ...] = ()
     try:
