@@ -123,15 +123,13 @@ _EARLIER = re.compile(
 """A mention of the refund an earlier reply told of ("our earlier refund", "our previous reply")."""
 _CLAUSE_BREAK = re.compile(
     r"[()\[\]]|[.!?;:,\u2014]+(?=\s|$)|\s[-\u2013\u2014]+\s"
-    r"|[\n\r\u2028\u2029](?![ \t]*+(?-i:[a-z]))"
     r"|\b(?:and|but|so|yet|because|since|as|although|though|while|whereas|however|then|unless"
     r"|until|once(?!\s+(?:more|again)\b)|after|before|which|who|that|what|where|when)\b",
     re.IGNORECASE,
 )
 """Where a clause ends: a bracket, a punctuation mark before a space (not the point of
-"689.50"), a dash between spaces, a line break but one that wraps a sentence (the next line
-begins with a small letter), or a conjunction or relative word ("and", "but", "which", "that",
-...). Negation and review are read per clause."""
+"689.50"), a dash between spaces, or a conjunction or relative word ("and", "but", "which",
+"that", ...). Negation and review are read per clause."""
 _NEGATION = r"(?:\b(?:not|no|nothing|never|none|neither|nor|without|cannot|unable)\b|n['\u2019]t\b)"
 _LIGHT = (
     r"a|an|the|any|your|our|its|this|that|such|some|further|more|additional|extra|full|partial"
@@ -378,10 +376,62 @@ def check_reply(
     The reply is read after :func:`~services.settler.amounts.normalised` (full-width and other
     scripts' digits, other currency signs). It returns failures for any text and never raises.
     """
-    written = text
-    text = masked_names(normalised(text), item_names)
-    if len(text) > MAX_REPLY_CHARS:
-        return (f"is {len(text)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
+    read = masked_names(normalised(text), item_names)
+    if len(read) > MAX_REPLY_CHARS:
+        return (f"is {len(read)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
+    args = (
+        text,
+        approved_minor,
+        currency,
+        held_items,
+        earlier_refund,
+        held_names,
+        whole_order,
+        item_names,
+    )
+    if not _LINE_BREAK.search(read):
+        return _failures(read, *args)
+    # A line break may end a sentence ("INR 0\nWe will refund your fee") or wrap one ("we are
+    # not able to\nrefund it"; "for:\n1. the Biryani\n2. the Raita"): the reply is read three
+    # ways, and fails if any reading fails, so that no reading excuses what another sees.
+    failures: dict[str, str] = {}
+    for reading in (
+        _LINE_BREAK.sub(" ", read),  # every line goes on with the one before
+        _LINE_BREAK.sub("; ", read),  # every line is a sentence of its own
+        _LINE_BREAK.sub(_goes_on, read),  # a list's items, and lines that wrap, go on
+    ):
+        for failure in _failures(reading, *args):
+            failures.setdefault(failure.split(":")[0], failure)
+    return tuple(failures.values())
+
+
+_LINE_BREAK = re.compile(r"[ \t]*+(?:\r\n|[\n\r\u2028\u2029])\s*+")
+"""A line break, with the spaces around it: :func:`check_reply` reads it as a space, as the
+end of a sentence ("; "), and as the one or the other (:func:`_goes_on`)."""
+_GOES_ON = re.compile(r"[a-z]|[-*\u2022\u2013\u2014]\s|[0-9]{1,2}[.)]\s")
+"""The start of a line that goes on with the sentence before: a small letter (the line wraps)
+or a list's marker ("- ", "• ", "1. ", "2) ")."""
+
+
+def _goes_on(line_break: re.Match[str]) -> str:
+    """A line break as a space where the next line goes on with the sentence, else as the
+    end of the sentence."""
+    return " " if _GOES_ON.match(line_break.string, line_break.end()) else "; "
+
+
+def _failures(
+    text: str,
+    written: str,
+    approved_minor: int,
+    currency: str,
+    held_items: Sequence[str],
+    earlier_refund: bool,
+    held_names: Sequence[str],
+    whole_order: bool,
+    item_names: Sequence[str],
+) -> tuple[str, ...]:
+    """:func:`check_reply`'s failures for ``text``, the reply ``written`` as the guard reads
+    it (normalised, the digits of item names masked, line breaks read one way)."""
     failures: list[str] = []
     numerals = unread_numerals(written + text)
     if numerals:
@@ -545,7 +595,7 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
     sentence that states the amount, only a clause after the amount is read so ("We have
     refunded the overcharge on your delivery fee: INR 49" is the amount's own clause); a line
-    break ends the amount's sentence as :data:`_SENTENCE_END` says. A
+    break ends the amount's sentence in one of the readings :func:`check_reply` makes. A
     promise with neither is taken as about the stated refund ("It should reach your card
     within a week", "Refunds are usually credited within 5-7 working days", "The refund will be
     credited to your wallet balance")."""
@@ -682,14 +732,10 @@ _RESTATED = re.compile(
 """Between a statement of the amount and the next: an opening bracket and a few words ("INR 689
 (₹689)", "INR 689 (refund of 689)"): the same amount spelled again, not a second one. Words
 that add or assign ("(plus INR 689 for the delay)", "(and ₹689 ...)") make it a second one."""
-_SENTENCE_END = re.compile(
-    r"(?<=[.!?;])\s+|\s*[\n\r\u2028\u2029]\s*+(?![a-z]|[-*\u2022\u2013\u2014]\s)"
-)
+_SENTENCE_END = re.compile(r"(?<=[.!?;])(?<!\b[0-9]\.)(?<!\b[0-9]{2}\.)\s+")
 """Where a sentence ends: a full stop, a question or exclamation mark or a semicolon before a
-space, or a line break, unless the next line goes on with the sentence: it begins with a small
-letter (a line wrapped: "we are not able to\nrefund this order") or is an item of a list
-("for:\n- the Biryani\n- the Raita"). A reply laid out in lines ("Hi Priya\nWe have
-refunded INR 689\nThe delivery fee will be refunded too") ends its sentences there."""
+space, but not the point of a list's number ("for:\n1. the Biryani\n2. the Raita" is one
+sentence). Line breaks are read by :func:`check_reply`."""
 _COVERS_ALL = re.compile(
     r"\b(?:every\s?thing|all\s+of\s+(?:it|them|your|the)|all\s+(?:your|the)\b|in\s+full"
     r"|full\s+refund|whole|entire|all\s+(?:items|issues|grievances|claims|problems|complaints?"

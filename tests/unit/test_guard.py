@@ -1556,16 +1556,14 @@ def test_a_line_of_its_own_is_not_excused_by_the_line_before(
 @pytest.mark.parametrize(
     "text",
     [
-        "We have refunded INR 689 for the Biryani\nThe Raita is under review",
-        "Hi Priya\nWe have refunded INR 689 for the missing Biryani\nA colleague will review"
-        " the Raita\nWarm regards,\nRefund team",
-        "We have refunded INR 689 to your card\nThank you again for your patience\nA colleague"
-        " will review the Raita",
+        "We have refunded INR 689 for the Biryani.\nThe Raita is under review.",
+        "Hi Priya,\nWe have refunded INR 689 for the missing Biryani.\nA colleague will review"
+        " the Raita.\nWarm regards,\nCustomer care",
+        "We have refunded INR 689 to your card.\r\nThank you for your patience.\r\nA colleague"
+        " will review the Raita.",
     ],
 )
-def test_a_reply_laid_out_in_lines_passes(text: str) -> None:
-    # (A list, "for:\n- the Biryani\n- the Raita", is one sentence: a refund in one item and a
-    # held name in the next fail it, even where the item says "under review".)
+def test_a_reply_laid_out_in_lines_of_whole_sentences_passes(text: str) -> None:
     assert check_reply(text, 68900, "INR", ["the Raita"], held_names=["Raita"]) == ()
 
 
@@ -1578,13 +1576,22 @@ def test_a_reply_laid_out_in_lines_passes(text: str) -> None:
             68900,
             ["the Raita"],
         ),
+        (
+            "We have refunded INR 689 for the Biryani\nThe Raita is under review",
+            68900,
+            ["the Raita"],
+        ),
+        ("We have refunded INR 689 for:\n1. the Biryani\n2. the Raita", 68900, ["the Raita"]),
     ],
 )
-def test_a_reply_wrapped_mid_sentence_reads_as_one_line(
+def test_a_sentence_across_lines_that_either_reading_fails_gets_the_template(
     text: str, approved: int, held: list[str]
 ) -> None:
+    """A line break read as a space joins what the lines say; read as a sentence's end, it
+    parts them. The guard fails a reply that either reading fails: a wrapped line that only one
+    reading excuses costs a template reply, never a promise sent."""
     names = ["Raita"] if held else []
-    assert check_reply(text, approved, "INR", held, held_names=names) == ()
+    assert check_reply(text, approved, "INR", held, held_names=names) != ()
 
 
 def test_a_phrase_the_template_quotes_loses_its_hidden_characters() -> None:
@@ -1664,3 +1671,51 @@ def test_a_reply_naming_any_other_amount_fails_whatever_items_the_round_names(
     text = f"{alone} You may also get {wording.format(said=said)} later."
     failures = check_reply(text, approved, currency, [], item_names=names)
     assert any(f.startswith("names an amount other than") for f in failures), failures
+
+
+@pytest.mark.parametrize(
+    ("text", "approved", "held"),
+    [
+        (
+            "We have refunded INR 689 for\nYour missing Biryani and the Raita. A colleague will"
+            " review the Raita.",
+            68900,
+            ["the Raita"],
+        ),
+        (
+            "We have refunded\nINR 689 for the Biryani and the Raita. A colleague will review"
+            " the Raita.",
+            68900,
+            ["the Raita"],
+        ),
+        (
+            "We have refunded INR 689 for:\n1. the Biryani\n2. the Raita\nA colleague will"
+            " review the rest.",
+            68900,
+            ["the Raita"],
+        ),
+        ("We will credit INR 689 to your wallet\r\nfor every item in the order.", 68900, []),
+        (
+            "We have refunded INR 689 to your card.\r\nWe will also refund\r\nthe rest later.",
+            68900,
+            [],
+        ),
+        ("Sorry about that, for every missing biryani\nWe have refunded INR 689.", 68900, []),
+        ("We have refunded INR 689, and we will credit it\nAgain next week.", 68900, []),
+        ("We are sending the\nAmount to your card.", 0, []),
+        (
+            "Your delivery fee will be refunded separately\nand INR 689 has been refunded for the"
+            " Biryani.",
+            68900,
+            [],
+        ),
+    ],
+)
+def test_what_a_line_break_splits_or_wraps_is_read_as_said(
+    text: str, approved: int, held: list[str]
+) -> None:
+    """Each of these passed one of the rules tried for line breaks in this release: a claim on
+    a held item wrapped onto a line that begins with a capital or a number, Windows line ends,
+    an amount spread or repeated across lines, a promise before the amount on the line above."""
+    names = ["Raita"] if held else []
+    assert check_reply(text, approved, "INR", held, held_names=names) != ()
