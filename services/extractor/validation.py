@@ -259,7 +259,9 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
     The claim's numbers and filler words ("the", "my", "both of") are left out, and when they
     pick out no one item, its counts too ("two of the biryanis", "two diet cokes" from "Coke"
     and "Diet Coke"), but not before: "half tandoori chicken" is the "Tandoori Chicken (Half)"
-    of an order that has a "(Full)" too.
+    of an order that has a "(Full)" too. A claim that picks one item with its count words and
+    another without them ("two cheese pizzas" on "Two-Cheese Pizza" and "Cheese Pizza") is
+    ambiguous.
     Parts of words never match: "Steak" is not "Tea". A claim may add words to a name, so "Iced
     Tea" still resolves to an order's only "Tea": the judges and the item's price bound what
     follows.
@@ -272,10 +274,15 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
         return exact[0], ""
     words = _claim_words(claimed)
     item, matches = _pick(words, line_items)
-    if item is None:  # a count the claim wraps around the name: "two of the biryanis"
-        uncounted = frozenset(w for w in words if w not in _COUNTS and not _holds_digit(w))
-        item, without = _pick(uncounted, line_items) if uncounted != words else (None, [])
-        matches = matches or without
+    uncounted = frozenset(w for w in words if w not in _COUNTS and not _holds_digit(w))
+    if uncounted != words:  # a count the claim may wrap around the name: "two of the biryanis"
+        without, more = _pick(uncounted, line_items)
+        if item is None:
+            item, matches = without, matches or more
+        elif without is not None and without is not item:
+            # "two cheese pizzas" on "Two-Cheese Pizza" and "Cheese Pizza": name or count?
+            matches = [item, without]
+            item = None
     if item is not None:
         return item, ""
     if len(matches) > 1:

@@ -287,6 +287,24 @@ def test_count_words_tell_items_apart_as_names_and_are_counts_only_when_they_nam
     assert counts_named(claimed, items[expected]) == counts
 
 
+@pytest.mark.parametrize(
+    ("claimed", "names"),
+    [
+        ("two cheese pizzas", ["Two-Cheese Pizza", "Cheese Pizza"]),
+        ("half of the tandoori chicken", ["Tandoori Chicken", "Tandoori Chicken (Half)"]),
+    ],
+)
+def test_a_claim_that_picks_one_item_with_its_count_and_another_without_is_ambiguous(
+    claimed: str, names: list[str]
+) -> None:
+    """Is "two" the count or the name? The repair is asked, rather than the claim taking all
+    the units of whichever item its words happened to pick."""
+    items = [LineItem(name=name, quantity=2, unit_price_minor=100) for name in names]
+    item, problem = resolve_item(claimed, items)
+    assert item is None
+    assert problem.startswith(f"item_name {claimed!r} is ambiguous: it matches "), problem
+
+
 def test_an_answer_that_is_not_whole_is_invalid_and_what_it_holds_is_kept() -> None:
     """Cut short or withheld, an answer is not the model's whole answer however it reads: it
     is repaired, and the claims it holds are what the repair must keep."""
