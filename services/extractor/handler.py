@@ -2,9 +2,12 @@
 
 For each complaint: load the order's evidence, freeze it (content hash, stored once per
 dispute), make ONE structured-output LLM call, and validate the answer in code. An invalid
-answer gets one repair call; if that fails too, or leaves out a grievance the first answer had
+answer, or one that is not whole (cut short or withheld: :mod:`services.extractor.not_whole`;
+what it holds whole is what the repair must keep), gets one repair call; if that fails too, is
+not whole itself, or leaves out a grievance the first answer had
 without fault, or at fault only for its span, text length or quantity (same category and item:
-a repair mends, it does not read the complaint anew), or one whose item could not be placed on
+a repair mends, it does not read the complaint anew), or claims other units of an item than
+such a grievance did, or one whose item could not be placed on
 the order (a claim of its category on another item must stay), or
 the endpoint refuses the complaint itself (HTTP 400, 413, 422: too long, against a content
 policy) or fails it alone (:class:`~refund_bench.llm.client.LlmFailedAlone`), the complaint goes
