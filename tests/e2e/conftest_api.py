@@ -407,6 +407,21 @@ SEEDED_EXTRACTOR_ANSWERS = [
 """The seeded dispute's extraction: a first answer cut short, then its repair."""
 
 
+def insert_unpublished_decision(database_url: str, dispute_id: str) -> str:
+    """A reviewer's REJECT of the article dispute's raita item, recorded but not published (as
+    a crash between the two leaves it); returns its review id."""
+    review_id = f"r-{uuid.uuid4().hex}"
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, grievance_id,"
+            " decision, reviewer, note, decided_at, published)"
+            " VALUES (%s, %s, 'grievance:g3', 'GRIEVANCE', 'g3', 'REJECT', 'bob',"
+            " 'recorded before a crash', %s, false)",
+            (review_id, dispute_id, datetime.now(UTC)),
+        )
+    return review_id
+
+
 def seed_article_dispute(database_url: str, dispute_id: str, *, rounds: int = 1) -> None:
     """The article's dispute as the pipeline leaves it after round 1 (68900 paid, the raita
     grievance ESCALATE and OPEN for review); with ``rounds=2`` also what follows an UPHOLD of

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -24,9 +23,15 @@ from refund_bench.topics import Topic
 from services.api.metrics import ApiMetrics
 from services.api.outbox import Outbox, review_decided
 from services.api.publisher import KafkaPublisher, Publisher
-from services.api.store import DECISIONS, Store
+from services.api.store import DECISIONS, DecisionRecord, Store
 from tests.conftest import Stack
-from tests.e2e.conftest_api import decoder, delete_dispute, event_codec, seed_article_dispute
+from tests.e2e.conftest_api import (
+    decoder,
+    delete_dispute,
+    event_codec,
+    insert_unpublished_decision,
+    seed_article_dispute,
+)
 from tests.kafka_helpers import read_to_end
 
 pytestmark = pytest.mark.stack
@@ -63,6 +68,18 @@ def _store(database_url: str) -> tuple[Store, list[AsyncConnectionPool[Any]]]:
     return Store(main, publishing, publish_wait_s=10.0), [main, publishing]
 
 
+def _decisions(store: Store, publisher: Publisher) -> Outbox[DecisionRecord]:
+    """The decisions outbox of an API instance on ``store``."""
+    return Outbox(
+        store,
+        DECISIONS,
+        t.REVIEW_DECIDED,
+        review_decided,
+        publisher,
+        ApiMetrics(CollectorRegistry()),
+    )
+
+
 async def _drain_what_is_left(stack: Stack, codec: Codec) -> None:
     """Publish what an earlier run left unpublished: the drains below take the oldest row."""
     store, pools = _store(stack.database_url)
@@ -71,15 +88,7 @@ async def _drain_what_is_left(stack: Stack, codec: Codec) -> None:
     for pool in pools:
         await pool.open(wait=True, timeout=30)
     try:
-        outbox = Outbox(
-            store,
-            DECISIONS,
-            t.REVIEW_DECIDED,
-            review_decided,
-            publisher,
-            ApiMetrics(CollectorRegistry()),
-        )
-        await asyncio.wait_for(outbox.drain(), 60)
+        await asyncio.wait_for(_decisions(store, publisher).drain(), 60)
     finally:
         publisher.close()
         for pool in pools:
@@ -88,18 +97,10 @@ async def _drain_what_is_left(stack: Stack, codec: Codec) -> None:
 
 def test_two_instances_draining_at_once_publish_a_decision_once(stack: Stack) -> None:
     dispute_id = f"d-test-{uuid.uuid4().hex}"
-    review_id = f"r-{uuid.uuid4().hex}"
     codec = event_codec(stack)
     asyncio.run(_drain_what_is_left(stack, codec))
     seed_article_dispute(stack.database_url, dispute_id)
-    with psycopg.connect(stack.database_url) as conn:
-        conn.execute(
-            "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, grievance_id,"
-            " decision, reviewer, note, decided_at, published)"
-            " VALUES (%s, %s, 'grievance:g3', 'GRIEVANCE', 'g3', 'REJECT', 'bob',"
-            " 'recorded before a crash', %s, false)",
-            (review_id, dispute_id, datetime.now(UTC)),
-        )
+    review_id = insert_unpublished_decision(stack.database_url, dispute_id)
 
     async def drain_together() -> tuple[int, int, int]:
         first_store, first_pools = _store(stack.database_url)
@@ -111,22 +112,8 @@ def test_two_instances_draining_at_once_publish_a_decision_once(stack: Stack) ->
         for pool in pools:
             await pool.open(wait=True, timeout=30)
         try:
-            first = Outbox(
-                first_store,
-                DECISIONS,
-                t.REVIEW_DECIDED,
-                review_decided,
-                gate,
-                ApiMetrics(CollectorRegistry()),
-            )
-            second = Outbox(
-                second_store,
-                DECISIONS,
-                t.REVIEW_DECIDED,
-                review_decided,
-                publisher,
-                ApiMetrics(CollectorRegistry()),
-            )
+            first = _decisions(first_store, gate)
+            second = _decisions(second_store, publisher)
             draining = asyncio.create_task(first.drain())
             # The first instance holds the row's lock and is publishing it.
             await asyncio.wait_for(gate.reached.wait(), 30)

@@ -31,6 +31,7 @@ from tests.e2e.conftest_api import (
     dispute_events,
     end_offsets,
     event_codec,
+    insert_unpublished_decision,
     running_api,
     seed_article_dispute,
     sign_in,
@@ -197,19 +198,11 @@ def test_an_unpublished_decision_is_published_once_by_two_instances_draining(
     stack: Stack, codec: Codec, api: ApiServer
 ) -> None:
     dispute_id = f"d-test-{uuid.uuid4().hex}"
-    review_id = f"r-{uuid.uuid4().hex}"
     seed_article_dispute(api.database_url, dispute_id)
     # Read from before the row exists: the running instance's periodic drain may publish it
     # before the second instance has started.
     start = end_offsets(stack.kafka, TOPIC)
-    with psycopg.connect(api.database_url) as conn:
-        conn.execute(
-            "INSERT INTO review_decisions (review_id, dispute_id, item_key, kind, grievance_id,"
-            " decision, reviewer, note, decided_at, published)"
-            " VALUES (%s, %s, 'grievance:g3', 'GRIEVANCE', 'g3', 'REJECT', 'bob',"
-            " 'recorded before a crash', %s, false)",
-            (review_id, dispute_id, datetime.now(UTC)),
-        )
+    review_id = insert_unpublished_decision(api.database_url, dispute_id)
     try:
         # A second instance starts (as after a restart) while the first keeps running: the
         # row lock and SKIP LOCKED let only one of them publish the decision. Which one, and
