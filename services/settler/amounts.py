@@ -128,9 +128,9 @@ def hidden_characters(text: str) -> tuple[str, ...]:
     """The characters of ``text`` that do not show, or change a digit, each once: format
     characters (zero-width space, word joiner, soft hyphen, byte order mark, direction
     overrides), variation selectors but after a symbol (the emoji form of "❤"), fillers, and
-    marks on a digit. A reply holding one is
-    refused: "INR 689\u200b0" shows INR 6890 where the guard would read INR 689 and a 0, and
-    "refu\u00adnded" hides a promise from every word it looks for. :data:`JOINERS` are not."""
+    marks on a digit. A reply holding one is refused: "INR 689\u200b0" shows INR 6890 where
+    the guard would read INR 689 and a 0, and "refu\u00adnded" hides a promise from every word
+    it looks for. :data:`JOINERS` are not."""
     if text.isascii():
         return ()
     return tuple(
@@ -138,6 +138,7 @@ def hidden_characters(text: str) -> tuple[str, ...]:
     )
 
 
+@functools.lru_cache(maxsize=256)  # a round's item names, read for each reply and held name
 def _name_pattern(name: str) -> re.Pattern[str] | None:
     """Where a reply quotes an item's name holding a digit and a letter ("Chicken 65", "Momos
     (10 pcs)"), as the guard reads both; ``None`` for a name with no digit, or no letter (a

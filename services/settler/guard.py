@@ -379,8 +379,16 @@ def check_reply(
     read = masked_names(normalised(text), item_names)
     if len(read) > MAX_REPLY_CHARS:
         return (f"is {len(read)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
+    # What the customer sees, whichever way the lines are read.
+    failures: list[str] = []
+    numerals = unread_numerals(text + read)
+    if numerals:
+        failures.append(f"writes a number in characters it cannot read: {''.join(numerals)!r}")
+    hidden = hidden_characters(text)
+    if hidden:
+        named = ", ".join(f"U+{ord(c):04X}" for c in hidden)
+        failures.append(f"holds characters that do not show, or change a digit: {named}")
     args = (
-        text,
         approved_minor,
         currency,
         held_items,
@@ -389,20 +397,23 @@ def check_reply(
         whole_order,
         item_names,
     )
-    if not _LINE_BREAK.search(read):
-        return _failures(read, *args)
     # A line break may end a sentence ("INR 0\nWe will refund your fee") or wrap one ("we are
-    # not able to\nrefund it"; "for:\n1. the Biryani\n2. the Raita"): the reply is read three
-    # ways, and fails if any reading fails, so that no reading excuses what another sees.
-    failures: dict[str, str] = {}
-    for reading in (
-        _LINE_BREAK.sub(" ", read),  # every line goes on with the one before
-        _LINE_BREAK.sub("; ", read),  # every line is a sentence of its own
-        _LINE_BREAK.sub(_goes_on, read),  # a list's items, and lines that wrap, go on
-    ):
-        for failure in _failures(reading, *args):
-            failures.setdefault(failure.split(":")[0], failure)
-    return tuple(failures.values())
+    # not able to\nrefund it"; "for:\n1. the Biryani\n2. the Raita"): a reply with one is read
+    # three ways, and fails if any reading fails, so that no reading excuses what another sees.
+    readings = (
+        (
+            _LINE_BREAK.sub(" ", read),  # every line goes on with the one before
+            _LINE_BREAK.sub("; ", read),  # every line is a sentence of its own
+            _LINE_BREAK.sub(_goes_on, read),  # a list's items, and lines that wrap, go on
+        )
+        if _LINE_BREAK.search(read)
+        else (read,)
+    )
+    for reading in readings:
+        # A kind of failure another reading found already is not said again in its words.
+        kinds = {failure.split(":")[0] for failure in failures}
+        failures += [f for f in _failures(reading, *args) if f.split(":")[0] not in kinds]
+    return tuple(dict.fromkeys(failures))
 
 
 _LINE_BREAK = re.compile(r"[ \t]*+(?:\r\n|[\n\r\u2028\u2029])\s*+")
@@ -421,7 +432,6 @@ def _goes_on(line_break: re.Match[str]) -> str:
 
 def _failures(
     text: str,
-    written: str,
     approved_minor: int,
     currency: str,
     held_items: Sequence[str],
@@ -430,16 +440,10 @@ def _failures(
     whole_order: bool,
     item_names: Sequence[str],
 ) -> tuple[str, ...]:
-    """:func:`check_reply`'s failures for ``text``, the reply ``written`` as the guard reads
-    it (normalised, the digits of item names masked, line breaks read one way)."""
+    """:func:`check_reply`'s failures for ``text``, a reply as the guard reads it (normalised,
+    the digits of item names masked, line breaks read one way), but those of the characters
+    it is written in."""
     failures: list[str] = []
-    numerals = unread_numerals(written + text)
-    if numerals:
-        failures.append(f"writes a number in characters it cannot read: {''.join(numerals)!r}")
-    hidden = hidden_characters(written)
-    if hidden:
-        named = ", ".join(f"U+{ord(c):04X}" for c in hidden)
-        failures.append(f"holds characters that do not show, or change a digit: {named}")
     stated = format_amount(approved_minor, currency)
     located = located_amounts(text, currency)
     own = currency_tag(currency)
