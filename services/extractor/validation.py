@@ -65,10 +65,10 @@ class ExtractionInvalid(InvalidInput):
     the units ordered for an item named without a number): a repair that makes the claim keeps
     them (:func:`quantities_changed`). ``unresolved``: the grievances whose item could not be
     placed (not on the order, ambiguous, or none named where the category needs one); for
-    each, the repair must make a
-    claim of its category about an item no claim of ``passed`` names, or, where its category
-    needs no item, a claim of it about none, since what the customer said is still a grievance
-    even when the model could not place it on the order (none in an answer over the limit).
+    each, the repair must make a claim of its category about an item no claim of ``passed``
+    names, or, where its category needs no item, a claim of it about none, since what the
+    customer said is still a grievance even when the model could not place it on the order
+    (none in an answer over the limit).
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
@@ -202,8 +202,10 @@ _COUNTS = frozenset(
 """Words that say how many: with the digits, a count in a claimed item's name."""
 
 
-def _holds_digit(word: str) -> bool:
-    return any(char.isdigit() for char in word)
+def _is_count(word: str) -> bool:
+    """Whether ``word`` may say how many: it holds a digit ("2", "x2", "500ml"), or is a number
+    word, in the singular or not ("two", "halves", "pairs")."""
+    return any(char.isdigit() for char in word) or _singular(word) in _COUNTS
 
 
 def counts_named(claimed: str, item: LineItem) -> list[str]:
@@ -217,9 +219,7 @@ def counts_named(claimed: str, item: LineItem) -> list[str]:
     return [
         word
         for word in _word_list(name_key(claimed))
-        if (_holds_digit(word) or _singular(word) in _COUNTS)
-        and _singular(word) not in own
-        and word not in joined
+        if _is_count(word) and _singular(word) not in own and word not in joined
     ]
 
 
@@ -274,7 +274,7 @@ def resolve_item(claimed: str, line_items: Sequence[LineItem]) -> tuple[LineItem
         return exact[0], ""
     words = _claim_words(claimed)
     item, matches = _pick(words, line_items)
-    uncounted = frozenset(w for w in words if w not in _COUNTS and not _holds_digit(w))
+    uncounted = frozenset(word for word in words if not _is_count(word))
     if uncounted != words:  # a count the claim may wrap around the name: "two of the biryanis"
         without, more = _pick(uncounted, line_items)
         if item is None:
