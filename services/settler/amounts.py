@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from refund_bench.money import decimals, format_minor
@@ -139,23 +139,40 @@ def hidden_characters(text: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)  # a round's item names, read for each reply and held name
-def _name_pattern(name: str) -> re.Pattern[str] | None:
-    """Where a reply quotes an item's name holding a digit and a letter ("Chicken 65", "Momos
-    (10 pcs)"), as the guard reads both; ``None`` for a name with no digit, or no letter (a
-    name of digits alone would hide an amount)."""
+def _quote_pattern(name: str) -> re.Pattern[str] | None:
+    """Where a reply quotes an item's name, as the guard reads both; ``None`` for a name with
+    no letter."""
     read = normalised(name)
-    if not any(c.isdigit() for c in read) or not any(c.isalpha() for c in read):
+    if not any(c.isalpha() for c in read):
         return None
     words = r"\s+".join(re.escape(word) for word in read.split())
     return re.compile(rf"(?<!\w){words}(?!\w)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=256)
+def _name_pattern(name: str) -> re.Pattern[str] | None:
+    """:func:`_quote_pattern` for a name holding a digit ("Chicken 65"), else ``None``."""
+    return _quote_pattern(name) if any(c.isdigit() for c in normalised(name)) else None
+
+
+def quoted_spans(text: str, names: Sequence[str]) -> list[tuple[int, int]]:
+    """Where ``text`` (as the guard reads it) quotes one of the items ``names``."""
+    return _spans(text, names, _quote_pattern)
+
+
 def name_spans(text: str, names: Sequence[str]) -> list[tuple[int, int]]:
     """Where ``text`` (as the guard reads it) quotes one of the items ``names`` whose name holds
-    a digit: the digits there are the item's name, not an amount."""
+    a digit and a letter ("Chicken 65", "Momos (10 pcs)"): the digits there are the item's name,
+    not an amount. A name of digits alone would hide an amount: it is never read so."""
+    return _spans(text, names, _name_pattern)
+
+
+def _spans(
+    text: str, names: Sequence[str], pattern_of: Callable[[str], re.Pattern[str] | None]
+) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for name in names:
-        pattern = _name_pattern(name)
+        pattern = pattern_of(name)
         if pattern is not None:
             spans += [found.span() for found in pattern.finditer(text)]
     return spans
@@ -177,11 +194,13 @@ def masked_names(text: str, names: Sequence[str]) -> str:
 
 def normalised(text: str) -> str:
     """``text`` as the guard reads it: NFKC (full-width digits and signs become plain ones),
-    without :data:`JOINERS`, every other decimal digit as its ASCII one ("५००" is 500), every
-    currency sign not in :data:`SYMBOLS` as ``¤``."""
+    the accents of Latin letters dropped ("refúnded" is "refunded"), without :data:`JOINERS`,
+    every other decimal digit as its ASCII one ("५००" is 500), every currency sign not in
+    :data:`SYMBOLS` as ``¤``."""
     normal = unicodedata.normalize("NFKC", text)
     if normal.isascii():  # the usual reply: no other digit, and "$" is one of SYMBOLS
         return normal
+    normal = _unaccented(normal)
     return "".join(
         str(unicodedata.decimal(c))
         if c.isdecimal() and not c.isascii()
@@ -191,6 +210,37 @@ def normalised(text: str) -> str:
         if c in JOINERS
         else c
         for c in normal
+    )
+
+
+def _unaccented(text: str) -> str:
+    """``text`` (NFC) without the marks set on an ASCII letter ("refúnded", "café"): the word
+    the customer reads, as the guard looks for it. Marks on other letters are kept."""
+    kept: list[str] = []
+    base = ""
+    for char in unicodedata.normalize("NFD", text):
+        if unicodedata.category(char) != "Mn":
+            base = char
+        elif base.isascii() and base.isalpha():
+            continue
+        kept.append(char)
+    return unicodedata.normalize("NFC", "".join(kept))
+
+
+def unread_letters(read: str, names: Sequence[str]) -> tuple[str, ...]:
+    """The letters of ``read`` (as :func:`normalised` gives it) that are not ASCII, each once,
+    but in the item names it quotes (``names``, the round's items: "the missing पनीर टिक्का").
+    The guard reads English: a reply in another script ("आपको पूरा पैसा वापस मिलेगा") or
+    spelling a word with letters of one ("refunded" with a Cyrillic "e", U+0435; "paid" with
+    a dotless "i", U+0131) could promise what no check sees, so a reply holding one is
+    refused."""
+    if read.isascii():
+        return ()
+    quoted = {at for start, end in quoted_spans(read, names) for at in range(start, end)}
+    return tuple(
+        dict.fromkeys(
+            c for at, c in enumerate(read) if c.isalpha() and not c.isascii() and at not in quoted
+        )
     )
 
 

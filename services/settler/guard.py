@@ -26,6 +26,7 @@ from services.settler.amounts import (
     located_amounts,
     masked_names,
     normalised,
+    unread_letters,
     unread_numerals,
 )
 
@@ -326,6 +327,10 @@ def check_reply(
       or changes a digit (a zero-width space, a soft hyphen, a direction override, a variation
       selector but an emoji's, a keycap: :func:`~services.settler.amounts.hidden_characters`),
       which would let the customer read what the guard does not;
+    - no letter but an ASCII one, accents on it aside, outside the ``item_names`` it quotes
+      (:func:`~services.settler.amounts.unread_letters`): the guard reads English, and a reply
+      in another script, or a word spelt with one of its letters ("refunded" with a
+      Cyrillic "e", U+0435), could promise what it does not see;
     - when anything is held, no sentence that refunds, credits or covers (not negated, not
       about a review) names any of ``held_names`` (the items only held lines name: "This covers
       the biryanis and the Raita", "We will refund the Raita as well"), other than in a later
@@ -374,7 +379,8 @@ def check_reply(
       details), no promise of anything free (:data:`OFF_SCRIPT`).
 
     The reply is read after :func:`~services.settler.amounts.normalised` (full-width and other
-    scripts' digits, other currency signs). It returns failures for any text and never raises.
+    scripts' digits, other currency signs, accents on letters). It returns failures for any
+    text and never raises.
     """
     read = masked_names(normalised(text), item_names)
     if len(read) > MAX_REPLY_CHARS:
@@ -388,6 +394,9 @@ def check_reply(
     if hidden:
         named = ", ".join(f"U+{ord(c):04X}" for c in hidden)
         failures.append(f"holds characters that do not show, or change a digit: {named}")
+    letters = unread_letters(read, item_names)
+    if letters:
+        failures.append(f"writes letters the guard does not read: {''.join(letters)!r}")
     args = (
         approved_minor,
         currency,

@@ -1459,10 +1459,10 @@ def test_an_emoji_in_its_emoji_form_is_no_hidden_character() -> None:
 
 
 def test_joiners_that_indic_words_need_are_kept_and_read_past() -> None:
-    """Zero-width joiners may be part of a word in an Indic script; the guard reads past them,
-    so that they cannot split a number either."""
+    """Zero-width joiners may be part of a word in an Indic script (an item's name here); the
+    guard reads past them, so that they cannot split a number either."""
     named = GOOD.replace("the missing biryanis", "the missing क्\u200dष")
-    assert check_reply(named, 68900, "INR", ["the raita"]) == ()
+    assert check_reply(named, 68900, "INR", ["the raita"], item_names=["क्\u200dष"]) == ()
     split = GOOD.replace("INR 689", "INR 689\u200d0")
     assert any(
         f.startswith("does not state the approved")
@@ -1719,3 +1719,42 @@ def test_what_a_line_break_splits_or_wraps_is_read_as_said(
     an amount spread or repeated across lines, a promise before the amount on the line above."""
     names = ["Raita"] if held else []
     assert check_reply(text, approved, "INR", held, held_names=names) != ()
+
+
+@pytest.mark.parametrize(
+    ("text", "failure"),
+    [
+        ("We have refúnded the full amount of your order.", "promises money"),  # an accent
+        ("We have re\u0301funded the full amount of your order.", "promises money"),  # combining
+        ("We have r\u0435funded the full amount of your order.", "writes letters"),  # Cyrillic
+        ("Your order has been pa\u0131d back in full.", "writes letters"),  # a dotless "i"
+        ("आपको पूरा पैसा वापस मिलेगा।", "writes letters"),  # "you will get all your money back"
+    ],
+)
+def test_a_promise_in_letters_the_guard_does_not_read_as_english_fails(
+    text: str, failure: str
+) -> None:
+    """With nothing approved, a promise must fail however its letters are written: an accent
+    is read past, another script's letters refuse the reply."""
+    assert any(f.startswith(failure) for f in check_reply(text, 0, "INR", []))
+
+
+def test_accents_on_letters_and_an_items_name_in_another_script_pass() -> None:
+    """ "café" is read as "cafe"; an item's name in its own script is the item's name."""
+    accented = GOOD.replace("your evening", "your evening at the café")
+    assert check_reply(accented, 68900, "INR", ["the raita"]) == ()
+    named = GOOD.replace("the missing biryanis", "the missing पनीर टिक्का")
+    assert check_reply(named, 68900, "INR", ["the raita"], item_names=["पनीर टिक्का"]) == ()
+    failures = check_reply(named, 68900, "INR", ["the raita"])
+    assert failures == ("writes letters the guard does not read: 'पनरटक'",)  # each once
+
+
+def test_the_template_names_an_item_in_another_script_only_as_a_quoted_name() -> None:
+    """The template passes its own guard: it quotes an item's name in another script when the
+    round's lines name it, and uses plainer words when they do not."""
+    resolved, held = ["the missing पनीर टिक्का"], ["the Raita"]
+    quoted = template_reply(68900, "INR", resolved, held, item_names=["पनीर टिक्का", "Raita"])
+    assert "पनीर टिक्का" in quoted
+    unquoted = template_reply(68900, "INR", resolved, held)
+    assert "पनीर" not in unquoted
+    assert check_reply(unquoted, 68900, "INR", held) == ()
