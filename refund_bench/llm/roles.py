@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from pydantic import (
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import RefundBenchError
 from refund_bench.events import GrievanceExtracted
+
+log = logging.getLogger(__name__)
 
 EXTRACTOR_PROMPT_VERSION: Final = "extractor/v2"
 JUDGE_PROMPT_VERSION: Final = "judge/v3"
@@ -138,7 +141,7 @@ class Prompt:
 
     @property
     def sha256(self) -> str:
-        """Hex sha256 of the prompt text, to log next to the version at start-up."""
+        """Hex sha256 of the prompt text, logged next to the version by :func:`load_prompt`."""
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
@@ -154,7 +157,11 @@ def load_prompt(version: str) -> Prompt:
     path = resources.files("refund_bench.llm").joinpath(
         "prompts", match["role"], f"{match['version']}.md"
     )
-    return Prompt(version=version, text=path.read_text(encoding="utf-8"))
+    prompt = Prompt(version=version, text=path.read_text(encoding="utf-8"))
+    # What the events cannot say: the text this version names here. A released file is never
+    # edited (tests/unit/test_prompt_files.py holds each one's digest).
+    log.info("prompt %s: sha256 %s", version, prompt.sha256)
+    return prompt
 
 
 def _shipped_prompt_of(role: str) -> Callable[[str], str]:
