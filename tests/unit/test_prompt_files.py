@@ -23,6 +23,7 @@ RELEASED = {
     "judge/v3": "41f6b278164987a582cad03807eaadca4b0170ae92cd2bb2e43910d4555ac29f",
     "settler/v1": "840cb7c800729d170736ea415267c008ab561dbf906f9b2e637194d2d5e6b17c",
     "settler/v2": "66e7a0f8362b123f5ce0b395c93d07026cf1ea9998398bb17defd97814c70889",
+    "settler/v3": "f9e86a541501b652b82a6b297a4840aaf54bb78fe52b96af09ac9d0919f31015",
 }
 """The sha256 of every released prompt file. Rulings, extractions and replies name only the
 version and caches are keyed by it: a file edited in place would make records drawn under two
