@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from refund_bench import events as ev
 from refund_bench import topics as t
@@ -12,7 +12,9 @@ from refund_bench.codec import Codec, framing_from_registry_url
 
 
 class ComplaintPublisher:
-    """Produces ``complaint.received`` events, Avro-encoded, keyed by dispute id."""
+    """Produces ``complaint.received`` events, Avro-encoded, keyed by dispute id.
+
+    Not thread-safe: one caller publishes and flushes."""
 
     def __init__(
         self,
@@ -33,6 +35,11 @@ class ComplaintPublisher:
                 **(kafka_security or {}),
             }
         )
+        self._failed: list[KafkaError] = []
+
+    def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            self._failed.append(error)
 
     def publish(
         self, dispute_id: str, order_id: str, customer_id: str, text: str, channel: str = "api"
@@ -50,13 +57,29 @@ class ComplaintPublisher:
         while True:
             try:
                 self._producer.produce(
-                    t.COMPLAINT_RECEIVED.name, key=dispute_id.encode(), value=value
+                    t.COMPLAINT_RECEIVED.name,
+                    key=dispute_id.encode(),
+                    value=value,
+                    on_delivery=self._on_delivery,
                 )
                 return
             except BufferError:
                 self._producer.poll(0.05)
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Raise unless every queued complaint was acknowledged within ``timeout_s``."""
+        """Raise unless every complaint queued since the last flush was acknowledged within
+        ``timeout_s``: :class:`TimeoutError` when some are still queued,
+        :class:`ComplaintsNotPublishedError` when the producer gave some up (an unknown topic,
+        a refused write, its own timeout)."""
         if self._producer.flush(timeout_s) != 0:
             raise TimeoutError("complaints not acknowledged by the broker in time")
+        failed, self._failed = self._failed, []
+        if failed:
+            raise ComplaintsNotPublishedError(
+                f"{len(failed)} complaint(s) not published to {t.COMPLAINT_RECEIVED.name}: "
+                f"{failed[0].str()}"
+            )
+
+
+class ComplaintsNotPublishedError(RuntimeError):
+    """The producer gave up on complaints it had queued: they were not published."""
