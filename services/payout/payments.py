@@ -9,6 +9,7 @@ status as Stripe holds it now, not on the status an event carried.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,8 +38,9 @@ class PaymentRejected(RefundBenchError):  # noqa: N818
 
 
 class PaymentsRefusedUs(RefundBenchError):  # noqa: N818 - named for what happened
-    """The provider refused our credentials (401) or their permissions (403): the settings, not
-    the refund. Not a payout failure: it stops the stage (and alerts), and the round stays
+    """The provider refused our credentials (401) or their permissions (403), or holds the
+    payment under the other mode than our key's (a test key for a live payment): the settings,
+    not the refund. Not a payout failure: it stops the stage (and alerts), and the round stays
     PENDING in the ledger, to be paid under the same key once the key is fixed."""
 
 
@@ -174,7 +176,8 @@ class StripePayments:
 
 def _raise_if_unavailable_or_refused(exc: stripe.StripeError, permission: str) -> None:
     """Raise for an answer any call to Stripe reads alike: an API error, 429 or 5xx is a
-    :class:`TransientError`; 401 or 403 (the key refused, or lacking ``permission``) is
+    :class:`TransientError`; 401 or 403 (the key refused, or lacking ``permission``), or an
+    object Stripe holds under the key's other mode (:data:`_OTHER_MODE`), is
     :class:`PaymentsRefusedUs`. Return for any other, which the caller reads."""
     status = exc.http_status or 0
     if isinstance(exc, stripe.APIError) or status == 429 or status >= 500:
@@ -186,6 +189,20 @@ def _raise_if_unavailable_or_refused(exc: stripe.StripeError, permission: str) -
             f"stripe: HTTP {status} {type(exc).__name__}: check STRIPE_API_KEY and its"
             f" permissions ({permission})"
         ) from exc
+    if status in (400, 404) and _OTHER_MODE.search(exc.user_message or ""):
+        raise PaymentsRefusedUs(
+            f"stripe: HTTP {status} {type(exc).__name__}: STRIPE_API_KEY is of the other mode"
+            " than the payments it refunds (a test key for live payments, or a live key for"
+            " test ones): check STRIPE_API_KEY"
+        ) from exc
+
+
+_OTHER_MODE = re.compile(
+    r"a similar object exists in (?:live|test) mode, but an? (?:test|live) mode key was used"
+)
+"""Stripe's word for an object it holds under the other mode than the key's ("No such
+payment_intent: 'pi_...'; a similar object exists in live mode, but a test mode key was used to
+make this request"): the settings, not the refund, like a 401."""
 
 
 @contextlib.contextmanager

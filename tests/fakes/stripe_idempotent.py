@@ -33,6 +33,9 @@ class FakeStripe:
     """Answers (after the work is done) whose body breaks off half-way: the connection closes
     before the length the headers announced."""
     decline_references: set[str] = field(default_factory=set)
+    other_mode_references: set[str] = field(default_factory=set)
+    """Payments Stripe holds under the other mode than the key's: a refund of one is answered
+    400 ``resource_missing``, saying so, and nothing is saved under its key."""
     fail_after_start: int = 0
     """New requests that create their refund and then fail with a 500, which is saved under the
     key: every retry under it gets the same 500, as from Stripe."""
@@ -136,6 +139,13 @@ class FakeStripe:
                 saved = answer == (status, response)  # a lost answer is not Stripe's own
                 self.replayed += saved
                 return (*answer, saved)
+            reference = params.get("payment_intent", "")
+            if reference in self.other_mode_references:
+                message = (
+                    f"No such payment_intent: '{reference}'; a similar object exists in live"
+                    " mode, but a test mode key was used to make this request."
+                )
+                return 400, _error("invalid_request_error", message, "resource_missing"), False
             if params.get("payment_intent") in self.decline_references:
                 status, response = (
                     402,

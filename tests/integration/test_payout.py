@@ -673,6 +673,22 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.02)
 
 
+def test_a_key_of_the_other_mode_stops_the_stage_and_leaves_the_round_to_pay(
+    database: str, fake: FakeStripeServer
+) -> None:
+    """A test key for live payments (or a live key for test ones) is the settings, as a 401 is:
+    Stripe answers each refund "No such payment_intent ... a similar object exists in live
+    mode", and every round would otherwise fail into the review queue."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    fake.fake.other_mode_references.add(f"pi_{dispute}")
+    with pytest.raises(PaymentsRefusedUs, match="STRIPE_API_KEY is of the other mode"):
+        _run(database, fake.url, _request(dispute))
+    assert _ledger_statuses(database, dispute) == ["PENDING"]
+    fake.fake.other_mode_references.clear()  # the key fixed
+    [completed] = _run(database, fake.url, _request(dispute))
+    assert [o.topic for o in completed] == ["payout.completed"], "paid once the key is right"
+
+
 @pytest.mark.parametrize("key", ["sk_live_revoked", "not a key"])
 def test_a_key_stripe_refuses_stops_the_stage_and_leaves_the_round_to_pay(
     database: str, stripe_api_base: str, key: str
