@@ -2,7 +2,8 @@
 
 Each service defines one frozen settings class deriving from :class:`StageSettings`; field
 names map to upper-case environment variables (``kafka_bootstrap_servers`` ->
-``KAFKA_BOOTSTRAP_SERVERS``). Defaults match the local stack (``make stack-up``).
+``KAFKA_BOOTSTRAP_SERVERS``). Defaults match the local stack (``make stack-up``), except
+``SCHEMA_REGISTRY_URL``: empty by default, set by ``.stack/env.sh``.
 """
 
 from __future__ import annotations
