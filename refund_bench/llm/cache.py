@@ -35,12 +35,21 @@ from refund_bench.llm.client import LlmFailedAlone, LlmRejected, failed_alone
 from refund_bench.llm.redis_errors import redis_unreachable_is_transient
 from refund_bench.storable import storable
 
-CallOutcome = Literal["made", "cached", "refused", "failed_alone"]
+CallOutcome = Literal["made", "cached", "refused", "failed_alone", "unreadable"]
 """What one model call of a handler came to: answered by the model, served from the cache,
 refused by the endpoint for what the request carried, or failed by the endpoint on every call
 while it answered others (:class:`~refund_bench.llm.client.LlmFailedAlone`); counted in
-``llm_calls`` by ``kind``."""
+``llm_calls`` by ``kind``. ``unreadable`` is told by the handlers, once for each answer the
+model wrote that they could not read (cut short, withheld, empty, not the JSON asked for),
+whether or not the call counts ``made`` as well: a judge's seat drawing three such answers
+counts three and one ``made`` (the UNREADABLE ruling it stores), a settler's reply cut short
+one and no ``made`` (nothing is stored)."""
 OnCall = Callable[[CallOutcome], None]
+
+
+def uncounted(_outcome: CallOutcome) -> None:
+    """The ``on_call`` of a handler given none: counts nothing."""
+
 
 log = logging.getLogger(__name__)
 

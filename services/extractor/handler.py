@@ -48,6 +48,7 @@ from refund_bench.llm.cache import (
     extractor_cache_key,
     made_by,
     sha256_hex,
+    uncounted,
 )
 from refund_bench.llm.client import JsonCompleter, LlmAnswer, failed_alone
 from refund_bench.llm.roles import (
@@ -121,6 +122,7 @@ class ExtractorHandler:
         self._cap_minor = cap_minor
         self._cap_currency = cap_currency
         self._on_call = on_call
+        self._count: OnCall = on_call or uncounted  # what the cache does not see
         self._in_flight = InFlight()
 
     def spec(self) -> StageSpec:
@@ -325,7 +327,10 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 # Cut short, withheld or empty: never read as an answer; the repair follows.
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
+                self._count("unreadable")
                 return not_whole.mark(exc.raw, exc.reason)
+            if not _is_json(served.text):  # read as an invalid answer, and repaired
+                self._count("unreadable")
             return not_whole.whole(served.text)
 
         answer, from_cache = await cached_call(
@@ -452,6 +457,14 @@ def _json(raw: str) -> object:
         return loads_answer(raw)
     except ValueError as exc:
         raise ExtractionInvalid([f"the answer is not JSON: {exc}"]) from exc
+
+
+def _is_json(raw: str) -> bool:
+    try:
+        loads_answer(raw)
+    except ValueError:
+        return False
+    return True
 
 
 def _repair_request(request: LlmRequest, raw: str, problems: Sequence[str]) -> LlmRequest:

@@ -37,6 +37,7 @@ from refund_bench.llm.cache import (
     ResponseCache,
     cached_call,
     judge_cache_key,
+    uncounted,
 )
 from refund_bench.llm.client import JsonCompleter, failed_alone
 from refund_bench.llm.provenance import DrawnBy, Provenance
@@ -155,6 +156,7 @@ class JudgeHandler:
         self._cache = cache
         self._prompt = prompt
         self._on_call = on_call
+        self._count: OnCall = on_call or uncounted  # what the cache does not see
         self._in_flight = InFlight()
         # A handler retried after one seat failed casts the others' rulings from the cache, and
         # they still name what drew them.
@@ -231,12 +233,14 @@ class JudgeHandler:
                 except MalformedAnswer as exc:  # cut short, withheld or empty
                     raw, unreadable = exc.raw, exc.reason
                     served = (exc.served_model, exc.system_fingerprint)
+                    self._count("unreadable")
                     continue
                 raw, served = answer.text, (answer.served_model, answer.system_fingerprint)
                 try:
                     drawn = parse_judge_ruling(raw)
                 except MalformedAnswer as exc:  # unreadable
                     raw, unreadable = exc.raw, exc.reason
+                    self._count("unreadable")
                     continue
                 answer_value = seal(raw, seed)
                 break

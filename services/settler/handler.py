@@ -40,6 +40,7 @@ from refund_bench.llm.cache import (
     ResponseCache,
     cached_call,
     settler_cache_key,
+    uncounted,
 )
 from refund_bench.llm.client import (
     JsonCompleter,
@@ -275,6 +276,7 @@ class SettlerHandler:
         self._cache = cache
         self._prompt = prompt
         self._on_call = on_call
+        self._count: OnCall = on_call or uncounted  # what the cache does not see
         self._in_flight = InFlight()
         self._drawn = DrawnBy()
         self._snapshots = AsyncSnapshotReader(pool)
@@ -373,9 +375,13 @@ class SettlerHandler:
         )
 
         async def compute() -> str:
-            drawn = await self._llm.complete_json(
-                request.messages, request.schema_name, request.schema, None, priced.dispute_id
-            )
+            try:
+                drawn = await self._llm.complete_json(
+                    request.messages, request.schema_name, request.schema, None, priced.dispute_id
+                )
+            except MalformedAnswer:
+                self._count("unreadable")
+                raise
             self._drawn.keep(
                 key,
                 drawn.text,
@@ -393,11 +399,16 @@ class SettlerHandler:
         failures: list[str]
         raw: str | None = None
         try:
-            raw, _ = await cached_call(
+            raw, from_cache = await cached_call(
                 self._cache, key, compute, self._on_call, in_flight=self._in_flight
             )
             served = self._drawn.get(key, raw)
-            text = parse_customer_reply(raw).reply
+            try:
+                text = parse_customer_reply(raw).reply
+            except MalformedAnswer:
+                if not from_cache:  # counted by the call that drew it
+                    self._count("unreadable")
+                raise
             failures = guard_failures(
                 text,
                 approved,

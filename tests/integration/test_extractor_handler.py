@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -127,15 +128,19 @@ async def _freeze_articlecomplaint_message(
 
 
 def _delivered_twice(
-    database: str, redis_url: str, standin: Standin, faults: list[str]
+    database: str,
+    redis_url: str,
+    standin: Standin,
+    faults: list[str],
+    on_call: OnCall | None = None,
 ) -> tuple[str, Sequence[Emit], Sequence[Emit]]:
     """A new dispute's complaint handled, then redelivered (one cache), with the stand-in's next
     answers given ``faults``; (the dispute, what each delivery emitted)."""
     dispute = f"d-{uuid.uuid4().hex[:12]}"
     standin.faults(next_faults=faults)
     cache = f"test-extractor-{uuid.uuid4().hex}:"
-    (first,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
-    (again,) = _handle(database, redis_url, standin, dispute, cache_prefix=cache)
+    (first,) = _handle(database, redis_url, standin, dispute, on_call=on_call, cache_prefix=cache)
+    (again,) = _handle(database, redis_url, standin, dispute, on_call=on_call, cache_prefix=cache)
     return dispute, first, again
 
 
@@ -548,8 +553,13 @@ def test_a_malformed_answer_is_repaired_once_and_the_repair_is_used(
     database: str, redis_url: str, standin: Standin
 ) -> None:
     """The first answer is cut off; the repair call's answer is valid: the article's four
-    grievances, after exactly two calls, and a redelivery asks nothing more."""
-    dispute, emits, again = _delivered_twice(database, redis_url, standin, ["malformed"])
+    grievances, after exactly two calls, and a redelivery asks nothing more. The answer that
+    could not be read is counted so, once."""
+    outcomes: list[CallOutcome] = []
+    dispute, emits, again = _delivered_twice(
+        database, redis_url, standin, ["malformed"], on_call=outcomes.append
+    )
+    assert Counter(outcomes) == {"made": 2, "unreadable": 1, "cached": 2}
 
     for outcome in (emits, again):
         assert [e.topic for e in outcome] == [t.GRIEVANCE_EXTRACTED.name] * 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,7 @@ from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming
 from refund_bench.domain import MAX_JUDGES, Category, OrderRecord
 from refund_bench.errors import InvalidInput
-from refund_bench.llm.cache import CallOutcome, RedisResponseCache
+from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache, uncounted
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.runtime import Context, Message
@@ -268,11 +269,12 @@ def _deliveries_answered(
     deliveries: int,
     seats: int = 3,
     cache_prefix: str | None = None,
+    on_call: OnCall = uncounted,
 ) -> list[list[Mapping[str, Any]]]:
     """The rulings a bench of ``seats`` (one handler: one process) casts for each delivery of
     ``message`` (one cache for all, under ``cache_prefix`` if given) when ``endpoint`` gives
     every seat the same answer (with one seat, the answers come in the order the endpoint gives
-    them)."""
+    them); the handler's calls counted by ``on_call``."""
 
     async def go() -> list[list[Mapping[str, Any]]]:
         redis = Redis.from_url(redis_url)
@@ -280,7 +282,7 @@ def _deliveries_answered(
         cache = RedisResponseCache(redis, prefix, 600)
         llm = endpoint.client(temperature=0.7)
         bench = [Seat(index=i, llm=llm, seed=1000 + i) for i in range(seats)]
-        handler = JudgeHandler(bench, cache, load_prompt(JUDGE_PROMPT_VERSION), lambda _: None)
+        handler = JudgeHandler(bench, cache, load_prompt(JUDGE_PROMPT_VERSION), on_call)
         try:
             runs = []
             for _ in range(deliveries):
@@ -460,10 +462,16 @@ def test_a_seat_whose_every_draw_is_cut_short_is_unreadable_on_every_delivery(
     would parse. A redelivery served from the cache casts the same rulings, without a call.
     The judge used to take the parse of the last draw, the answer it had just called
     malformed."""
+    outcomes: list[CallOutcome] = []
     with FixedAnswerServer(completion(READABLE_UPHELD, finish_reason)) as server:
-        first, again = _deliveries_answered(redis_url, server, grievance_message(_dispute()), 2)
+        first, again = _deliveries_answered(
+            redis_url, server, grievance_message(_dispute()), 2, on_call=outcomes.append
+        )
 
     assert len(server.requests) == 3 * DRAWS_PER_SEAT, "each seat drew again, in vain, once"
+    # Every answer unread is counted (the page for an endpoint most of whose answers are),
+    # beside the three UNREADABLE rulings stored and then served from the cache.
+    assert Counter(outcomes) == {"unreadable": 3 * DRAWS_PER_SEAT, "made": 3, "cached": 3}
     for rulings in (first, again):
         assert [r["model_ruling"] for r in rulings] == ["UNREADABLE"] * 3
         assert [r["ruling"] for r in rulings] == ["ESCALATE"] * 3

@@ -21,7 +21,7 @@ from refund_bench import topics as t
 from refund_bench.db.snapshots import DisputeToFreeze, freeze_dispute
 from refund_bench.domain import LineItem
 from refund_bench.errors import InvalidInput, TransientError
-from refund_bench.llm.cache import RedisResponseCache
+from refund_bench.llm.cache import CallOutcome, OnCall, RedisResponseCache, uncounted
 from refund_bench.llm.client import LlmRejected
 from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, redis_client
@@ -105,10 +105,19 @@ def _settle(
     complaint: str = ARTICLE_COMPLAINT,
     cache_prefix: str | None = None,
     endpoint: FixedAnswerServer | None = None,
+    on_call: OnCall = uncounted,
 ) -> Sequence[Emit]:
     """What the settler emits for ``message``, its dispute and snapshot stored first."""
     [emits] = _settle_together(
-        database, redis_url, standin, [message], snapshot, complaint, cache_prefix, endpoint
+        database,
+        redis_url,
+        standin,
+        [message],
+        snapshot,
+        complaint,
+        cache_prefix,
+        endpoint,
+        on_call=on_call,
     )
     return emits
 
@@ -123,12 +132,13 @@ def _settle_together(
     cache_prefix: str | None = None,
     endpoint: FixedAnswerServer | None = None,
     between: Callable[[], None] | None = None,
+    on_call: OnCall = uncounted,
 ) -> list[Sequence[Emit]]:
     """What one settler emits for each of ``messages``, handled concurrently (as the records
     of one batch are), their disputes and the snapshot stored first; its answer cache under
     ``cache_prefix`` (default: one of its own), its model the stand-in's or ``endpoint``'s.
     With ``between``, the messages are handled one after another instead, and ``between`` is
-    called after each but the last."""
+    called after each but the last. The handler's calls are counted by ``on_call``."""
 
     async def go() -> list[Sequence[Emit]]:
         pool = pg_pool(database)
@@ -156,7 +166,9 @@ def _settle_together(
                         channel="app",
                     ),
                 )
-            handler = SettlerHandler(pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION))
+            handler = SettlerHandler(
+                pool, llm, cache, load_prompt(SETTLER_PROMPT_VERSION), on_call=on_call
+            )
             if between is None:
                 handled = (handler.handle(m, Context(None)) for m in messages)
                 return list(await asyncio.gather(*handled))
@@ -345,18 +357,53 @@ def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(
         model="settler-2026-11-01",
         system_fingerprint="fp_cut",
     )
+    outcomes: list[CallOutcome] = []
     with FixedAnswerServer(body) as server:
         emits = _settle(
-            database, redis_url, standin, message, freeze(ARTICLE_ORDER), endpoint=server
+            database,
+            redis_url,
+            standin,
+            message,
+            freeze(ARTICLE_ORDER),
+            endpoint=server,
+            on_call=outcomes.append,
         )
 
     reply = _reply_event(emits)
     assert reply["source"] == "TEMPLATE"
     assert reply["guard_failures"][0].startswith("unreadable model answer: the answer was cut")
+    assert outcomes == ["unreadable"], "the answer paid for and not read is counted"
     assert _served(database, dispute) == ("any-model", "settler-2026-11-01", "fp_cut")
     assert _round_one_reply(database, dispute, "model_answer") == (
         '{"reply": "We are refunding INR 689',
     )
+
+
+def test_a_whole_answer_that_is_not_the_reply_asked_for_is_counted_unreadable_once(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """A whole answer in the wrong shape (a gateway's own JSON, say) is stored, replaced by
+    the template and counted unreadable; its redelivery sends the reply stored, and counts
+    nothing again."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    message = _priced(dispute, "AUTO_APPROVED", 68900, payment_reference=f"pi_{dispute}")
+    outcomes: list[CallOutcome] = []
+    cache = f"test-settler-{uuid.uuid4().hex}:"
+    with FixedAnswerServer(completion('{"message": "We are refunding you."}', "stop")) as server:
+        for _ in range(2):
+            emits = _settle(
+                database,
+                redis_url,
+                standin,
+                message,
+                freeze(ARTICLE_ORDER),
+                cache_prefix=cache,
+                endpoint=server,
+                on_call=outcomes.append,
+            )
+            assert _reply_event(emits)["source"] == "TEMPLATE"
+    assert len(server.requests) == 1
+    assert outcomes == ["made", "unreadable"]
 
 
 def _served(database: str, dispute: str) -> tuple[Any, ...]:
