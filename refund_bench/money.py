@@ -41,6 +41,18 @@ def decimals(currency: str) -> int:
     return 3 if code in THREE_DECIMAL_CURRENCIES else 2
 
 
+PAYABLE_STEPS = {"ISK": 100, "UGX": 100, **dict.fromkeys(THREE_DECIMAL_CURRENCIES, 10)}
+"""Currencies Stripe takes amounts of only in multiples of more than one minor unit: ISK and
+UGX in whole units (written with two decimals), the three-decimal currencies in hundredths
+(the last digit 0), for charges and refunds alike."""
+
+
+def payable_step(currency: str) -> int:
+    """The minor units Stripe takes amounts of ``currency`` (any case) in multiples of: 1 for
+    most, 10 for BHD, JOD, KWD, OMR and TND, 100 for ISK and UGX (:data:`PAYABLE_STEPS`)."""
+    return PAYABLE_STEPS.get(currency.upper(), 1)
+
+
 def format_minor(amount: int, currency: str) -> str:
     """``currency`` and ``amount`` in major units, decimals only when they are not all zero:
     ``68900, "INR"`` -> ``"INR 689"``, ``68950`` -> ``"INR 689.50"``, ``50000, "JPY"`` ->

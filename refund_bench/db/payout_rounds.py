@@ -49,6 +49,11 @@ SAVED_SERVER_ERROR = "STRIPE_SAVED_SERVER_ERROR"
 began at Stripe and failed part-way (it may exist), and every retry under the key gets the same
 answer until the key expires, so retrying would only stall the stage."""
 
+AMOUNT_NOT_PAYABLE = "AMOUNT_NOT_PAYABLE"
+"""The error code of a round whose amount Stripe takes in no multiple of the currency's step
+(:func:`~refund_bench.money.payable_step`: KWD 0.625, ISK 344.50): it was failed without a call,
+and paying it again would fail the same way."""
+
 LEDGER_CONFLICT = "LEDGER_CONFLICT"
 """The error code of a payout request for a round the ledger holds with another amount, currency
 or payment: the request was refused, and says nothing of how the round itself ended."""
@@ -58,6 +63,9 @@ STALE_PENDING = "STALE_PENDING"
 have been made and its refund created, so nothing pays that round again by itself."""
 
 UNMENDABLE_FAILURES = {
+    AMOUNT_NOT_PAYABLE: "Stripe takes amounts in this currency only in larger steps than this"
+    " amount's, so a refund of it would be refused again; pay it by hand, rounded as the"
+    " customer's reply stated it",
     ORDER_ALREADY_REFUNDED: "another dispute of the same order was refunded first, and a new"
     " round would be held the same way",
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"

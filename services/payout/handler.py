@@ -24,8 +24,14 @@ from datetime import datetime
 
 from refund_bench import events as ev
 from refund_bench import topics as t
-from refund_bench.db.payout_rounds import LEDGER_CONFLICT, STALE_PENDING, idempotency_key
+from refund_bench.db.payout_rounds import (
+    AMOUNT_NOT_PAYABLE,
+    LEDGER_CONFLICT,
+    STALE_PENDING,
+    idempotency_key,
+)
 from refund_bench.errors import InvalidInput
+from refund_bench.money import payable_step
 from refund_bench.retry import OnRetry, RetryPolicy
 from refund_bench.runtime import Context, Emit, Message, StageSpec
 from refund_bench.stages import PAYOUT
@@ -87,11 +93,27 @@ class PayoutHandler:
                 error_code=STALE_PENDING,
                 error_message=STALE_PENDING_MESSAGE,
             )
+        elif row.status == "PENDING" and row.amount_minor % payable_step(row.currency):
+            row = await self._not_payable(request, row)
         elif row.status == "PENDING":
             row = await self._pay(request, row)
         if row.status == "SUCCEEDED":
             return [_completed(row)]
         return [_failed(row, row.error_code or "FAILED", row.error_message or "")]
+
+    async def _not_payable(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
+        """Fail the PENDING round ``row``, whose amount Stripe would refuse in its currency
+        (an amount priced before pricing rounded to the currency's step), without a call."""
+        if row.opened:  # the open counted a call that is never made
+            await self._ledger.forget_refused_call(request.dispute_id, request.round)
+        step = payable_step(row.currency)
+        return await self._ledger.settle(
+            request.dispute_id,
+            request.round,
+            error_code=AMOUNT_NOT_PAYABLE,
+            error_message=f"Stripe takes {row.currency} amounts only in multiples of {step} minor"
+            f" units, and {row.amount_minor} is none: no refund was asked for",
+        )
 
     async def _pay(self, request: ev.PayoutRequested, row: LedgerRow) -> LedgerRow:
         """Call Stripe for the PENDING round ``row`` (retrying with its key) and settle it: the

@@ -12,7 +12,9 @@ ever taken from a model's output. Safety bounds, in order:
   dispute knowing that);
 - a line naming an item without a quantity claims all the units ordered (the extractor's
   contract: an item named without a number is all its units);
-- QUALITY pays half, rounded down to a whole minor unit, of the units it covers;
+- QUALITY pays half, rounded down to an amount Stripe takes in the order's currency (a whole
+  minor unit; ten in the three-decimal currencies, a hundred in ISK and UGX:
+  :func:`~refund_bench.money.payable_step`), of the units it covers;
 - quantities never exceed what was ordered, and the lines naming one item together never pay more
   than that item's line total; LATE_DELIVERY and BILLING pay at most once per dispute;
 - QUALITY pays half of the units no other line refunded in full (MISSING_ITEM, WRONG_ITEM,
@@ -51,8 +53,9 @@ from refund_bench.domain import (
 )
 from refund_bench.errors import InvalidInput, error_summary
 from refund_bench.events import validation_reason
+from refund_bench.money import payable_step
 
-PRICING_VERSION = "2026-12-07.v5"
+PRICING_VERSION = "2026-12-07.v6"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -234,11 +237,14 @@ class _Rule:
         """The evidence the rule needs is not recorded: the line waits for a person."""
 
 
-def _item_rule(verdict: GrievanceVerdict, item: LineItem | None, units_open: int) -> _Rule:
+def _item_rule(
+    verdict: GrievanceVerdict, item: LineItem | None, units_open: int, step: int
+) -> _Rule:
     """A line naming an item: the units claimed (all those ordered when it names no quantity),
-    at most those ordered, at the unit price; QUALITY pays half, rounded down, and only for
-    units still open (``units_open``: neither refunded in full nor compensated for quality by a
-    line priced before). A line naming no item has no price the order records: unrecorded."""
+    at most those ordered, at the unit price; QUALITY pays half, rounded down to a multiple of
+    ``step`` (:func:`~refund_bench.money.payable_step`), and only for units still open
+    (``units_open``: neither refunded in full nor compensated for quality by a line priced
+    before). A line naming no item has no price the order records: unrecorded."""
     category = verdict.category
     if item is None:
         # Which item's price applies is for a person to say, never a price of 0 by itself.
@@ -256,8 +262,14 @@ def _item_rule(verdict: GrievanceVerdict, item: LineItem | None, units_open: int
     price = item.unit_price_minor * quantity
     basis = f"{quantity} x {item.unit_price_minor} ({item.name}){note}"
     if category is Category.QUALITY:
-        return _Rule(price // 2, f"QUALITY: half of {basis} = {price // 2}", quantity)
+        half = _half(price, step)
+        return _Rule(half, f"QUALITY: half of {basis} = {half}", quantity)
     return _Rule(price, f"{category}: {basis}", quantity)
+
+
+def _half(price: MinorUnits, step: int) -> MinorUnits:
+    """Half of ``price``, rounded down to a multiple of ``step`` (an amount Stripe takes)."""
+    return price // 2 // step * step
 
 
 def _rule(
@@ -273,7 +285,9 @@ def _rule(
     the rule needs and the order does not record (a late delivery without its times)."""
     category = verdict.category
     if category in _ITEM_PRICED:
-        return _item_rule(verdict, item, bounds.units_open.get(item.name, 0) if item else 0)
+        return _item_rule(
+            verdict, item, bounds.units_open.get(item.name, 0) if item else 0, bounds.step
+        )
     if category is Category.LATE_DELIVERY:
         flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
         sla = order.delivery_sla_minutes
@@ -327,6 +341,8 @@ class _Bounds:
         self.quality_paid = {item.name: 0 for item in order.line_items}
         """What the QUALITY lines paid for those units."""
         self.paid_by: dict[Category, str] = {}
+        self.step = payable_step(order.currency)
+        """The minor units Stripe takes the order's currency in multiples of."""
         self.shortfall_g = order.pickup_shortfall_g
         self.missing_g = 0
         """Weight of the missing units paid so far (those of weighed items)."""
@@ -373,7 +389,7 @@ class _Bounds:
         remaining = self.quality_units[name] - units
         # What the QUALITY lines would have paid for the units they keep; the rest was paid for
         # these (never less than 0: several QUALITY lines each round their half down).
-        keeps = self.unit_price[name] * remaining // 2
+        keeps = _half(self.unit_price[name] * remaining, self.step)
         return units, max(0, self.quality_paid[name] - keeps)
 
     def bound(self, verdict: GrievanceVerdict, rule: _Rule) -> _Rule:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from refund_bench import events as ev
 from refund_bench.db.payout_rounds import (
+    AMOUNT_NOT_PAYABLE,
     IDEMPOTENCY_REFUSED,
     MAY_HAVE_REFUNDED,
     SAVED_SERVER_ERROR,
@@ -25,6 +26,7 @@ from refund_bench.db.payout_rounds import (
     idempotency_key,
     reserve_rounds,
 )
+from refund_bench.money import payable_step
 from refund_bench.resources import pg_pool
 from refund_bench.retry import OnRetry, RetryPolicy
 from refund_bench.runtime import Context, Emit, Message
@@ -40,7 +42,11 @@ pytestmark = pytest.mark.stack
 
 
 def _request(
-    dispute_id: str, amount: int = 68900, reference: str | None = None, round_: int = 1
+    dispute_id: str,
+    amount: int = 68900,
+    reference: str | None = None,
+    round_: int = 1,
+    currency: str = "INR",
 ) -> Message:
     """A payout request; its payment is the dispute's own unless ``reference`` is given (one
     payment's second dispute is not paid automatically)."""
@@ -49,7 +55,7 @@ def _request(
         order_id="order-1840",
         round=round_,
         amount_minor=amount,
-        currency="INR",
+        currency=currency,
         payment_reference=reference or f"pi_{dispute_id}",
         requested_at=ev.now(),
     )
@@ -542,6 +548,25 @@ def test_a_failed_round_that_may_have_refunded_holds_back_the_next_dispute(
     assert f"dispute {first} (round 1, {named});" in outputs[0].value["reason"]
     assert fake.fake.requests == 0
     assert _attempts(database, next_one) == 0
+
+
+@pytest.mark.parametrize(("amount", "currency"), [(625, "KWD"), (34450, "ISK")])
+def test_an_amount_stripe_takes_in_no_step_of_its_currency_fails_without_a_call(
+    database: str, fake: FakeStripeServer, amount: int, currency: str
+) -> None:
+    """KWD 0.625 or ISK 344.50 (priced before pricing rounded to the currency's step): Stripe
+    would refuse the refund, and a REPAY would fail the same way. The round fails at once, with
+    no call counted, and its item offers no repayment."""
+    dispute = f"d-{uuid.uuid4().hex[:10]}"
+    for _ in range(2):  # and the same on a redelivery
+        [outputs] = _run(database, fake.url, _request(dispute, amount, currency=currency))
+        assert [o.topic for o in outputs] == ["payout.failed"]
+        assert outputs[0].value["error_code"] == AMOUNT_NOT_PAYABLE
+        assert f"only in multiples of {payable_step(currency)} minor" in outputs[0].value["reason"]
+    assert fake.fake.requests == 0
+    assert _attempts(database, dispute) == 0
+    assert _ledger_statuses(database, dispute) == ["FAILED"]
+    assert AMOUNT_NOT_PAYABLE in UNMENDABLE_FAILURES
 
 
 def test_the_ledger_and_the_code_agree_on_which_failures_may_have_refunded(

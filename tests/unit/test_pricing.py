@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from refund_bench.domain import (
     Ruling,
 )
 from refund_bench.errors import InvalidInput
+from refund_bench.money import PAYABLE_STEPS, payable_step
 from services.extractor.evidence import build_snapshot, freeze
 from services.pricing.table import (
     DEFAULT_CAP_MINOR,
@@ -87,7 +89,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v5"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v6"
 
 
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
@@ -174,6 +176,29 @@ def test_quality_halves_with_floor_division() -> None:
     )
     line = price_refund([verdict("g1", Category.QUALITY, item="Lassi")], build_snapshot(order))
     assert line.lines[0].amount_minor == 2499
+
+
+@pytest.mark.parametrize(
+    ("currency", "price", "half"),
+    [("KWD", 1250, 620), ("ISK", 68900, 34400), ("UGX", 500, 200), ("INR", 68900, 34450)],
+)
+def test_quality_halves_to_an_amount_stripe_takes_in_the_currency(
+    currency: str, price: int, half: int
+) -> None:
+    """KWD 0.625 and ISK 344.50 are amounts Stripe refuses to refund: the half is rounded down
+    to its step (KWD in tens of fils, ISK and UGX in whole units)."""
+    order = article_order(
+        currency=currency,
+        line_items=(LineItem(name="Lassi", quantity=1, unit_price_minor=price),),
+        charged_total_minor=price,
+    )
+    priced = price_refund(
+        [verdict("g1", Category.QUALITY, item="Lassi")],
+        build_snapshot(order),
+        cap_currency=currency,
+    )
+    assert priced.lines[0].amount_minor == half
+    assert priced.lines[0].rule == f"QUALITY: half of 1 x {price} (Lassi) = {half}"
 
 
 def test_billing_pays_the_overcharge_once() -> None:
@@ -704,20 +729,24 @@ ITEM_PRICED = {Category.MISSING_ITEM, Category.WRONG_ITEM, Category.PACKAGING, C
 
 
 @st.composite
-def orders(draw: st.DrawFn) -> OrderRecord:
+def orders(draw: st.DrawFn, currencies: Sequence[str] = ("INR", "USD")) -> OrderRecord:
+    """An order in one of ``currencies``, its prices in multiples of what Stripe takes it in
+    (:func:`~refund_bench.money.payable_step`), as a payment through Stripe would be."""
+    currency = draw(st.sampled_from(currencies))
+    step = payable_step(currency)
     count = draw(st.integers(min_value=1, max_value=len(NAMES)))
     items = tuple(
         LineItem(
             name=NAMES[i],
             quantity=draw(st.integers(min_value=1, max_value=6)),
-            unit_price_minor=draw(st.integers(min_value=0, max_value=60_000)),
+            unit_price_minor=draw(st.integers(min_value=0, max_value=60_000)) * step,
             unit_weight_g=draw(st.none() | st.integers(min_value=0, max_value=800)),
         )
         for i in range(count)
     )
     items_total = sum(i.unit_price_minor * i.quantity for i in items)
-    fee = draw(st.integers(min_value=0, max_value=5_000))
-    charged = draw(st.integers(min_value=0, max_value=items_total + fee + 20_000))
+    fee = draw(st.integers(min_value=0, max_value=5_000)) * step
+    charged = draw(st.integers(min_value=0, max_value=items_total + fee + 20_000)) // step * step
     delay = draw(st.none() | st.integers(min_value=0, max_value=240))
     delivered = None if delay is None else (PLACED + timedelta(minutes=delay)).isoformat()
     weighed = draw(st.booleans())
@@ -728,7 +757,7 @@ def orders(draw: st.DrawFn) -> OrderRecord:
         pickup_weight_expected_g=expected_g,
         pickup_weight_actual_g=actual_g,
         customer_id="c",
-        currency=draw(st.sampled_from(["INR", "USD"])),
+        currency=currency,
         placed_at=PLACED.isoformat(),
         delivered_at=delivered,
         delivery_sla_minutes=draw(st.none() | st.integers(min_value=10, max_value=90)),
@@ -739,8 +768,9 @@ def orders(draw: st.DrawFn) -> OrderRecord:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> dict[str, Any]:
-    order = draw(orders())
+def cases(draw: st.DrawFn, currencies: Sequence[str] = ("INR", "USD")) -> dict[str, Any]:
+    order = draw(orders(currencies))
+    step = payable_step(order.currency)
     names = [item.name for item in order.line_items]
     n = draw(st.integers(min_value=0, max_value=8))
     verdicts = [
@@ -769,8 +799,9 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         "cap_minor": draw(st.integers(min_value=0, max_value=200_000)),
         "cap_currency": draw(st.sampled_from(["INR", "EUR"])),  # the orders are in INR
         "already_approved_minor": draw(
-            st.integers(min_value=0, max_value=order.charged_total_minor)
-        ),
+            st.integers(min_value=0, max_value=order.charged_total_minor // step)
+        )
+        * step,
         "overrides": ReviewOverrides(
             grievances=grievance_overrides, dispute=dispute, approved_total_minor=approved_total
         ),
@@ -874,6 +905,27 @@ def test_money_safety_invariants(case: dict[str, Any]) -> None:
             # The bench's QUALITY lines on an item pay at most half of the units its other
             # paid lines did not refund in full.
             assert quality <= price * open_units // 2
+
+
+@given(cases(currencies=sorted(PAYABLE_STEPS)))
+def test_every_amount_is_one_stripe_takes_in_the_orders_currency(case: dict[str, Any]) -> None:
+    """In a currency Stripe takes in steps of more than one minor unit (KWD in tens, ISK in
+    hundreds), an order paid through Stripe costs a multiple of its step, and so must every
+    amount priced for it: a QUALITY half of KWD 1.250 is KWD 0.620, never the 0.625 Stripe
+    refuses."""
+    order: OrderRecord = case["order"]
+    priced = price_refund(
+        case["verdicts"],
+        build_snapshot(order),
+        cap_minor=case["cap_minor"],
+        cap_currency=order.currency,
+        already_approved_minor=case["already_approved_minor"],
+        overrides=case["overrides"],
+    )
+    step = payable_step(order.currency)
+    amounts = [priced.total_minor, priced.payable_minor, priced.already_paid_minor]
+    amounts += [x for ln in priced.lines for x in (ln.amount_minor, ln.proposed_minor)]
+    assert [a % step for a in amounts] == [0] * len(amounts), (order.currency, amounts)
 
 
 @given(cases(), st.data())
