@@ -306,6 +306,10 @@ def create_app(settings: ApiSettings, deps: Deps) -> FastAPI:
         docs_url="/docs" if settings.api_docs else None,
         openapi_url="/openapi.json" if settings.api_docs else None,
         redoc_url=None,
+        # A path with a trailing slash is a 404, never a redirect: behind a TLS-terminating
+        # Ingress the app sees http, so its redirect would send the client (and the
+        # complaint it re-sends) to plain http.
+        redirect_slashes=False,
     )
     app.state.ctx = ctx
     app.include_router(ops_router(ctx))

@@ -57,6 +57,17 @@ def problem_response(status: int, description: str) -> Responses:
 UNAUTHORIZED = problem_response(401, "Missing or wrong bearer token.")
 FORBIDDEN = problem_response(403, "The bearer token does not open this route's scope.")
 INVALID = problem_response(422, "The request does not match the schema or the rules.")
+RETRY_LATER = problem_response(
+    503, "The database is out of reach or too busy: retry later (Retry-After)."
+)
+
+UNCONFIRMED = (
+    "the complaint is recorded and may already be published, but its publication is not"
+    " confirmed; retry with the same Idempotency-Key, never a new one: a new key files the"
+    " complaint again as a second dispute"
+)
+"""The 503 detail of a recorded complaint whose publication was not confirmed: Kafka did not
+acknowledge it in time (the record may still arrive), or no publishing connection came free."""
 
 
 def bearer_scopes(header: str | None, tokens: tuple[ApiToken, ...]) -> frozenset[TokenScope]:
@@ -143,8 +154,8 @@ def intake_router(ctx: AppContext) -> APIRouter:
             **INVALID,
             **problem_response(
                 503,
-                "Recorded but not yet published, or the database was busy: retry with the same"
-                " key (Retry-After).",
+                "Recorded but not confirmed published (it may already be), or the database was"
+                " busy: retry with the same key, never a new one (Retry-After).",
             ),
         },
         summary="Submit a complaint",
@@ -211,13 +222,10 @@ def intake_router(ctx: AppContext) -> APIRouter:
             ctx.metrics.complaints.labels("unpublished").inc()
             if isinstance(exc, PublishError):
                 ctx.metrics.publish_failures.labels(t.COMPLAINT_RECEIVED.name).inc()
-            log.warning("complaint with key %s not published: %s", idempotency_key, exc)
-            raise ApiProblem(
-                503,
-                "the complaint is recorded but could not be published yet; retry with the same"
-                " Idempotency-Key",
-                headers={"Retry-After": "5"},
-            ) from exc
+            log.warning(
+                "complaint with key %s: publication not confirmed: %s", idempotency_key, exc
+            )
+            raise ApiProblem(503, UNCONFIRMED, headers={"Retry-After": "5"}) from exc
         replayed = row.dispute_id != fresh.dispute_id
         ctx.metrics.published.labels(t.COMPLAINT_RECEIVED.name).inc()
         ctx.metrics.complaints.labels("replayed" if replayed else "accepted").inc()
@@ -235,6 +243,7 @@ def intake_router(ctx: AppContext) -> APIRouter:
             **FORBIDDEN,
             **problem_response(404, "No such dispute."),
             **INVALID,
+            **RETRY_LATER,
         },
         summary="The whole story of one dispute (the audit record)",
     )

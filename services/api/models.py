@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from refund_bench import events as ev
 
@@ -17,7 +17,8 @@ ID_PATTERN = ev.ID_PATTERN
 own rule)."""
 TEXT_PATTERN = ev.TEXT_PATTERN
 """Complaint text: no control characters or bidirectional overrides, and something visible (the
-event's own rule)."""
+event's own rule). The request's JSON schema shows it; :func:`ev.readable_text` checks it, so
+that a 422 names the character and its position (or says blank), not the regex or the text."""
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 """Idempotency keys: 1-255 printable ASCII characters (a UUID is a good choice)."""
 
@@ -53,7 +54,11 @@ class ComplaintRequest(BaseModel):
 
     order_id: Annotated[str, Field(pattern=ID_PATTERN)]
     customer_id: Annotated[str, Field(pattern=ID_PATTERN)]
-    text: Annotated[str, Field(min_length=1, pattern=TEXT_PATTERN)]
+    text: Annotated[
+        str,
+        Field(min_length=1, json_schema_extra={"pattern": TEXT_PATTERN}),
+        AfterValidator(ev.readable_text),
+    ]
 
 
 class ComplaintAccepted(BaseModel):
@@ -102,7 +107,8 @@ class Complaint(BaseModel):
     )
     accepted_via_api: bool
     published: bool | None = Field(
-        description="For complaints taken by this API: whether complaint.received was published."
+        description="For complaints taken by this API: whether complaint.received was published"
+        " (confirmed by Kafka, or the extractor has the dispute); null for the others."
     )
     extracted_at: datetime | None = Field(
         description="When the extractor froze the evidence (null: not yet)."

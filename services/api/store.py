@@ -683,7 +683,9 @@ async def _story(q: _Reader, dispute_id: str) -> m.DisputeStory | None:
         received_at=base["received_at"],
         channel=_channel(intake, dispute),
         accepted_via_api=intake is not None,
-        published=intake["published"] if intake else None,
+        # A disputes row is the extractor's, from complaint.received: the complaint was
+        # published, though the API's own publish was not confirmed (a late acknowledgement).
+        published=(intake["published"] or dispute is not None) if intake else None,
         extracted_at=dispute["created_at"] if dispute else None,
     )
     evidence = None

@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from refund_bench import topics as t
 from refund_bench.codec import Codec
 from refund_bench.db.orders import upsert_orders
 from refund_bench.samples import ARTICLE_COMPLAINT, ARTICLE_ORDER
+from services.api.models import TEXT_PATTERN
 from tests.conftest import Stack
 from tests.e2e.conftest_api import (
     READ_TOKEN,
@@ -33,6 +35,7 @@ from tests.e2e.conftest_api import (
     delete_dispute,
     end_offsets,
     event_codec,
+    insert_article_complaint,
     read_window,
     record_intake,
     running_api,
@@ -162,11 +165,19 @@ def test_a_reviewer_session_does_not_open_the_api(api: ApiServer) -> None:
         (body("x", order_id="order-does-not-exist"), 404, "unknown order_id"),
         (body("x", customer_id="cust-12"), 422, "does not match the order's customer"),
         ({"order_id": "order-1840", "customer_id": "cust-77"}, 422, "body.text: Field required"),
-        (body("x", text="   "), 422, "body.text"),
-        (body("x", text="nul \x00 inside"), 422, "body.text"),
-        (body("x", text="bell \x07 inside"), 422, "body.text"),
-        (body("x", text="refund \u202e0001 INR"), 422, "body.text"),
-        (body("x", text="\u200b\u200b \ufeff"), 422, "body.text"),
+        (body("x", text="   "), 422, "body.text: Value error, is blank"),
+        (body("x", text="nul \x00 inside"), 422, "body.text: Value error, holds a NUL character"),
+        (
+            body("x", text="bell \x07 inside"),
+            422,
+            "body.text: Value error, holds U+0007 at position 5",
+        ),
+        (
+            body("x", text="refund \u202e0001 INR"),
+            422,
+            "holds U+202E at position 7: a control character or a bidirectional override",
+        ),
+        (body("x", text="\u200b\u200b \ufeff"), 422, "body.text: Value error, is blank"),
         (body("x", order_id=18), 422, "body.order_id"),
         (body("x", order_id="has space"), 422, "body.order_id"),
         (body("x", extra="field"), 422, "body.extra: Extra inputs are not permitted"),
@@ -196,7 +207,36 @@ def test_validation_answers_say_what_is_wrong(
             "/complaints", json=payload, headers=api.auth(**{"Idempotency-Key": uuid.uuid4().hex})
         )
     assert answer.status_code == status, answer.text
-    assert says in answer.json()["detail"]
+    problem = answer.json()
+    assert says in problem["detail"]
+    # A text refused says why, never by dumping the rule's regex, nor by repeating the text.
+    for said in (problem["detail"], *(e["msg"] for e in problem["errors"])):
+        assert TEXT_PATTERN not in said
+        if isinstance(payload, dict) and "text" in payload:
+            assert payload["text"] not in said
+
+
+def test_a_trailing_slash_is_a_404_never_a_redirect(api: ApiServer) -> None:
+    """Behind a TLS-terminating Ingress the app sees http: a redirect to the path without its
+    slash would send the client, and the complaint it sends again, to plain http."""
+    key = str(uuid.uuid4())
+    with api.client(follow_redirects=False) as client:
+        answers = [
+            client.post(
+                "/complaints/", json=body(key), headers=api.auth(**{"Idempotency-Key": key})
+            ),
+            client.get("/healthz/"),
+        ]
+    for answer in answers:
+        assert not answer.is_redirect, answer.headers
+        assert "location" not in answer.headers
+        assert answer.status_code == 404, answer.text
+        assert answer.json() == {"detail": "Not Found", "errors": []}
+    with psycopg.connect(api.database_url) as conn:
+        recorded = conn.execute(
+            "SELECT 1 FROM intake_requests WHERE idempotency_key = %s", (key,)
+        ).fetchone()
+    assert recorded is None
 
 
 def test_malformed_json_missing_key_and_huge_body(api: ApiServer) -> None:
@@ -503,6 +543,27 @@ def test_status_of_unknown_and_just_accepted_disputes(api: ApiServer) -> None:
     assert story["complaint"]["text"] == body(key)["text"]
 
 
+def test_a_complaint_the_extractor_has_is_published_though_kafka_never_confirmed_it(
+    api: ApiServer,
+) -> None:
+    """The complaint was answered 503 (no acknowledgement in time), yet its record reached the
+    broker and the extractor made the dispute of it: its story says published."""
+    key = str(uuid.uuid4())
+    dispute_id = record_intake(api.database_url, key, body(key), published=False)
+    try:
+        with api.client() as client:
+            before = client.get(f"/disputes/{dispute_id}", headers=api.auth())
+            with psycopg.connect(api.database_url) as conn:
+                insert_article_complaint(conn, dispute_id, datetime.now(UTC))
+            after = client.get(f"/disputes/{dispute_id}", headers=api.auth())
+    finally:
+        delete_dispute(api.database_url, dispute_id)
+    assert before.status_code == after.status_code == 200, (before.text, after.text)
+    assert before.json()["complaint"]["published"] is False
+    assert after.json()["complaint"]["published"] is True
+    assert after.json()["complaint"]["accepted_via_api"] is True
+
+
 @pytest.mark.parametrize(
     "stored", [None, "api"], ids=["stored before disputes kept it", "the contract's default"]
 )
@@ -613,6 +674,7 @@ def test_health_readiness_metrics_and_openapi(api: ApiServer) -> None:
     assert "cust-77" not in metrics.text
     text = document["components"]["schemas"]["ComplaintRequest"]["properties"]["text"]
     assert text["maxLength"] == 200
+    assert text["pattern"] == TEXT_PATTERN  # shown, though a reason, not it, explains a 422
     assert set(document["paths"]) == {
         "/healthz",
         "/readyz",
@@ -621,6 +683,11 @@ def test_health_readiness_metrics_and_openapi(api: ApiServer) -> None:
         "/webhooks/stripe",
     }
     assert document["paths"]["/complaints"]["post"]["security"] == [{"bearer": []}]
+    # The database busy or out of reach: 503 with Retry-After, as documented.
+    story_answers = document["paths"]["/disputes/{dispute_id}"]["get"]["responses"]
+    assert story_answers["503"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Problem"
+    }
     # Stripe signs its events; a bearer token is not what authenticates them.
     assert "security" not in document["paths"]["/webhooks/stripe"]["post"]
 
