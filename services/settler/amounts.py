@@ -116,21 +116,27 @@ def _hidden(char: str, previous: str) -> bool:
         # A variation selector: the emoji form of a symbol ("❤️", "🌶️"), or nothing the
         # customer sees, inside a word or a number.
         return not previous or unicodedata.category(previous) != "So"
+    category = unicodedata.category(char)
     return (
-        (unicodedata.category(char) == "Cf" and char not in JOINERS)
+        (category == "Cf" and char not in JOINERS)
         or code in (0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0)  # grapheme joiner, fillers
         or 0x180B <= code <= 0x180F  # Mongolian variation selectors and vowel separator
-        or (unicodedata.category(char)[0] == "M" and previous.isdigit())  # "6⃣", "9́"
+        or (category[0] == "M" and previous.isdigit())  # "6⃣", "9́"
+        # A mark that strikes a letter through or encloses it ("n̶o̶t̶", "n⃝"): the word the
+        # guard reads is not the one the customer sees, crossed out or boxed.
+        or unicodedata.combining(char) == 1
+        or category == "Me"
     )
 
 
 def hidden_characters(text: str) -> tuple[str, ...]:
-    """The characters of ``text`` that do not show, or change a digit, each once: format
-    characters (zero-width space, word joiner, soft hyphen, byte order mark, direction
-    overrides), variation selectors but after a symbol (the emoji form of "❤"), fillers, and
-    marks on a digit. A reply holding one is refused: "INR 689\u200b0" shows INR 6890 where
-    the guard would read INR 689 and a 0, and "refu\u00adnded" hides a promise from every word
-    it looks for. :data:`JOINERS` are not."""
+    """The characters of ``text`` that do not show, or change a digit or a letter, each once:
+    format characters (zero-width space, word joiner, soft hyphen, byte order mark, direction
+    overrides), variation selectors but after a symbol (the emoji form of "❤"), fillers, marks
+    on a digit, and marks that strike a letter through or enclose it (a crossed-out "not" the
+    guard would read as a "not"). A reply holding one is refused: "INR 689\u200b0" shows INR
+    6890 where the guard would read INR 689 and a 0, and "refu\u00adnded" hides a promise from
+    every word it looks for. :data:`JOINERS` are not."""
     if text.isascii():
         return ()
     return tuple(

@@ -324,9 +324,10 @@ def check_reply(
     - at most :data:`MAX_REPLY_CHARS` characters (else that is the only failure);
     - no numeral that is not a decimal digit ("❶", "⓵", "½", "Ⅻ", "五":
       :func:`~services.settler.amounts.unread_numerals`), and no character that does not show
-      or changes a digit (a zero-width space, a soft hyphen, a direction override, a variation
-      selector but an emoji's, a keycap: :func:`~services.settler.amounts.hidden_characters`),
-      which would let the customer read what the guard does not;
+      or changes a digit or a letter (a zero-width space, a soft hyphen, a direction override, a
+      variation selector but an emoji's, a keycap, a strike-through:
+      :func:`~services.settler.amounts.hidden_characters`), which would let the customer read
+      what the guard does not;
     - no letter but an ASCII one, accents on it aside, outside the ``item_names`` it quotes
       (:func:`~services.settler.amounts.unread_letters`): the guard reads English, and a reply
       in another script, or a word spelt with one of its letters ("refunded" with a
@@ -382,7 +383,8 @@ def check_reply(
     scripts' digits, other currency signs, accents on letters). It returns failures for any
     text and never raises.
     """
-    read = masked_names(normalised(text), item_names)
+    normal = normalised(text)
+    read = masked_names(normal, item_names)
     if len(read) > MAX_REPLY_CHARS:
         return (f"is {len(read)} characters long, more than the {MAX_REPLY_CHARS} a reply may be",)
     # What the customer sees, whichever way the lines are read.
@@ -393,8 +395,10 @@ def check_reply(
     hidden = hidden_characters(text)
     if hidden:
         named = ", ".join(f"U+{ord(c):04X}" for c in hidden)
-        failures.append(f"holds characters that do not show, or change a digit: {named}")
-    letters = unread_letters(read, item_names)
+        failures.append(
+            f"holds characters that do not show, or change a digit or a letter: {named}"
+        )
+    letters = unread_letters(normal, item_names)  # names quoted with their digits unmasked
     if letters:
         failures.append(f"writes letters the guard does not read: {''.join(letters)!r}")
     args = (

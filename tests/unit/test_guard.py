@@ -1758,3 +1758,25 @@ def test_the_template_names_an_item_in_another_script_only_as_a_quoted_name() ->
     unquoted = template_reply(68900, "INR", resolved, held)
     assert "पनीर" not in unquoted
     assert check_reply(unquoted, 68900, "INR", held) == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # "We are able to offer a refund", as the customer reads it; "not" to the guard.
+        "We are n\u0336o\u0336t\u0336 able to offer a refund for this order.",
+        "N\u0338o\u0338t\u0338h\u0338i\u0338n\u0338g\u0338 will be refunded for this order.",
+        "We are n\u20ddot able to offer a refund for this order.",  # an enclosing circle
+    ],
+)
+def test_a_struck_through_or_enclosed_letter_fails_the_reply(text: str) -> None:
+    """Accents are read past, but a mark that crosses a letter out or encloses it changes the
+    word the customer reads: the reply is refused."""
+    failures = check_reply(text, 0, "INR", [])
+    assert any(f.startswith("holds characters that do not show") for f in failures), failures
+
+
+def test_an_items_name_in_another_script_with_a_digit_is_quoted_whole() -> None:
+    """ "चिकन 65" is the item's name: its letters are the name's, its digits no amount."""
+    named = GOOD.replace("the missing biryanis", "the missing चिकन 65")
+    assert check_reply(named, 68900, "INR", ["the raita"], item_names=["चिकन 65"]) == ()
