@@ -25,7 +25,8 @@ ever taken from a model's output. Safety bounds, in order:
   beyond that is HELD for a reviewer, whose UPHOLD pays it;
 - the total never exceeds what the order cost (``charged_total_minor``);
 - a total above the cap is never paid automatically: it waits for a reviewer's APPROVE;
-- what is payable this round is the total minus what earlier rounds approved, never below 0;
+- what is payable this round is the total minus what earlier rounds approved, never below 0,
+  rounded down to the currency's step (:func:`~refund_bench.money.payable_step`);
 - a round a payment operator's REPAY prices pays the failed round's amount again
   (:func:`pay_again`), whatever the dispute's later decisions: a decline or a total held by
   the cap holds back only what no round approved before.
@@ -575,8 +576,16 @@ def _decide(
     pay_sum = sum(line.amount_minor for line in lines if line.status is LineStatus.PAY)
     total = min(pay_sum, order.charged_total_minor)
     held = tuple(line.grievance_id for line in lines if line.status is LineStatus.HELD)
-    outstanding = max(0, total - already)
+    step = payable_step(order.currency)
+    # Stripe takes what is left only in its currency's steps: what is below one (an earlier
+    # round's amount or a line's unit price off them) is not payable here.
+    outstanding = max(0, total - already) // step * step
     notes: list[str] = []
+    if outstanding != max(0, total - already):
+        notes.append(
+            f"{total - already - outstanding} below {order.currency}'s step of {step} minor"
+            " units kept back: Stripe refunds it in steps only"
+        )
     if pay_sum > total:
         notes.append(f"lines sum to {pay_sum}, clamped to the order total {total}")
     if held:
@@ -634,7 +643,8 @@ def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits)
     noted. Otherwise (a later round is held by the cap or for a reviewer, or a reviewer declined
     the dispute; those hold back only what no round approved before) the round is the
     repayment alone: no lines and nothing held, ``REVIEW_APPROVED`` (a person decided it), paying
-    ``failed_minor``, never more than the order total less what the other rounds approved, its
+    ``failed_minor`` (rounded down to the currency's step: a round priced off it before),
+    never more than the order total less what the other rounds approved, its
     total what all rounds then approved, and its reason how the dispute is priced besides.
     """
     if priced.decision in (Decision.AUTO_APPROVED, Decision.REVIEW_APPROVED) and (
@@ -643,7 +653,8 @@ def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits)
         note = f"round {failed_round}'s refund of {failed_minor} failed: no longer counted as paid"
         return priced.model_copy(update={"reason": f"{priced.reason}; {note}"})
     already = priced.already_paid_minor
-    payable = max(0, min(failed_minor, priced.order_total_minor - already))
+    step = payable_step(priced.currency)  # a round failed off its step is paid rounded down
+    payable = max(0, min(failed_minor, priced.order_total_minor - already)) // step * step
     return priced.model_copy(
         update={
             "lines": (),

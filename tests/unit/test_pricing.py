@@ -29,6 +29,7 @@ from services.pricing.table import (
     GrievanceVerdict,
     PricedRefund,
     ReviewOverrides,
+    pay_again,
     price_refund,
 )
 from tests.unit.orders import ARTICLE_ORDER, BIRYANI, RAITA, article_order
@@ -926,6 +927,54 @@ def test_every_amount_is_one_stripe_takes_in_the_orders_currency(case: dict[str,
     amounts = [priced.total_minor, priced.payable_minor, priced.already_paid_minor]
     amounts += [x for ln in priced.lines for x in (ln.amount_minor, ln.proposed_minor)]
     assert [a % step for a in amounts] == [0] * len(amounts), (order.currency, amounts)
+
+
+@given(cases(currencies=sorted(PAYABLE_STEPS)), st.data())
+def test_what_is_payable_is_on_step_whatever_earlier_rounds_approved(
+    case: dict[str, Any], data: st.DataObject
+) -> None:
+    """An earlier round approved off the currency's step (priced before pricing rounded to it):
+    what a later round pays, and what a REPAY of it pays, are still amounts Stripe takes."""
+    order: OrderRecord = case["order"]
+    already = data.draw(st.integers(min_value=0, max_value=order.charged_total_minor))
+    priced = price_refund(
+        case["verdicts"],
+        build_snapshot(order),
+        cap_minor=case["cap_minor"],
+        cap_currency=order.currency,
+        already_approved_minor=already,
+        overrides=case["overrides"],
+    )
+    step = payable_step(order.currency)
+    assert priced.payable_minor % step == 0
+    assert priced.payable_minor <= max(0, priced.total_minor - already)
+    failed = data.draw(st.integers(min_value=1, max_value=max(1, already)))
+    assert pay_again(priced, 1, failed).payable_minor % step == 0
+
+
+def test_a_round_after_one_approved_off_step_pays_on_step() -> None:
+    """Round 1, priced by table v5, approved KWD 0.625 for a lassi's quality; round 2 adds the
+    missing naan (KWD 2.000): 1.995 would be refused by Stripe, so 1.990 is paid, and the reason
+    says what was kept back. A REPAY of the failed 0.625 pays 0.620."""
+    order = article_order(
+        currency="KWD",
+        line_items=(
+            LineItem(name="Lassi", quantity=1, unit_price_minor=1250),
+            LineItem(name="Naan", quantity=1, unit_price_minor=2000),
+        ),
+        charged_total_minor=3250,
+    )
+    verdicts = [
+        verdict("g1", Category.QUALITY, item="Lassi"),
+        verdict("g2", Category.MISSING_ITEM, item="Naan"),
+    ]
+    priced = price_refund(
+        verdicts, build_snapshot(order), cap_currency="KWD", already_approved_minor=625
+    )
+    assert (priced.total_minor, priced.payable_minor) == (2620, 1990)
+    assert "5 below KWD's step of 10 minor units kept back" in priced.reason
+    repaid = pay_again(price_refund([], build_snapshot(order), cap_currency="KWD"), 1, 625)
+    assert repaid.payable_minor == 620
 
 
 @given(cases(), st.data())
