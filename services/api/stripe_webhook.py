@@ -17,7 +17,8 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
 - 400: the signature is missing, stale or wrong, or the body is not a Stripe event.
 - 503: not configured (no secret or no API key); the round's refund is not recorded yet; Stripe
   could not be read (unreachable, 429, 5xx: ``stripe_unavailable``) or refused our key (401,
-  403: ``stripe_key_refused``, logged as an error), or does not know the refund of a round the
+  403, or the refund held under the key's other mode: ``stripe_key_refused``, logged as an
+  error), or does not know the refund of a round the
   ledger paid or failed with it, is paying, or failed with a refund that may still go through
   (``own_refund_not_found``: our key is of another account or mode, logged as an error); the
   database out of reach or too busy. Nothing was changed. Stripe delivers again; nothing is
