@@ -489,7 +489,7 @@ class JudgePanelSettings(LlmStageSettings):
 
 def call_counter(metrics: Metrics) -> OnCall:
     """The handlers' ``on_call``: counts ``llm_calls`` by outcome (made, cached, refused,
-    failed_alone)."""
+    failed_alone, unreadable)."""
 
     def on_call(outcome: CallOutcome) -> None:
         metrics.incr("llm_calls", kind=outcome)

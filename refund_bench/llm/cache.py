@@ -39,11 +39,10 @@ CallOutcome = Literal["made", "cached", "refused", "failed_alone", "unreadable"]
 """What one model call of a handler came to: answered by the model, served from the cache,
 refused by the endpoint for what the request carried, or failed by the endpoint on every call
 while it answered others (:class:`~refund_bench.llm.client.LlmFailedAlone`); counted in
-``llm_calls`` by ``kind``. ``unreadable`` is told by the handlers, once for each answer the
-model wrote that they could not read (cut short, withheld, empty, not the JSON asked for),
-whether or not the call counts ``made`` as well: a judge's seat drawing three such answers
-counts three and one ``made`` (the UNREADABLE ruling it stores), a settler's reply cut short
-one and no ``made`` (nothing is stored)."""
+``llm_calls`` by ``kind``. ``made`` counts every answer the model wrote, stored or thrown away
+(the handlers count the latter: a judge's draw it draws again for, a settler's reply cut short);
+``unreadable`` counts those among them the handlers could not read (cut short, withheld, empty,
+not the document asked for): a judge's seat drawing three such counts three of each."""
 OnCall = Callable[[CallOutcome], None]
 
 

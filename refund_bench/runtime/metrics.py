@@ -58,7 +58,8 @@ _COUNTER_DOCS: dict[CounterName, str] = {
     "records_dlq": "Input records sent to the dead-letter topic",
     "transactions": "Transactions (or at-least-once batches) by result",
     "retries": "Retries of transient failures",
-    "llm_calls": "LLM calls by kind (made, served from cache, refused by the endpoint)",
+    "llm_calls": "LLM calls by kind (made, served from cache, refused by the endpoint, failed"
+    " alone) and answers made that could not be read (unreadable)",
     "state_expired": "State-store keys deleted because they outlived the store's retention",
     "facts_conflicting": (
         "Rows the recorder left out because their key holds a row stating other facts (kind:"

@@ -329,7 +329,7 @@ class ExtractorHandler:
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
                 self._count("unreadable")
                 return not_whole.mark(exc.raw, exc.reason)
-            if not _is_json(served.text):  # read as an invalid answer, and repaired
+            if not _readable(served.text):  # read as an invalid answer, and repaired
                 self._count("unreadable")
             return not_whole.whole(served.text)
 
@@ -459,12 +459,14 @@ def _json(raw: str) -> object:
         raise ExtractionInvalid([f"the answer is not JSON: {exc}"]) from exc
 
 
-def _is_json(raw: str) -> bool:
+def _readable(raw: str) -> bool:
+    """Whether ``raw`` is the document asked for, whatever its grievances: JSON, an object,
+    its ``grievances`` a list (an endpoint ignoring the schema answers otherwise)."""
     try:
-        loads_answer(raw)
+        document = loads_answer(raw)
     except ValueError:
         return False
-    return True
+    return isinstance(document, dict) and isinstance(document.get("grievances"), list)
 
 
 def _repair_request(request: LlmRequest, raw: str, problems: Sequence[str]) -> LlmRequest:

@@ -196,6 +196,14 @@ class JudgeHandler:
             raise next((f for f in failures if not isinstance(f, TransientError)), failures[0])
         return [Emit(t.RULING_CAST.name, grievance.dispute_id, r.to_avro()) for r in rulings]
 
+    def _unread(self, attempt: int) -> None:
+        """Count a seat's draw ``attempt`` that could not be read: paid for (``made``) when it
+        is thrown away for another draw; the last one is the answer stored (the cache counts
+        it)."""
+        self._count("unreadable")
+        if attempt < DRAWS_PER_SEAT - 1:
+            self._count("made")
+
     async def _rule(
         self,
         seat: Seat,
@@ -233,14 +241,14 @@ class JudgeHandler:
                 except MalformedAnswer as exc:  # cut short, withheld or empty
                     raw, unreadable = exc.raw, exc.reason
                     served = (exc.served_model, exc.system_fingerprint)
-                    self._count("unreadable")
+                    self._unread(attempt)
                     continue
                 raw, served = answer.text, (answer.served_model, answer.system_fingerprint)
                 try:
                     drawn = parse_judge_ruling(raw)
                 except MalformedAnswer as exc:  # unreadable
                     raw, unreadable = exc.raw, exc.reason
-                    self._count("unreadable")
+                    self._unread(attempt)
                     continue
                 answer_value = seal(raw, seed)
                 break

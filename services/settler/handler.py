@@ -379,7 +379,8 @@ class SettlerHandler:
                 drawn = await self._llm.complete_json(
                     request.messages, request.schema_name, request.schema, None, priced.dispute_id
                 )
-            except MalformedAnswer:
+            except MalformedAnswer:  # paid for, and nothing stored: the cache counts nothing
+                self._count("made")
                 self._count("unreadable")
                 raise
             self._drawn.keep(

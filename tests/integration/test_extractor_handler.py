@@ -572,6 +572,23 @@ def test_a_malformed_answer_is_repaired_once_and_the_repair_is_used(
     assert standin.stats()["by_dispute"][dispute] == 2, "the answer and its one repair"
 
 
+def test_answers_in_another_shape_than_the_schemas_are_counted_unreadable(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """An endpoint that ignores the JSON schema answers JSON of its own shape, and its repair
+    too: the complaint goes to review, and both answers are counted made and unreadable."""
+    dispute = f"d-{uuid.uuid4().hex[:12]}"
+    outcomes: list[CallOutcome] = []
+    with FixedAnswerServer(completion('{"issues": ["late", "missing"]}', "stop")) as server:
+        (emits,) = _handle(
+            database, redis_url, standin, dispute, on_call=outcomes.append, endpoint=server
+        )
+    assert [e.topic for e in emits] == [t.REFUND_PRICED.name]
+    assert emits[0].value["decision"] == "HELD_FOR_REVIEW"
+    assert len(server.requests) == 2
+    assert Counter(outcomes) == {"made": 2, "unreadable": 2}
+
+
 def test_an_answer_invalid_after_its_one_repair_sends_the_complaint_to_review(
     database: str, redis_url: str, standin: Standin
 ) -> None:

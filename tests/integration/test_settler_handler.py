@@ -372,7 +372,7 @@ def test_an_unreadable_draw_replaced_by_the_template_names_what_served_it(
     reply = _reply_event(emits)
     assert reply["source"] == "TEMPLATE"
     assert reply["guard_failures"][0].startswith("unreadable model answer: the answer was cut")
-    assert outcomes == ["unreadable"], "the answer paid for and not read is counted"
+    assert outcomes == ["made", "unreadable"], "the answer paid for and not read is counted"
     assert _served(database, dispute) == ("any-model", "settler-2026-11-01", "fp_cut")
     assert _round_one_reply(database, dispute, "model_answer") == (
         '{"reply": "We are refunding INR 689',
