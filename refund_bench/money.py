@@ -53,6 +53,13 @@ def payable_step(currency: str) -> int:
     return PAYABLE_STEPS.get(currency.upper(), 1)
 
 
+def payable_part(amount: int, currency: str) -> int:
+    """``amount`` (>= 0) rounded down to a multiple of :func:`payable_step`: the part of it
+    Stripe refunds in ``currency``."""
+    step = payable_step(currency)
+    return amount // step * step
+
+
 def format_minor(amount: int, currency: str) -> str:
     """``currency`` and ``amount`` in major units, decimals only when they are not all zero:
     ``68900, "INR"`` -> ``"INR 689"``, ``68950`` -> ``"INR 689.50"``, ``50000, "JPY"`` ->

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from refund_bench import topics as t
 from refund_bench.codec import Codec, FingerprintFraming, framing_from_registry_url
-from refund_bench.money import format_minor
+from refund_bench.money import format_minor, payable_part
 from services.api import models as m
 from services.api.context import ApiProblem, AppContext, Deps
 from services.api.desk import PAGE_HEADERS, desk_router
@@ -129,6 +129,7 @@ def _templates() -> Jinja2Templates:
         lstrip_blocks=True,
     )
     env.filters["money"] = format_minor
+    env.filters["payable"] = payable_part
     env.filters["when"] = when
     env.filters["segment"] = path_segment
     return Jinja2Templates(env=env)

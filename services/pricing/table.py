@@ -54,7 +54,7 @@ from refund_bench.domain import (
 )
 from refund_bench.errors import InvalidInput, error_summary
 from refund_bench.events import validation_reason
-from refund_bench.money import payable_step
+from refund_bench.money import payable_part, payable_step
 
 PRICING_VERSION = "2026-12-07.v6"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
@@ -576,16 +576,10 @@ def _decide(
     pay_sum = sum(line.amount_minor for line in lines if line.status is LineStatus.PAY)
     total = min(pay_sum, order.charged_total_minor)
     held = tuple(line.grievance_id for line in lines if line.status is LineStatus.HELD)
-    step = payable_step(order.currency)
     # Stripe takes what is left only in its currency's steps: what is below one (an earlier
     # round's amount or a line's unit price off them) is not payable here.
-    outstanding = max(0, total - already) // step * step
+    outstanding = payable_part(max(0, total - already), order.currency)
     notes: list[str] = []
-    if outstanding != max(0, total - already):
-        notes.append(
-            f"{total - already - outstanding} below {order.currency}'s step of {step} minor"
-            " units kept back: Stripe refunds it in steps only"
-        )
     if pay_sum > total:
         notes.append(f"lines sum to {pay_sum}, clamped to the order total {total}")
     if held:
@@ -620,6 +614,12 @@ def _decide(
     else:
         decision, payable = Decision.NOTHING_TO_PAY, 0
         why = f"nothing payable (total {total}, {already} approved before)"
+    if 0 < payable < total - already:
+        notes.append(
+            f"{total - already - payable} below {order.currency}'s step of"
+            f" {payable_step(order.currency)} minor units kept back: Stripe refunds it in steps"
+            " only"
+        )
     return PricedRefund(
         lines=lines,
         total_minor=total,
@@ -653,8 +653,10 @@ def pay_again(priced: PricedRefund, failed_round: int, failed_minor: MinorUnits)
         note = f"round {failed_round}'s refund of {failed_minor} failed: no longer counted as paid"
         return priced.model_copy(update={"reason": f"{priced.reason}; {note}"})
     already = priced.already_paid_minor
-    step = payable_step(priced.currency)  # a round failed off its step is paid rounded down
-    payable = max(0, min(failed_minor, priced.order_total_minor - already)) // step * step
+    # A round that failed off its currency's step is paid rounded down to it.
+    payable = payable_part(
+        max(0, min(failed_minor, priced.order_total_minor - already)), priced.currency
+    )
     return priced.model_copy(
         update={
             "lines": (),

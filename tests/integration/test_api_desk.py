@@ -556,6 +556,24 @@ def test_a_failed_refund_of_a_dispute_pricing_no_longer_keeps_is_only_settled_el
     )
 
 
+def test_the_desk_offers_to_pay_again_the_part_stripe_takes_of_an_off_step_amount(
+    api: ApiServer, dispute: str
+) -> None:
+    """A round that failed at KWD 0.625 (priced before pricing rounded to the currency's step):
+    a REPAY pays KWD 0.620, the part Stripe takes, and the button says so."""
+    fail_round_one(api.database_url, dispute, "refund_failed")
+    with psycopg.connect(api.database_url) as conn:
+        conn.execute(
+            "UPDATE payout_ledger SET currency = 'KWD', amount_minor = 625"
+            " WHERE dispute_id = %s AND round = 1",
+            (dispute,),
+        )
+    with api.client() as client:
+        sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+    assert 'value="REPAY">Pay again (KWD 0.620)</button>' in case
+
+
 def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:
     fail_round_one(api.database_url, dispute, "refund_failed")
     url = f"/review/disputes/{dispute}/decisions"

@@ -973,6 +973,15 @@ def test_a_round_after_one_approved_off_step_pays_on_step() -> None:
     )
     assert (priced.total_minor, priced.payable_minor) == (2620, 1990)
     assert "5 below KWD's step of 10 minor units kept back" in priced.reason
+    held = price_refund(
+        verdicts,
+        build_snapshot(order),
+        cap_minor=1000,
+        cap_currency="KWD",
+        already_approved_minor=625,
+    )
+    assert (held.decision, held.payable_minor) == (Decision.HELD_FOR_REVIEW, 0)
+    assert "kept back" not in held.reason, "a round that pays nothing keeps nothing back"
     repaid = pay_again(price_refund([], build_snapshot(order), cap_currency="KWD"), 1, 625)
     assert repaid.payable_minor == 620
 
