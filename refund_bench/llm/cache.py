@@ -370,9 +370,9 @@ async def cached_call(
     ``from_cache`` is True when the answer returned was stored by an earlier or a concurrent
     call (then a freshly computed answer, if any, was discarded), or computed by a call for
     ``key`` already under way in ``in_flight``. Raise inside ``compute`` (e.g. parse the answer
-    there) to keep a bad answer out of the cache. ``on_call`` is told how the call ended: made,
-    cached, refused (an :class:`LlmRejected` for the input) or failed alone (an
-    :class:`LlmFailedAlone`).
+    there) to keep a bad answer out of the cache. ``on_call`` is told how the call ended: made
+    (an answer drawn, stored or not), cached (none drawn), refused (an :class:`LlmRejected` for
+    the input) or failed alone (an :class:`LlmFailedAlone`).
 
     A refusal for the input, or a request failed alone, is raised on like every other error,
     unless ``keep_refusals``: then it is cached in the answer's place, so that every delivery
@@ -439,10 +439,13 @@ async def _cached_call(
         from_cache = hit != value
     else:
         from_cache = True
+        outcome = "cached"
     if in_flight is not None:
         in_flight.written(key)
     if on_call is not None:
-        on_call("cached" if from_cache else outcome)
+        # What this call drew is counted, even when a concurrent call's answer was stored
+        # first and is the one returned: the model was paid for it.
+        on_call(outcome)
     return (cached_answer(hit) if keep_refusals else hit), from_cache
 
 

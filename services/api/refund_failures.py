@@ -200,7 +200,8 @@ class Outcome(enum.StrEnum):
     """Stripe, read with ``STRIPE_API_KEY``, has no refund of that id, yet the ledger paid the
     round with it, or is paying it (PENDING: a refund of a round the payout has not recorded
     yet). Stripe signed the event about that refund, so the key is of another Stripe account
-    or mode than the payout's. Nothing changes; the webhook answers 503 (Stripe delivers the
+    than the payout's (one of the other mode is refused as such: ``stripe_key_refused``).
+    Nothing changes; the webhook answers 503 (Stripe delivers the
     event again) and logs an error, for the round's failures reach nobody until the key is
     right."""
     IGNORED = "ignored"

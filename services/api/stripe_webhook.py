@@ -20,7 +20,7 @@ status in an event is not acted on: the refund is read back from Stripe (``GET
   403, or the refund held under the key's other mode: ``stripe_key_refused``, logged as an
   error), or does not know the refund of a round the
   ledger paid or failed with it, is paying, or failed with a refund that may still go through
-  (``own_refund_not_found``: our key is of another account or mode, logged as an error); the
+  (``own_refund_not_found``: our key is of another account, logged as an error); the
   database out of reach or too busy. Nothing was changed. Stripe delivers again; nothing is
   lost.
 """
@@ -178,7 +178,7 @@ def stripe_webhook_router(
         if outcome is Outcome.OWN_REFUND_NOT_FOUND:
             log.error(
                 "Stripe has no refund %s, of %s in the ledger: STRIPE_API_KEY is not of the"
-                " payout's Stripe account or mode",
+                " payout's Stripe account",
                 refund_id,
                 where,
             )
@@ -186,7 +186,7 @@ def stripe_webhook_router(
                 503,
                 outcome.value,
                 f"Stripe has no refund {refund_id}, of {where} in the ledger: this service's"
-                " STRIPE_API_KEY is not of the payout's Stripe account or mode",
+                " STRIPE_API_KEY is not of the payout's Stripe account",
             )
         counted.labels(outcome.value).inc()
         if outcome is Outcome.NOW_FINAL:

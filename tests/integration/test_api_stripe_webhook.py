@@ -932,7 +932,7 @@ def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     """Stripe, read with the API's key, does not know a refund of a round the ledger paid with
     it, failed with it (Stripe answered the payout's call with it waiting for the customer),
     or is paying (PENDING: the payout has not recorded its refund yet): the key is of another
-    account or mode than the payout's. Stripe is asked to deliver again (503), and the error
+    account than the payout's. Stripe is asked to deliver again (503), and the error
     says what to check, so the round's outcome is not dropped."""
     if round_is == "paid with it":
         dispute, refund_id = paid_round(api.database_url)  # Stripe holds no such refund
@@ -958,7 +958,7 @@ def test_a_refund_of_the_ledgers_round_unknown_to_stripe_is_a_503_and_an_error(
     with caplog.at_level(logging.ERROR, logger="services.api.stripe_webhook"):
         answer = deliver(api, refund_event(refund_id, dispute_id=dispute, status="failed"))
     assert answer.status_code == 503, answer.text
-    assert "STRIPE_API_KEY is not of the payout's Stripe account or mode" in answer.text
+    assert "STRIPE_API_KEY is not of the payout's Stripe account" in answer.text
     assert fake.fake.reads[-1] == refund_id
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(refund_id in e and "STRIPE_API_KEY" in e for e in errors), errors

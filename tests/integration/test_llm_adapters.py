@@ -25,6 +25,7 @@ from refund_bench.domain import Category, LineItem, OrderRecord, Ruling
 from refund_bench.errors import TransientError
 from refund_bench.llm import roles
 from refund_bench.llm.cache import (
+    CallOutcome,
     RedisResponseCache,
     RefusedBefore,
     cached_call,
@@ -172,6 +173,7 @@ def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_compu
     prefix = f"test-llm-cache-{uuid.uuid4().hex}:"
     key = judge_cache_key("dispute:1", "g1", 2, "m", sha256_hex("snapshot"), "judge/v1", "i")
     computed: list[str] = []
+    outcomes: list[CallOutcome] = []
 
     async def scenario() -> tuple[list[tuple[str, bool]], tuple[str, bool]]:
         both_missed = asyncio.Event()
@@ -194,10 +196,10 @@ def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_compu
         cache_b = RedisResponseCache(replica_b, prefix=prefix, ttl_seconds=60)
         try:
             racing = await asyncio.gather(
-                cached_call(cache_a, key, compute_as("ruling-a")),
-                cached_call(cache_b, key, compute_as("ruling-b")),
+                cached_call(cache_a, key, compute_as("ruling-a"), outcomes.append),
+                cached_call(cache_b, key, compute_as("ruling-b"), outcomes.append),
             )
-            replay = await cached_call(cache_a, key, compute_as("ruling-c"))
+            replay = await cached_call(cache_a, key, compute_as("ruling-c"), outcomes.append)
             return list(racing), replay
         finally:
             await replica_a.delete(prefix + key)
@@ -209,6 +211,8 @@ def test_racing_replicas_may_both_compute_but_keep_one_answer_and_a_replay_compu
     assert sorted(from_cache for _, from_cache in racing) == [False, True]
     assert replay[1] is True
     assert sorted(computed) == ["ruling-a", "ruling-b"]  # the replay did not compute
+    # Both answers were paid for, the one thrown away too; the replay drew none.
+    assert sorted(outcomes) == ["cached", "made", "made"]
 
 
 @pytest.mark.parametrize("first", ["refusal", "answer"])
