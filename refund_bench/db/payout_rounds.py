@@ -51,8 +51,8 @@ answer until the key expires, so retrying would only stall the stage."""
 
 AMOUNT_NOT_PAYABLE = "AMOUNT_NOT_PAYABLE"
 """The error code of a round whose amount Stripe takes in no multiple of the currency's step
-(:func:`~refund_bench.money.payable_step`: KWD 0.625, ISK 344.50): it was failed without a call,
-and paying it again would fail the same way."""
+(:func:`~refund_bench.money.payable_step`: KWD 0.625, ISK 344.50, priced before pricing rounded
+to it): it was failed without a call. A REPAY pays the part Stripe takes (KWD 0.620)."""
 
 LEDGER_CONFLICT = "LEDGER_CONFLICT"
 """The error code of a payout request for a round the ledger holds with another amount, currency
@@ -63,9 +63,6 @@ STALE_PENDING = "STALE_PENDING"
 have been made and its refund created, so nothing pays that round again by itself."""
 
 UNMENDABLE_FAILURES = {
-    AMOUNT_NOT_PAYABLE: "Stripe takes amounts in this currency only in larger steps than this"
-    " amount's, so a refund of it would be refused again; pay it by hand, rounded as the"
-    " customer's reply stated it",
     ORDER_ALREADY_REFUNDED: "another dispute of the same order was refunded first, and a new"
     " round would be held the same way",
     STALE_PENDING: "an earlier call to Stripe may have created its refund; find a refund with"

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from refund_bench import events as ev
 from refund_bench import topics as t
+from refund_bench.db.payout_rounds import AMOUNT_NOT_PAYABLE
 from refund_bench.runtime import Context, Message
 from refund_bench.samples import ARTICLE_ORDER
 from services.api.outbox import review_decided
@@ -559,9 +560,9 @@ def test_a_failed_refund_of_a_dispute_pricing_no_longer_keeps_is_only_settled_el
 def test_the_desk_offers_to_pay_again_the_part_stripe_takes_of_an_off_step_amount(
     api: ApiServer, dispute: str
 ) -> None:
-    """A round that failed at KWD 0.625 (priced before pricing rounded to the currency's step):
-    a REPAY pays KWD 0.620, the part Stripe takes, and the button says so."""
-    fail_round_one(api.database_url, dispute, "refund_failed")
+    """A round the payout failed at KWD 0.625 (priced before pricing rounded to the currency's
+    step): a REPAY pays KWD 0.620, the part Stripe takes, and the button says so."""
+    fail_round_one(api.database_url, dispute, AMOUNT_NOT_PAYABLE)
     with psycopg.connect(api.database_url) as conn:
         conn.execute(
             "UPDATE payout_ledger SET currency = 'KWD', amount_minor = 625"
@@ -572,6 +573,32 @@ def test_the_desk_offers_to_pay_again_the_part_stripe_takes_of_an_off_step_amoun
         sign_in(client, "carol")
         case = client.get(f"/review/disputes/{dispute}").text
     assert 'value="REPAY">Pay again (KWD 0.620)</button>' in case
+
+
+def test_the_desk_says_what_an_approval_keeps_back_below_stripes_step(
+    api: ApiServer, dispute: str
+) -> None:
+    """A KWD dispute held by the cap at KWD 1.375: approving pays KWD 1.370, and the page says
+    the KWD 0.005 below Stripe's step is kept back."""
+    with psycopg.connect(api.database_url) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE priced_refunds SET currency = 'KWD', total_minor = 1375,"
+            " already_paid_minor = 0, payable_minor = 0, cap_minor = 1000,"
+            " decision = 'HELD_FOR_REVIEW' WHERE dispute_id = %s",
+            (dispute,),
+        )
+        conn.execute(
+            "INSERT INTO review_items (dispute_id, item_key, kind, reason)"
+            " VALUES (%s, 'dispute:round1', 'DISPUTE', 'total above the cap')",
+            (dispute,),
+        )
+    with api.client() as client:
+        sign_in(client, "carol")
+        case = client.get(f"/review/disputes/{dispute}").text
+    assert (
+        "approving pays KWD 1.370 now (KWD 0.005 of it below the step Stripe refunds KWD in is"
+        " kept back)" in case
+    )
 
 
 def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:

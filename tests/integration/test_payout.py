@@ -555,8 +555,8 @@ def test_an_amount_stripe_takes_in_no_step_of_its_currency_fails_without_a_call(
     database: str, fake: FakeStripeServer, amount: int, currency: str
 ) -> None:
     """KWD 0.625 or ISK 344.50 (priced before pricing rounded to the currency's step): Stripe
-    would refuse the refund, and a REPAY would fail the same way. The round fails at once, with
-    no call counted, and its item offers no repayment."""
+    would refuse the refund. The round fails at once, with no call counted; its item may be paid
+    again, and a REPAY pays the part Stripe takes (tests/unit/test_pricing.py)."""
     dispute = f"d-{uuid.uuid4().hex[:10]}"
     for _ in range(2):  # and the same on a redelivery
         [outputs] = _run(database, fake.url, _request(dispute, amount, currency=currency))
@@ -566,7 +566,7 @@ def test_an_amount_stripe_takes_in_no_step_of_its_currency_fails_without_a_call(
     assert fake.fake.requests == 0
     assert _attempts(database, dispute) == 0
     assert _ledger_statuses(database, dispute) == ["FAILED"]
-    assert AMOUNT_NOT_PAYABLE in UNMENDABLE_FAILURES
+    assert AMOUNT_NOT_PAYABLE not in UNMENDABLE_FAILURES
 
 
 def test_the_ledger_and_the_code_agree_on_which_failures_may_have_refunded(
