@@ -121,8 +121,7 @@ class ExtractorHandler:
         self._prompt = prompt
         self._cap_minor = cap_minor
         self._cap_currency = cap_currency
-        self._on_call = on_call
-        self._count: OnCall = on_call or uncounted  # what the cache does not see
+        self._on_call: OnCall = on_call or uncounted
         self._in_flight = InFlight()
 
     def spec(self) -> StageSpec:
@@ -327,10 +326,10 @@ class ExtractorHandler:
             except MalformedAnswer as exc:
                 # Cut short, withheld or empty: never read as an answer; the repair follows.
                 served = LlmAnswer(exc.raw, exc.served_model, exc.system_fingerprint)
-                self._count("unreadable")
+                self._on_call("unreadable")
                 return not_whole.mark(exc.raw, exc.reason)
             if not _readable(served.text):  # read as an invalid answer, and repaired
-                self._count("unreadable")
+                self._on_call("unreadable")
             return not_whole.whole(served.text)
 
         answer, from_cache = await cached_call(

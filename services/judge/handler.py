@@ -155,8 +155,7 @@ class JudgeHandler:
         self._seats = tuple(seats)
         self._cache = cache
         self._prompt = prompt
-        self._on_call = on_call
-        self._count: OnCall = on_call or uncounted  # what the cache does not see
+        self._on_call: OnCall = on_call or uncounted
         self._in_flight = InFlight()
         # A handler retried after one seat failed casts the others' rulings from the cache, and
         # they still name what drew them.
@@ -200,9 +199,9 @@ class JudgeHandler:
         """Count a seat's draw ``attempt`` that could not be read: paid for (``made``) when it
         is thrown away for another draw; the last one is the answer stored (the cache counts
         it)."""
-        self._count("unreadable")
+        self._on_call("unreadable")
         if attempt < DRAWS_PER_SEAT - 1:
-            self._count("made")
+            self._on_call("made")
 
     async def _rule(
         self,

@@ -275,8 +275,7 @@ class SettlerHandler:
         self._llm = llm
         self._cache = cache
         self._prompt = prompt
-        self._on_call = on_call
-        self._count: OnCall = on_call or uncounted  # what the cache does not see
+        self._on_call: OnCall = on_call or uncounted
         self._in_flight = InFlight()
         self._drawn = DrawnBy()
         self._snapshots = AsyncSnapshotReader(pool)
@@ -380,8 +379,8 @@ class SettlerHandler:
                     request.messages, request.schema_name, request.schema, None, priced.dispute_id
                 )
             except MalformedAnswer:  # paid for, and nothing stored: the cache counts nothing
-                self._count("made")
-                self._count("unreadable")
+                self._on_call("made")
+                self._on_call("unreadable")
                 raise
             self._drawn.keep(
                 key,
@@ -408,7 +407,7 @@ class SettlerHandler:
                 text = parse_customer_reply(raw).reply
             except MalformedAnswer:
                 if not from_cache:  # counted by the call that drew it
-                    self._count("unreadable")
+                    self._on_call("unreadable")
                 raise
             failures = guard_failures(
                 text,
