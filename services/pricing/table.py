@@ -239,13 +239,13 @@ class _Rule:
 
 
 def _item_rule(
-    verdict: GrievanceVerdict, item: LineItem | None, units_open: int, step: int
+    verdict: GrievanceVerdict, item: LineItem | None, units_open: int, currency: str
 ) -> _Rule:
     """A line naming an item: the units claimed (all those ordered when it names no quantity),
     at most those ordered, at the unit price; QUALITY pays half, rounded down to a multiple of
-    ``step`` (:func:`~refund_bench.money.payable_step`), and only for units still open
-    (``units_open``: neither refunded in full nor compensated for quality by a line priced
-    before). A line naming no item has no price the order records: unrecorded."""
+    the step Stripe takes ``currency`` in (:func:`~refund_bench.money.payable_part`), and only
+    for units still open (``units_open``: neither refunded in full nor compensated for quality
+    by a line priced before). A line naming no item has no price the order records: unrecorded."""
     category = verdict.category
     if item is None:
         # Which item's price applies is for a person to say, never a price of 0 by itself.
@@ -263,14 +263,9 @@ def _item_rule(
     price = item.unit_price_minor * quantity
     basis = f"{quantity} x {item.unit_price_minor} ({item.name}){note}"
     if category is Category.QUALITY:
-        half = _half(price, step)
+        half = payable_part(price // 2, currency)
         return _Rule(half, f"QUALITY: half of {basis} = {half}", quantity)
     return _Rule(price, f"{category}: {basis}", quantity)
-
-
-def _half(price: MinorUnits, step: int) -> MinorUnits:
-    """Half of ``price``, rounded down to a multiple of ``step`` (an amount Stripe takes)."""
-    return price // 2 // step * step
 
 
 def _rule(
@@ -287,7 +282,7 @@ def _rule(
     category = verdict.category
     if category in _ITEM_PRICED:
         return _item_rule(
-            verdict, item, bounds.units_open.get(item.name, 0) if item else 0, bounds.step
+            verdict, item, bounds.units_open.get(item.name, 0) if item else 0, order.currency
         )
     if category is Category.LATE_DELIVERY:
         flat = LATE_DELIVERY_FLAT_MINOR.get(order.currency)
@@ -342,8 +337,7 @@ class _Bounds:
         self.quality_paid = {item.name: 0 for item in order.line_items}
         """What the QUALITY lines paid for those units."""
         self.paid_by: dict[Category, str] = {}
-        self.step = payable_step(order.currency)
-        """The minor units Stripe takes the order's currency in multiples of."""
+        self.currency = order.currency
         self.shortfall_g = order.pickup_shortfall_g
         self.missing_g = 0
         """Weight of the missing units paid so far (those of weighed items)."""
@@ -390,7 +384,7 @@ class _Bounds:
         remaining = self.quality_units[name] - units
         # What the QUALITY lines would have paid for the units they keep; the rest was paid for
         # these (never less than 0: several QUALITY lines each round their half down).
-        keeps = _half(self.unit_price[name] * remaining, self.step)
+        keeps = payable_part(self.unit_price[name] * remaining // 2, self.currency)
         return units, max(0, self.quality_paid[name] - keeps)
 
     def bound(self, verdict: GrievanceVerdict, rule: _Rule) -> _Rule:
