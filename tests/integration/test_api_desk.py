@@ -569,10 +569,7 @@ def test_the_desk_offers_to_pay_again_the_part_stripe_takes_of_an_off_step_amoun
             " WHERE dispute_id = %s AND round = 1",
             (dispute,),
         )
-    with api.client() as client:
-        sign_in(client, "carol")
-        case = client.get(f"/review/disputes/{dispute}").text
-    assert 'value="REPAY">Pay again (KWD 0.620)</button>' in case
+    assert 'value="REPAY">Pay again (KWD 0.620)</button>' in _case_page(api, dispute)
 
 
 def test_the_desk_says_what_an_approval_keeps_back_below_stripes_step(
@@ -592,13 +589,17 @@ def test_the_desk_says_what_an_approval_keeps_back_below_stripes_step(
             " VALUES (%s, 'dispute:round1', 'DISPUTE', 'total above the cap')",
             (dispute,),
         )
-    with api.client() as client:
-        sign_in(client, "carol")
-        case = client.get(f"/review/disputes/{dispute}").text
     assert (
         "approving pays KWD 1.370 now (KWD 0.005 of it below the step Stripe refunds KWD in is"
-        " kept back)" in case
+        " kept back)" in _case_page(api, dispute)
     )
+
+
+def _case_page(api: ApiServer, dispute: str) -> str:
+    """The dispute's case page, as a signed-in reviewer sees it."""
+    with api.client() as client:
+        sign_in(client, "carol")
+        return client.get(f"/review/disputes/{dispute}").text
 
 
 def test_a_failed_refund_can_be_paid_again_from_the_desk(api: ApiServer, dispute: str) -> None:
