@@ -61,13 +61,24 @@ RETRY_LATER = problem_response(
     503, "The database is out of reach or too busy: retry later (Retry-After)."
 )
 
+SAME_KEY = (
+    "retry with the same Idempotency-Key, never a new one: a new key files the complaint again"
+    " as a second dispute"
+)
 UNCONFIRMED = (
     "the complaint is recorded and may already be published, but its publication is not"
-    " confirmed; retry with the same Idempotency-Key, never a new one: a new key files the"
-    " complaint again as a second dispute"
+    f" confirmed; {SAME_KEY}"
 )
 """The 503 detail of a recorded complaint whose publication was not confirmed: Kafka did not
-acknowledge it in time (the record may still arrive), or no publishing connection came free."""
+acknowledge it in time (the record may still arrive), or no publishing connection came free
+(another request with the same key may be publishing it)."""
+NOT_PUBLISHED = (
+    "the complaint is recorded but was not published: Kafka refused the record, or the API"
+    f" could not queue it; {SAME_KEY}"
+)
+"""The 503 detail of a recorded complaint whose record Kafka refused outright (an access rule,
+a missing topic, a size limit) or the producer could not queue: it was not written, and a
+retry publishes it once the cause is gone."""
 
 
 def bearer_scopes(header: str | None, tokens: tuple[ApiToken, ...]) -> frozenset[TokenScope]:
@@ -222,10 +233,15 @@ def intake_router(ctx: AppContext) -> APIRouter:
             ctx.metrics.complaints.labels("unpublished").inc()
             if isinstance(exc, PublishError):
                 ctx.metrics.publish_failures.labels(t.COMPLAINT_RECEIVED.name).inc()
+            refused = isinstance(exc, PublishError) and exc.refused
             log.warning(
-                "complaint with key %s: publication not confirmed: %s", idempotency_key, exc
+                "complaint with key %s: %s: %s",
+                idempotency_key,
+                "not published" if refused else "publication not confirmed",
+                exc,
             )
-            raise ApiProblem(503, UNCONFIRMED, headers={"Retry-After": "5"}) from exc
+            detail = NOT_PUBLISHED if refused else UNCONFIRMED
+            raise ApiProblem(503, detail, headers={"Retry-After": "5"}) from exc
         replayed = row.dispute_id != fresh.dispute_id
         ctx.metrics.published.labels(t.COMPLAINT_RECEIVED.name).inc()
         ctx.metrics.complaints.labels("replayed" if replayed else "accepted").inc()
