@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 MinorUnits = int
 """An amount of money in integer minor units (e.g. paise)."""
@@ -197,6 +197,11 @@ order, and low enough that no sum or product pricing makes leaves Avro's ``long`
 MAX_LINE_QUANTITY = 1_000_000
 
 
+CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$", to_upper=True)]
+"""A three-letter currency code, read in any case and kept in capitals ("inr", as Stripe writes
+codes, is INR): the pricing table, the cap and the replies name codes in capitals."""
+
+
 class LineItem(_Frozen):
     """One line of an order, as recorded by the order store."""
 
@@ -215,7 +220,7 @@ class OrderRecord(_Frozen):
 
     order_id: str
     customer_id: str
-    currency: str = "INR"
+    currency: CurrencyCode = "INR"
     placed_at: str
     delivered_at: str | None
     delivery_sla_minutes: int | None = Field(ge=1)

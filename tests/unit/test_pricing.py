@@ -93,6 +93,27 @@ def test_article_round_one() -> None:
     assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v6"
 
 
+@pytest.mark.parametrize("currency", ["inr", "Inr"])
+def test_an_order_stored_with_its_currency_in_lowercase_prices_as_in_capitals(
+    currency: str,
+) -> None:
+    """Stripe writes currency codes in lowercase, and an order store filled from it may too:
+    the late delivery's flat amount and the cap are found all the same."""
+    priced = price_refund(ARTICLE_VERDICTS, build_snapshot(article_order(currency=currency)))
+    assert priced == price_refund(ARTICLE_VERDICTS, SNAPSHOT)
+    assert (priced.decision, priced.payable_minor, priced.currency) == (
+        Decision.AUTO_APPROVED,
+        68900,
+        "INR",
+    )
+
+
+@pytest.mark.parametrize("currency", ["", "IN", "INRX", "1NR", "I R", "\u0130NR", "\u0131nr"])
+def test_an_order_whose_currency_is_not_three_letters_is_refused(currency: str) -> None:
+    with pytest.raises(ValueError, match="currency"):
+        article_order(currency=currency)
+
+
 def test_article_round_two_after_the_reviewer_upholds_the_raita() -> None:
     overrides = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g3")
     priced = price_refund(
