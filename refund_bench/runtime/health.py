@@ -10,11 +10,18 @@ back the kubelet's probes (3 s each in the manifests) and get a healthy pod rest
 ``MAX_CONNECTIONS`` are served at once; a connection beyond them is closed unanswered, so that a
 flood of connections costs the stage a bounded number of threads, not one each (the network
 policy in ``deploy/k8s`` lets only the cluster's probes and scrapers connect).
+
+The host may be an IPv4 or an IPv6 address (``::`` serves every address of both families where
+the kernel allows it, ``::1`` the IPv6 loopback), or a name, served over IPv4 when it has an
+IPv4 address and over IPv6 otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
+import socket
 import socketserver
 import sys
 import threading
@@ -23,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
@@ -68,6 +75,20 @@ class Heartbeat:
         return self.ready and not self._restoring and self.alive()
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """The family of the socket that serves ``host``: AF_INET6 for an IPv6 address, AF_INET for
+    an IPv4 one or ``""`` (every IPv4 address), and for a name AF_INET if it resolves to an IPv4
+    address, else AF_INET6. A name that does not resolve raises ``socket.gaierror``."""
+    if not host:
+        return socket.AF_INET
+    try:
+        literal = ipaddress.ip_address(host)  # fe80::1%eth0, a scoped address, too
+    except ValueError:
+        families = {info[0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        return socket.AF_INET if socket.AF_INET in families else socket.AF_INET6
+    return socket.AF_INET6 if literal.version == 6 else socket.AF_INET
+
+
 class _QuietHandler(WSGIRequestHandler):
     """One connection, whose socket times out after its server's ``connection_timeout_s``;
     no access log."""
@@ -91,11 +112,20 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     connection_timeout_s = CONNECTION_TIMEOUT_S
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, family: socket.AddressFamily, **kwargs: Any) -> None:
+        self.address_family = family  # read by TCPServer.__init__ when it makes the socket
         super().__init__(*args, **kwargs)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refused = 0
         """Connections closed unanswered because every slot was taken."""
+
+    def server_bind(self) -> None:
+        """Binds as wsgiref does; an IPv6 socket also takes IPv4 connections (``::`` then serves
+        both families) where the kernel allows it."""
+        if self.address_family == socket.AF_INET6:
+            with contextlib.suppress(OSError, AttributeError):
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def limit(self, max_connections: int) -> None:
         """Serve at most ``max_connections`` connections at once (before serving any)."""
@@ -130,7 +160,8 @@ class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
 
 class HealthServer:
     """Serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` (port 0 = any free),
-    on up to ``max_connections`` connections at once."""
+    on up to ``max_connections`` connections at once; ``host`` is an IPv4 or IPv6 address or a
+    name (:func:`address_family`)."""
 
     def __init__(
         self,
@@ -143,9 +174,10 @@ class HealthServer:
     ) -> None:
         self._heartbeat = heartbeat
         self._metrics_app = make_wsgi_app(registry)
-        self._server = make_server(
-            host, port, self._app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+        self._server = _ThreadingWSGIServer(
+            (host, port), _QuietHandler, family=address_family(host)
         )
+        self._server.set_app(self._app)
         self._server.connection_timeout_s = connection_timeout_s
         self._server.limit(max_connections)
         self.port = self._server.server_port

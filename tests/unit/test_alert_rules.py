@@ -180,3 +180,71 @@ def test_unowned_partition_thresholds_are_the_partitions_of_each_stages_inputs()
     }
     assert thresholds["recorder"] == 7 * DEFAULT_PARTITIONS + 1  # complaint.extracted has one
     assert f'stage!~"pricing|recorder"}}) < {DEFAULT_PARTITIONS}' in rule["expr"]
+
+
+Selected = tuple[str | None, frozenset[tuple[str, str, str]]]
+"""A vector selector as (series name, {(label, operator, value)}), whatever its offset."""
+
+
+def _selected(node: promql_parser.VectorSelector) -> Selected:
+    matchers = node.matchers.matchers
+    return node.name, frozenset((m.name, str(m.op), m.value) for m in matchers)
+
+
+def _single_event_terms(
+    expr: str,
+) -> tuple[set[tuple[Selected, float]], set[tuple[Selected, float]]]:
+    """(``increase(x[w]) > 0`` terms, ``x unless x offset w`` terms) of ``expr``, each as
+    (the selector ``x``, ``w`` in seconds)."""
+    increases: set[tuple[Selected, float]] = set()
+    new_series: set[tuple[Selected, float]] = set()
+
+    def in_increase(node: object) -> None:
+        if isinstance(node, promql_parser.Call) and node.func.name == "increase":
+            (matrix,) = node.args
+            assert isinstance(matrix, promql_parser.MatrixSelector)
+            increases.add((_selected(matrix.vector_selector), matrix.range.total_seconds()))
+
+    def visit(node: object) -> None:
+        if not isinstance(node, promql_parser.BinaryExpr):
+            return
+        if (
+            str(node.op) == ">"
+            and isinstance(node.rhs, promql_parser.NumberLiteral)
+            and node.rhs.val == 0
+        ):
+            promql_parser.walk(node.lhs, in_increase)
+        if (
+            str(node.op) == "unless"
+            and isinstance(node.lhs, promql_parser.VectorSelector)
+            and node.lhs.offset is None
+            and isinstance(node.rhs, promql_parser.VectorSelector)
+            and node.rhs.offset is not None
+            and _selected(node.lhs) == _selected(node.rhs)
+        ):
+            new_series.add((_selected(node.lhs), node.rhs.offset.total_seconds()))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return increases, new_series
+
+
+@pytest.mark.parametrize("alert", [rule["alert"] for rule in _rules()])
+def test_an_alert_on_a_single_event_sees_a_new_series_and_has_no_for(alert: str) -> None:
+    """``increase(x[w]) > 0`` fires on one event: it must also fire on a counter that appears
+    with its first event (``x unless x offset w``), and hold no ``for``, which sparse events
+    (a few an hour) would never outlast."""
+    (rule,) = [rule for rule in _rules() if rule["alert"] == alert]
+    increases, new_series = _single_event_terms(rule["expr"])
+    assert increases <= new_series, f"{alert}: no new-series term for {increases - new_series}"
+    if increases:
+        assert "for" not in rule, f"{alert}: fires on one event, yet waits {rule['for']}"
+
+
+def test_a_single_event_alert_without_its_new_series_term_over_its_window_is_caught() -> None:
+    increases, new_series = _single_event_terms(
+        "sum (increase(api_publish_failures_total[10m])) > 0"
+        " or sum (api_publish_failures_total unless api_publish_failures_total offset 5m) > 0"
+    )
+    assert increases == {(("api_publish_failures_total", frozenset()), 600.0)}
+    assert new_series == {(("api_publish_failures_total", frozenset()), 300.0)}
+    assert not increases <= new_series

@@ -1,5 +1,6 @@
 """The health server on a real loopback socket: a client that connects and says nothing does not
-hold back the probes, and is dropped after the connection timeout."""
+hold back the probes, and is dropped after the connection timeout; it serves IPv6 addresses as
+well as IPv4 ones."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from refund_bench.runtime.health import HealthServer, Heartbeat
+from refund_bench.runtime.health import HealthServer, Heartbeat, address_family
 
 TIMEOUT_S = 2.0
 """The server's connection timeout in these tests (the probes' client waits half of it: room
@@ -27,8 +28,23 @@ def server() -> Iterator[HealthServer]:
     health.stop()
 
 
-def _get(port: int, path: str) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S / 2)
+def _ipv6_loopback() -> bool:
+    """Whether this machine has an IPv6 loopback to bind."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+
+
+def _get(port: int, path: str, host: str = "127.0.0.1") -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S / 2)
     try:
         conn.request("GET", path)
         return conn.getresponse().status
@@ -85,5 +101,48 @@ def test_connections_beyond_the_limit_are_closed_unanswered_until_a_slot_is_free
             except (http.client.RemoteDisconnected, ConnectionError):
                 if time.monotonic() > deadline:
                     raise
+    finally:
+        health.stop()
+
+
+@pytest.mark.parametrize(
+    ("host", "family"),
+    [
+        ("::", socket.AF_INET6),
+        ("::1", socket.AF_INET6),
+        ("fd00::17", socket.AF_INET6),
+        ("0.0.0.0", socket.AF_INET),
+        ("127.0.0.1", socket.AF_INET),
+        ("", socket.AF_INET),
+        ("localhost", socket.AF_INET),
+    ],
+)
+def test_the_socket_family_follows_the_host(host: str, family: socket.AddressFamily) -> None:
+    assert address_family(host) == family
+
+
+@needs_ipv6
+def test_the_server_answers_on_the_ipv6_loopback() -> None:
+    health = HealthServer(
+        Heartbeat(), CollectorRegistry(), host="::1", connection_timeout_s=TIMEOUT_S
+    ).start()
+    try:
+        with socket.create_connection(("::1", health.port), timeout=TIMEOUT_S) as client:
+            assert client.family == socket.AF_INET6
+        assert _get(health.port, "/healthz", host="::1") == 200
+        assert _get(health.port, "/readyz", host="::1") == 503  # not subscribed
+        assert _get(health.port, "/metrics", host="::1") == 200
+    finally:
+        health.stop()
+
+
+@needs_ipv6
+def test_the_ipv6_any_address_serves_ipv4_clients_too() -> None:
+    health = HealthServer(
+        Heartbeat(), CollectorRegistry(), host="::", connection_timeout_s=TIMEOUT_S
+    ).start()
+    try:
+        assert _get(health.port, "/healthz", host="::1") == 200
+        assert _get(health.port, "/healthz", host="127.0.0.1") == 200
     finally:
         health.stop()
