@@ -83,9 +83,15 @@ OFF_SCRIPT = (
             r"|\b(?:is|are|be|been|get|gets|getting)\s+(?:\w+\s+)?free\b"
             r"|\b(?:vouchers?|coupons?|promo(?:tional)?\s+codes?|gift\s+cards?|discounts?"
             r"|cashback|(?:loyalty|reward|bonus)\s+points)\b"
-            r"|%\s*off\b|\boff\s+(?:your|the)\s+next\b",
+            r"|%\s*off\b|\boff\s+(?:your|the)\s+next\b"
+            r"|\bwaiv(?:e|es|ed|ing|ers?)\b|\btop(?:s|ped|ping)?[-\s]?ups?\b"
+            r"|\breplacements?\b|\bre-?(?:deliver|send|ship|dispatch)\w*|\bre-?sent\b",
             re.IGNORECASE,
         ),
+    ),
+    (
+        "names money in slang",
+        re.compile(r"\b(?:tenners?|fivers?|quids?|bucks?)\b", re.IGNORECASE),
     ),
     (
         "repeats or multiplies something",
@@ -102,12 +108,18 @@ OFF_SCRIPT = (
 )
 """What a reply written from a complaint must not carry, whatever the complaint asked for: a
 link, an address or a domain; a request for a password, a code or card details; a promise of
-free food or orders, a voucher, a coupon, a discount or points (only the approved amount is
-promised, to the original payment method); a repetition or a multiple of anything ("three
-times", "twice", "double that", "double your compensation", "we will match it": of an amount
-stated once, it reads as more money)."""
+free food or orders, a voucher, a coupon, a discount or points, a waived charge, a wallet top-up
+or a replacement, redelivered or resent item (only the approved amount is promised, to the
+original payment method; negated or not, such wording is left out); money in slang ("a tenner",
+"a fiver", "ten quid", "five bucks"), which states no amount the guard can check; a repetition
+or a multiple of anything ("three times", "twice", "double that", "double your compensation",
+"we will match it": of an amount stated once, it reads as more money)."""
 
-_APOLOGY = re.compile(r"sorry|apolog", re.IGNORECASE)
+APOLOGY = re.compile(
+    r"sorry|apolog|regret|forgiv|pardon|\bexcuse\s+(?:us|me)\b|\bour\s+bad\b", re.IGNORECASE
+)
+"""An apology: "sorry", "apologise", "regret", "forgive us", "beg your pardon", "excuse us",
+"our bad". A reply makes at most one."""
 _REVIEW = re.compile(
     r"\b(?:will|to|shall|going\s+to)\s+(?:be\s+)?review|\bunder\s+review\b"
     r"|\bfor\s+(?:a\s+|human\s+|manual\s+|further\s+)?review\b|\bbeing\s+reviewed\b"
@@ -239,14 +251,27 @@ STRONG_PROMISES = tuple(
         rf"\byour\s+(?:card|account|wallet|bank|upi)\s+(?:will|should|shall|would|is\s+going"
         rf"\s+to)\s+(?:(?:{_ADVERBS})\s+)*(?:see|show|receive|get|reflect)\s+"
         rf"(?:[\w'\u2019-]+\s+){{0,2}}?(?:{_ARRIVING}|it|them)\b",
+        rf"\b(?:add|adds|added|adding|load|loads|loaded|loading|put|puts|putting)\s+{_SOME_WORDS}"
+        r"(?:to|into|in|on)\s+your\s+(?:wallet|account|balance)\b",
+        rf"(?:\b(?:not|never)|n['\u2019]t)\s+(?:(?:{_ADVERBS})\s+)*be\s+(?:(?:{_ADVERBS})\s+)*"
+        r"(?:charged|billed)\b|(?:\bnot|n['\u2019]t)\s+(?:have|need)\s+to\s+pay\b"
+        r"|\bno\s+need\s+to\s+pay\b",
+        rf"\bcover(?:s|ed|ing)?\s+{_SOME_WORDS}(?:costs?|price|charges?|fees?|bill|expenses?)\b",
+        rf"\b(?:cancel(?:s|led|ling|ed|ing)?|void(?:s|ed|ing)?|remov(?:e|es|ed|ing)|wip(?:e|es|ed"
+        rf"|ing)\s+off|writ(?:e|es|ten|ing)\s+off)\s+{_SOME_WORDS}(?:charges?|fees?|costs?"
+        r"|payments?|bill)\b",
+        r"\b(?:charges?|fees?|costs?|bill|payments?)\s+(?:[\w'\u2019-]+\s+){0,6}?(?:cancel(?:l?ed)"
+        r"|voided|removed|wiped\s+off|written\s+off)\b",
     )
 )
 """Wording that promises money: a refund, credit, reimbursement or compensation given or to
 come ("refunded", "we'll refund", "issued a full refund", "approved your refund request", "a
 refund ... is on the way"), money back or returned ("pay you back", "return the money"), or
 money to expect ("expect your money within a week", "a transfer to your card", "your card will
-see the payment"; not "expect news of any refund", "your card will show one charge"). Only a
-negation right before it excuses it (:data:`_NEGATED_BEFORE`)."""
+see the payment"; not "expect news of any refund", "your card will show one charge"), money put
+in a wallet ("we'll add it to your wallet"), or a charge lifted ("you won't be charged for the
+biryanis", "we'll cover the cost", "we have cancelled the charge", "the charge for the biryanis
+will be cancelled"). Only a negation right before it excuses it (:data:`_NEGATED_BEFORE`)."""
 MONEY_TALK = re.compile(
     r"\b(?:refunds?|credits?(?!\s+cards?\b)|reimburs\w*|compensat\w*|cashback|chargebacks?)\b",
     re.IGNORECASE,
@@ -375,9 +400,13 @@ def check_reply(
     - after an earlier reply told of a refund (``earlier_refund``), the reply must mention it ("our
       earlier refund", "our previous reply"), so that it reads neither as all there is nor as
       no refund at all;
-    - at most one apology ("sorry"/"apolog...");
+    - at most one apology (:data:`APOLOGY`: "sorry", "apolog...", "regret", "forgive",
+      "pardon", "excuse us");
     - no link, e-mail address or domain, no request for credentials (password, OTP, card
-      details), no promise of anything free (:data:`OFF_SCRIPT`).
+      details), no promise of anything free, waived, topped up or replaced, no money in slang
+      ("a tenner") (:data:`OFF_SCRIPT`);
+    - no zero written with more than one digit ("2 000" is a count of 2 and 000, "0.00"): it
+      is another amount than the approved one, even when that is nothing.
 
     The reply is read after :func:`~services.settler.amounts.normalised` (full-width and other
     scripts' digits, other currency signs, accents on letters). It returns failures for any
@@ -481,7 +510,7 @@ def _failures(
     for start, end, mention in located:
         if mention.currency is not None and mention.currency != own:
             failures.append(f"names an amount in another currency: {mention.text!r}")
-        elif mention.minor != approved_minor:
+        elif mention.minor != approved_minor or _zero_in_digits(mention):
             failures.append(f"names an amount other than the approved {stated}: {mention.text!r}")
         before = _TIMES_BEFORE.search(text, max(0, start - MONEY_BEFORE_WINDOW), start)
         if before or _spreads(text, start, end) or _TIMES_AFTER.match(text, end):
@@ -509,10 +538,18 @@ def _failures(
         found = pattern.search(masked)
         if found:
             failures.append(f"{problem}: {found.group(0)!r}")
-    apologies = len(_APOLOGY.findall(text))
+    apologies = len(APOLOGY.findall(text))
     if apologies > 1:
         failures.append(f"apologises {apologies} times (at most once)")
     return tuple(dict.fromkeys(failures))
+
+
+def _zero_in_digits(mention: MoneyMention) -> bool:
+    """Whether ``mention`` is zero written with more than one digit ("000", "00", "0.00", "000
+    INR"): not the amount "INR 0" as :func:`~services.settler.amounts.format_amount` states it,
+    but the tail of a number written in groups ("2 000", read as a count of 2 and 000), or
+    digits the customer may read so. It is another amount, even when nothing is approved."""
+    return mention.minor == 0 and sum(c.isdigit() for c in mention.text) > 1
 
 
 @functools.lru_cache(maxsize=64)  # one reply's text and sentences are split by several checks
@@ -574,6 +611,16 @@ _MORE = re.compile(
 """Words that add to what was said ("the rest", "a separate refund", "a further refund", "the
 same will follow"; not "the same will be credited to your card", where "the same" is the
 refund stated, as replies in Indian English often say)."""
+_WE_ALSO = re.compile(
+    r"\b(?:we|i)(?:['\u2019](?:ll|ve|d)|\s+(?:have|has|had|will|shall|would|can|could|are|am"
+    r"|is|do|did))*\s+also\b|^\W*also\b",
+    re.IGNORECASE,
+)
+"""The writer giving one more thing ("we have also credited your wallet", "we'll also add it to
+your wallet", "... and also credited your wallet"); not "the refund will also reach your card",
+which tells more of the refund stated."""
+_ALSO_BEFORE = re.compile(r"\balso\W*$", re.IGNORECASE)
+"""Right before a clause: "also" as a clause of its own ("Also, we have credited your wallet")."""
 _WHOLE_ORDER = re.compile(
     r"\b(?:whole|entire)\s+(?:order|bill|purchase|meal|payment)\b", re.IGNORECASE
 )
@@ -605,8 +652,9 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
     or None. A clause that does not state the amount, holds no negation ("the delivery fee
     cannot be refunded") and promises money (:func:`_strong_promise`, or
     :data:`_COMING_BESIDES`) does so when a word that adds is in it or
-    right after it (:data:`_MORE`, :data:`_MORE_AFTER`: "we will refund the delivery fee as
-    well", "a separate refund follows", "we will refund the rest later"), when it claims the
+    right after it (:data:`_MORE`, :data:`_WE_ALSO`, :data:`_ALSO_BEFORE`, :data:`_MORE_AFTER`:
+    "we will refund the delivery fee as well", "a separate refund follows", "we will refund the
+    rest later", "we have also credited your wallet"), when it claims the
     whole order and the amount is not its whole price (:data:`_WHOLE_ORDER`, unless
     ``whole_order``), or when it names a
     charge besides the items (:data:`_OTHER_MONEY`: "We will refund the delivery fee."). In a
@@ -626,6 +674,8 @@ def _more_money(text: str, stated: str, currency: str, whole_order: bool = False
                 continue  # the amount's clause, or one before it that it answers for
             adds = (
                 _MORE.search(clause)
+                or _WE_ALSO.search(clause)
+                or _ALSO_BEFORE.search(sentence, 0, start)
                 or (
                     _WHOLE_ORDER.search(clause)
                     if not whole_order or _ADDED.search(clause)

@@ -20,14 +20,13 @@ from services.settler.amounts import (
     name_spans,
     normalised,
 )
-from services.settler.guard import MONEY_TALK, OFF_SCRIPT, STRONG_PROMISES, check_reply
+from services.settler.guard import APOLOGY, MONEY_TALK, OFF_SCRIPT, STRONG_PROMISES, check_reply
 
 _MONEY_WORDS = r"refund|voucher|coupon|credit|cashback|compensat|discount|worth|amount|wallet|money"
 # What a caller-supplied phrase may never carry into a template reply: every stem the guard
 # reacts to, and the "/-" that marks rupees.
 _BANNED_STEMS = re.compile(
-    rf"{_MONEY_WORDS}|rupee|paise|paisa|dollar|lakh|crore|thousand|hundred|sorry|apolog|/-",
-    re.IGNORECASE,
+    rf"{_MONEY_WORDS}|rupee|paise|paisa|dollar|lakh|crore|thousand|hundred|/-", re.IGNORECASE
 )
 
 
@@ -36,7 +35,8 @@ def safe_phrase(phrase: str, currency: str, item_names: Sequence[str] = ()) -> s
     currency signs, codes and names, wording that promises money ("pay back", "reimburse",
     :data:`~services.settler.guard.STRONG_PROMISES`), money words ("refund", "credit",
     "voucher", ...), numbers in words ("fifty", "lakh"), "/-", characters that do not show
-    (:func:`~services.settler.amounts.hidden_characters`), apology stems and what
+    (:func:`~services.settler.amounts.hidden_characters`), apologies
+    (:data:`~services.settler.guard.APOLOGY`) and what
     :data:`~services.settler.guard.OFF_SCRIPT` forbids (links, credentials, free things). Read
     as the guard reads it (:func:`~services.settler.amounts.normalised`); whitespace
     collapsed. The digits of an item's name it quotes (``item_names``: "the missing Chicken 65")
@@ -57,7 +57,8 @@ def safe_phrase(phrase: str, currency: str, item_names: Sequence[str] = ()) -> s
         for promise in STRONG_PROMISES:
             stripped = promise.sub(" ", stripped)
         stripped = MONEY_TALK.sub(" ", stripped)
-        stripped = codes.sub(" ", SUM_WORDS.sub(" ", _BANNED_STEMS.sub("", stripped)))
+        stripped = APOLOGY.sub("", _BANNED_STEMS.sub("", stripped))
+        stripped = codes.sub(" ", SUM_WORDS.sub(" ", stripped))
         for _, pattern in OFF_SCRIPT:
             stripped = pattern.sub(" ", stripped)
         if stripped == cleaned:
