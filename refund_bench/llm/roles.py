@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 EXTRACTOR_PROMPT_VERSION: Final = "extractor/v2"
 JUDGE_PROMPT_VERSION: Final = "judge/v3"
-SETTLER_PROMPT_VERSION: Final = "settler/v3"
+SETTLER_PROMPT_VERSION: Final = "settler/v4"
 
 EXTRACTION_SCHEMA_NAME: Final = "grievance_extraction"
 JUDGE_SCHEMA_NAME: Final = "judge_ruling"

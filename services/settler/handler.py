@@ -51,6 +51,7 @@ from refund_bench.llm.client import (
 from refund_bench.llm.provenance import DrawnBy, Provenance
 from refund_bench.llm.roles import (
     HeldForReply,
+    LlmRequest,
     MalformedAnswer,
     Prompt,
     ResolvedForReply,
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 
 _PAYING = (Decision.AUTO_APPROVED.value, Decision.REVIEW_APPROVED.value)
 WHOLE_CLAIM = "your whole claim"
+DECLINED = Decision.DECLINED.value
+"""The outcome a reply tells of a line upheld in a dispute a reviewer declined."""
 
 
 _REPLY_SQL = """
@@ -123,6 +126,86 @@ def _waiting(
     return held, [line for line in priced.lines if line.status not in waiting]
 
 
+def approved_minor(priced: ev.RefundPriced) -> int:
+    """What the round approves for refund: its payable amount when it is approved, else 0."""
+    return priced.payable_minor if priced.decision in _PAYING else 0
+
+
+class ReplyLines(NamedTuple):
+    """A round's lines as its reply tells them (:func:`reply_lines`)."""
+
+    held_lines: list[ev.PricedLineEvent]
+    """The lines that wait for a person."""
+    resolved: list[ev.PricedLineEvent]
+    """The lines decided, each ``status`` the outcome the reply states: ``PAY`` only in a round
+    whose reply states a refund."""
+    held: list[str]
+    """What the reply must send to review, described; empty when nothing waits."""
+
+
+def reply_lines(priced: ev.RefundPriced, says: int) -> ReplyLines:
+    """The round's lines as its reply tells them; ``says`` is what the reply states refunded:
+    the round's :func:`approved_minor`, or 0 when the payout ledger holds the round for a person.
+
+    Held by the ledger, the lines the round would pay wait for a person too. A reply that states
+    no refund tells of no line as paid (a model told ``PAY`` beside "INR 0" writes "refunded"):
+    in a declined dispute every line upheld is ``DECLINED``; otherwise a ``PAY`` line (refunded
+    in an earlier round, or below the currency's smallest refund) is ``ZERO``, nothing refunded
+    for it now."""
+    held_lines, resolved = _waiting(priced)
+    held = [describe(line) for line in held_lines]
+    if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
+        held = [WHOLE_CLAIM]
+    if says == 0 < approved_minor(priced):  # the ledger holds the round for a person
+        held_lines = [*held_lines, *(line for line in resolved if line.status == "PAY")]
+        resolved = [line for line in resolved if line.status != "PAY"]
+        held = [describe(line) for line in held_lines] or [WHOLE_CLAIM]
+    if says == 0:
+        declined = priced.decision == Decision.DECLINED.value
+        resolved = [_unpaid(line, declined=declined) for line in resolved]
+    return ReplyLines(held_lines, resolved, held)
+
+
+def _unpaid(line: ev.PricedLineEvent, *, declined: bool) -> ev.PricedLineEvent:
+    """``line`` told in a reply that states no refund (:func:`reply_lines`)."""
+    if declined and line.status in ("PAY", "ZERO"):
+        return line.model_copy(update={"status": DECLINED})
+    if line.status == "PAY":
+        return line.model_copy(update={"status": "ZERO"})
+    return line
+
+
+def reply_request(
+    complaint: str,
+    amount_text: str,
+    lines: ReplyLines,
+    *,
+    prompt: Prompt,
+    earlier_refund: bool,
+) -> LlmRequest:
+    """The model's request for a round's reply: ``amount_text`` the amount the reply states
+    (formatted by code), ``lines`` as the reply tells them (:func:`reply_lines`)."""
+    return build_settler_request(
+        complaint,
+        amount_text,
+        [
+            ResolvedForReply(
+                category=Category(line.category), text=describe(line), outcome=line.status
+            )
+            for line in lines.resolved
+        ],
+        [
+            HeldForReply(category=Category(line.category), text=describe(line))
+            for line in lines.held_lines
+        ]
+        # A complaint held before anything was judged: its whole claim, as the guard
+        # expects the reply to send to review.
+        or [HeldForReply(category=None, text=text) for text in lines.held],
+        prompt=prompt,
+        earlier_refund=earlier_refund,
+    )
+
+
 def _only_held(
     held_lines: Sequence[ev.PricedLineEvent], resolved: Sequence[ev.PricedLineEvent]
 ) -> list[str]:
@@ -142,10 +225,11 @@ def template_for(
     earlier_refund: bool = False,
     item_names: Sequence[str] = (),
 ) -> str:
-    """The template reply for a round: ``approved`` refunded for the lines ``resolved`` pays or
-    prices at zero, ``held`` (described) sent to review, ``held_names`` the items only held
-    lines name (:func:`_only_held`), ``item_names`` those the round's lines name."""
-    done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO")]
+    """The template reply for a round: ``approved`` refunded for the lines ``resolved`` pays,
+    prices at zero or declines (:func:`reply_lines`), ``held`` (described) sent to review,
+    ``held_names`` the items only held lines name (:func:`_only_held`), ``item_names`` those
+    the round's lines name."""
+    done = [describe(line) for line in resolved if line.status in ("PAY", "ZERO", DECLINED)]
     return template_reply(
         approved,
         currency,
@@ -293,13 +377,9 @@ class SettlerHandler:
         ev.known(Decision, priced.decision, "decision")  # never read as "pay nothing"
         for line in priced.lines:  # before anything is reserved or stored for the round
             ev.known(Category, line.category, f"line {line.grievance_id}")
-        approved = priced.payable_minor if priced.decision in _PAYING else 0
+        approved = approved_minor(priced)
         if approved < 0:
             raise InvalidInput(f"negative payable amount {approved}")
-        held_lines, resolved = _waiting(priced)
-        held = [describe(line) for line in held_lines]
-        if priced.decision == Decision.HELD_FOR_REVIEW.value and not held:
-            held = [WHOLE_CLAIM]
         # Checked before a reply that says "refunded" is stored: without it nothing is paid.
         reference = await self._payment_reference(priced) if approved > 0 else ""
         stored, complaint, told_refunded = await self._inputs.submit(
@@ -312,14 +392,11 @@ class SettlerHandler:
             if approved > 0 and not await self._reserve(priced, approved, reference):
                 # The ledger holds this round for a person: promise nothing, as under the cap.
                 says = 0
-                held_lines = [*held_lines, *(line for line in resolved if line.status == "PAY")]
-                resolved = [line for line in resolved if line.status != "PAY"]
-                held = [describe(line) for line in held_lines] or [WHOLE_CLAIM]
             # "In addition to our earlier refund" only where an earlier reply said refunded: a
             # round approved earlier may have been held back by the ledger and told so.
             earlier_refund = priced.already_paid_minor > 0 and told_refunded
             written = await self._write(
-                priced, complaint, says, resolved, held_lines, held, earlier_refund
+                priced, complaint, says, reply_lines(priced, says), earlier_refund
             )
             stored = await self._store(priced, says, approved, written)
             stored.check_priced_alike(approved)  # another handler's, priced otherwise, won
@@ -342,33 +419,20 @@ class SettlerHandler:
         priced: ev.RefundPriced,
         complaint: str,
         approved: int,
-        resolved: Sequence[ev.PricedLineEvent],
-        held_lines: Sequence[ev.PricedLineEvent],
-        held: Sequence[str],
+        lines: ReplyLines,
         earlier_refund: bool,
     ) -> Written:
-        """The model's reply if it passes the guard, else the template; ``earlier_refund``: the
-        reply must mention the refund an earlier reply stated."""
-        amount_text = format_amount(approved, priced.currency)
-        request = build_settler_request(
+        """The model's reply if it passes the guard, else the template; ``approved``: what the
+        reply states refunded; ``earlier_refund``: the reply must mention the refund an earlier
+        reply stated."""
+        request = reply_request(
             complaint,
-            amount_text,
-            [
-                ResolvedForReply(
-                    category=Category(line.category), text=describe(line), outcome=line.status
-                )
-                for line in resolved
-            ],
-            [
-                HeldForReply(category=Category(line.category), text=describe(line))
-                for line in held_lines
-            ]
-            # A complaint held before anything was judged: its whole claim, as the guard
-            # expects the reply to send to review.
-            or [HeldForReply(category=None, text=text) for text in held],
+            format_amount(approved, priced.currency),
+            lines,
             prompt=self._prompt,
             earlier_refund=earlier_refund,
         )
+        held_lines, resolved, held = lines
         key = settler_cache_key(
             priced.dispute_id, priced.round, request.inputs_sha256(), self._prompt.version
         )

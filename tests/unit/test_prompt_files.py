@@ -24,6 +24,7 @@ RELEASED = {
     "settler/v1": "840cb7c800729d170736ea415267c008ab561dbf906f9b2e637194d2d5e6b17c",
     "settler/v2": "66e7a0f8362b123f5ce0b395c93d07026cf1ea9998398bb17defd97814c70889",
     "settler/v3": "f9e86a541501b652b82a6b297a4840aaf54bb78fe52b96af09ac9d0919f31015",
+    "settler/v4": "a7ece865508acdab486d8ae79f35a7f6990a50e0903c5e00bc3cf9060aac94c2",
 }
 """The sha256 of every released prompt file. Rulings, extractions and replies name only the
 version and caches are keyed by it: a file edited in place would make records drawn under two
