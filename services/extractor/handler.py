@@ -5,10 +5,12 @@ dispute), make ONE structured-output LLM call, and validate the answer in code. 
 answer, or one that is not whole (cut short or withheld: :mod:`services.extractor.not_whole`;
 what it holds whole is what the repair must keep), gets one repair call; if that fails too, is
 not whole itself, or leaves out a grievance the first answer had
-without fault, or at fault only for its span, text length or quantity (same category and item:
-a repair mends, it does not read the complaint anew), or claims other units of an item than
-such a grievance did, or one whose item could not be placed on
-the order (a claim of its category on another item must stay), or
+without fault, or at fault only for its span, text length, quantity or keys left out (same
+category and item: a repair mends, it does not read the complaint anew), or claims other units
+of an item than such a grievance did, or one whose item could not be placed on
+the order (a claim of its category on another item must stay), or one whose category is none
+of the fixed set (a claim no other claim makes must stay: which category was meant is for a
+person), read even from a first answer of the wrong shape, or
 the endpoint refuses the complaint itself (HTTP 400, 413, 422: too long, against a content
 policy) or fails it alone (:class:`~refund_bench.llm.client.LlmFailedAlone`), the complaint goes
 to human review. A
@@ -79,8 +81,11 @@ from services.pricing.table import (
 
 REVIEW_REASON = "EXTRACTION: the model's answer could not be validated after one repair"
 LEFT_OUT_REASON = (
-    "EXTRACTION: the repaired answer leaves out grievances the first answer had without fault"
+    "EXTRACTION: the repaired answer leaves out grievances of the first answer (named without"
+    " fault, or at fault only for its span, its text's length, its quantity or keys left out,"
+    " or for the item or category each names)"
 )
+"""Followed by the claims left out: each says which item or category was at fault, if one."""
 CHANGED_REASON = (
     "EXTRACTION: the repaired answer claims other units than the first answer did without fault"
 )
@@ -265,10 +270,10 @@ class ExtractorHandler:
         answers: list[ev.ExtractorAnswer],
     ) -> tuple[tuple[ExtractedGrievance, ...] | str, MadeAnswer]:
         """The validated grievances, or why a person must read the complaint instead (the
-        repaired answer is invalid too, or leaves out a grievance the first answer had without
-        fault); with the answer they were read from. Each answer read is added to ``answers``
-        with the problems found in it, as it is read (so they hold the first answer when the
-        endpoint refuses the repair)."""
+        repaired answer is invalid too, or leaves out a grievance the first answer made:
+        :func:`claims_left_out`); with the answer they were read from. Each answer read is
+        added to ``answers`` with the problems found in it, as it is read (so they hold the
+        first answer when the endpoint refuses the repair)."""
         request = build_extractor_request(complaint.text, items, prompt=self._prompt)
         key = extractor_cache_key(complaint.dispute_id, sha256_hex(complaint.text), snapshot_sha)
         made = await self._call(key, request, complaint.dispute_id)
@@ -290,7 +295,9 @@ class ExtractorHandler:
             except ExtractionInvalid as second:
                 answers.append(_kept(2, made, second.problems))
                 return f"{REVIEW_REASON}: {_problems_in_short(second.problems)}", made
-            left_out = claims_left_out(first.passed, repaired, first.unresolved)
+            left_out = claims_left_out(
+                first.passed, repaired, first.unresolved, first.uncategorised
+            )
             changed = quantities_changed(first.quantities, repaired)
             problems: tuple[str, ...] = (*left_out, *changed)
             reason = ""

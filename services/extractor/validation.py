@@ -53,6 +53,11 @@ Unresolved = tuple[Category, str]
 item (or that it names none, where its category needs one), in readable words."""
 
 
+Uncategorised = tuple[str, str | None]
+"""A grievance whose category is none of the fixed set, or not given: how it was said, in
+readable words, and the line item it names (the order's spelling), if its item was placed."""
+
+
 class ExtractionInvalid(InvalidInput):
     """The model's answer is unusable; ``problems`` lists every reason, in readable words, and
     ``passed`` what a repair must keep of the grievances whose category and text say what they
@@ -68,7 +73,19 @@ class ExtractionInvalid(InvalidInput):
     each, the repair must make a claim of its category about an item no claim of ``passed``
     names, or, where its category needs no item, a claim of it about none, since what the
     customer said is still a grievance even when the model could not place it on the order
-    (none in an answer over the limit).
+    (none in an answer over the limit). ``uncategorised``: the grievances whose text says
+    something but whose category is none of the fixed set, or not given; for each, the repair
+    must make a claim no claim of ``passed`` names, of any category (the one the model meant
+    cannot be told), about the item it names if it placed one (in an answer over the limit,
+    one claim in all, and only when no other claim is kept). A grievance said in the text and
+    about the item of a claim of ``passed``, or in the text of an ``unresolved`` one, is that
+    claim said again; two of one category label and item are one claim, as two of one
+    category and item are.
+
+    A grievance missing some of its keys is read as if those were null, and one in an answer
+    of the wrong shape (a bare list; the object holding ``grievances`` inside another) as if
+    the shape were right: either is at fault, but what its category and text say it claims
+    is kept all the same.
 
     A handler may re-ask the model with the problems; unhandled, it goes to the DLQ.
     """
@@ -79,12 +96,14 @@ class ExtractionInvalid(InvalidInput):
         passed: Sequence[Sequence[Claim]] = (),
         unresolved: Sequence[Unresolved] = (),
         quantities: Mapping[Claim, int] | None = None,
+        uncategorised: Sequence[Uncategorised] = (),
     ) -> None:
         self.problems: tuple[str, ...] = tuple(problems)
         self.quantities: dict[Claim, int] = dict(quantities or {})
         groups = (tuple(dict.fromkeys(group)) for group in passed if group)
         self.passed: tuple[tuple[Claim, ...], ...] = tuple(dict.fromkeys(groups))
         self.unresolved: tuple[Unresolved, ...] = tuple(unresolved)
+        self.uncategorised: tuple[Uncategorised, ...] = tuple(uncategorised)
         super().__init__("; ".join(self.problems))
 
 
@@ -97,14 +116,18 @@ def claims_left_out(
     passed: Sequence[Sequence[Claim]],
     grievances: Sequence[ExtractedGrievance],
     unresolved: Sequence[Unresolved] = (),
+    uncategorised: Sequence[Uncategorised] = (),
 ) -> tuple[str, ...]:
     """The groups of ``passed`` (:attr:`ExtractionInvalid.passed`) of which ``grievances`` (the
-    answer repairing it) makes no claim, and the ``unresolved`` grievances
-    (:attr:`ExtractionInvalid.unresolved`) of a category it makes too few new claims of, in
-    readable words. A repair fixes what was wrong; a claim it drops that had nothing wrong with
-    it is the complaint read differently, and one it drops because its item could not be
-    placed on the order is a grievance left unjudged: which reading is right is for a person.
-    No grievance is judged here: only the two answers are compared, by category and item."""
+    answer repairing it) makes no claim, the ``unresolved`` grievances
+    (:attr:`ExtractionInvalid.unresolved`) of a category it makes too few new claims of, and,
+    when it makes too few new claims for them, the ``uncategorised`` ones
+    (:attr:`ExtractionInvalid.uncategorised`), in readable words. Each new claim (one no claim
+    of ``passed`` names) stands for one of these at most. A repair fixes what was wrong; a
+    claim it drops that had nothing wrong with it is the complaint read differently, and one it
+    drops because its item or its category could not be placed is a grievance left unjudged:
+    which reading is right is for a person. No grievance is judged here: only the two answers
+    are compared, by category and item."""
     made = {(g.category, g.item_name) for g in grievances}
     left_out = [
         _claim_described(group[0])
@@ -114,14 +137,52 @@ def claims_left_out(
         if not made.intersection(group)
     ]
     named = {claim for group in passed for claim in group}
-    for category in dict.fromkeys(category for category, _ in unresolved):
+    made_in_order = dict.fromkeys((g.category, g.item_name) for g in grievances)
+    new = [claim for claim in made_in_order if claim not in named]
+    wants: list[tuple[Category | None, str | None]] = []  # of each: the category, or the item
+    merged: set[Claim] = set()
+    categories = list(dict.fromkeys(category for category, _ in unresolved))
+    for category in categories:
         if category not in NEEDS_ITEM and (category, None) in made:
-            continue  # placed on no item, as its category may be: kept, or merged into that one
-        wanted = [said for of, said in unresolved if of is category]
-        new = {claim for claim in made if claim[0] is category and claim not in named}
-        if len(new) < len(wanted):
-            left_out += [f"{category} {said}" for said in wanted]
+            merged.add((category, None))  # kept, or merged into that one: it stands for no other
+            continue  # placed on no item, as its category may be
+        wants += [(category, None) for of, _ in unresolved if of is category]
+    wants += [(None, item) for _, item in uncategorised]
+    unmet = _unmet(wants, [claim for claim in new if claim not in merged])
+    for category in categories:
+        if any(wants[at][0] is category for at in unmet):
+            left_out += [f"{category} {said}" for of, said in unresolved if of is category]
+    if any(wants[at][0] is None for at in unmet):
+        left_out += [said for said, _ in uncategorised]
     return tuple(left_out)
+
+
+def _unmet(
+    wants: Sequence[tuple[Category | None, str | None]], claims: Sequence[Claim]
+) -> set[int]:
+    """The indexes of ``wants`` left without a claim of ``claims`` when each claim stands for
+    one of them at most, as many met as can be (augmenting paths). A want ``(category, _)``
+    takes a claim of that category; ``(None, item)`` any claim, about ``item`` if not None."""
+
+    def takes(want: tuple[Category | None, str | None], claim: Claim) -> bool:
+        category, item = want
+        if category is not None:
+            return claim[0] is category
+        return item is None or claim[1] == item
+
+    holder: dict[Claim, int] = {}
+
+    def meet(at: int, tried: set[Claim]) -> bool:
+        for claim in claims:
+            if claim in tried or not takes(wants[at], claim):
+                continue
+            tried.add(claim)
+            if claim not in holder or meet(holder[claim], tried):
+                holder[claim] = at
+                return True
+        return False
+
+    return {at for at in range(len(wants)) if not meet(at, set())}
 
 
 def quantities_changed(
@@ -297,32 +358,51 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True)
 class _Fault:
-    """A grievance at fault whose category and text still say what it claims: its category,
-    its text, and whether its claim is ``placed`` (its item resolved, though its quantity or
-    span may be wrong, or none named where its category needs none: ``item_name``, the
-    order's spelling) or its item could not be placed on the order (``claimed`` says how it
-    was named)."""
+    """A grievance at fault whose text still says what it claims: its category (None when it
+    is none of the fixed set, or not given: ``label`` is the one given, if any), its text, and
+    whether its claim is ``placed`` (its item resolved, though its quantity or span may be
+    wrong, or none named where its category needs none: ``item_name``, the order's spelling)
+    or its item could not be placed on the order (``claimed`` says how it was named)."""
 
-    category: Category
+    category: Category | None
     text: str
     placed: bool
     item_name: str | None
     claimed: str | None
+    label: str | None = None
 
 
 def _check_one(
     index: int, raw: object, complaint: str, line_items: Sequence[LineItem]
 ) -> tuple[list[str], dict[str, Any] | None, _Fault | None]:
     """Problems of one grievance (``where`` prefixed), and its cleaned fields when it has none,
-    or, with problems, what it claims when its category is known and its text says something
-    (whatever else is wrong: its span, its item, its quantity)."""
+    or, with problems, what it claims when its text says something and its category, if given,
+    is a string (whatever else is wrong: its span, its item, its quantity, its category, keys
+    left out). A grievance missing keys has that one problem, and claims what it would with
+    them null (an endpoint without the strict schema leaves null keys out)."""
     where = f"grievance {index}"
     if not isinstance(raw, Mapping):
         return [f"{where} is not an object (got {type(raw).__name__})"], None, None
     missing = [key for key in REQUIRED_KEYS if key not in raw]
     if missing:
-        return [f"{where} is missing keys: {', '.join(missing)}"], None, None
+        filled = {**dict.fromkeys(missing), **raw}
+        _, fields, fault = _check_fields(where, filled, complaint, line_items, "category" in raw)
+        if fields is not None:  # nothing else wrong: the claim it makes is known
+            item = fields["item_name"]
+            fault = _Fault(fields["category"], fields["text"], True, item, item)
+        return [f"{where} is missing keys: {', '.join(missing)}"], None, fault
+    return _check_fields(where, raw, complaint, line_items, True)
 
+
+def _check_fields(
+    where: str,
+    raw: Mapping[str, Any],
+    complaint: str,
+    line_items: Sequence[LineItem],
+    category_given: bool,
+) -> tuple[list[str], dict[str, Any] | None, _Fault | None]:
+    """:func:`_check_one` of a grievance that has the six keys (``category_given``: whether its
+    category was the answer's, or stands in for one it left out)."""
     problems: list[str] = []
     text, category_raw = raw["text"], raw["category"]
     start, end = raw["span_start"], raw["span_end"]
@@ -397,10 +477,13 @@ def _check_one(
 
     if problems or about_item:
         fault = None
-        if category is not None and isinstance(text, str) and text.strip():
+        says = isinstance(category_raw, str) or not category_given
+        if says and isinstance(text, str) and text.strip():
             claimed = item_name if isinstance(item_name, str) else None
             placed = item is not None or (item_name is None and category not in NEEDS_ITEM)
-            fault = _Fault(category, text, placed, None if item is None else item.name, claimed)
+            named = None if item is None else item.name
+            label = category_raw.strip() if category is None and category_given else None
+            fault = _Fault(category, text, placed, named, claimed, label)
         return problems + about_item, None, fault
     if item is not None and quantity is None:
         # The contract's meaning of an item named without a number (the prompt asks for it,
@@ -435,27 +518,22 @@ def validate_extraction(
     contract (e.g. a model-chosen ``grievance_id``) are ignored. ``not_whole``: why the answer
     is not the model's whole answer (cut short, withheld), if it is not; it is then invalid
     whatever it holds, with that as its first problem, and the grievances it holds are what a
-    repair must keep, as for any invalid answer.
+    repair must keep, as for any invalid answer. An answer of the wrong shape has that one
+    problem, and the grievances it holds (:func:`_grievances_in`) are what a repair must keep.
     """
-    if not isinstance(answer, Mapping):
-        raise ExtractionInvalid(
-            [f"answer must be an object with a 'grievances' list, got {type(answer).__name__}"]
-        )
-    if "grievances" not in answer:
-        raise ExtractionInvalid(["answer is missing the key 'grievances'"])
-    items = answer["grievances"]
-    if not isinstance(items, list):
-        raise ExtractionInvalid([f"'grievances' is not a list (got {type(items).__name__})"])
-
     problems: list[str] = [] if not_whole is None else [not_whole]
-    if len(items) > max_grievances:
+    items, shape = _grievances_in(answer)
+    if shape is not None:
+        problems.append(shape)
+    elif len(items) > max_grievances:
         problems.append(f"{len(items)} grievances is more than the limit of {max_grievances}")
 
     cleaned: list[tuple[int, dict[str, Any]]] = []
     faults: list[_Fault] = []
     for index, raw in enumerate(items, start=1):
         found, fields, fault = _check_one(index, raw, complaint_text, line_items)
-        problems.extend(found)
+        if shape is None:  # in an answer of the wrong shape, read for its claims alone
+            problems.extend(found)
         if fields is not None:
             cleaned.append((index, fields))
         if fault is not None:
@@ -468,9 +546,10 @@ def validate_extraction(
     for index, fields in cleaned:
         claim: Claim = (fields["category"], fields["item_name"])
         said_as.setdefault((_norm_statement(fields["text"]), claim[1]), []).append(claim)
+        duplicates: list[str] = []
         if claim in by_claim:
             item = f" for {fields['item_name']!r}" if fields["item_name"] else " without an item"
-            problems.append(
+            duplicates.append(
                 f"grievance {index} duplicates grievance {by_claim[claim]}: "
                 f"same category {fields['category']}{item}"
             )
@@ -478,41 +557,16 @@ def validate_extraction(
             by_claim[claim] = index
         statement = _norm_statement(fields["text"])
         if statement in by_text:
-            problems.append(
+            duplicates.append(
                 f"grievance {index} duplicates grievance {by_text[statement]}: same text"
             )
         else:
             by_text[statement] = index
+        if shape is None:
+            problems.extend(duplicates)
 
     if problems:
-        unresolved: dict[tuple[Category, str], Unresolved] = {}
-        for fault in faults:
-            if fault.placed:  # its span or quantity is wrong: the claim is known
-                said_as.setdefault((_norm_statement(fault.text), fault.item_name), []).append(
-                    (fault.category, fault.item_name)
-                )
-            else:
-                said = (
-                    "naming no item of the order"
-                    if fault.claimed is None
-                    else f"for {fault.claimed!r}, which names no one item of the order"
-                )
-                unresolved.setdefault(
-                    (fault.category, _norm_statement(fault.text)), (fault.category, said)
-                )
-        groups = list(said_as.values())
-        if len(items) > max_grievances:  # the repair drops some: one of them all is kept
-            groups = [[claim for group in groups for claim in group]]
-            unresolved = {}
-        # A claim made twice, whole or at fault, says no one quantity: a repair merges them.
-        made = Counter((f["category"], f["item_name"]) for _, f in cleaned)
-        made.update((fault.category, fault.item_name) for fault in faults if fault.placed)
-        quantities = {
-            (f["category"], f["item_name"]): f["item_quantity"]
-            for _, f in cleaned
-            if f["item_name"] is not None and made[(f["category"], f["item_name"])] == 1
-        }
-        raise ExtractionInvalid(problems, groups, list(unresolved.values()), quantities)
+        raise _invalid(problems, cleaned, faults, said_as, len(items) > max_grievances)
 
     ordered = sorted(
         cleaned, key=lambda pair: (pair[1]["span_start"], pair[1]["span_end"], pair[0])
@@ -520,4 +574,119 @@ def validate_extraction(
     return tuple(
         ExtractedGrievance(grievance_id=f"g{number}", **fields)
         for number, (_, fields) in enumerate(ordered, start=1)
+    )
+
+
+SHAPE_PROBLEM = "answer must be an object with a 'grievances' list"
+
+
+def _grievances_in(answer: object) -> tuple[list[object], str | None]:
+    """The grievances of ``answer``, and the problem of its shape if it is not the object
+    asked for. Of an answer of the wrong shape, what still holds grievances: a bare list, the
+    ``grievances`` lists of the objects it holds when it has none of its own (``{"result":
+    {"grievances": [...]}}``), or the one object ``grievances`` is instead of a list."""
+    if isinstance(answer, list):
+        return answer, f"{SHAPE_PROBLEM}, got a bare list"
+    if not isinstance(answer, Mapping):
+        return [], f"{SHAPE_PROBLEM}, got {type(answer).__name__}"
+    if "grievances" not in answer:
+        wrapped = {
+            key: value["grievances"]
+            for key, value in answer.items()
+            if isinstance(value, Mapping) and isinstance(value.get("grievances"), list)
+        }
+        inside = "".join(
+            f" (found inside {key!r}: answer with that object itself)" for key in wrapped
+        )
+        held = [grievance for items in wrapped.values() for grievance in items]
+        return held, f"answer is missing the key 'grievances'{inside}"
+    items = answer["grievances"]
+    if isinstance(items, list):
+        return items, None
+    held = [items] if isinstance(items, Mapping) else []
+    return held, f"'grievances' is not a list (got {type(items).__name__})"
+
+
+TEXT_SHOWN = 80
+"""How much of a grievance's text the claims a repair left out quote."""
+
+
+def _uncategorised_said(fault: _Fault) -> str:
+    """How a grievance of no category of the fixed set was said, in readable words (its
+    category as given and its text, cut short, quoted)."""
+    label = "no category" if fault.label is None else f"category {fault.label[:40]!r}"
+    item = "" if fault.item_name is None else f" for {fault.item_name!r}"
+    text = fault.text.strip()
+    text = text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
+    return f"a grievance of {label}, none of the fixed set{item}: {text!r}"
+
+
+def _invalid(
+    problems: Sequence[str],
+    cleaned: Sequence[tuple[int, Mapping[str, Any]]],
+    faults: Sequence[_Fault],
+    said_as: dict[tuple[str, str | None], list[Claim]],
+    over_limit: bool,
+) -> ExtractionInvalid:
+    """The invalid answer's :class:`ExtractionInvalid`: its ``problems``, and what a repair must
+    keep of its grievances (``cleaned``, without fault; ``faults``; ``said_as``, the claims of
+    each text, about one item, of those without fault, which this completes)."""
+    unresolved: dict[tuple[Category, str], Unresolved] = {}
+    for fault in faults:
+        if fault.category is None:
+            continue
+        if fault.placed:  # its span or quantity is wrong: the claim is known
+            said_as.setdefault((_norm_statement(fault.text), fault.item_name), []).append(
+                (fault.category, fault.item_name)
+            )
+        else:
+            said = (
+                "naming no item of the order"
+                if fault.claimed is None
+                else f"for {fault.claimed!r}, which names no one item of the order"
+            )
+            unresolved.setdefault(
+                (fault.category, _norm_statement(fault.text)), (fault.category, said)
+            )
+    unresolved_texts = {text for _, text in unresolved}
+    uncategorised: dict[tuple[str, str | None], Uncategorised] = {}
+    labelled: set[tuple[str, str | None]] = set()
+    for fault in faults:
+        if fault.category is not None:
+            continue
+        statement = _norm_statement(fault.text)
+        item = fault.item_name or (None if fault.claimed is None else name_key(fault.claimed))
+        if (statement, fault.item_name) in said_as or statement in unresolved_texts:
+            continue  # a claim of the fixed set said again, under a category of none
+        if (statement, item) in uncategorised or (
+            fault.label is not None and (fault.label, item) in labelled
+        ):
+            continue  # said again, or one category label and item again: one claim
+        if fault.label is not None:
+            labelled.add((fault.label, item))
+        uncategorised[(statement, item)] = (_uncategorised_said(fault), fault.item_name)
+    groups = list(said_as.values())
+    kept_uncategorised = list(uncategorised.values())
+    if over_limit:  # the repair drops some: one of them all is kept
+        groups = [[claim for group in groups for claim in group]]
+        unresolved = {}
+        if groups[0] or not kept_uncategorised:
+            kept_uncategorised = []
+        else:  # only of none of the fixed set: one claim, of any category and item
+            said = f"one of {len(kept_uncategorised)} grievances of no category of the fixed set"
+            kept_uncategorised = [(said, None)]
+    # A claim made twice, whole or at fault, says no one quantity: a repair merges them.
+    made = Counter((f["category"], f["item_name"]) for _, f in cleaned)
+    made.update(
+        (fault.category, fault.item_name)
+        for fault in faults
+        if fault.placed and fault.category is not None
+    )
+    quantities = {
+        (f["category"], f["item_name"]): f["item_quantity"]
+        for _, f in cleaned
+        if f["item_name"] is not None and made[(f["category"], f["item_name"])] == 1
+    }
+    return ExtractionInvalid(
+        problems, groups, list(unresolved.values()), quantities, kept_uncategorised
     )

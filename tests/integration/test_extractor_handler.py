@@ -742,19 +742,45 @@ def test_a_repair_that_leaves_out_a_grievance_without_fault_sends_the_complaint_
         assert left_out in priced["reason"]
 
 
-def test_a_repair_that_drops_only_the_grievance_at_fault_is_used(
+RUDE_REFILED = {**RUDE_UNCATEGORISED, "category": "PARTNER_CONDUCT"}
+
+
+def test_a_repair_that_files_a_grievance_of_no_known_category_anew_is_used(
     database: str, redis_url: str, standin: Standin
 ) -> None:
-    """A repair may leave out a grievance that says no claim (of no known category), and word or
-    name the others its own way: the claims are all there, so its grievances go to the judges."""
-    kept = [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}]
+    """A repair may file a grievance of no known category under one of the fixed set, and word
+    or name the others its own way: the claims are all there, so its grievances go to the
+    judges."""
+    kept = [
+        {**LATE, "text": "It came late."},
+        {**MISSING, "item_name": "Hyderabadi Biryani"},
+        RUDE_REFILED,
+    ]
     (emits,) = _first_answer_then_repair(
         database, redis_url, standin, [LATE, MISSING, RUDE_UNCATEGORISED], kept
     )
     assert [(e.value["category"], e.value["item_name"]) for e in emits] == [
         ("LATE_DELIVERY", None),
         ("MISSING_ITEM", "Hyderabadi Biryani"),
+        ("PARTNER_CONDUCT", None),
     ]
+
+
+def test_a_repair_that_drops_a_grievance_of_no_known_category_sends_it_to_review(
+    database: str, redis_url: str, standin: Standin
+) -> None:
+    """The first answer said something under a category of none of the fixed set ("RUDENESS"):
+    whether the repair is right to drop it, or it was a claim the repair could not place, is
+    for a person. It used to be dropped: a late delivery filed as "DELIVERY_DELAY" went unpaid
+    with no one told."""
+    kept = [{**LATE, "text": "It came late."}, {**MISSING, "item_name": "Hyderabadi Biryani"}]
+    (emits,) = _first_answer_then_repair(
+        database, redis_url, standin, [LATE, MISSING, RUDE_UNCATEGORISED], kept
+    )
+    reason = _held_reason(emits)
+    assert reason.startswith(f"{LEFT_OUT_REASON}: "), reason
+    assert "category 'RUDENESS', none of the fixed set" in reason
+    assert "the delivery guy was rude" in reason
 
 
 def test_a_repair_that_changes_the_units_of_a_claim_without_fault_sends_it_to_review(
