@@ -10,6 +10,7 @@ import copy
 import json
 from typing import Any
 
+import jsonschema_rs
 import pytest
 
 from refund_bench.domain import LineItem, OrderRecord
@@ -488,7 +489,6 @@ def test_schema_errors_catches_violations() -> None:
 
 
 def test_schema_subset_agrees_with_a_reference_validator() -> None:
-    jsonschema_rs = pytest.importorskip("jsonschema_rs")
     result = extract_grievances(ARTICLE_COMPLAINT, LINE_ITEMS)
     jsonschema_rs.validate(dict(roles.EXTRACTION_SCHEMA), result)
     for category in ("LATE_DELIVERY", "PACKAGING"):

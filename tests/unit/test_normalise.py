@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refund_bench.domain import Category, LineItem, Ruling
@@ -138,15 +140,50 @@ def test_item_keyed_derived_fields_are_citable() -> None:
     assert normalise_ruling("UPHELD", cited, FIELDS) is Ruling.UPHELD
 
 
-@given(st.text(max_size=12), st.lists(st.text(max_size=20), max_size=4))
+@st.composite
+def written(
+    draw: st.DrawFn,
+    words: Sequence[str],
+    prefixes: Sequence[str] = ("",),
+    quotes: Sequence[str] = ("",),
+) -> str:
+    """One of ``words`` as a model may write it and normalisation reads it: in any mix of
+    cases, after one of ``prefixes``, between one of ``quotes``, with whitespace around."""
+    word = draw(st.sampled_from(prefixes)) + draw(st.sampled_from(words))
+    upper = draw(st.lists(st.booleans(), min_size=len(word), max_size=len(word)))
+    cased = "".join(c.upper() if u else c.lower() for c, u in zip(word, upper, strict=True))
+    quote = draw(st.sampled_from(quotes))
+    space = st.text(alphabet=" \t\r\n", max_size=2)
+    return draw(space) + quote + cased + quote + draw(space)
+
+
+RULING_WORDS = written([ruling.value for ruling in Ruling]) | st.text(max_size=12)
+"""The three ruling words as a model may write them, or any other text."""
+CITATIONS = st.lists(
+    st.tuples(
+        written(sorted(FIELDS), ("", "evidence.", "snapshot."), ("", "`", '"', "'")), st.just(True)
+    )
+    | st.tuples(st.text(max_size=20), st.just(False)),
+    max_size=4,
+)
+"""Citations, each a field of ``FIELDS`` as a model may write it (``True``) or any text."""
+
+
+@example(" Upheld\n", [("the customer's tone", False)])
+@example("rejected", [("`Evidence.Order.Placed_At`", True), ("vibes", False)])
+@given(RULING_WORDS, CITATIONS)
 def test_result_is_escalate_unless_a_known_ruling_cites_a_known_field(
-    word: str, cited: list[str]
+    word: str, citations: list[tuple[str, bool]]
 ) -> None:
-    result = normalise(word, cited, FIELDS)
-    assert result.ruling in set(Ruling)
-    if result.ruling is not Ruling.ESCALATE:
-        assert word.strip().upper() == result.ruling.value
+    """The model's UPHELD or REJECTED, in any case and spacing, stands when it cites a field of
+    the snapshot, in any case, prefixed or quoted; anything else is ESCALATE."""
+    result = normalise(word, [cited for cited, _ in citations], FIELDS)
+    if any(is_field for _, is_field in citations):
         assert result.cited_known
+    said = word.strip().upper()
+    decisive = said in (Ruling.UPHELD.value, Ruling.REJECTED.value)
+    expected = Ruling(said) if decisive and result.cited_known else Ruling.ESCALATE
+    assert result.ruling is expected
 
 
 @given(st.sampled_from(["UPHELD", "REJECTED"]), st.lists(st.text(max_size=20), max_size=4))

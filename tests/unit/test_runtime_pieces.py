@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import fastavro
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -271,16 +271,31 @@ def test_a_batch_larger_than_the_window_read_again_counts_once() -> None:
             budget.record(offset < 60 or offset >= 440, ("verdict.decided", 3, offset))
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=300))
+def read_in_runs(runs: Sequence[tuple[bool, int, int]]) -> list[tuple[bool, int]]:
+    """The (failed, offset) of each record a stage reads in ``runs``: each run is ``count``
+    records that all failed or all passed, from ``back`` offsets before the next one not yet
+    read (a batch put back and read again, then what follows it)."""
+    records: list[tuple[bool, int]] = []
+    following = 0
+    for failed, count, back in runs:
+        start = max(0, following - back)
+        records += [(failed, offset) for offset in range(start, start + count)]
+        following = max(following, start + count)
+    return records
+
+
+@example([(True, 20, 0), (False, 10, 0), (True, 20, 5)])  # 5 read again count once: trips at 35
+@example([(True, 25, 0), (False, 25, 0), (True, 25, 0), (True, 1, 0)])  # 25 of 50 then 26
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 30), st.integers(0, 20)), max_size=10))
 def test_dlq_budget_trips_exactly_above_the_fraction_of_its_window(
-    outcomes: list[tuple[bool, int]],
+    runs: list[tuple[bool, int, int]],
 ) -> None:
     """Against a plain model: each record counted once, by its position, over the last 50
     records counted; it trips when more than 25 of them failed (and at least 5)."""
     budget = DlqBudget(window=50, max_fraction=0.5, min_failures=5)
     seen: set[int] = set()
     recent: list[bool] = []
-    for failed, offset in outcomes:
+    for failed, offset in read_in_runs(runs):
         if offset not in seen:
             seen.add(offset)
             recent = [*recent, failed][-50:]
