@@ -25,7 +25,8 @@ _PHRASES: Final[dict[str, str]] = {
     "BILLING": "the billing",
 }
 _PAID: Final = frozenset({"UPHELD", "PAY", "PAID", "APPROVED", "AUTO_APPROVED", "REVIEW_APPROVED"})
-_REJECTED: Final = frozenset({"REJECTED", "REJECT", "DECLINED", "DECLINE"})
+_REJECTED: Final = frozenset({"REJECTED", "REJECT"})
+_DECLINED: Final = frozenset({"DECLINED", "DECLINE"})
 _MISCHIEF_RE: Final = re.compile(
     r"\brefund\s+(?:of\s+)?(?:inr|rs\.?|\u20b9)?\s*(?P<n>\d[\d,]*)\b", re.IGNORECASE
 )
@@ -62,7 +63,8 @@ def write_reply(
     """
     paid = [e for e in resolved if str(e.get("outcome", "")).upper() in _PAID]
     rejected = [e for e in resolved if str(e.get("outcome", "")).upper() in _REJECTED]
-    noted = [e for e in resolved if e not in paid and e not in rejected]
+    declined = [e for e in resolved if str(e.get("outcome", "")).upper() in _DECLINED]
+    noted = [e for e in resolved if e not in paid and e not in rejected and e not in declined]
     parts = [
         "We're sorry your order did not go the way it should have, and thank you for telling us."
     ]
@@ -75,12 +77,12 @@ def write_reply(
         parts.append(
             f"We've refunded {approved_amount} to your original payment method, in addition to"
             f" our earlier refund for this order; together they cover {_join(_phrases(paid))}."
-            " The new refund should reflect within three working days."
+            " The new refund usually shows within a few working days."
         )
     elif paid:
         parts.append(
             f"We've refunded {approved_amount} to your original payment method for "
-            f"{_join(_phrases(paid))}; it should reflect within three working days."
+            f"{_join(_phrases(paid))}; it usually shows within a few working days."
         )
     else:
         parts.append(
@@ -93,10 +95,15 @@ def write_reply(
             f"The order records did not support {_join(_phrases(rejected))}, "
             "so no refund applies to that part."
         )
+    if declined:
+        parts.append(
+            f"After a colleague's review of {_join(_phrases(declined))}, we are not able to offer"
+            " a refund for that part."
+        )
     if held_for_review:
         parts.append(
-            f"A colleague will review {_join(_phrases(held_for_review))} and contact you "
-            "within 24 hours."
+            f"A colleague will review {_join(_phrases(held_for_review))} and get back to you "
+            "with the outcome."
         )
     mischief = _MISCHIEF_RE.search(complaint_text)
     if mischief is not None:

@@ -372,7 +372,11 @@ def test_reply_states_the_amount_once_and_the_review() -> None:
 
     assert reply.count("INR 689") == 1
     assert reply.count("INR") == 1
-    assert "24 hours" in reply
+    assert "and get back to you with the outcome." in reply
+    assert "usually shows within a few working days" in reply
+    # No timing the product does not keep (prompt settler/v4 asks for none).
+    assert "24 hours" not in reply
+    assert "three working days" not in reply
     assert "the missing items" in reply
     assert "the late delivery" in reply
     assert "the packaging" in reply
@@ -532,3 +536,17 @@ def test_a_schema_beyond_the_checked_subset_is_named(schema: dict[str, Any], nam
     problems = unsupported(schema)
     assert problems
     assert any(named in problem for problem in problems)
+
+
+def test_a_declined_line_is_told_declined_after_review_not_unsupported_by_the_records() -> None:
+    resolved = [
+        {"category": "MISSING_ITEM", "text": "two biryanis missing", "outcome": "DECLINED"},
+        {"category": "PARTNER_CONDUCT", "text": "rude partner", "outcome": "REJECTED"},
+    ]
+    reply = write_reply(ARTICLE_COMPLAINT, "INR 0", resolved, [])["reply"]
+    assert (
+        "After a colleague's review of the missing items, we are not able to offer a refund"
+        " for that part." in reply
+    )
+    assert "The order records did not support the delivery partner's conduct" in reply
+    assert "did not support the missing items" not in reply
