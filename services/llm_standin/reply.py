@@ -97,8 +97,8 @@ def write_reply(
         )
     if declined:
         parts.append(
-            f"After a colleague's review of {_join(_phrases(declined))}, we are not able to offer"
-            " a refund for that part."
+            f"Our team has looked at {_join(_phrases(declined))} again, and we are not able to"
+            " offer a refund for that part."
         )
     if held_for_review:
         parts.append(
