@@ -100,6 +100,14 @@ def parse_reviewers(spec: str) -> dict[str, PasswordHash]:
             )
         if name in reviewers:
             raise ValueError(f"REVIEWERS entry {position}: reviewer {name!r} listed twice")
+        alike = next((other for other in reviewers if other.casefold() == name.casefold()), None)
+        if alike is not None:
+            # The desk counts failed sign-ins by the name case-folded: two such names would
+            # share one count, and one reviewer's sign-in would clear the other's.
+            raise ValueError(
+                f"REVIEWERS entry {position}: reviewer {name!r} differs from {alike!r} only in"
+                " case; give each reviewer a name of their own"
+            )
         try:
             reviewers[name] = PasswordHash.parse(hashed)
         except ValueError as exc:

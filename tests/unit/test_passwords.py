@@ -76,6 +76,16 @@ def _cpu_seconds(directory: ReviewerDirectory, name: str) -> float:
     return min(spent)
 
 
+@pytest.mark.parametrize("other", ["Bob", "BOB", "bob"])
+def test_two_reviewers_whose_names_differ_only_in_case_are_refused(other: str) -> None:
+    """The desk counts failed sign-ins by the name case-folded: "bob" and "Bob" would share one
+    count, and one's sign-in would clear the other's, lifting the limit for both."""
+    with pytest.raises(ValueError, match=r"^REVIEWERS entry 2: reviewer ") as refused:
+        parse_reviewers(f"bob:{GOOD},{other}:{GOOD}")
+    assert GOOD not in str(refused.value)
+    assert parse_reviewers(f"bob:{GOOD},bobby:{GOOD}").keys() == {"bob", "bobby"}
+
+
 def test_every_sign_in_costs_the_strongest_hashs_work_whoever_is_named() -> None:
     """An unknown name and a reviewer with an older, weaker hash cost what the strongest costs:
     timing tells neither which names exist nor whose hash is weaker."""
