@@ -294,7 +294,8 @@ async def made_by(
 
 
 UNWRITTEN_LIMIT = 1_000
-"""The most drawn answers an :class:`InFlight` keeps whose write to the cache failed."""
+"""The most drawn answers an :class:`InFlight` keeps whose write to the cache failed, unless
+it is given more room (a judge of many seats or records in flight)."""
 
 
 class InFlight:
@@ -310,12 +311,16 @@ class InFlight:
     later call of its key stores it instead of drawing again: the handler's retry pays nothing
     more. Nothing was published with it (the failed write failed its handler, and so its
     batch), so a record that comes back in another process and is drawn anew stays consistent.
-    At most :data:`UNWRITTEN_LIMIT` are kept; beyond that the oldest are forgotten.
+    At most ``unwritten_limit`` are kept; beyond that the oldest are forgotten (and drawn,
+    and paid, again): a process keeps room for every call its handlers in flight can make.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, unwritten_limit: int = UNWRITTEN_LIMIT) -> None:
+        if unwritten_limit < 1:
+            raise ValueError("unwritten_limit must be >= 1")
         self._calls: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self._unwritten: dict[str, str] = {}
+        self._unwritten_limit = unwritten_limit
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -329,7 +334,7 @@ class InFlight:
         limit)."""
         self._unwritten.pop(key, None)
         self._unwritten[key] = value
-        while len(self._unwritten) > UNWRITTEN_LIMIT:
+        while len(self._unwritten) > self._unwritten_limit:
             del self._unwritten[next(iter(self._unwritten))]
 
     def written(self, key: str) -> None:

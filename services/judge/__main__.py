@@ -56,6 +56,7 @@ def main() -> None:
         response_cache(settings, redis),
         load_prompt(settings.judge_prompt_version),
         on_call=call_counter(metrics),
+        max_inflight=settings.max_inflight,
     )
     closers = [llm.aclose for llm in clients]
     spec = dataclasses.replace(

@@ -31,6 +31,7 @@ from refund_bench import topics as t
 from refund_bench.domain import Category, Ruling
 from refund_bench.errors import InvalidInput, TransientError
 from refund_bench.llm.cache import (
+    UNWRITTEN_LIMIT,
     InFlight,
     OnCall,
     RefusedBefore,
@@ -149,14 +150,18 @@ class JudgeHandler:
         cache: ResponseCache,
         prompt: Prompt,
         on_call: OnCall | None = None,
+        max_inflight: int = 1,
     ) -> None:
+        """``max_inflight``: the most records the runtime hands the handler at once
+        (``MAX_INFLIGHT``); an answer drawn for each of their seats whose cache write failed is
+        kept until the retry stores it, not drawn and paid again."""
         if not seats:
             raise ValueError("a bench needs at least one seat")
         self._seats = tuple(seats)
         self._cache = cache
         self._prompt = prompt
         self._on_call: OnCall = on_call or uncounted
-        self._in_flight = InFlight()
+        self._in_flight = InFlight(max(UNWRITTEN_LIMIT, max_inflight * len(self._seats)))
         # A handler retried after one seat failed casts the others' rulings from the cache, and
         # they still name what drew them.
         self._drawn = DrawnBy()

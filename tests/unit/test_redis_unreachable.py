@@ -10,10 +10,11 @@ command again on a fresh connection itself before any of that.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
 
 import pytest
 from pydantic import SecretStr
@@ -31,8 +32,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from refund_bench.errors import TransientError
 from refund_bench.llm import cache as llm_cache
 from refund_bench.llm.cache import CallOutcome, InFlight, RedisResponseCache, cached_call
+from refund_bench.llm.client import LlmAnswer
 from refund_bench.llm.ratelimit import RedisTokenBucket
+from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, ChatMessage, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, redis_client, response_cache
+from refund_bench.runtime import Context, Emit
+from services.judge.handler import JudgeHandler, Seat
+from tests.grievances import grievance_message
 
 ADDRESS = "redis.internal.example:6379"
 """Where the fake's errors say Redis is: no TransientError's message may repeat it."""
@@ -304,3 +310,74 @@ def test_a_redis_nobody_answers_is_transient_and_its_password_is_not_told() -> N
     _transient(failure, "LLM cache lookup")
     assert isinstance(failure.__cause__, RedisConnectionError)
     assert password not in "".join(traceback.format_exception(failure))
+
+
+class WritesRefused(FlakyRedis):
+    """Lookups answered; every cache write refused while ``down``."""
+
+    down = True
+
+    def register_script(self, script: str) -> Script:
+        run = super().register_script(script)
+
+        async def refused_while_down(keys: list[str], args: list[object]) -> object:
+            if self.down:
+                raise RedisConnectionError("Connection closed by server.")
+            return await run(keys, args)
+
+        return refused_while_down
+
+
+class Bench:
+    """A judge endpoint that upholds on the order's delivery time, counting its draws."""
+
+    model = "judge-model"
+    temperature = 0.7
+
+    def __init__(self) -> None:
+        self.draws = 0
+
+    async def complete_json(
+        self,
+        messages: Sequence[ChatMessage],
+        schema_name: str,
+        schema: Mapping[str, Any],
+        seed: int | None,
+        dispute_id: str,
+    ) -> LlmAnswer:
+        self.draws += 1
+        ruling = {
+            "ruling": "UPHELD",
+            "confidence": 0.9,
+            "evidence_cited": ["order.delivered_at"],
+            "reasoning": "Delivered after the SLA.",
+        }
+        return LlmAnswer(json.dumps(ruling), None, None)
+
+
+def test_a_bench_of_many_seats_keeps_every_answer_whose_write_failed_for_the_retry() -> None:
+    """Five seats of 256 records in flight draw 1,280 answers, more than the default room for
+    answers not written: the judge keeps room for all of them, so the retry after Redis is back
+    stores each one instead of drawing, and paying, again."""
+    redis = WritesRefused()
+    bench = Bench()
+    handler = JudgeHandler(
+        [Seat(index=seat, llm=bench, seed=1000 + seat) for seat in range(5)],
+        RedisResponseCache(redis.client(), "p:", 60),
+        load_prompt(JUDGE_PROMPT_VERSION),
+        max_inflight=256,
+    )
+    messages = [grievance_message(f"d-{number}") for number in range(256)]
+    assert 5 * len(messages) > llm_cache.UNWRITTEN_LIMIT
+
+    async def go() -> list[Sequence[Emit]]:
+        first = await asyncio.gather(
+            *(handler.handle(m, Context(None)) for m in messages), return_exceptions=True
+        )
+        assert all(isinstance(result, TransientError) for result in first)
+        redis.down = False  # Redis is back: the runtime retries each handler
+        return list(await asyncio.gather(*(handler.handle(m, Context(None)) for m in messages)))
+
+    emitted = asyncio.run(go())
+    assert sum(len(emits) for emits in emitted) == 5 * len(messages)
+    assert bench.draws == 5 * len(messages), "an answer drawn again was paid for twice"
