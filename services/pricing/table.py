@@ -56,7 +56,7 @@ from refund_bench.errors import InvalidInput, error_summary
 from refund_bench.events import validation_reason
 from refund_bench.money import payable_part, payable_step
 
-PRICING_VERSION = "2026-12-07.v6"
+PRICING_VERSION = "2026-12-07.v7"
 DEFAULT_CAP_MINOR: MinorUnits = 100_000
 CapMinor = Annotated[int, Field(ge=0, le=MAX_ORDER_MINOR)]
 """An auto-approve cap as a setting: above any order's total it caps nothing, and a larger one
@@ -229,13 +229,22 @@ class _Rule:
     """One line's rule result before the per-item and per-dispute bounds."""
 
     def __init__(
-        self, amount: int, text: str, quantity: int | None = None, *, unrecorded: bool = False
+        self,
+        amount: int,
+        text: str,
+        quantity: int | None = None,
+        *,
+        unrecorded: bool = False,
+        proposed: int | None = None,
     ) -> None:
         self.amount = amount
         self.text = text
         self.quantity = quantity
         self.unrecorded = unrecorded
         """The evidence the rule needs is not recorded: the line waits for a person."""
+        self.proposed = amount if proposed is None else proposed
+        """What the line would pay upheld: ``amount``, or, for a line that waits for a person,
+        what their UPHOLD pays (the desk shows it on the line and on its button)."""
 
 
 def _item_rule(
@@ -296,9 +305,10 @@ def _rule(
                     f"LATE_DELIVERY: flat {flat}, upheld by a reviewer (delivery time or SLA not"
                     " recorded)",
                 )
-            # Missing evidence is for a person to judge, never a price of 0 by itself.
+            # Missing evidence is for a person to judge, never a price of 0 by itself; their
+            # UPHOLD pays the flat amount, which the line proposes.
             text = "LATE_DELIVERY: delivery time or SLA not recorded"
-            return _Rule(0, text, unrecorded=True)
+            return _Rule(0, text, unrecorded=True, proposed=flat)
         if not derived.sla_exceeded:
             return _Rule(
                 0,
@@ -445,7 +455,7 @@ def _line(
         outcome=outcome,
         status=status,
         amount_minor=amount,
-        proposed_minor=rule.amount,
+        proposed_minor=rule.proposed,
         rule=rule.text,
         item_name=verdict.item_name,
         quantity=rule.quantity if rule.quantity is not None else verdict.item_quantity,
@@ -544,7 +554,7 @@ def price_refund(
             if current == 0 and rule.unrecorded:
                 why_held = f"{rule.text}: held for a reviewer"
             if why_held:
-                rule = _Rule(rule.amount, why_held, rule.quantity)
+                rule = _Rule(rule.amount, why_held, rule.quantity, proposed=rule.proposed)
             line = _line(verdict, outcome, rule, held=bool(why_held))
             bounds.consume(verdict, line.amount_minor, rule, item)
             lines[verdict.grievance_id] = line

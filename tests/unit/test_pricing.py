@@ -90,7 +90,7 @@ def test_article_round_one() -> None:
         134000,
         "INR",
     )
-    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v6"
+    assert priced.pricing_version == PRICING_VERSION == "2026-12-07.v7"
 
 
 @pytest.mark.parametrize("currency", ["inr", "Inr"])
@@ -263,6 +263,8 @@ def test_a_late_delivery_the_order_cannot_time_waits_for_a_reviewer_whose_uphold
     assert (line.status, line.amount_minor) == (LineStatus.HELD, 0)
     assert "not recorded" in line.rule
     assert first.decision is Decision.HELD_FOR_REVIEW
+    # The desk shows the reviewer what their UPHOLD pays: the flat amount, not 0.
+    assert line.proposed_minor == 4900
 
     upheld = ReviewOverrides().with_review(ReviewDecision.UPHOLD, "g1")
     [paid] = price_refund(late, snapshot, overrides=upheld).lines
