@@ -33,13 +33,14 @@ from services.llm_standin.app import SYSTEM_FINGERPRINT
 from services.settler.handler import SettlerHandler
 from tests.fakes.chat_completion import FixedAnswerServer, completion
 from tests.ledger_rows import read_round, seed_round
+from tests.priced_lines import LineSpec, priced_lines
 from tests.records import with_fields
 from tests.standin import Standin
 
 pytestmark = pytest.mark.stack
 
 AT = datetime(2026, 12, 3, 21, 0, tzinfo=UTC)
-LINES = (
+LINES: tuple[LineSpec, ...] = (
     ("g1", "LATE_DELIVERY", "UPHELD", "PAY", 4900, None),
     ("g2", "MISSING_ITEM", "UPHELD", "PAY", 64000, "Hyderabadi Biryani"),
     ("g3", "PACKAGING", "ESCALATE", "HELD", 0, "Raita"),
@@ -69,20 +70,7 @@ def _priced(
         pricing_version="v1",
         currency="INR",
         order_total_minor=ARTICLE_ORDER.charged_total_minor,
-        lines=[
-            ev.PricedLineEvent(
-                grievance_id=gid,
-                category=category,
-                outcome=outcome,
-                status=status,
-                amount_minor=amount,
-                proposed_minor=amount or 6000,
-                rule=f"{category}: as priced",
-                item_name=item,
-                quantity=1 if item else None,
-            )
-            for gid, category, outcome, status, amount, item in LINES
-        ],
+        lines=priced_lines(LINES, proposed_when_zero=6000),
         total_minor=68900,
         already_paid_minor=already_paid,
         payable_minor=payable,

@@ -8,7 +8,6 @@ goes to a person (``LEFT_OUT_REASON``), never closed as nothing to pay unread.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -17,8 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from refund_bench import events as ev
 from refund_bench.domain import Category
-from refund_bench.llm.client import LlmAnswer
-from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, ChatMessage, load_prompt
+from refund_bench.llm.roles import EXTRACTOR_PROMPT_VERSION, load_prompt
 from services.extractor.handler import LEFT_OUT_REASON, ExtractorHandler
 from services.extractor.validation import (
     ExtractedGrievance,
@@ -26,6 +24,7 @@ from services.extractor.validation import (
     claims_left_out,
     validate_extraction,
 )
+from tests.fakes.scripted_llm import ScriptedLlm
 from tests.grievances import complaint_message
 from tests.unit.orders import ARTICLE_COMPLAINT, ARTICLE_ORDER, BIRYANI, RAITA, span_of
 
@@ -187,26 +186,6 @@ class Cache:
         return self.values.setdefault(key, value)
 
 
-class Model:
-    """An endpoint that gives ``answers`` in turn."""
-
-    model = "scripted"
-    temperature = 0.0
-
-    def __init__(self, answers: Sequence[object]) -> None:
-        self.answers = [json.dumps(answer) for answer in answers]
-
-    async def complete_json(
-        self,
-        messages: Sequence[ChatMessage],
-        schema_name: str,
-        schema: Mapping[str, Any],
-        seed: int | None,
-        dispute_id: str,
-    ) -> LlmAnswer:
-        return LlmAnswer(self.answers.pop(0), None, None)
-
-
 @pytest.mark.parametrize(
     ("first", "repair"),
     [
@@ -230,7 +209,7 @@ def test_a_repair_that_drops_what_the_first_answer_claimed_holds_the_complaint(
     closed as nothing to pay or judged without the dropped claim."""
     pool = cast(AsyncConnectionPool[Any], None)  # extraction alone reads no database
     prompt = load_prompt(EXTRACTOR_PROMPT_VERSION)
-    handler = ExtractorHandler(pool, Model([first, repair]), Cache(), prompt)
+    handler = ExtractorHandler(pool, ScriptedLlm([first, repair]), Cache(), prompt)
     complaint = ev.parse(ev.ComplaintReceived, complaint_message("d-repair").value)
     answers: list[ev.ExtractorAnswer] = []
     outcome, _ = asyncio.run(handler._extract(complaint, "0" * 64, list(ITEMS), answers))

@@ -10,11 +10,10 @@ command again on a fresh connection itself before any of that.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import traceback
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 import pytest
 from pydantic import SecretStr
@@ -32,12 +31,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from refund_bench.errors import TransientError
 from refund_bench.llm import cache as llm_cache
 from refund_bench.llm.cache import CallOutcome, InFlight, RedisResponseCache, cached_call
-from refund_bench.llm.client import LlmAnswer
 from refund_bench.llm.ratelimit import RedisTokenBucket
-from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, ChatMessage, load_prompt
+from refund_bench.llm.roles import JUDGE_PROMPT_VERSION, load_prompt
 from refund_bench.llm_setup import LlmStageSettings, redis_client, response_cache
 from refund_bench.runtime import Context, Emit
 from services.judge.handler import JudgeHandler, Seat
+from tests.fakes.scripted_llm import ScriptedLlm
 from tests.grievances import grievance_message
 
 ADDRESS = "redis.internal.example:6379"
@@ -328,31 +327,12 @@ class WritesRefused(FlakyRedis):
         return refused_while_down
 
 
-class Bench:
-    """A judge endpoint that upholds on the order's delivery time, counting its draws."""
-
-    model = "judge-model"
-    temperature = 0.7
-
-    def __init__(self) -> None:
-        self.draws = 0
-
-    async def complete_json(
-        self,
-        messages: Sequence[ChatMessage],
-        schema_name: str,
-        schema: Mapping[str, Any],
-        seed: int | None,
-        dispute_id: str,
-    ) -> LlmAnswer:
-        self.draws += 1
-        ruling = {
-            "ruling": "UPHELD",
-            "confidence": 0.9,
-            "evidence_cited": ["order.delivered_at"],
-            "reasoning": "Delivered after the SLA.",
-        }
-        return LlmAnswer(json.dumps(ruling), None, None)
+UPHELD_ON_THE_TIMES = {
+    "ruling": "UPHELD",
+    "confidence": 0.9,
+    "evidence_cited": ["order.delivered_at"],
+    "reasoning": "Delivered after the SLA.",
+}
 
 
 def test_a_bench_of_many_seats_keeps_every_answer_whose_write_failed_for_the_retry() -> None:
@@ -360,7 +340,7 @@ def test_a_bench_of_many_seats_keeps_every_answer_whose_write_failed_for_the_ret
     answers not written: the judge keeps room for all of them, so the retry after Redis is back
     stores each one instead of drawing, and paying, again."""
     redis = WritesRefused()
-    bench = Bench()
+    bench = ScriptedLlm([UPHELD_ON_THE_TIMES], model="judge-model")
     handler = JudgeHandler(
         [Seat(index=seat, llm=bench, seed=1000 + seat) for seat in range(5)],
         RedisResponseCache(redis.client(), "p:", 60),

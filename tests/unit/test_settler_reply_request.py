@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from refund_bench import events as ev
-from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, load_prompt
+from refund_bench.llm.roles import SETTLER_PROMPT_VERSION, LlmRequest, load_prompt
 from services.llm_standin.answers import answer
 from services.settler.amounts import format_amount
 from services.settler.handler import (
@@ -27,9 +27,10 @@ from services.settler.handler import (
     reply_request,
     template_for,
 )
+from tests.priced_lines import LineSpec, priced_lines
 
 COMPLAINT = "My biryani never came, the order was an hour late and the raita leaked."
-LINES = (
+LINES: tuple[LineSpec, ...] = (
     ("g1", "LATE_DELIVERY", "UPHELD", "PAY", 4900, None),
     ("g2", "MISSING_ITEM", "UPHELD", "PAY", 64000, "Hyderabadi Biryani"),
     ("g3", "PACKAGING", "ESCALATE", "HELD", 0, "Raita"),
@@ -52,20 +53,10 @@ def _priced(
         pricing_version="v1",
         currency="INR",
         order_total_minor=134000,
-        lines=[
-            ev.PricedLineEvent(
-                grievance_id=gid,
-                category=category,
-                outcome=outcome,
-                status=statuses.get(gid, status),
-                amount_minor=amount,
-                proposed_minor=amount,
-                rule=f"{category}: as priced",
-                item_name=item,
-                quantity=1 if item else None,
-            )
+        lines=priced_lines(
+            (gid, category, outcome, statuses.get(gid, status), amount, item)
             for gid, category, outcome, status, amount, item in LINES
-        ],
+        ),
         total_minor=68900,
         already_paid_minor=already_paid,
         payable_minor=payable,
@@ -78,16 +69,22 @@ def _priced(
     )
 
 
-def _document(lines: ReplyLines, says: int, *, earlier_refund: bool = False) -> dict[str, Any]:
-    """The JSON document the model reads for a round told as ``lines``, stating ``says``."""
-    request = reply_request(
+def _request(lines: ReplyLines, says: int, *, earlier_refund: bool = False) -> LlmRequest:
+    """The model's request for a round told as ``lines``, stating ``says``."""
+    return reply_request(
         COMPLAINT,
         format_amount(says, "INR"),
         lines,
         prompt=load_prompt(SETTLER_PROMPT_VERSION),
         earlier_refund=earlier_refund,
     )
-    document: dict[str, Any] = json.loads(request.user_document)
+
+
+def _document(lines: ReplyLines, says: int, *, earlier_refund: bool = False) -> dict[str, Any]:
+    """The JSON document the model reads for a round told as ``lines``, stating ``says``."""
+    document: dict[str, Any] = json.loads(
+        _request(lines, says, earlier_refund=earlier_refund).user_document
+    )
     return document
 
 
@@ -97,13 +94,7 @@ def _outcomes(document: dict[str, Any]) -> dict[str, str]:
 
 def _standin_failures(lines: ReplyLines, says: int, *, earlier_refund: bool) -> list[str]:
     """The guard's failures, as the handler checks it, for the stand-in's reply to the round."""
-    request = reply_request(
-        COMPLAINT,
-        format_amount(says, "INR"),
-        lines,
-        prompt=load_prompt(SETTLER_PROMPT_VERSION),
-        earlier_refund=earlier_refund,
-    )
+    request = _request(lines, says, earlier_refund=earlier_refund)
     text = answer("customer_reply", list(request.messages), seed=None, temperature=0.2).get("reply")
     assert isinstance(text, str)
     return guard_failures(
