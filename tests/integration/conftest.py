@@ -44,6 +44,13 @@ def database(stack: Stack) -> str:
 SASL_USERNAME, SASL_PASSWORD = "refundbench", "local-sasl-password"
 """The local broker's super user on its SASL listener (stack/kafka/server.properties); the
 per-client users ``refund-bench-<client>`` share the password."""
+SASL_ADMIN = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": SASL_USERNAME,
+    "sasl.password": SASL_PASSWORD,
+}
+"""The super user's client settings on the SASL listener (an administrator's)."""
 
 
 def sasl_settings(

@@ -13,11 +13,8 @@ real.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 
-import httpx
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -32,7 +29,8 @@ from tests.e2e.conftest_api import (
     event_codec,
     running_api,
 )
-from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME
+from tests.integration.conftest import SASL_ADMIN, SASL_PASSWORD
+from tests.kafka_helpers import wait_for
 
 pytestmark = pytest.mark.stack
 
@@ -41,31 +39,8 @@ NO_RULES_USER = "refund-bench-acl-test"
 them back)."""
 OTHER_TOPICS_USER = "refund-bench-pricing"
 """A user whose rules, once the flow's are applied, write the pricing stage's topics only."""
-ADMIN = {
-    "security.protocol": "SASL_PLAINTEXT",
-    "sasl.mechanism": "PLAIN",
-    "sasl.username": SASL_USERNAME,
-    "sasl.password": SASL_PASSWORD,
-}
-"""The local broker's super user on its SASL listener."""
 PUBLISH_TIMEOUT_S = 30.0
 """A refusal is answered well before this: the test tells the two apart."""
-
-
-def wait_for_answer(
-    ask: Callable[[], httpx.Response],
-    done: Callable[[httpx.Response], bool],
-    timeout_s: float,
-) -> httpx.Response:
-    """The first answer of ``ask`` that is ``done``; fails after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answer = ask()
-        if done(answer):
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no answer done within {timeout_s}s; the last: {answer.text}")
-        time.sleep(0.05)
 
 
 def intake_row(database_url: str, key: str) -> tuple[str, bool] | None:
@@ -145,7 +120,7 @@ def published_once_on_retry(stack: Stack, api: ApiServer, keys: list[str]) -> No
 def test_a_producer_refused_by_the_broker_is_replaced_and_publishes_once_it_may(
     stack: Stack, sasl_bootstrap: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **ADMIN})
+    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **SASL_ADMIN})
     with running_api(stack, **signed_in_as(NO_RULES_USER, sasl_bootstrap)) as api:
         # Each complaint meets a producer the broker refuses an id: the one before failed
         # for good.
@@ -153,11 +128,12 @@ def test_a_producer_refused_by_the_broker_is_replaced_and_publishes_once_it_may(
         # The last producer fails for good too (if it has not yet): the readiness check says
         # so, and the instance stays ready (the desk and the status API work).
         with api.client() as client:
-            ready = wait_for_answer(
-                lambda: client.get("/readyz"),
-                lambda answer: answer.json()["checks"]["kafka"] != "ok",
+            wait_for(
+                lambda: client.get("/readyz").json()["checks"]["kafka"] != "ok",
                 timeout_s=15.0,
+                what="the readiness check to name the failure",
             )
+            ready = client.get("/readyz")
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"]["kafka"] == "unavailable: KafkaException", ready.text
         # The operator grants the API's rules: the same instance, not restarted, publishes.
@@ -174,7 +150,7 @@ def test_a_producer_refused_by_the_broker_is_replaced_and_publishes_once_it_may(
 def test_a_topic_the_user_may_not_write_is_answered_not_published(
     stack: Stack, sasl_bootstrap: str
 ) -> None:
-    apply_acls(sasl_bootstrap, "User:refund-bench-", ADMIN)  # idempotent
+    apply_acls(sasl_bootstrap, "User:refund-bench-", SASL_ADMIN)  # idempotent
     with running_api(stack, **signed_in_as(OTHER_TOPICS_USER, sasl_bootstrap)) as api:
         keys = [refused_complaint(api), refused_complaint(api)]
     with running_api(stack) as plain:  # a super user

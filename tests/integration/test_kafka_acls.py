@@ -57,7 +57,7 @@ from refund_bench.service import runtime_config
 from refund_bench.stages import STAGES, StageTopics
 from refund_bench.topics import TopicSpec, ensure_topics
 from tests.conftest import Stack, TopicFactory
-from tests.integration.conftest import SASL_PASSWORD, SASL_USERNAME, sasl_settings
+from tests.integration.conftest import SASL_ADMIN, sasl_settings
 from tests.kafka_helpers import (
     StageThread,
     bench_codec,
@@ -68,24 +68,17 @@ from tests.kafka_helpers import (
 
 pytestmark = pytest.mark.stack
 
-ADMIN = {
-    "security.protocol": "SASL_PLAINTEXT",
-    "sasl.mechanism": "PLAIN",
-    "sasl.username": SASL_USERNAME,
-    "sasl.password": SASL_PASSWORD,
-}
-"""The local broker's super user on its SASL listener."""
 PRINCIPAL_PREFIX = "User:refund-bench-"
 
 
 def signed_in_as(user: str) -> dict[str, str]:
-    return {**ADMIN, "sasl.username": f"refund-bench-{user}"}
+    return {**SASL_ADMIN, "sasl.username": f"refund-bench-{user}"}
 
 
 @pytest.fixture(scope="module")
 def flow_rules(sasl_bootstrap: str) -> str:
     """The flow's rules applied for the local per-client users (idempotent)."""
-    assert apply_acls(sasl_bootstrap, PRINCIPAL_PREFIX, ADMIN) == (
+    assert apply_acls(sasl_bootstrap, PRINCIPAL_PREFIX, SASL_ADMIN) == (
         sum(len(grants) for grants in user_grants().values()),
         0,
     )
@@ -95,7 +88,7 @@ def flow_rules(sasl_bootstrap: str) -> str:
 @pytest.fixture
 def test_stage_rules(sasl_bootstrap: str) -> Iterator[Callable[[frozenset[Grant]], None]]:
     """Grants rules to ``refund-bench-acl-test`` for one test; removes them afterwards."""
-    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **ADMIN})
+    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **SASL_ADMIN})
     granted: list[AclBinding] = []
 
     def grant(grants: frozenset[Grant]) -> None:
@@ -119,7 +112,7 @@ def test_the_provision_user_creates_the_topics_and_nothing_else(
     create, and it may not write the topics it made."""
     mine = [TopicSpec(f"provision-{uuid.uuid4().hex[:8]}"), TopicSpec(f"p-{uuid.uuid4().hex[:8]}")]
     test_stage_rules(provision_grants(mine))
-    security = {**ADMIN, "sasl.username": "refund-bench-acl-test"}
+    security = {**SASL_ADMIN, "sasl.username": "refund-bench-acl-test"}
     assert sorted(ensure_topics(sasl_bootstrap, mine, security=security)) == sorted(
         spec.name for spec in mine
     )
@@ -344,7 +337,7 @@ def test_prune_removes_only_the_rules_a_client_no_longer_has(sasl_bootstrap: str
     """A rule left from an older topic name goes; the current rules, and another principal's
     rule on the same topic, stay."""
     prefix = f"User:prune-{uuid.uuid4().hex[:8]}-"
-    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **ADMIN})
+    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **SASL_ADMIN})
     stale = Grant(Resource.TOPIC, "ruling.cast.v0", Operation.READ)
     stale_bindings = acl_bindings(f"{prefix}tally", [stale])
     deny = AclBinding(
@@ -360,10 +353,10 @@ def test_prune_removes_only_the_rules_a_client_no_longer_has(sasl_bootstrap: str
     try:
         for future in admin.create_acls([*stale_bindings, deny, *bystander]).values():
             future.result()
-        assert apply_acls(sasl_bootstrap, prefix, ADMIN).removed == 0
+        assert apply_acls(sasl_bootstrap, prefix, SASL_ADMIN).removed == 0
         assert len(_rules_of(admin, f"{prefix}tally")) == len(client_grants()["tally"]) + 2
 
-        changes = apply_acls(sasl_bootstrap, prefix, ADMIN, prune=True)
+        changes = apply_acls(sasl_bootstrap, prefix, SASL_ADMIN, prune=True)
 
         assert changes.removed == 1
         for client, grants in client_grants().items():
@@ -375,7 +368,7 @@ def test_prune_removes_only_the_rules_a_client_no_longer_has(sasl_bootstrap: str
         assert t.RULING_CAST.name in tally_topics
         assert AclPermissionType.DENY in {permission for *_, permission in tally_rules}
         assert len(_rules_of(admin, bystander[0].principal)) == 1
-        assert apply_acls(sasl_bootstrap, prefix, ADMIN, prune=True).removed == 0
+        assert apply_acls(sasl_bootstrap, prefix, SASL_ADMIN, prune=True).removed == 0
     finally:
         principals = [*(f"{prefix}{client}" for client in user_grants()), bystander[0].principal]
         filters = [principal_filter(principal) for principal in principals]
