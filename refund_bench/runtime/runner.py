@@ -262,6 +262,8 @@ class StageRunner:
             int(self._producer_conf().get("message.max.bytes", 1_000_000)) - _RECORD_OVERHEAD_BYTES
         )
         self._stopping = False
+        self._closing = False
+        """The consumer is being closed: its revoke callback asks librdkafka nothing."""
         self._stop_asked_at: float | None = None
         """When :meth:`stop` was first called (monotonic): the drain timeout counts from it."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -349,6 +351,7 @@ class StageRunner:
     def _close(self) -> None:
         self.heartbeat.ready = False
         if self._consumer is not None:
+            self._closing = True
             try:
                 self._consumer.close()
             except KafkaException:
@@ -458,6 +461,12 @@ class StageRunner:
         self._set_assigned(consumer)
 
     def _set_assigned(self, consumer: Consumer) -> None:
+        if self._closing:
+            # Revoked by ``close()``: asking librdkafka for the assignment from the callback
+            # it runs while closing waits for an answer only this thread would serve (a
+            # deadlock, holding the GIL). Nothing stays assigned.
+            self.metrics.set("assigned_partitions", 0)
+            return
         with contextlib.suppress(KafkaException):
             self.metrics.set("assigned_partitions", len(consumer.assignment()))
 
